@@ -1,0 +1,154 @@
+// growformer analyze: per-block analysis of a trained checkpoint (each attention
+// plugin reports what its mechanism claims: HKT levels, INCRT geometry, ...),
+// plus the growth and pruning summary recorded in the run's events.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include <growformer/trainer.hpp>
+
+#include "commands.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace gfapp {
+
+namespace {
+void print_json_table(const json& j, const std::string& indent) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const json& v = *it;
+    std::string key = j.is_object() ? it.key() : "";
+    if (v.is_object()) {
+      std::cout << indent << key << ":\n";
+      print_json_table(v, indent + "  ");
+    } else if (v.is_array() && !v.empty() && v[0].is_object()) {
+      std::cout << indent << key << ":\n";
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::cout << indent << "  [" << i << "]\n";
+        print_json_table(v[i], indent + "    ");
+      }
+    } else {
+      std::cout << indent << key << ": " << v.dump() << "\n";
+    }
+  }
+}
+}  // namespace
+
+int cmd_analyze(const std::vector<std::string>& args) {
+  po::options_description o("analyze options");
+  std::string ck;
+  std::vector<std::string> paths;
+  long batches = 1;
+  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
+      "data-batches", po::value(&batches), "validation batches used as probes (default 1)")(
+      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("checkpoint", 1);
+  bool help;
+  auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o, p, args, &help);
+  if (help) return 0;
+  if (batches < 1) throw UsageError("--data-batches must be >= 1");
+  auto ex = gf::experiment_from_checkpoint(ck, paths);
+  ex->load_weights(ck);
+  const auto& split = ex->data().val.empty() ? ex->data().train : ex->data().val;
+  auto blocks = ex->model().blocks();
+  json out = {{"checkpoint", ck}, {"blocks", json::array()}};
+  // probes: block inputs on the first N validation batches, concatenated along the batch
+  std::vector<std::vector<float>> probe_data(blocks.size());
+  std::vector<std::vector<uint8_t>> probe_valid(blocks.size());
+  std::vector<size_t> probe_T(blocks.size(), 0), probe_B(blocks.size(), 0);
+  size_t B = static_cast<size_t>(ex->settings().batch_size);
+  size_t max_t = 0;
+  std::vector<gf::Batch> bs;
+  for (long bi = 0; bi < batches; ++bi) {
+    std::vector<size_t> idx;
+    for (size_t i = bi * B; i < std::min(split.size(), (bi + 1) * B); ++i) idx.push_back(i);
+    if (idx.empty()) break;
+    bs.push_back(ex->make_batch(split, idx));
+    max_t = std::max(max_t, bs.back().seq);
+  }
+  // pad every probe batch to one length so they stack
+  for (auto& b : bs) {
+    if (b.seq == max_t) continue;
+    gf::Batch nb = b;
+    nb.seq = max_t;
+    nb.ids.assign(b.batch * max_t, ex->data().pad_id);
+    nb.valid.assign(b.batch * max_t, 0);
+    for (size_t r = 0; r < b.batch; ++r)
+      for (size_t t = 0; t < b.seq; ++t) {
+        nb.ids[r * max_t + t] = b.ids[r * b.seq + t];
+        nb.valid[r * max_t + t] = b.valid[r * b.seq + t];
+      }
+    b = nb;
+  }
+  for (auto& b : bs) {
+    for (auto* blk : blocks) blk->set_capture(true);
+    {
+      gf::NoGradGuard ng;
+      ex->model().forward(b, false, nullptr);
+    }
+    gf::clear_tape();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const gf::Tensor& t = blocks[i]->captured_input();
+      size_t T = t.dim(1), off = T - b.seq;
+      probe_T[i] = T;
+      probe_B[i] += b.batch;
+      probe_data[i].insert(probe_data[i].end(), t.data(), t.data() + t.size());
+      for (size_t r = 0; r < b.batch; ++r)
+        for (size_t tt = 0; tt < T; ++tt)
+          probe_valid[i].push_back(tt < off ? 1 : b.valid[r * b.seq + tt - off]);
+    }
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    json bj;
+    bj["block"] = i;
+    bj["describe"] = blocks[i]->describe();
+    gf::Tensor probe;
+    if (!probe_data[i].empty())
+      probe = gf::Tensor::from({probe_B[i], probe_T[i], ex->model().d_model()}, probe_data[i]);
+    std::string a = blocks[i]->analyze_json(probe.defined() ? &probe : nullptr,
+                                            probe.defined() ? &probe_valid[i] : nullptr);
+    try {
+      bj["analysis"] = json::parse(a.empty() ? "{}" : a);
+    } catch (const std::exception& e) {
+      throw gf::RuntimeError("block " + std::to_string(i) + " returned malformed analysis: " + e.what());
+    }
+    out["blocks"].push_back(bj);
+  }
+  // growth and pruning summary from the run's events (checkpoints/ sits in the run directory)
+  fs::path events = fs::path(ck).parent_path().parent_path() / "events.jsonl";
+  if (fs::exists(events)) {
+    std::ifstream in(events);
+    std::string line;
+    json summary, grows = json::array(), prunes = json::array();
+    while (std::getline(in, line)) {
+      try {
+        json e = json::parse(line);
+        std::string type = e.value("type", "");
+        if (type == "summary") summary = e;
+        if (e.value("policy", "") == "growth" && type != "check") grows.push_back(e.value("step", 0L));
+        if (e.value("policy", "") == "pruning" && type != "check") prunes.push_back(e.value("step", 0L));
+      } catch (...) {
+      }
+    }
+    out["run"] = {{"events", events.string()}, {"growth_steps", grows}, {"prune_steps", prunes}};
+    if (!summary.is_null()) out["run"]["summary"] = summary;
+  }
+  if (vm.count("json")) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "analysis of " << ck << " (probe: " << bs.size() << " validation batch"
+            << (bs.size() == 1 ? "" : "es") << ")\n";
+  print_json_table(out["blocks"], "");
+  if (out.contains("run")) {
+    std::cout << "run:\n";
+    print_json_table(out["run"], "  ");
+  }
+  return 0;
+}
+
+}  // namespace gfapp

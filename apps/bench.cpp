@@ -1,0 +1,269 @@
+// growformer bench: training-step throughput of a config's model on random
+// tokens (the shape of torch_ref.py), optionally beside the PyTorch reference
+// and beside the same model with another attention block.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <growformer/blas.hpp>
+#include <growformer/model.hpp>
+#include <growformer/ops.hpp>
+#include <growformer/parallel.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/tensor.hpp>
+
+#include "commands.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+
+namespace gfapp {
+
+namespace {
+
+struct BenchResult {
+  double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
+  size_t params = 0;
+  double final_loss = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& opt_node,
+                      gf::Registry& reg, size_t vocab, size_t classes, size_t batch, size_t seq,
+                      long warmup, long steps, uint64_t seed) {
+  gf::Model model(model_node, vocab, classes, reg, seed);
+  auto opt = reg.create_optimizer(opt_node);
+  if (seq > model.max_tokens())
+    throw gf::ConfigError("bench: --seq " + std::to_string(seq) + " exceeds model.max_len");
+  gf::Rng rng(seed + 1, "bench.data");
+  std::vector<gf::Batch> pool(4);
+  for (auto& b : pool) {
+    b.batch = batch;
+    b.seq = seq;
+    b.ids.resize(batch * seq);
+    b.valid.assign(batch * seq, 1);
+    b.labels.resize(batch);
+    for (auto& id : b.ids) id = static_cast<int32_t>(rng.below(vocab));
+    for (auto& l : b.labels) l = static_cast<int32_t>(rng.below(classes));
+  }
+  std::vector<double> times;
+  float loss_v = 0;
+  for (long i = 0; i < warmup + steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto params = model.named_parameters();
+    for (auto& [n, p] : params) const_cast<gf::Var&>(p).zero_grad();
+    gf::Var logits = model.forward(pool[i % pool.size()], true, nullptr);
+    gf::Var loss = gf::ops::cross_entropy(logits, pool[i % pool.size()].labels);
+    gf::backward(loss);
+    opt->step(params, 1e-3f);
+    loss_v = loss.value()[0];
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(ms);
+  }
+  BenchResult r;
+  r.median_ms = median(times);
+  r.min_ms = *std::min_element(times.begin(), times.end());
+  r.max_ms = *std::max_element(times.begin(), times.end());
+  r.tokens_per_s = batch * seq / (r.median_ms / 1e3);
+  r.params = model.num_parameters();
+  r.final_loss = loss_v;
+  return r;
+}
+
+json run_torch_ref(const std::string& script, const std::string& model, size_t vocab, size_t classes,
+                   size_t seq, size_t d, size_t heads, size_t layers, size_t batch, long steps,
+                   long warmup, size_t threads, const std::string& core, size_t levels) {
+  std::ostringstream cmd;
+  cmd << "/usr/bin/python3 '" << script << "' --model " << model << " --vocab " << vocab
+      << " --classes " << classes << " --seq " << seq << " --d " << d << " --heads " << heads
+      << " --layers " << layers << " --batch " << batch << " --steps " << steps << " --warmup "
+      << warmup << " --threads " << threads;
+  if (model == "hkt") cmd << " --levels " << levels;
+  if (!core.empty()) cmd << " --blas-core " << core;
+  cmd << " 2>/dev/null";
+  FILE* f = popen(cmd.str().c_str(), "r");
+  if (!f) throw gf::RuntimeError("cannot run " + script);
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, f)) out += buf;
+  int rc = pclose(f);
+  if (rc != 0 || out.empty())
+    throw gf::RuntimeError("the PyTorch reference failed (" + cmd.str() +
+                           "); is python3-torch installed?");
+  return json::parse(out.substr(out.find('{')));
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  po::options_description o("bench options");
+  std::string config, torch_ref, compare;
+  std::vector<std::string> sets, paths;
+  long steps = 10, warmup = 3, repeats = 1;
+  size_t vocab = 20, classes = 10, batch = 0, seq = 0;
+  o.add_options()("config", po::value(&config)->required(), "YAML config (its model: section)")(
+      "set", po::value(&sets)->composing(), "override KEY=VALUE")(
+      "steps", po::value(&steps), "timed steps (default 10)")(
+      "warmup", po::value(&warmup), "untimed steps first (default 3)")(
+      "repeats", po::value(&repeats), "repeat the whole measurement, report the median of medians")(
+      "vocab", po::value(&vocab), "vocabulary of the random tokens (default 20)")(
+      "classes", po::value(&classes), "classes (default 10)")(
+      "batch", po::value(&batch), "batch size (default train.batch_size or 32)")(
+      "seq", po::value(&seq), "sequence length (default model.max_len)")(
+      "compare-attention", po::value(&compare),
+      "also time the same model with this attention plugin (e.g. mha) and report the ratio")(
+      "torch-ref", po::value(&torch_ref),
+      "path of torch_ref.py: run the PyTorch reference on the same shape in the same run")(
+      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("config", 1);
+  bool help;
+  auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha]",
+                  o, p, args, &help);
+  if (help) return 0;
+  if (steps < 1 || warmup < 0 || repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
+  gf::ConfigNode cfg = load_config(config, sets);
+  size_t threads = cfg.has("threads") ? static_cast<size_t>(cfg.child("threads").as_int()) : 0;
+  gf::set_num_threads(threads);
+  uint64_t seed = cfg.has("seed") ? static_cast<uint64_t>(cfg.child("seed").as_int()) : 1;
+  if (batch == 0)
+    batch = cfg.child("train").has("batch_size")
+                ? static_cast<size_t>(cfg.child("train").child("batch_size").as_int())
+                : 32;
+  gf::ConfigNode model_node = cfg.child("model");
+  if (!model_node.valid()) throw gf::ConfigError(config + ": no `model:` section");
+  if (seq == 0) seq = model_node.has("max_len") ? model_node.child("max_len").as_int() : 512;
+  gf::ConfigNode opt_node = cfg.has("optimizer")
+                                ? cfg.child("optimizer")
+                                : gf::ConfigNode::load_string("plugin: adamw", "<default optimizer>");
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(paths));
+
+  auto measure = [&](const gf::ConfigNode& mn) {
+    std::vector<BenchResult> rs;
+    for (long r = 0; r < repeats; ++r)
+      rs.push_back(run_bench(mn, opt_node, reg, vocab, classes, batch, seq, warmup, steps, seed));
+    std::sort(rs.begin(), rs.end(),
+              [](const BenchResult& a, const BenchResult& b) { return a.median_ms < b.median_ms; });
+    return rs[rs.size() / 2];
+  };
+  BenchResult main_r = measure(model_node);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  std::string attn = model_node.child("attention").child("plugin").as_string();
+  json out = {{"tool", "growformer bench"},
+              {"config", config},
+              {"attention", attn},
+              {"batch", batch},
+              {"seq", seq},
+              {"vocab", vocab},
+              {"classes", classes},
+              {"threads", gf::num_threads()},
+              {"blas_kernels", gf::blas_selection_note()},
+              {"blas_core", gf::blas_kernel_name()},
+              {"steps", steps},
+              {"warmup", warmup},
+              {"repeats", repeats},
+              {"ms_per_step_median", main_r.median_ms},
+              {"ms_per_step_min", main_r.min_ms},
+              {"ms_per_step_max", main_r.max_ms},
+              {"steps_per_s", 1e3 / main_r.median_ms},
+              {"tokens_per_s", main_r.tokens_per_s},
+              {"params", main_r.params},
+              {"peak_rss_mb", ru.ru_maxrss / 1024.0},
+              {"final_loss", main_r.final_loss}};
+
+  if (!compare.empty()) {
+    gf::ConfigNode cmp = load_config(config, sets);
+    cmp.apply_override("model.attention={plugin: " + compare + ", heads: " +
+                       std::to_string(model_node.child("attention").has("heads")
+                                          ? model_node.child("attention").child("heads").as_int()
+                                          : 4) +
+                       "}");
+    BenchResult c = measure(cmp.child("model"));
+    out["compare_attention"] = compare;
+    out["compare_ms_per_step_median"] = c.median_ms;
+    out["ratio_to_compare"] = main_r.median_ms / c.median_ms;
+    if (attn == "hkt") {
+      long L = model_node.child("attention").has("levels")
+                   ? model_node.child("attention").child("levels").as_int()
+                   : 3;
+      long s = model_node.child("attention").has("stride")
+                   ? model_node.child("attention").child("stride").as_int()
+                   : 2;
+      double analytic = 0;
+      for (long l = 0; l < L; ++l) analytic += std::pow(1.0 / (s * s), l);
+      out["analytic_score_cost_ratio"] = analytic;
+    }
+  }
+  if (!torch_ref.empty()) {
+    size_t d = model_node.has("d_model") ? model_node.child("d_model").as_int() : 64;
+    size_t layers = model_node.has("layers") ? model_node.child("layers").as_int() : 2;
+    size_t heads = model_node.child("attention").has("heads")
+                       ? model_node.child("attention").child("heads").as_int()
+                       : 4;
+    size_t levels = model_node.child("attention").has("levels")
+                        ? model_node.child("attention").child("levels").as_int()
+                        : 3;
+    std::string core = gf::blas_kernel_name();
+    std::vector<double> tms;
+    json last;
+    for (long r = 0; r < repeats; ++r) {
+      last = run_torch_ref(torch_ref, attn == "hkt" ? "hkt" : "mha", vocab, classes, seq, d, heads,
+                           layers, batch, steps, warmup, gf::num_threads(), core, levels);
+      tms.push_back(last.value("ms_per_step_median", 0.0));
+    }
+    double tmed = median(tms);
+    out["torch_ms_per_step_median"] = tmed;
+    out["torch_openblas_core"] = last.value("openblas_core", "");
+    out["ratio_to_torch"] = main_r.median_ms / tmed;
+    if (!compare.empty() && attn == "hkt") {
+      std::vector<double> tm2;
+      for (long r = 0; r < repeats; ++r)
+        tm2.push_back(run_torch_ref(torch_ref, "mha", vocab, classes, seq, d, heads, layers, batch,
+                                    steps, warmup, gf::num_threads(), core, levels)
+                          .value("ms_per_step_median", 0.0));
+      out["torch_compare_ms_per_step_median"] = median(tm2);
+      out["torch_ratio_hkt_to_mha"] = tmed / median(tm2);
+    }
+  }
+  if (vm.count("json")) {
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  std::printf("bench %s: attention %s, batch %zu x seq %zu, %zu threads\n", config.c_str(),
+              attn.c_str(), batch, seq, gf::num_threads());
+  std::printf("  BLAS kernels: %s\n", gf::blas_selection_note().c_str());
+  std::printf("  training step: median %.1f ms (min %.1f, max %.1f) over %ld steps x %ld repeats\n",
+              main_r.median_ms, main_r.min_ms, main_r.max_ms, steps, repeats);
+  std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", main_r.tokens_per_s,
+              main_r.params, ru.ru_maxrss / 1024.0);
+  if (out.contains("ratio_to_compare")) {
+    std::printf("  %s step: median %.1f ms; ratio %s / %s = %.3f\n", compare.c_str(),
+                out["compare_ms_per_step_median"].get<double>(), attn.c_str(), compare.c_str(),
+                out["ratio_to_compare"].get<double>());
+    if (out.contains("analytic_score_cost_ratio"))
+      std::printf("  analytic score-cost ratio sum s^-2l = %.4f\n",
+                  out["analytic_score_cost_ratio"].get<double>());
+  }
+  if (out.contains("ratio_to_torch")) {
+    std::printf("  PyTorch reference (%s kernels): median %.1f ms; growformer / PyTorch = %.3f\n",
+                out["torch_openblas_core"].get<std::string>().c_str(),
+                out["torch_ms_per_step_median"].get<double>(), out["ratio_to_torch"].get<double>());
+    if (out.contains("torch_ratio_hkt_to_mha"))
+      std::printf("  PyTorch hkt / mha = %.3f\n", out["torch_ratio_hkt_to_mha"].get<double>());
+  }
+  return 0;
+}
+
+}  // namespace gfapp

@@ -1,0 +1,31 @@
+// Shared pieces of the command-line program.
+#pragma once
+
+#include <growformer/config.hpp>
+
+#include <boost/program_options.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gfapp {
+
+/// Wrong command-line usage: exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Parses args; prints help and sets *help when --help was given.
+boost::program_options::variables_map parse(const std::string& usage,
+                                            boost::program_options::options_description& opts,
+                                            boost::program_options::positional_options_description& pos,
+                                            const std::vector<std::string>& args, bool* help);
+/// Loads a config file and applies --set overrides.
+gf::ConfigNode load_config(const std::string& path, const std::vector<std::string>& sets);
+
+int cmd_bench(const std::vector<std::string>& args);
+int cmd_analyze(const std::vector<std::string>& args);
+int cmd_sweep(const std::vector<std::string>& args);
+
+}  // namespace gfapp

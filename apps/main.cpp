@@ -1,0 +1,419 @@
+// growformer: the command-line program. Each subcommand parses its own options
+// (Boost.program_options) and calls into libgrowformer. Exit status: 0 success,
+// 2 usage or configuration error, 1 runtime failure.
+#include <growformer/blas.hpp>
+#include <growformer/checkpoint.hpp>
+#include <growformer/config.hpp>
+#include <growformer/data_stats.hpp>
+#include <growformer/listops.hpp>
+#include <growformer/trainer.hpp>
+#include <growformer/version.hpp>
+
+#include <boost/program_options.hpp>
+
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+
+namespace gfapp {
+
+po::variables_map parse(const std::string& usage, po::options_description& opts,
+                        po::positional_options_description& pos, const std::vector<std::string>& args,
+                        bool* help) {
+  opts.add_options()("help,h", "show this help");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: " << usage << "\n\n" << opts << "\n";
+      *help = true;
+      return vm;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "\nusage: " + usage + "\n(see --help)");
+  }
+  *help = false;
+  return vm;
+}
+
+gf::ConfigNode load_config(const std::string& path, const std::vector<std::string>& sets) {
+  gf::ConfigNode cfg = gf::ConfigNode::load_file(path);
+  for (const auto& s : sets) cfg.apply_override(s);
+  return cfg;
+}
+
+// ---------------------------------------------------------------------------
+int cmd_train(const std::vector<std::string>& args) {
+  po::options_description o("train options");
+  std::string config, run_dir;
+  std::vector<std::string> sets, paths;
+  long stop_after = -1;
+  o.add_options()("config", po::value(&config)->required(), "YAML config")(
+      "set", po::value(&sets)->composing(), "override KEY=VALUE (repeatable)")(
+      "run-dir", po::value(&run_dir), "run directory (default runs/<name>)")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder (repeatable)")(
+      "stop-after", po::value(&stop_after),
+      "stop with a checkpoint after this step (resume later)")("quiet,q", "no progress output");
+  po::positional_options_description p;
+  p.add("config", 1);
+  bool help;
+  auto vm = parse("growformer train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]",
+                  o, p, args, &help);
+  if (help) return 0;
+  gf::install_interrupt_handler();
+  gf::Experiment ex(load_config(config, sets), paths);
+  gf::RunFlags f;
+  f.run_dir = run_dir;
+  f.plugin_paths = paths;
+  f.stop_after = stop_after;
+  f.quiet = vm.count("quiet") > 0;
+  return ex.train(f);
+}
+
+int cmd_resume(const std::vector<std::string>& args) {
+  po::options_description o("resume options");
+  std::string dir;
+  std::vector<std::string> paths;
+  long stop_after = -1;
+  o.add_options()("run-dir", po::value(&dir)->required(), "run directory to continue")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder (repeatable)")(
+      "stop-after", po::value(&stop_after), "stop again after this step")("quiet,q",
+                                                                          "no progress output");
+  po::positional_options_description p;
+  p.add("run-dir", 1);
+  bool help;
+  auto vm = parse("growformer resume RUN_DIR", o, p, args, &help);
+  if (help) return 0;
+  gf::install_interrupt_handler();
+  std::string ck = dir + "/checkpoints/last.safetensors";
+  auto ex = gf::experiment_from_checkpoint(ck, paths);
+  gf::RunFlags f;
+  f.plugin_paths = paths;
+  f.stop_after = stop_after;
+  f.quiet = vm.count("quiet") > 0;
+  return ex->resume(dir, f);
+}
+
+int cmd_eval(const std::vector<std::string>& args) {
+  po::options_description o("eval options");
+  std::string ck, split = "test";
+  std::vector<std::string> paths;
+  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
+      "split", po::value(&split), "val | test")("json", "print JSON")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("checkpoint", 1);
+  bool help;
+  auto vm = parse("growformer eval CHECKPOINT [--split val|test] [--json]", o, p, args, &help);
+  if (help) return 0;
+  if (split != "val" && split != "test") throw UsageError("--split must be val or test");
+  auto ex = gf::experiment_from_checkpoint(ck, paths);
+  ex->load_weights(ck);
+  const auto& data = split == "val" ? ex->data().val : ex->data().test;
+  if (data.empty()) throw gf::RuntimeError("the " + split + " split is empty");
+  gf::EvalResult r = ex->evaluate(data, 0);
+  if (vm.count("json")) {
+    std::cout << json({{"checkpoint", ck}, {"split", split}, {"loss", r.loss},
+                       {"accuracy", r.accuracy}, {"examples", r.examples},
+                       {"heads", ex->model().heads_per_block()}})
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << split << ": accuracy " << r.accuracy << ", loss " << r.loss << " on "
+              << r.examples << " examples\n";
+  }
+  return 0;
+}
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  po::options_description o("inspect options");
+  std::string ck;
+  std::vector<std::string> paths;
+  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")("json", "print JSON");
+  po::positional_options_description p;
+  p.add("checkpoint", 1);
+  bool help;
+  auto vm = parse("growformer inspect CHECKPOINT", o, p, args, &help);
+  if (help) return 0;
+  gf::Checkpoint c = gf::load_checkpoint(ck);
+  // parameter counts straight from the file: blocks and heads by name
+  std::map<std::string, size_t> per_block, per_head;
+  size_t total = 0;
+  for (auto& [name, t] : c.tensors) {
+    if (name.rfind("model.", 0) != 0) continue;
+    std::string n = name.substr(6);
+    total += t.size();
+    if (n.rfind("layers.", 0) == 0) {
+      size_t dot = n.find('.', 7);
+      std::string blk = n.substr(0, dot);
+      per_block[blk] += t.size();
+      auto hp = n.find(".attn.heads.");
+      if (hp != std::string::npos) {
+        size_t e = n.find('.', hp + 12);
+        per_head[n.substr(0, e)] += t.size();
+      }
+    } else {
+      per_block[n.substr(0, n.find('.'))] += t.size();
+    }
+  }
+  json trainer = json::parse(c.metadata.count("trainer") ? c.metadata["trainer"] : "{}");
+  if (vm.count("json")) {
+    std::cout << json({{"checkpoint", ck}, {"parameters", total}, {"blocks", per_block},
+                       {"heads", per_head}, {"heads_per_block", json::parse(c.metadata.count("heads") ? c.metadata["heads"] : "[]")},
+                       {"step", trainer.value("step", 0L)}})
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << ck << "\n  step " << trainer.value("step", 0L) << ", " << total
+            << " parameters, heads per block " << (c.metadata.count("heads") ? c.metadata["heads"] : "?")
+            << "\n  architecture:\n";
+  json arch = json::parse(c.metadata.count("architecture") ? c.metadata["architecture"] : "[]");
+  for (size_t i = 0; i < arch.size(); ++i)
+    std::cout << "    layers." << i << ".attn: " << arch[i].get<std::string>() << "\n";
+  std::cout << "  parameters per block:\n";
+  for (auto& [b, n] : per_block) std::cout << "    " << b << ": " << n << "\n";
+  std::cout << "  parameters per head:\n";
+  for (auto& [h, n] : per_head) std::cout << "    " << h << ": " << n << "\n";
+  return 0;
+}
+
+int cmd_config(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "check")
+    throw UsageError("usage: growformer config check CONFIG [--set KEY=VALUE]...");
+  po::options_description o("config check options");
+  std::string config;
+  std::vector<std::string> sets, paths;
+  o.add_options()("config", po::value(&config)->required(), "YAML config")(
+      "set", po::value(&sets)->composing(), "override KEY=VALUE")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("config", 1);
+  bool help;
+  parse("growformer config check CONFIG [--set KEY=VALUE]...", o, p,
+        std::vector<std::string>(args.begin() + 1, args.end()), &help);
+  if (help) return 0;
+  gf::Experiment ex(load_config(config, sets), paths);
+  std::cout << config << ": OK\n" << ex.model().describe();
+  std::cout << "data: " << ex.data().train.size() << " train / " << ex.data().val.size()
+            << " val / " << ex.data().test.size() << " test, vocabulary "
+            << ex.data().vocab_size << ", " << ex.data().num_classes << " classes\n";
+  return 0;
+}
+
+int cmd_data(const std::vector<std::string>& args) {
+  std::string usage =
+      "growformer data listops-check FILE\n       growformer data stats CONFIG [--set KEY=VALUE]... [--json]";
+  if (args.empty()) throw UsageError("usage: " + usage);
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "listops-check") {
+    po::options_description o("listops-check options");
+    std::string file;
+    o.add_options()("file", po::value(&file)->required(), "ListOps TSV (either column order)");
+    po::positional_options_description p;
+    p.add("file", 1);
+    bool help;
+    parse("growformer data listops-check FILE", o, p, rest, &help);
+    if (help) return 0;
+    size_t bad = gf::listops::check_file(file, std::cout);
+    return bad == 0 ? 0 : 1;
+  }
+  if (args[0] == "stats") {
+    po::options_description o("stats options");
+    std::string config;
+    std::vector<std::string> sets, paths;
+    o.add_options()("config", po::value(&config)->required(), "YAML config")(
+        "set", po::value(&sets)->composing(), "override KEY=VALUE")("json", "print JSON")(
+        "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+    po::positional_options_description p;
+    p.add("config", 1);
+    bool help;
+    auto vm = parse("growformer data stats CONFIG [--json]", o, p, rest, &help);
+    if (help) return 0;
+    gf::ConfigNode cfg = load_config(config, sets);
+    gf::Registry reg;
+    reg.load_directories(gf::Registry::search_path(paths));
+    uint64_t seed = cfg.has("seed") ? static_cast<uint64_t>(cfg.child("seed").as_int()) : 1;
+    auto ds = reg.create_dataset(cfg.child("data"), gf::DatasetBuild{seed});
+    gf::DataSplits s = ds->load();
+    size_t max_len = 0;
+    gf::ConfigNode m = cfg.child("model");
+    if (m.has("max_len")) max_len = static_cast<size_t>(m.child("max_len").as_int());
+    gf::DataStats st = gf::compute_stats(s, max_len);
+    std::cout << (vm.count("json") ? gf::stats_json(st) + "\n" : gf::format_stats_table(st));
+    return 0;
+  }
+  throw UsageError("unknown data command `" + args[0] + "`\nusage: " + usage);
+}
+
+int cmd_plugins(const std::vector<std::string>& args) {
+  po::options_description o("plugins options");
+  std::vector<std::string> words, paths;
+  o.add_options()("words", po::value(&words)->composing(), "list | describe NAME")(
+      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("words", -1);
+  bool help;
+  auto vm = parse("growformer plugins [list | describe NAME] [--json]", o, p, args, &help);
+  if (help) return 0;
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(paths));
+  bool as_json = vm.count("json") > 0;
+  std::string verb = words.empty() ? "list" : words[0];
+  auto spec_json = [](const gf::ComponentInfo& c) {
+    json opts = json::array();
+    for (auto& s : c.spec.options) {
+      json j = {{"name", s.name}, {"type", gf::opt_type_name(s.type)}, {"default", s.default_value},
+                {"doc", s.doc}};
+      if (std::isfinite(s.min)) j["min"] = s.min;
+      if (std::isfinite(s.max)) j["max"] = s.max;
+      if (!s.choices.empty()) j["choices"] = s.choices;
+      if (s.required) j["required"] = true;
+      opts.push_back(j);
+    }
+    return json{{"kind", gf::kind_name(c.kind)}, {"name", c.spec.name}, {"doc", c.spec.doc},
+                {"plugin", c.plugin}, {"library", c.library}, {"options", opts}};
+  };
+  if (verb == "list") {
+    if (words.size() > 1) throw UsageError("usage: growformer plugins list");
+    if (as_json) {
+      json out = {{"components", json::array()}, {"libraries", json::array()}, {"failed", json::array()}};
+      for (auto& c : reg.components()) out["components"].push_back(spec_json(c));
+      for (auto& l : reg.libraries())
+        out["libraries"].push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}});
+      for (auto& f : reg.failures()) out["failed"].push_back({{"path", f.path}, {"error", f.error}});
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    for (auto kind : {gf::Kind::Attention, gf::Kind::Head, gf::Kind::Growth, gf::Kind::Pruning,
+                      gf::Kind::Dataset, gf::Kind::Optimizer}) {
+      std::cout << gf::kind_name(kind) << ":\n";
+      for (auto& c : reg.components())
+        if (c.kind == kind)
+          std::cout << "  " << c.spec.name << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
+                    << c.spec.doc << "  [" << c.plugin << "]\n";
+    }
+    std::cout << "libraries:\n";
+    for (auto& l : reg.libraries()) std::cout << "  " << l.plugin << " " << l.version << "  " << l.path << "\n";
+    if (!reg.failures().empty()) {
+      std::cout << "failed to load:\n";
+      for (auto& f : reg.failures()) std::cout << "  " << f.path << ": " << f.error << "\n";
+    }
+    return 0;
+  }
+  if (verb == "describe") {
+    if (words.size() != 2) throw UsageError("usage: growformer plugins describe NAME");
+    std::vector<const gf::ComponentInfo*> hits;
+    auto all = reg.components();
+    std::vector<std::string> names;
+    for (auto& c : all) {
+      names.push_back(c.spec.name);
+      if (c.spec.name == words[1]) hits.push_back(&c);
+    }
+    if (hits.empty()) {
+      std::string dym = gf::did_you_mean(words[1], names);
+      throw gf::ConfigError("no component named `" + words[1] + "`" +
+                            (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
+                            " (see `growformer plugins list`)");
+    }
+    for (auto* c : hits) {
+      if (as_json) {
+        std::cout << spec_json(*c).dump(2) << "\n";
+        continue;
+      }
+      std::cout << gf::kind_name(c->kind) << " `" << c->spec.name << "`: " << c->spec.doc
+                << "\n  from " << c->library << "\n  options:\n";
+      if (c->spec.options.empty()) std::cout << "    (none)\n";
+      for (auto& s : c->spec.options) {
+        std::cout << "    " << s.name << " (" << gf::opt_type_name(s.type);
+        if (s.required) std::cout << ", required";
+        else std::cout << ", default " << (s.default_value.empty() ? "\"\"" : s.default_value);
+        std::cout << ")";
+        if (!s.choices.empty()) {
+          std::cout << " one of:";
+          for (auto& ch : s.choices) std::cout << " " << ch;
+        }
+        std::cout << "\n        " << s.doc << "\n";
+      }
+    }
+    return 0;
+  }
+  throw UsageError("unknown plugins command `" + verb + "` (list | describe NAME)");
+}
+
+}  // namespace gfapp
+
+namespace {
+const char* kTopUsage =
+    "growformer " GROWFORMER_VERSION " - attention models that decide their own structure\n\n"
+    "usage: growformer COMMAND [options]   (growformer COMMAND --help for details)\n\n"
+    "commands:\n"
+    "  train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]\n"
+    "  resume RUN_DIR\n"
+    "  eval CHECKPOINT [--split val|test] [--json]\n"
+    "  plugins [list | describe NAME] [--json]\n"
+    "  config check CONFIG [--set KEY=VALUE]...\n"
+    "  inspect CHECKPOINT\n"
+    "  analyze CHECKPOINT [--data-batches N] [--json]\n"
+    "  bench CONFIG [--steps N] [--torch-ref PATH]\n"
+    "  sweep SWEEP.yaml\n"
+    "  data listops-check FILE | data stats CONFIG [--json]\n\n"
+    "exit status: 0 success, 2 usage or configuration error, 1 runtime failure\n";
+}
+
+int main(int argc, char** argv) {
+  std::string blas_note = gf::select_blas_kernels(argc, argv);
+  (void)blas_note;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kTopUsage;
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "growformer " GROWFORMER_VERSION "\n";
+    return 0;
+  }
+  std::string cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  static const std::map<std::string, int (*)(const std::vector<std::string>&)> table = {
+      {"train", gfapp::cmd_train},     {"resume", gfapp::cmd_resume},
+      {"eval", gfapp::cmd_eval},       {"inspect", gfapp::cmd_inspect},
+      {"config", gfapp::cmd_config},   {"data", gfapp::cmd_data},
+      {"plugins", gfapp::cmd_plugins}, {"bench", gfapp::cmd_bench},
+      {"analyze", gfapp::cmd_analyze}, {"sweep", gfapp::cmd_sweep},
+  };
+  auto it = table.find(cmd);
+  try {
+    if (it == table.end()) {
+      std::vector<std::string> names;
+      for (auto& [k, v] : table) names.push_back(k);
+      std::string dym = gf::did_you_mean(cmd, names);
+      std::cerr << "growformer: unknown command `" << cmd << "`"
+                << (dym.empty() ? "" : "; did you mean `" + dym + "`?") << "\n\n"
+                << kTopUsage;
+      return 2;
+    }
+    return it->second(rest);
+  } catch (const gfapp::UsageError& e) {
+    std::cerr << "growformer " << cmd << ": " << e.what() << "\n";
+    return 2;
+  } catch (const gf::ConfigError& e) {
+    std::cerr << "growformer " << cmd << ": configuration error: " << e.what() << "\n";
+    return 2;
+  } catch (const gf::RuntimeError& e) {
+    std::cerr << "growformer " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "growformer " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}

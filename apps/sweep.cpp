@@ -1,0 +1,170 @@
+// growformer sweep: a base config, axes of dotted-path overrides and seeds; one
+// run directory per job; a summary table (CSV and Markdown) of final metrics.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include <growformer/trainer.hpp>
+
+#include "commands.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace gfapp {
+
+int cmd_sweep(const std::vector<std::string>& args) {
+  po::options_description o("sweep options");
+  std::string file, out_dir;
+  std::vector<std::string> sets, paths;
+  o.add_options()("sweep", po::value(&file)->required(), "sweep YAML (base, axes, seeds)")(
+      "out", po::value(&out_dir), "sweep directory (default runs/sweep-<name>)")(
+      "set", po::value(&sets)->composing(), "override applied to every job")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")("quiet,q", "less output");
+  po::positional_options_description p;
+  p.add("sweep", 1);
+  bool help;
+  auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]...", o, p, args, &help);
+  if (help) return 0;
+  gf::ConfigNode sw = gf::ConfigNode::load_file(file);
+  gf::Options so(sw,
+                 {{"name", gf::OptType::String, "sweep", "sweep name"},
+                  {"base", gf::OptType::String, "", "base config (relative to this file)", 0, 0, {}, true},
+                  {"seeds", gf::OptType::IntList, "[1]", "seeds; every combination runs once per seed"},
+                  {"axes", gf::OptType::Component, "{}", "dotted path -> list of values"},
+                  {"set", gf::OptType::StringList, "[]", "KEY=VALUE overrides for every job"}},
+                 "sweep");
+  std::string base = so.resolve_path(so.get_string("base"));
+  std::vector<int64_t> seeds = so.get_int_list("seeds");
+  for (auto& s : so.get_string_list("set")) sets.insert(sets.begin(), s);
+  gf::ConfigNode axes = so.get_node("axes");
+  std::vector<std::pair<std::string, std::vector<std::string>>> ax;
+  for (auto& k : axes.keys()) {
+    gf::ConfigNode v = axes.child(k);
+    if (!v.is_sequence() || v.items().empty()) v.fail("an axis is a non-empty list of values");
+    std::vector<std::string> vals;
+    for (auto& it : v.items()) vals.push_back(it.as_string());
+    ax.push_back({k, vals});
+  }
+  if (out_dir.empty()) out_dir = "runs/sweep-" + so.get_string("name");
+  if (fs::exists(out_dir) && !fs::is_empty(out_dir))
+    throw gf::ConfigError(out_dir + ": sweep directory exists and is not empty (use --out)");
+  // every combination first, so that a bad override fails before any job runs
+  std::vector<std::vector<size_t>> combos{{}};
+  for (auto& a : ax) {
+    std::vector<std::vector<size_t>> next;
+    for (auto& c : combos)
+      for (size_t i = 0; i < a.second.size(); ++i) {
+        auto c2 = c;
+        c2.push_back(i);
+        next.push_back(c2);
+      }
+    combos = next;
+  }
+  struct Job {
+    std::string name;
+    std::vector<std::string> overrides;
+    int64_t seed;
+  };
+  std::vector<Job> jobs;
+  for (auto& c : combos)
+    for (int64_t seed : seeds) {
+      Job j;
+      j.seed = seed;
+      j.overrides = sets;
+      std::string name;
+      for (size_t i = 0; i < ax.size(); ++i) {
+        j.overrides.push_back(ax[i].first + "=" + ax[i].second[c[i]]);
+        name += (name.empty() ? "" : "__") + ax[i].second[c[i]];
+      }
+      j.overrides.push_back("seed=" + std::to_string(seed));
+      j.name = (name.empty() ? "job" : name) + "__seed" + std::to_string(seed);
+      jobs.push_back(j);
+    }
+  for (auto& j : jobs) {  // validate every config up front (cheap parts only)
+    gf::ConfigNode c = load_config(base, j.overrides);
+    (void)c;
+  }
+  fs::create_directories(out_dir);
+  json rows = json::array();
+  std::cout << "sweep " << so.get_string("name") << ": " << jobs.size() << " jobs -> " << out_dir << "\n";
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    auto& j = jobs[k];
+    std::cout << "[" << k + 1 << "/" << jobs.size() << "] " << j.name << "\n" << std::flush;
+    auto t0 = std::chrono::steady_clock::now();
+    gf::Experiment ex(load_config(base, j.overrides), paths);
+    gf::RunFlags f;
+    f.run_dir = (fs::path(out_dir) / j.name).string();
+    f.plugin_paths = paths;
+    f.quiet = true;
+    int rc = ex.train(f);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    json row = {{"job", j.name}, {"seed", j.seed}, {"exit", rc}, {"time_s", secs},
+                {"params", ex.model().num_parameters()}, {"heads", ex.model().heads_per_block()}};
+    for (size_t i = 0; i < ax.size(); ++i) {
+      std::string ov = j.overrides[sets.size() + i];
+      row[ax[i].first] = ov.substr(ov.find('=') + 1);
+    }
+    std::ifstream m(fs::path(f.run_dir) / "metrics.jsonl");
+    std::string line;
+    double best_val = -1;
+    while (std::getline(m, line)) {
+      json e = json::parse(line);
+      if (e["split"] == "test") {
+        row["test_accuracy"] = e["accuracy"];
+        row["test_loss"] = e["loss"];
+      }
+      if (e["split"] == "val") best_val = std::max(best_val, e["accuracy"].get<double>());
+    }
+    row["best_val_accuracy"] = best_val;
+    rows.push_back(row);
+  }
+  // tables
+  std::vector<std::string> cols{"job"};
+  for (auto& a : ax) cols.push_back(a.first);
+  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads", "time_s", "exit"})
+    cols.push_back(c);
+  auto cell = [](const json& v) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_number_float()) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.4f", v.get<double>());
+      return std::string(b);
+    }
+    if (v.is_array()) {
+      std::string s;
+      for (auto& x : v) s += (s.empty() ? "" : " ") + x.dump();
+      return s;
+    }
+    return v.is_null() ? std::string("") : v.dump();
+  };
+  std::ofstream csv(fs::path(out_dir) / "summary.csv"), md(fs::path(out_dir) / "summary.md");
+  std::string mdtable = "|";
+  for (size_t i = 0; i < cols.size(); ++i) {
+    csv << (i ? "," : "") << cols[i];
+    mdtable += " " + cols[i] + " |";
+  }
+  csv << "\n";
+  mdtable += "\n|";
+  for (size_t i = 0; i < cols.size(); ++i) mdtable += "---|";
+  mdtable += "\n";
+  for (auto& r : rows) {
+    mdtable += "|";
+    for (size_t i = 0; i < cols.size(); ++i) {
+      std::string c = r.contains(cols[i]) ? cell(r[cols[i]]) : "";
+      csv << (i ? "," : "") << c;
+      mdtable += " " + c + " |";
+    }
+    csv << "\n";
+    mdtable += "\n";
+  }
+  md << "# sweep " << so.get_string("name") << "\n\nbase: `" << base << "`\n\n" << mdtable;
+  std::cout << "\n" << mdtable << "\nsummary: " << (fs::path(out_dir) / "summary.md").string()
+            << ", " << (fs::path(out_dir) / "summary.csv").string() << "\n";
+  return 0;
+}
+
+}  // namespace gfapp

@@ -1,0 +1,25 @@
+# growformer_add_plugin(NAME SOURCES src...) builds one plugin library (a MODULE)
+# that the registry finds on its search path. Works in the source tree and,
+# through find_package(growformer), out of tree.
+function(growformer_add_plugin name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES" ${ARGN})
+  add_library(${name} MODULE ${ARG_SOURCES})
+  if(TARGET growformer_core)
+    target_link_libraries(${name} PRIVATE growformer_core ${ARG_LIBRARIES})
+  else()
+    target_link_libraries(${name} PRIVATE growformer::growformer_core ${ARG_LIBRARIES})
+  endif()
+  # the loader picks up files named libgf_*.so
+  string(REGEX REPLACE "^gf_" "" _stem "${name}")
+  set_target_properties(${name} PROPERTIES PREFIX "lib" OUTPUT_NAME "gf_${_stem}"
+                                           CXX_VISIBILITY_PRESET hidden
+                                           CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  target_compile_options(${name} PRIVATE -Wno-missing-field-initializers)
+  if(DEFINED GROWFORMER_BUILD_PLUGIN_DIR)
+    set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${GROWFORMER_BUILD_PLUGIN_DIR})
+    set(GROWFORMER_PLUGIN_TARGETS "${GROWFORMER_PLUGIN_TARGETS};${name}" CACHE INTERNAL "")
+  endif()
+  if(DEFINED GROWFORMER_PLUGIN_INSTALL_DIR)
+    install(TARGETS ${name} LIBRARY DESTINATION ${GROWFORMER_PLUGIN_INSTALL_DIR})
+  endif()
+endfunction()

@@ -1,0 +1,135 @@
+// Strict configuration: a view over YAML that records which keys were read.
+// A key nobody consumed, a wrong type, an out-of-range value or a duplicate key
+// is a ConfigError naming the dotted path, file:line:column, the valid keys and
+// a did-you-mean.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gf {
+
+/// A configuration or usage error: the program exits with status 2.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A runtime failure the user can act on (bad data, corrupt checkpoint, NaN): exit 1.
+struct RuntimeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Closest candidate by edit distance, or "" when nothing is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+/// A node of a loaded configuration document.
+class ConfigNode {
+ public:
+  ConfigNode();
+  /// Loads a file (throws ConfigError with file:line:column on malformed YAML
+  /// or a duplicate key).
+  static ConfigNode load_file(const std::string& path);
+  static ConfigNode load_string(const std::string& text, const std::string& name = "<string>",
+                                const std::string& base_dir = "");
+  /// Applies "a.b.c=value" (value parsed as YAML) before anything is read.
+  void apply_override(const std::string& assignment);
+
+  bool valid() const;
+  bool is_map() const;
+  bool is_scalar() const;
+  bool is_sequence() const;
+  bool has(const std::string& key) const;
+  /// The child under key (an invalid node when absent).
+  ConfigNode child(const std::string& key) const;
+  std::vector<std::string> keys() const;
+  std::vector<ConfigNode> items() const;  // sequence elements
+
+  std::string path() const;      // dotted path from the root, e.g. "model.attention.heads"
+  std::string location() const;  // "file:line:col"
+  /// "file:line:col: `path`: msg" as a ConfigError.
+  [[noreturn]] void fail(const std::string& msg) const;
+
+  // Scalar access marks the node consumed; conversions check the type.
+  std::string as_string() const;
+  int64_t as_int() const;
+  double as_float() const;
+  bool as_bool() const;
+  void mark_consumed() const;  // marks this node and everything below it
+
+  /// Errors on the first key nobody consumed (listing valid keys of its parent).
+  void check_all_consumed() const;
+  /// The whole document back as YAML text (for config.resolved.yaml).
+  std::string dump() const;
+  /// Directory of the file this node came from ("" for strings).
+  std::string base_dir() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+  explicit ConfigNode(std::shared_ptr<Impl> impl);
+};
+
+enum class OptType { Int, Float, Bool, String, IntList, FloatList, StringList, Component, Any };
+const char* opt_type_name(OptType t);
+
+/// One declared option of a plugin: name, type, default (YAML text, "" = required), doc.
+struct OptionSpec {
+  std::string name;
+  OptType type = OptType::String;
+  std::string default_value;  // YAML text; "~" means "no value" (optional, unset)
+  std::string doc;
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  std::vector<std::string> choices;  // for strings; empty = any
+  bool required = false;
+};
+using OptionSpecs = std::vector<OptionSpec>;
+
+/// Validated options of one component instance.
+class Options {
+ public:
+  Options() = default;
+  /// Reads every key of `node` against `specs` (unknown key -> ConfigError).
+  Options(const ConfigNode& node, const OptionSpecs& specs, const std::string& component);
+
+  int64_t get_int(const std::string& name) const;
+  double get_float(const std::string& name) const;
+  bool get_bool(const std::string& name) const;
+  std::string get_string(const std::string& name) const;
+  std::vector<int64_t> get_int_list(const std::string& name) const;
+  std::vector<double> get_float_list(const std::string& name) const;
+  std::vector<std::string> get_string_list(const std::string& name) const;
+  /// The config sub-tree of a Component option (e.g. attention.head).
+  ConfigNode get_node(const std::string& name) const;
+  /// True when the user gave the key (not the default) and it is not "~".
+  bool is_set(const std::string& name) const;
+  bool has_value(const std::string& name) const;
+  /// Location of the option for error messages.
+  std::string where(const std::string& name) const;
+  [[noreturn]] void fail(const std::string& name, const std::string& msg) const;
+  const std::string& component() const { return component_; }
+  /// Directory relative paths in options are resolved against.
+  std::string resolve_path(const std::string& p) const;
+
+ private:
+  struct Value {
+    ConfigNode node;  // invalid when defaulted
+    std::string text;
+    bool given = false;
+    OptType type = OptType::String;
+  };
+  std::map<std::string, Value> values_;
+  std::string component_;
+  std::string base_dir_;
+  std::string path_;
+  const Value& find(const std::string& name) const;
+};
+
+}  // namespace gf

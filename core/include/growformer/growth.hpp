@@ -1,0 +1,81 @@
+// Growth policies and pruning rules: they observe the trainer through hooks
+// and return structural edits; they never reach into the trainer.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "growformer/attention.hpp"
+
+namespace gf {
+
+/// One line of events.jsonl: a check or an edit, with the quantities behind it.
+struct Event {
+  std::string type;  // "check", "grow", "prune", "calibrate", ...
+  long block = -1;
+  long head = -1;
+  std::vector<std::pair<std::string, double>> numbers;
+  std::vector<std::pair<std::string, std::string>> strings;
+  std::vector<std::pair<std::string, std::vector<double>>> lists;
+};
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void emit(const Event& e) = 0;
+};
+
+/// A structural edit, applied by the trainer between steps.
+struct Edit {
+  enum class Kind { AddHead, RemoveHead } kind = Kind::AddHead;
+  size_t block = 0;
+  int head_id = -1;  // RemoveHead
+  HeadInit init;     // AddHead
+  Event cause;       // logged with the edit
+};
+
+struct BlockView {
+  size_t index = 0;
+  AttentionBlock* block = nullptr;
+  /// Block input (after its layer norm) of the last training batch when probes were
+  /// requested: (B, T, d); with its key mask.
+  const Tensor* probe = nullptr;
+  const std::vector<uint8_t>* probe_valid = nullptr;
+};
+
+struct TrainView {
+  size_t step = 0;
+  size_t total_steps = 0;
+  std::vector<BlockView> blocks;
+  Rng* rng = nullptr;  // the policy's own stream
+  EventSink* events = nullptr;
+};
+
+class GrowthPolicy {
+ public:
+  virtual ~GrowthPolicy() = default;
+  /// Ask the trainer to capture block inputs before each check.
+  virtual bool needs_probe() const { return false; }
+  /// Ask for head-mask gradients on every step (after_backward is then called).
+  virtual bool needs_head_mask_grads() const { return false; }
+  virtual void on_start(const TrainView& view) { (void)view; }
+  virtual void after_backward(const TrainView& view) { (void)view; }
+  /// Called every `check_every` steps.
+  virtual std::vector<Edit> check(const TrainView& view) = 0;
+  /// Told after an edit was applied (new_head_id for AddHead).
+  virtual void edited(const Edit& e, int new_head_id, const TrainView& view) {
+    (void)e; (void)new_head_id; (void)view;
+  }
+  /// End-of-run quantities for reports and `analyze`.
+  virtual std::map<std::string, double> summary() const { return {}; }
+  /// Opaque state for checkpoints (resume continues the same decisions).
+  virtual std::string save_state() const { return ""; }
+  virtual void load_state(const std::string& s) { (void)s; }
+};
+
+/// Pruning rules share the growth interface: they return RemoveHead edits.
+using PruningRule = GrowthPolicy;
+
+}  // namespace gf

@@ -1,0 +1,54 @@
+// The classifier built from the `model:` tree: token embedding + learned
+// positions, N pre-LayerNorm residual blocks (attention plugin + GELU MLP),
+// pooling (mean or CLS) and a linear classifier.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "growformer/attention.hpp"
+#include "growformer/config.hpp"
+#include "growformer/module.hpp"
+
+namespace gf {
+
+class Registry;
+
+/// A padded batch: ids and validity (1 = real token) are (B*T) row-major.
+struct Batch {
+  size_t batch = 0, seq = 0;
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> valid;
+  std::vector<int32_t> labels;
+};
+
+class Model : public Module {
+ public:
+  static OptionSpecs options();
+  Model(const ConfigNode& node, size_t vocab_size, size_t num_classes, Registry& registry,
+        uint64_t seed);
+
+  /// Logits (B, num_classes).
+  Var forward(const Batch& batch, bool training, Rng* dropout_rng);
+  std::vector<AttentionBlock*> blocks() const;
+  /// Positions available to tokens (max_len, minus one for the CLS slot).
+  size_t max_tokens() const { return cls_ ? max_len_ - 1 : max_len_; }
+  size_t d_model() const { return d_; }
+  size_t num_classes() const { return classes_; }
+  size_t vocab_size() const { return vocab_; }
+  /// Heads per block (empty entries for blocks without heads).
+  std::vector<size_t> heads_per_block() const;
+  std::string describe() const;
+
+ private:
+  struct Layer;
+  size_t d_, vocab_, classes_, max_len_;
+  bool cls_;
+  float dropout_;
+  Var embed_, pos_, cls_vec_, lnf_g_, lnf_b_, head_w_, head_b_;
+  bool final_norm_;
+  std::vector<std::shared_ptr<Layer>> layers_;
+};
+
+}  // namespace gf

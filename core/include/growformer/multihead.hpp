@@ -1,0 +1,63 @@
+// MultiHeadBlock: the shared machinery of head-based attention blocks (heads
+// with stable ids, per-head W_O, add/remove, capture, head masks). A block
+// plugin derives from it and supplies the scoring rule (`attend`) and,
+// optionally, coarser input levels (`make_levels`).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "growformer/attention.hpp"
+
+namespace gf {
+
+class MultiHeadBlock : public AttentionBlock {
+ public:
+  /// Options every multi-head block understands (heads, d_k, d_v, head, combine,
+  /// max_heads); append a plugin's own.
+  static OptionSpecs common_options();
+
+  MultiHeadBlock(const Options& opts, const AttentionBuild& build, size_t levels, bool share_qk);
+
+  Var forward(const Var& x, const ForwardContext& ctx) override;
+
+  std::vector<HeadInfo> heads() const override;
+  bool can_edit_heads() const override { return true; }
+  int add_head(const HeadInit& init, Rng& rng, size_t step) override;
+  void remove_head(int id) override;
+  std::string save_structure() const override;
+  void restore_structure(const std::string& s) override;
+  std::string describe() const override;
+
+  const HeadShape& head_shape() const { return shape_; }
+  size_t d_model() const { return d_model_; }
+
+ protected:
+  /// levels[0] = x; override to add coarser levels (shared by all heads).
+  virtual std::vector<Var> make_levels(const Var& x, const ForwardContext& ctx);
+  /// The scoring rule for one head.
+  virtual Var attend(const std::vector<Var>& q, const std::vector<Var>& k, const Var& v,
+                     const ForwardContext& ctx) = 0;
+  /// Call at the end of the derived constructor (after its own parameters) to create heads.
+  void create_initial_heads();
+  virtual std::string block_name() const = 0;
+
+ private:
+  struct Slot;
+  std::shared_ptr<Slot> make_slot(int id);
+
+  size_t d_model_;
+  HeadShape shape_;
+  ConfigNode head_cfg_;
+  Registry* registry_;
+  Rng init_rng_;
+  size_t initial_heads_;
+  size_t max_heads_;
+  bool combine_mean_;
+  int next_id_ = 0;
+  std::vector<std::shared_ptr<Slot>> slots_;
+  Var b_o_;
+};
+
+}  // namespace gf

@@ -1,0 +1,29 @@
+// Optimizers update named parameters and keep per-parameter state by name, so
+// that state survives structural edits exactly.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "growformer/module.hpp"
+
+namespace gf {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// One update of every parameter that has a gradient. New names start from zero state.
+  virtual void step(const NamedParams& params, float lr) = 0;
+  /// Drops the state of removed parameters.
+  virtual void forget(const std::vector<std::string>& removed) = 0;
+  /// Named state tensors ("m.<param>", ...) and scalar state for checkpoints.
+  virtual std::map<std::string, Tensor> state_tensors() const = 0;
+  virtual std::map<std::string, double> state_scalars() const = 0;
+  virtual void load_state(const std::map<std::string, Tensor>& tensors,
+                          const std::map<std::string, double>& scalars) = 0;
+};
+
+struct OptimizerBuild {};
+
+}  // namespace gf

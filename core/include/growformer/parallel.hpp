@@ -1,0 +1,21 @@
+// One thread pool for the whole process. OpenBLAS runs single-threaded; the
+// pool splits GEMM rows and batch x head loops, so the two never fight.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace gf {
+
+/// Sets the number of worker threads (0 = hardware concurrency). Call before training.
+void set_num_threads(size_t n);
+size_t num_threads();
+
+/// Runs fn(i) for i in [0, n), spread over the pool; returns when all are done.
+/// Work items must not depend on which thread runs them (results stay deterministic).
+void parallel_for(size_t n, const std::function<void(size_t)>& fn);
+
+/// Runs fn(begin, end) over contiguous chunks of [0, n), at least `grain` items each.
+void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+
+}  // namespace gf

@@ -1,0 +1,97 @@
+// An experiment: everything a config builds (registry, data, model, optimizer,
+// growth and pruning), the training loop, evaluation, checkpoints and the run
+// directory. The command-line program is a thin layer over this.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "growformer/config.hpp"
+#include "growformer/dataset.hpp"
+#include "growformer/growth.hpp"
+#include "growformer/model.hpp"
+#include "growformer/optimizer.hpp"
+#include "growformer/registry.hpp"
+
+namespace gf {
+
+struct TrainSettings {
+  static OptionSpecs options();
+  explicit TrainSettings(const Options& o);
+  TrainSettings() = default;
+  long steps = 1000, batch_size = 32, warmup = 100, eval_every = 200, log_every = 20;
+  long check_every = 50, checkpoint_every = 0, eval_batches = 0;
+  double clip = 1.0, min_lr_ratio = 0.0;
+  std::string schedule = "cosine", test_on = "best";
+};
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  size_t examples = 0;
+};
+
+struct RunFlags {
+  std::string run_dir;                 // "" = runs/<name>
+  std::vector<std::string> plugin_paths;
+  long stop_after = -1;                // stop (with a checkpoint) after this step: simulates an interruption
+  bool quiet = false;
+};
+
+class Experiment {
+ public:
+  /// Top-level config keys and their meaning.
+  static OptionSpecs options();
+  /// Builds everything from a config (overrides already applied). Throws ConfigError /
+  /// RuntimeError with locations; builds nothing on disk.
+  Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths);
+  ~Experiment();
+
+  /// Trains into a fresh run directory; returns the exit status.
+  int train(const RunFlags& flags);
+  /// Continues a run from RUN_DIR/checkpoints/last.safetensors.
+  int resume(const std::string& run_dir, const RunFlags& flags);
+  EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0);
+  /// Restores model structure and parameters (and, with optimizer, its state) from a checkpoint.
+  void load_weights(const std::string& checkpoint_path);
+
+  Registry& registry() { return *registry_; }
+  Model& model() { return *model_; }
+  const DataSplits& data() const { return data_; }
+  const TrainSettings& settings() const { return settings_; }
+  const ConfigNode& config() const { return cfg_; }
+  std::string name() const { return name_; }
+  uint64_t seed() const { return seed_; }
+  /// A padded batch of examples [idx...] truncated to the model's positions.
+  Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx) const;
+
+  struct State;
+
+ private:
+  int run_loop(const std::string& dir, long start_step, const RunFlags& flags);
+  void save(const std::string& path, long step);
+  long restore(const std::string& path);
+
+  ConfigNode cfg_;
+  std::string name_;
+  uint64_t seed_ = 0;
+  size_t threads_ = 0;
+  std::unique_ptr<Registry> registry_;
+  DataSplits data_;
+  std::shared_ptr<Model> model_;
+  std::shared_ptr<Optimizer> optimizer_;
+  std::shared_ptr<GrowthPolicy> growth_, pruning_;
+  TrainSettings settings_;
+  double lr_ = 1e-3;
+  std::unique_ptr<State> st_;
+};
+
+/// Loads a checkpoint's embedded config and rebuilds the experiment around it.
+std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
+                                                       const std::vector<std::string>& plugin_paths);
+
+/// Set by SIGINT/SIGTERM: the loop saves a checkpoint and stops after the current step.
+void install_interrupt_handler();
+
+}  // namespace gf

@@ -1,0 +1,192 @@
+#include <algorithm>
+#include <sstream>
+
+#include "growformer/multihead.hpp"
+#include "growformer/ops.hpp"
+#include "growformer/registry.hpp"
+
+namespace gf {
+
+// ---- AttentionBlock defaults ------------------------------------------------
+int AttentionBlock::add_head(const HeadInit&, Rng&, size_t) {
+  throw RuntimeError(describe() + ": this attention block cannot add heads");
+}
+void AttentionBlock::remove_head(int) {
+  throw RuntimeError(describe() + ": this attention block cannot remove heads");
+}
+void AttentionBlock::restore_structure(const std::string& s) {
+  if (!s.empty()) throw RuntimeError(describe() + ": this attention block has no structure to restore");
+}
+double AttentionBlock::head_mask_grad(int id) const {
+  auto it = head_masks_.find(id);
+  if (it == head_masks_.end() || !it->second.grad().defined()) return 0.0;
+  return it->second.grad()[0];
+}
+
+// ---- MultiHeadBlock -----------------------------------------------------------
+struct MultiHeadBlock::Slot : Module {
+  int id = 0;
+  size_t born = 0;
+  std::shared_ptr<Head> head;
+  Var w_o;
+  Slot(int id_, std::shared_ptr<Head> h, size_t d_v, size_t d_model, Rng& rng) : id(id_) {
+    head = std::move(h);
+    register_module("", head);
+    Tensor w({d_v, d_model});
+    float bound = 1.0f / std::sqrt(static_cast<float>(d_v));
+    rng.fill_uniform(w, -bound, bound);
+    w_o = register_parameter("w_o", w);
+  }
+};
+
+OptionSpecs MultiHeadBlock::common_options() {
+  return {
+      {"heads", OptType::Int, "4", "number of heads at the start", 1, 4096},
+      {"d_k", OptType::Int, "0", "query/key width per head (0 = d_model / heads)", 0, 65536},
+      {"d_v", OptType::Int, "0", "value width per head (0 = d_k)", 0, 65536},
+      {"head", OptType::Component, "{plugin: dot_product}", "the head plugin and its options"},
+      {"combine", OptType::String, "sum", "how head outputs combine", -INFINITY, INFINITY,
+       {"sum", "mean"}},
+      {"max_heads", OptType::Int, "256", "upper bound on heads for growth", 1, 65536},
+  };
+}
+
+MultiHeadBlock::MultiHeadBlock(const Options& opts, const AttentionBuild& build, size_t levels,
+                               bool share_qk)
+    : d_model_(build.d_model),
+      head_cfg_(opts.get_node("head")),
+      registry_(build.registry),
+      init_rng_(build.rng ? *build.rng : Rng(0, "attention")) {
+  size_t heads = static_cast<size_t>(opts.get_int("heads"));
+  size_t dk = static_cast<size_t>(opts.get_int("d_k"));
+  if (dk == 0) {
+    if (d_model_ % heads != 0)
+      opts.fail("heads", "d_model " + std::to_string(d_model_) + " is not divisible by " +
+                             std::to_string(heads) + " heads; set d_k explicitly");
+    dk = d_model_ / heads;
+  }
+  size_t dv = static_cast<size_t>(opts.get_int("d_v"));
+  if (dv == 0) dv = dk;
+  shape_ = HeadShape{d_model_, dk, dv, levels, share_qk};
+  initial_heads_ = heads;
+  max_heads_ = static_cast<size_t>(opts.get_int("max_heads"));
+  if (max_heads_ < heads) opts.fail("max_heads", "smaller than the initial number of heads");
+  combine_mean_ = opts.get_string("combine") == "mean";
+  b_o_ = register_parameter("b_o", Tensor({d_model_}, 0.0f));
+  // Validate the head config now (unknown keys fail at build time, not at the first growth).
+  if (!registry_) throw std::logic_error("MultiHeadBlock needs a registry to create heads");
+}
+
+void MultiHeadBlock::create_initial_heads() {
+  for (size_t i = 0; i < initial_heads_; ++i) {
+    auto s = make_slot(next_id_++);
+    register_module("heads." + std::to_string(s->id), s);
+    slots_.push_back(s);
+  }
+}
+
+std::shared_ptr<MultiHeadBlock::Slot> MultiHeadBlock::make_slot(int id) {
+  HeadBuild hb{shape_, registry_, &init_rng_};
+  auto head = registry_->create_head(head_cfg_, hb);
+  return std::make_shared<Slot>(id, head, shape_.d_v, d_model_, init_rng_);
+}
+
+std::vector<Var> MultiHeadBlock::make_levels(const Var& x, const ForwardContext&) { return {x}; }
+
+Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
+  if (capture_) captured_ = x.value().clone();
+  std::vector<Var> levels = make_levels(x, ctx);
+  AttendFn fn = [this, &ctx](const std::vector<Var>& q, const std::vector<Var>& k, const Var& v) {
+    return attend(q, k, v, ctx);
+  };
+  std::vector<Var> outs;
+  outs.reserve(slots_.size());
+  if (!head_masks_on_) head_masks_.clear();
+  for (auto& s : slots_) {
+    HeadInput in{levels, fn, ctx};
+    Var h = s->head->forward(in);
+    Var o = ops::linear(h, s->w_o);
+    if (head_masks_on_) {
+      Var m = parameter(Tensor::scalar(1.0f));
+      head_masks_[s->id] = m;
+      o = ops::mul(o, m);
+    }
+    outs.push_back(o);
+  }
+  Var y = outs.size() == 1 ? outs[0] : ops::sum_all(outs);
+  if (combine_mean_ && outs.size() > 1) y = ops::scale(y, 1.0f / static_cast<float>(outs.size()));
+  return ops::add(y, b_o_);
+}
+
+std::vector<HeadInfo> MultiHeadBlock::heads() const {
+  std::vector<HeadInfo> out;
+  for (const auto& s : slots_) out.push_back({s->id, s->head.get(), &s->w_o, s->born});
+  return out;
+}
+
+int MultiHeadBlock::add_head(const HeadInit& init, Rng& rng, size_t step) {
+  if (slots_.size() >= max_heads_)
+    throw RuntimeError(block_name() + ": cannot add a head beyond max_heads = " +
+                       std::to_string(max_heads_));
+  auto s = make_slot(next_id_++);
+  s->born = step;
+  s->head->initialize(init, rng);
+  if (init.preserve_function) s->w_o.value().zero();
+  register_module("heads." + std::to_string(s->id), s);
+  slots_.push_back(s);
+  return s->id;
+}
+
+void MultiHeadBlock::remove_head(int id) {
+  auto it = std::find_if(slots_.begin(), slots_.end(), [&](auto& s) { return s->id == id; });
+  if (it == slots_.end())
+    throw RuntimeError(block_name() + ": no head with id " + std::to_string(id));
+  if (slots_.size() == 1) throw RuntimeError(block_name() + ": cannot remove the last head");
+  unregister_module("heads." + std::to_string(id));
+  slots_.erase(it);
+  head_masks_.erase(id);
+}
+
+std::string MultiHeadBlock::save_structure() const {
+  std::ostringstream o;
+  o << "next_id " << next_id_ << " rng " << init_rng_.state() << " " << init_rng_.increment()
+    << " heads " << slots_.size();
+  for (auto& sl : slots_) o << " " << sl->id << " " << sl->born;
+  return o.str();
+}
+
+void MultiHeadBlock::restore_structure(const std::string& text) {
+  std::istringstream in(text);
+  std::string k1, k2, k3;
+  int next = 0;
+  uint64_t st = 0, inc = 0;
+  size_t n = 0;
+  in >> k1 >> next >> k2 >> st >> inc >> k3 >> n;
+  if (!in || k1 != "next_id" || k2 != "rng" || k3 != "heads" || n == 0)
+    throw RuntimeError(block_name() + ": malformed block structure `" + text + "`");
+  std::vector<std::pair<int, size_t>> heads(n);
+  for (auto& h : heads) in >> h.first >> h.second;
+  if (!in) throw RuntimeError(block_name() + ": malformed block structure `" + text + "`");
+  for (auto& sl : slots_) unregister_module("heads." + std::to_string(sl->id));
+  slots_.clear();
+  for (auto& h : heads) {
+    auto sl = make_slot(h.first);
+    sl->born = h.second;
+    register_module("heads." + std::to_string(h.first), sl);
+    slots_.push_back(sl);
+  }
+  next_id_ = next;
+  init_rng_.restore(st, inc);
+}
+
+std::string MultiHeadBlock::describe() const {
+  std::ostringstream o;
+  o << block_name() << ": " << slots_.size() << " head" << (slots_.size() == 1 ? "" : "s")
+    << " (ids";
+  for (auto& s : slots_) o << " " << s->id;
+  o << "), d_k " << shape_.d_k << ", d_v " << shape_.d_v;
+  if (shape_.levels > 1) o << ", " << shape_.levels << " levels";
+  return o.str();
+}
+
+}  // namespace gf

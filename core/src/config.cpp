@@ -1,0 +1,542 @@
+#include "growformer/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace gf {
+
+// ---------------------------------------------------------------------------
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  auto lower = [](std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  std::string w = lower(word);
+  size_t best = std::string::npos;
+  std::string out;
+  for (const auto& c0 : candidates) {
+    std::string c = lower(c0);
+    std::vector<size_t> prev(c.size() + 1), cur(c.size() + 1);
+    for (size_t j = 0; j <= c.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= w.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= c.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (w[i - 1] != c[j - 1])});
+      std::swap(prev, cur);
+    }
+    size_t d = prev[c.size()];
+    if (d < best) {
+      best = d;
+      out = c0;
+    }
+  }
+  size_t limit = std::max<size_t>(2, w.size() / 3);
+  if (best <= limit) return out;
+  // a prefix or containment match still helps ("lr" -> "lr_min" is not useful, "atten" -> ...)
+  for (const auto& c : candidates)
+    if (w.size() >= 3 && lower(c).find(w) != std::string::npos) return c;
+  return "";
+}
+
+namespace {
+
+struct Doc {
+  std::string file;  // path or "<string>"
+  std::string base_dir;
+  YAML::Node root;
+  std::set<std::string> consumed;    // paths consumed with everything below
+  std::set<std::string> overridden;  // paths set with --set
+};
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string join_list(const std::vector<std::string>& xs) {
+  std::string s;
+  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + xs[i];
+  return s;
+}
+
+std::string mark_str(const Doc& doc, const YAML::Mark& m) {
+  std::ostringstream o;
+  o << doc.file;
+  if (!m.is_null()) o << ":" << (m.line + 1) << ":" << (m.column + 1);
+  return o.str();
+}
+
+void check_duplicates(const Doc& doc, const YAML::Node& n, const std::string& path) {
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      std::string key = it->first.Scalar();
+      if (!seen.insert(key).second)
+        throw ConfigError(mark_str(doc, it->first.Mark()) + ": duplicate key `" +
+                          join(path, key) + "` (each key may appear once in a mapping)");
+      check_duplicates(doc, it->second, join(path, key));
+    }
+  } else if (n.IsSequence()) {
+    size_t i = 0;
+    for (auto it = n.begin(); it != n.end(); ++it, ++i)
+      check_duplicates(doc, *it, path + "[" + std::to_string(i) + "]");
+  }
+}
+
+}  // namespace
+
+struct ConfigNode::Impl {
+  std::shared_ptr<Doc> doc;
+  YAML::Node node;  // may be invalid/undefined
+  bool present = false;
+  std::string path;
+};
+
+ConfigNode::ConfigNode() : impl_(std::make_shared<Impl>()) {
+  impl_->doc = std::make_shared<Doc>();
+}
+ConfigNode::ConfigNode(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name,
+                                   const std::string& base_dir) {
+  auto doc = std::make_shared<Doc>();
+  doc->file = name.empty() ? "<string>" : name;
+  doc->base_dir = base_dir;
+  try {
+    doc->root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(mark_str(*doc, e.mark) + ": malformed YAML: " + e.msg);
+  }
+  if (!doc->root.IsDefined() || doc->root.IsNull()) doc->root = YAML::Node(YAML::NodeType::Map);
+  if (!doc->root.IsMap())
+    throw ConfigError(doc->file + ": the top level must be a mapping of keys");
+  check_duplicates(*doc, doc->root, "");
+  auto impl = std::make_shared<Impl>();
+  impl->doc = doc;
+  impl->node = doc->root;
+  impl->present = true;
+  return ConfigNode(impl);
+}
+
+ConfigNode ConfigNode::load_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw ConfigError(path + ": no such configuration file");
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot read the configuration file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ConfigNode n = load_string(ss.str(), path);
+  n.impl_->doc->base_dir = fs::absolute(fs::path(path)).parent_path().string();
+  return n;
+}
+
+void ConfigNode::apply_override(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set " + assignment + ": expected KEY=VALUE (e.g. train.steps=100)");
+  std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--set " + assignment + ": malformed value: " + e.msg);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    if (part.empty()) throw ConfigError("--set " + assignment + ": empty key segment");
+    parts.push_back(part);
+  }
+  // Walk with explicit node handles; yaml-cpp's operator[] on a non-const node creates entries.
+  std::vector<YAML::Node> chain{impl_->node};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node cur = chain.back();
+    YAML::Node next = cur[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[parts[i]];
+    } else if (!next.IsMap()) {
+      throw ConfigError("--set " + assignment + ": `" + parts[i] + "` is not a mapping");
+    }
+    chain.push_back(next);
+  }
+  chain.back()[parts.back()] = parsed;
+  impl_->doc->overridden.insert(join(impl_->path, key));
+}
+
+bool ConfigNode::valid() const { return impl_->present && impl_->node.IsDefined(); }
+bool ConfigNode::is_map() const { return valid() && impl_->node.IsMap(); }
+bool ConfigNode::is_scalar() const { return valid() && impl_->node.IsScalar(); }
+bool ConfigNode::is_sequence() const { return valid() && impl_->node.IsSequence(); }
+
+bool ConfigNode::has(const std::string& key) const {
+  if (!is_map()) return false;
+  const YAML::Node& n = impl_->node;
+  for (auto it = n.begin(); it != n.end(); ++it)
+    if (it->first.Scalar() == key) return true;
+  return false;
+}
+
+ConfigNode ConfigNode::child(const std::string& key) const {
+  auto impl = std::make_shared<Impl>();
+  impl->doc = impl_->doc;
+  impl->path = join(impl_->path, key);
+  if (is_map()) {
+    const YAML::Node& n = impl_->node;
+    for (auto it = n.begin(); it != n.end(); ++it)
+      if (it->first.Scalar() == key) {
+        impl->node = it->second;
+        impl->present = true;
+        break;
+      }
+  }
+  return ConfigNode(impl);
+}
+
+std::vector<std::string> ConfigNode::keys() const {
+  std::vector<std::string> out;
+  if (!is_map()) return out;
+  for (auto it = impl_->node.begin(); it != impl_->node.end(); ++it)
+    out.push_back(it->first.Scalar());
+  return out;
+}
+
+std::vector<ConfigNode> ConfigNode::items() const {
+  std::vector<ConfigNode> out;
+  if (!is_sequence()) return out;
+  size_t i = 0;
+  for (auto it = impl_->node.begin(); it != impl_->node.end(); ++it, ++i) {
+    auto impl = std::make_shared<Impl>();
+    impl->doc = impl_->doc;
+    impl->node = static_cast<const YAML::Node&>(*it);
+    impl->present = true;
+    impl->path = impl_->path + "[" + std::to_string(i) + "]";
+    out.push_back(ConfigNode(impl));
+  }
+  return out;
+}
+
+std::string ConfigNode::path() const { return impl_->path; }
+
+std::string ConfigNode::location() const {
+  const Doc& d = *impl_->doc;
+  for (const auto& o : d.overridden)
+    if (impl_->path == o || impl_->path.rfind(o + ".", 0) == 0) return "--set " + o;
+  if (valid()) return mark_str(d, impl_->node.Mark());
+  return d.file;
+}
+
+void ConfigNode::fail(const std::string& msg) const {
+  throw ConfigError(location() + ": `" + impl_->path + "`: " + msg);
+}
+
+std::string ConfigNode::as_string() const {
+  if (!valid()) fail("missing value");
+  if (!impl_->node.IsScalar()) fail("expected a single value, found a " +
+                                    std::string(impl_->node.IsMap() ? "mapping" : "list"));
+  mark_consumed();
+  return impl_->node.Scalar();
+}
+
+int64_t ConfigNode::as_int() const {
+  std::string s = as_string();
+  try {
+    size_t pos = 0;
+    long long v = std::stoll(s, &pos);
+    if (pos == s.size()) return v;
+    // accept integral floats written like 1e3
+    double d = std::stod(s, &pos);
+    if (pos == s.size() && std::floor(d) == d && std::fabs(d) < 9e18) return static_cast<int64_t>(d);
+  } catch (...) {
+  }
+  fail("expected an integer, found `" + s + "`");
+}
+
+double ConfigNode::as_float() const {
+  std::string s = as_string();
+  try {
+    size_t pos = 0;
+    double v = std::stod(s, &pos);
+    if (pos == s.size()) return v;
+  } catch (...) {
+  }
+  fail("expected a number, found `" + s + "`");
+}
+
+bool ConfigNode::as_bool() const {
+  std::string s = as_string();
+  if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "False" || s == "no" || s == "off") return false;
+  fail("expected true or false, found `" + s + "`");
+}
+
+void ConfigNode::mark_consumed() const { impl_->doc->consumed.insert(impl_->path); }
+
+namespace {
+void walk_unconsumed(const Doc& doc, const YAML::Node& n, const std::string& path) {
+  if (doc.consumed.count(path)) return;
+  if (!n.IsMap()) {
+    return;  // scalars and lists are checked by their owner
+  }
+  std::vector<std::string> keys;
+  for (auto it = n.begin(); it != n.end(); ++it) keys.push_back(it->first.Scalar());
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    std::string p = join(path, it->first.Scalar());
+    if (doc.consumed.count(p)) continue;
+    if (it->second.IsMap() && it->second.size() > 0) {
+      walk_unconsumed(doc, it->second, p);
+      continue;
+    }
+    throw ConfigError(mark_str(doc, it->first.Mark()) + ": unknown key `" + p +
+                      "`: nothing reads it");
+  }
+}
+}  // namespace
+
+void ConfigNode::check_all_consumed() const {
+  walk_unconsumed(*impl_->doc, impl_->node, impl_->path);
+}
+
+std::string ConfigNode::dump() const {
+  YAML::Emitter out;
+  out << impl_->node;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string ConfigNode::base_dir() const { return impl_->doc->base_dir; }
+
+// ---------------------------------------------------------------------------
+const char* opt_type_name(OptType t) {
+  switch (t) {
+    case OptType::Int: return "int";
+    case OptType::Float: return "float";
+    case OptType::Bool: return "bool";
+    case OptType::String: return "string";
+    case OptType::IntList: return "list of int";
+    case OptType::FloatList: return "list of float";
+    case OptType::StringList: return "list of string";
+    case OptType::Component: return "mapping";
+    case OptType::Any: return "any";
+  }
+  return "?";
+}
+
+namespace {
+void check_value(const ConfigNode& n, const OptionSpec& s) {
+  auto range = [&](double v) {
+    if (v < s.min || v > s.max) {
+      std::ostringstream o;
+      o << "value " << v << " out of range [" << s.min << ", " << s.max << "]";
+      n.fail(o.str());
+    }
+  };
+  switch (s.type) {
+    case OptType::Int: range(static_cast<double>(n.as_int())); break;
+    case OptType::Float: {
+      double v = n.as_float();
+      if (!std::isfinite(v)) n.fail("value must be finite");
+      range(v);
+      break;
+    }
+    case OptType::Bool: n.as_bool(); break;
+    case OptType::String: {
+      std::string v = n.as_string();
+      if (!s.choices.empty() &&
+          std::find(s.choices.begin(), s.choices.end(), v) == s.choices.end()) {
+        std::string dym = did_you_mean(v, s.choices);
+        n.fail("`" + v + "` is not one of: " + join_list(s.choices) +
+               (dym.empty() ? "" : " (did you mean `" + dym + "`?)"));
+      }
+      break;
+    }
+    case OptType::IntList:
+    case OptType::FloatList:
+    case OptType::StringList: {
+      if (!n.is_sequence()) n.fail(std::string("expected a ") + opt_type_name(s.type));
+      for (auto& it : n.items()) {
+        if (s.type == OptType::IntList) range(static_cast<double>(it.as_int()));
+        else if (s.type == OptType::FloatList) range(it.as_float());
+        else it.as_string();
+      }
+      n.mark_consumed();
+      break;
+    }
+    case OptType::Component:
+      if (!n.is_map() && !(n.is_scalar() && n.as_string().empty()))
+        n.fail("expected a mapping (with a `plugin:` key where it names a component)");
+      break;
+    case OptType::Any: n.mark_consumed(); break;
+  }
+}
+}  // namespace
+
+Options::Options(const ConfigNode& node, const OptionSpecs& specs, const std::string& component)
+    : component_(component), base_dir_(node.base_dir()), path_(node.path()) {
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  if (node.valid() && !node.is_map()) {
+    bool null_scalar = node.is_scalar() && node.as_string().empty();
+    if (!null_scalar) node.fail("expected a mapping of options for `" + component + "`");
+  }
+  if (node.is_map()) {
+    for (const auto& key : node.keys()) {
+      if (key == "plugin") continue;  // consumed by the registry
+      if (std::find(names.begin(), names.end(), key) == names.end()) {
+        std::string dym = did_you_mean(key, names);
+        ConfigNode c = node.child(key);
+        throw ConfigError(c.location() + ": unknown key `" + c.path() + "` for " + component +
+                          (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
+                          " (valid keys: " + (names.empty() ? "none" : join_list(names)) + ")");
+      }
+    }
+  }
+  for (const auto& s : specs) {
+    Value v;
+    v.type = s.type;
+    ConfigNode c = node.child(s.name);
+    if (c.valid() && !(c.is_scalar() && c.as_string() == "~")) {
+      if (s.type != OptType::Component && c.is_scalar() && c.as_string().empty() &&
+          s.type != OptType::String)
+        c.fail("missing value (expected " + std::string(opt_type_name(s.type)) + ")");
+      check_value(c, s);
+      v.node = c;
+      v.given = true;
+      if (c.is_scalar()) v.text = c.as_string();
+    } else {
+      if (s.required) {
+        node.fail("missing required key `" + s.name + "` (" + opt_type_name(s.type) + ": " +
+                  s.doc + ")");
+      }
+      v.text = s.default_value;
+      if (c.valid()) c.mark_consumed();
+    }
+    values_[s.name] = v;
+  }
+  if (node.valid()) node.mark_consumed();
+}
+
+const Options::Value& Options::find(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end())
+    throw std::logic_error(component_ + ": option `" + name + "` was not declared");
+  return it->second;
+}
+
+namespace {
+YAML::Node default_node(const std::string& text) {
+  try {
+    return YAML::Load(text);
+  } catch (...) {
+    return YAML::Node(text);
+  }
+}
+}  // namespace
+
+int64_t Options::get_int(const std::string& name) const {
+  const Value& v = find(name);
+  if (v.given) return v.node.as_int();
+  if (v.text.empty() || v.text == "~") throw std::logic_error(component_ + "." + name + " unset");
+  return static_cast<int64_t>(std::stod(v.text));
+}
+
+double Options::get_float(const std::string& name) const {
+  const Value& v = find(name);
+  if (v.given) return v.node.as_float();
+  if (v.text.empty() || v.text == "~") throw std::logic_error(component_ + "." + name + " unset");
+  return std::stod(v.text);
+}
+
+bool Options::get_bool(const std::string& name) const {
+  const Value& v = find(name);
+  if (v.given) return v.node.as_bool();
+  return v.text == "true";
+}
+
+std::string Options::get_string(const std::string& name) const {
+  const Value& v = find(name);
+  if (v.given) return v.node.as_string();
+  return v.text == "~" ? "" : v.text;
+}
+
+std::vector<int64_t> Options::get_int_list(const std::string& name) const {
+  const Value& v = find(name);
+  std::vector<int64_t> out;
+  if (v.given) {
+    for (auto& it : v.node.items()) out.push_back(it.as_int());
+    return out;
+  }
+  YAML::Node n = default_node(v.text);
+  if (n.IsSequence())
+    for (auto x : n) out.push_back(x.as<int64_t>());
+  return out;
+}
+
+std::vector<double> Options::get_float_list(const std::string& name) const {
+  const Value& v = find(name);
+  std::vector<double> out;
+  if (v.given) {
+    for (auto& it : v.node.items()) out.push_back(it.as_float());
+    return out;
+  }
+  YAML::Node n = default_node(v.text);
+  if (n.IsSequence())
+    for (auto x : n) out.push_back(x.as<double>());
+  return out;
+}
+
+std::vector<std::string> Options::get_string_list(const std::string& name) const {
+  const Value& v = find(name);
+  std::vector<std::string> out;
+  if (v.given) {
+    for (auto& it : v.node.items()) out.push_back(it.as_string());
+    return out;
+  }
+  YAML::Node n = default_node(v.text);
+  if (n.IsSequence())
+    for (auto x : n) out.push_back(x.as<std::string>());
+  return out;
+}
+
+ConfigNode Options::get_node(const std::string& name) const {
+  const Value& v = find(name);
+  if (v.given) return v.node;
+  // a defaulted component: parse the default text as its own small document
+  ConfigNode n = ConfigNode::load_string(v.text.empty() || v.text == "~" ? "{}" : v.text,
+                                         "<default of " + component_ + "." + name + ">");
+  return n;
+}
+
+bool Options::is_set(const std::string& name) const { return find(name).given; }
+
+bool Options::has_value(const std::string& name) const {
+  const Value& v = find(name);
+  return v.given || !(v.text.empty() || v.text == "~");
+}
+
+std::string Options::where(const std::string& name) const {
+  const Value& v = find(name);
+  if (v.given) return v.node.location();
+  return "default of `" + (path_.empty() ? name : path_ + "." + name) + "`";
+}
+
+void Options::fail(const std::string& name, const std::string& msg) const {
+  const Value& v = find(name);
+  std::string p = path_.empty() ? name : path_ + "." + name;
+  throw ConfigError(where(name) + ": `" + p + "`: " + msg);
+  (void)v;
+}
+
+std::string Options::resolve_path(const std::string& p) const {
+  namespace fs = std::filesystem;
+  if (p.empty() || fs::path(p).is_absolute() || base_dir_.empty()) return p;
+  return (fs::path(base_dir_) / p).lexically_normal().string();
+}
+
+}  // namespace gf

@@ -1,0 +1,129 @@
+// Data set statistics for `growformer data stats` (see data_stats.hpp).
+#include "growformer/data_stats.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace gf {
+
+namespace {
+
+size_t nearest_rank(const std::vector<size_t>& sorted, double pct) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(pct / 100.0 * static_cast<double>(sorted.size())));
+  rank = std::max<size_t>(rank, 1);
+  return sorted[std::min(rank, sorted.size()) - 1];
+}
+
+SplitStats split_stats(const std::string& name, const std::vector<Example>& ex,
+                       size_t num_classes, size_t max_len) {
+  SplitStats s;
+  s.name = name;
+  s.size = ex.size();
+  s.class_counts.assign(num_classes, 0);
+  std::vector<size_t> lens;
+  lens.reserve(ex.size());
+  for (const auto& e : ex) {
+    if (e.label >= 0 && static_cast<size_t>(e.label) < num_classes) {
+      ++s.class_counts[static_cast<size_t>(e.label)];
+    }
+    lens.push_back(e.tokens.size());
+    s.tokens += e.tokens.size();
+    if (max_len > 0 && e.tokens.size() > max_len) ++s.truncated;
+  }
+  std::sort(lens.begin(), lens.end());
+  if (!lens.empty()) {
+    s.len_min = lens.front();
+    s.len_max = lens.back();
+    s.len_mean = static_cast<double>(s.tokens) / static_cast<double>(lens.size());
+  }
+  s.len_p50 = nearest_rank(lens, 50);
+  s.len_p90 = nearest_rank(lens, 90);
+  s.len_p95 = nearest_rank(lens, 95);
+  s.len_p99 = nearest_rank(lens, 99);
+  return s;
+}
+
+}  // namespace
+
+DataStats compute_stats(const DataSplits& d, size_t max_len) {
+  DataStats st;
+  st.vocab_size = d.vocab_size;
+  st.num_classes = d.num_classes;
+  st.max_len = max_len;
+  st.dataset_max_len = d.max_len;
+  for (size_t c = 0; c < d.num_classes; ++c) {
+    st.class_names.push_back(c < d.class_names.size() ? d.class_names[c] : std::to_string(c));
+  }
+  st.splits.push_back(split_stats("train", d.train, d.num_classes, max_len));
+  st.splits.push_back(split_stats("val", d.val, d.num_classes, max_len));
+  st.splits.push_back(split_stats("test", d.test, d.num_classes, max_len));
+  return st;
+}
+
+std::string format_stats_table(const DataStats& st) {
+  std::ostringstream os;
+  os << "vocabulary size " << st.vocab_size << ", " << st.num_classes << " classes, "
+     << "longest sequence emitted " << st.dataset_max_len;
+  if (st.max_len > 0) os << ", model max_len " << st.max_len;
+  os << "\n\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-6s %8s %8s %6s %6s %6s %6s %6s %6s %9s %10s\n", "split",
+                "examples", "tokens/1k", "min", "p50", "p90", "p95", "p99", "max", "mean",
+                "truncated");
+  os << buf;
+  for (const auto& s : st.splits) {
+    std::snprintf(buf, sizeof buf, "%-6s %8zu %8zu %6zu %6zu %6zu %6zu %6zu %6zu %9.1f %10zu\n",
+                  s.name.c_str(), s.size, (s.tokens + 500) / 1000, s.len_min, s.len_p50,
+                  s.len_p90, s.len_p95, s.len_p99, s.len_max, s.len_mean, s.truncated);
+    os << buf;
+  }
+  os << "\nclass counts\n";
+  size_t w = 5;
+  for (const auto& n : st.class_names) w = std::max(w, n.size());
+  std::snprintf(buf, sizeof buf, "%-*s %8s %8s %8s\n", static_cast<int>(w), "class", "train",
+                "val", "test");
+  os << buf;
+  for (size_t c = 0; c < st.num_classes; ++c) {
+    size_t n[3] = {0, 0, 0};
+    for (size_t i = 0; i < st.splits.size() && i < 3; ++i) {
+      if (c < st.splits[i].class_counts.size()) n[i] = st.splits[i].class_counts[c];
+    }
+    std::snprintf(buf, sizeof buf, "%-*s %8zu %8zu %8zu\n", static_cast<int>(w),
+                  st.class_names[c].c_str(), n[0], n[1], n[2]);
+    os << buf;
+  }
+  return os.str();
+}
+
+std::string stats_json(const DataStats& st) {
+  nlohmann::json j;
+  j["vocab_size"] = st.vocab_size;
+  j["num_classes"] = st.num_classes;
+  j["class_names"] = st.class_names;
+  j["max_len"] = st.max_len;
+  j["dataset_max_len"] = st.dataset_max_len;
+  nlohmann::json splits = nlohmann::json::object();
+  for (const auto& s : st.splits) {
+    nlohmann::json o;
+    o["size"] = s.size;
+    o["tokens"] = s.tokens;
+    o["class_counts"] = s.class_counts;
+    o["len_min"] = s.len_min;
+    o["len_p50"] = s.len_p50;
+    o["len_p90"] = s.len_p90;
+    o["len_p95"] = s.len_p95;
+    o["len_p99"] = s.len_p99;
+    o["len_max"] = s.len_max;
+    o["len_mean"] = s.len_mean;
+    o["truncated"] = s.truncated;
+    splits[s.name] = o;
+  }
+  j["splits"] = splits;
+  return j.dump(2);
+}
+
+}  // namespace gf

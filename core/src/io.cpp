@@ -1,0 +1,378 @@
+// Plain/gzip reading for the dataset plugins (see io.hpp).
+#include "growformer/io.hpp"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "growformer/rng.hpp"
+
+namespace gf {
+
+void data_error(const std::string& path, size_t line, const std::string& msg) {
+  std::ostringstream os;
+  os << path;
+  if (line > 0) os << ":" << line;
+  os << ": " << msg;
+  throw ConfigError(os.str());
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+namespace {
+
+// Opens with zlib (which reads plain files transparently); a clear message when
+// the file is missing or unreadable.
+gzFile open_gz(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw ConfigError(path + ": cannot open data file: " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) throw ConfigError(path + ": is a directory, expected a data file");
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw ConfigError(path + ": cannot open data file: " + std::strerror(errno));
+  gzbuffer(f, 1 << 18);
+  return f;
+}
+
+// After gzread returned <= 0: end of data, or an error for a stream that ended
+// before its trailer (Z_BUF_ERROR) or failed its CRC (Z_DATA_ERROR).
+void check_gz_end(gzFile f, const std::string& path, size_t line) {
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (err != Z_OK && err != Z_STREAM_END) {
+    data_error(path, line,
+               std::string("truncated or corrupt gzip stream (") + (msg ? msg : "zlib error") +
+                   "); re-download or re-compress the file");
+  }
+}
+
+}  // namespace
+
+struct LineReader::Impl {
+  gzFile f = nullptr;
+  std::vector<char> buf = std::vector<char>(1 << 18);
+  size_t pos = 0, len = 0;
+  bool eof = false;
+  ~Impl() {
+    if (f) gzclose(f);
+  }
+};
+
+LineReader::LineReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
+  impl_->f = open_gz(path);
+}
+
+LineReader::~LineReader() = default;
+
+bool LineReader::next(std::string& line) {
+  Impl& m = *impl_;
+  line.clear();
+  bool got_any = false;
+  for (;;) {
+    if (m.pos == m.len) {
+      if (m.eof) break;
+      int n = gzread(m.f, m.buf.data(), static_cast<unsigned>(m.buf.size()));
+      if (n <= 0) {
+        check_gz_end(m.f, path_, line_no_ + 1);
+        m.eof = true;
+        break;
+      }
+      m.pos = 0;
+      m.len = static_cast<size_t>(n);
+    }
+    const char* begin = m.buf.data() + m.pos;
+    const char* end = m.buf.data() + m.len;
+    const char* nl = static_cast<const char*>(std::memchr(begin, '\n', end - begin));
+    got_any = true;
+    if (nl) {
+      line.append(begin, nl);
+      m.pos += static_cast<size_t>(nl - begin) + 1;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      ++line_no_;
+      return true;
+    }
+    line.append(begin, end);
+    m.pos = m.len;
+  }
+  // a final "\n" leaves nothing behind: that is the end, not an empty line
+  if (!got_any || line.empty()) return false;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  ++line_no_;
+  return true;
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  gzFile f = open_gz(path);
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  for (;;) {
+    int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (n <= 0) {
+      try {
+        check_gz_end(f, path, 0);
+      } catch (...) {
+        gzclose(f);
+        throw;
+      }
+      break;
+    }
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  gzclose(f);
+  return out;
+}
+
+void write_file(const std::string& path, const std::string& text, bool gzip) {
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    if (!f) throw RuntimeError(path + ": cannot write: " + std::strerror(errno));
+    int n = text.empty() ? 0 : gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    int rc = gzclose(f);
+    if ((!text.empty() && n <= 0) || rc != Z_OK) throw RuntimeError(path + ": write failed");
+    return;
+  }
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw RuntimeError(path + ": cannot write: " + std::strerror(errno));
+  size_t n = std::fwrite(text.data(), 1, text.size(), f);
+  int rc = std::fclose(f);
+  if (n != text.size() || rc != 0) throw RuntimeError(path + ": write failed");
+}
+
+std::vector<std::string> split_fields(const std::string& line, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t p = line.find(sep, start);
+    if (p == std::string::npos) {
+      out.push_back(line.substr(start));
+      return out;
+    }
+    out.push_back(line.substr(start, p - start));
+    start = p + 1;
+  }
+}
+
+TsvHeader::TsvHeader(std::vector<std::string> columns, std::string path)
+    : columns_(std::move(columns)), path_(std::move(path)) {}
+
+size_t TsvHeader::index(const std::string& name, const std::string& option) const {
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    if (columns_[i] == name) return i;
+  }
+  std::ostringstream os;
+  os << "no column `" << name << "`";
+  if (!option.empty()) os << " (option " << option << ")";
+  os << " in the header; columns:";
+  for (const auto& c : columns_) os << " " << c;
+  std::string guess = did_you_mean(name, columns_);
+  if (!guess.empty()) os << "; did you mean `" << guess << "`?";
+  data_error(path_, 1, os.str());
+}
+
+// ---------------------------------------------------------------- sequences
+
+std::vector<FastaRecord> read_fasta(const std::string& path) {
+  std::vector<FastaRecord> out;
+  LineReader in(path);
+  std::string line;
+  auto finish = [&]() {
+    if (!out.empty() && out.back().seq.empty()) {
+      data_error(path, out.back().line,
+                 "FASTA record `" + out.back().id + "` has no sequence");
+    }
+  };
+  while (in.next(line)) {
+    if (line.empty() || line[0] == ';') continue;
+    if (line[0] == '>') {
+      finish();
+      size_t b = 1;
+      while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+      size_t e = b;
+      while (e < line.size() && !std::isspace(static_cast<unsigned char>(line[e]))) ++e;
+      if (e == b) data_error(path, in.line_number(), "FASTA header without an id");
+      FastaRecord r;
+      r.id = line.substr(b, e - b);
+      r.line = in.line_number();
+      out.push_back(std::move(r));
+      continue;
+    }
+    if (out.empty()) {
+      data_error(path, in.line_number(),
+                 "sequence data before the first '>' header: is this a FASTA file?");
+    }
+    std::string& s = out.back().seq;
+    for (char c : line) {
+      if (!std::isspace(static_cast<unsigned char>(c))) {
+        s.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+      }
+    }
+  }
+  finish();
+  if (out.empty()) data_error(path, 0, "no FASTA records");
+  return out;
+}
+
+std::pair<size_t, size_t> gff_gene_region(const std::string& path, const std::string& gene) {
+  LineReader in(path);
+  std::string line;
+  std::vector<std::string> names;
+  while (in.next(line)) {
+    if (line.empty() || line[0] == '#') continue;
+    auto f = split_fields(line, '\t');
+    if (f.size() < 9) continue;
+    for (const auto& attr : split_fields(f[8], ';')) {
+      std::string a = attr;
+      a.erase(0, a.find_first_not_of(" \t"));
+      size_t eq = a.find('=');
+      if (eq == std::string::npos) continue;
+      std::string key = a.substr(0, eq), value = a.substr(eq + 1);
+      if (key != "gene_name" && key != "Name" && key != "gene") continue;
+      names.push_back(value);
+      if (value == gene) {
+        size_t start = 0, end = 0;
+        try {
+          start = std::stoul(f[3]);
+          end = std::stoul(f[4]);
+        } catch (const std::exception&) {
+          data_error(path, in.line_number(), "gene `" + gene + "` has non-numeric start/end");
+        }
+        if (start < 1 || end < start) {
+          data_error(path, in.line_number(), "gene `" + gene + "` has an empty range");
+        }
+        return {start, end};
+      }
+    }
+  }
+  std::ostringstream os;
+  os << "no gene `" << gene << "`; genes:";
+  for (const auto& n : names) os << " " << n;
+  std::string guess = did_you_mean(gene, names);
+  if (!guess.empty()) os << "; did you mean `" << guess << "`?";
+  data_error(path, 0, os.str());
+}
+
+Ambiguous parse_ambiguous(const std::string& s) {
+  if (s == "token") return Ambiguous::Token;
+  if (s == "skip") return Ambiguous::Skip;
+  if (s == "error") return Ambiguous::Error;
+  if (s == "resolve") return Ambiguous::Resolve;
+  throw ConfigError("ambiguous: unknown mode `" + s + "` (token | skip | error | resolve)");
+}
+
+namespace {
+
+// Bit mask of the bases (A=1, C=2, G=4, T=8) an IUPAC code stands for; 0 = not a code.
+struct BaseTable {
+  uint8_t mask[256] = {};
+  BaseTable() {
+    auto set = [&](char c, uint8_t m) {
+      mask[static_cast<unsigned char>(c)] = m;
+      mask[static_cast<unsigned char>(std::tolower(c))] = m;
+    };
+    set('A', 1); set('C', 2); set('G', 4); set('T', 8); set('U', 8);
+    set('R', 1 | 4); set('Y', 2 | 8); set('S', 2 | 4); set('W', 1 | 8);
+    set('K', 4 | 8); set('M', 1 | 2); set('B', 2 | 4 | 8); set('D', 1 | 4 | 8);
+    set('H', 1 | 2 | 8); set('V', 1 | 2 | 4); set('N', 15);
+    mask[static_cast<unsigned char>('-')] = 15;  // an alignment gap reads as "any base"
+    mask[static_cast<unsigned char>('.')] = 15;
+  }
+};
+const BaseTable kBases;
+
+int base_code(uint8_t mask) {
+  switch (mask) {
+    case 1: return 0;
+    case 2: return 1;
+    case 4: return 2;
+    case 8: return 3;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+KmerTokenizer::KmerTokenizer(int k, int stride, Ambiguous ambiguous)
+    : k_(k), stride_(stride), ambiguous_(ambiguous) {
+  if (k < 1 || k > 10) throw ConfigError("k-mer size k must be in [1, 10], got " + std::to_string(k));
+  if (stride < 1) throw ConfigError("k-mer stride must be >= 1, got " + std::to_string(stride));
+}
+
+size_t KmerTokenizer::vocab_size() const { return 2 + (size_t{1} << (2 * k_)); }
+
+std::vector<std::string> KmerTokenizer::vocab() const {
+  static const char kAcgt[] = "ACGT";
+  std::vector<std::string> v{"<pad>", "<amb>"};
+  size_t n = size_t{1} << (2 * k_);
+  v.reserve(2 + n);
+  for (size_t code = 0; code < n; ++code) {
+    std::string s(static_cast<size_t>(k_), 'A');
+    for (int i = k_ - 1, c = static_cast<int>(code); i >= 0; --i, c >>= 2) s[i] = kAcgt[c & 3];
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+std::vector<int32_t> KmerTokenizer::tokenize(const std::string& seq, size_t start, size_t end,
+                                             size_t max_tokens, const std::string& where,
+                                             uint64_t rng_seed) const {
+  end = std::min(end, seq.size());
+  std::vector<int32_t> out;
+  if (start >= end) return out;
+  size_t k = static_cast<size_t>(k_), stride = static_cast<size_t>(stride_);
+  out.reserve(std::min((end - start) / stride + 1, max_tokens ? max_tokens : SIZE_MAX));
+  Rng rng(rng_seed, "kmer.resolve");
+  for (size_t p = start; p + k <= end; p += stride) {
+    if (max_tokens && out.size() >= max_tokens) break;
+    int32_t code = 0;
+    bool amb = false;
+    for (size_t i = 0; i < k; ++i) {
+      unsigned char ch = static_cast<unsigned char>(seq[p + i]);
+      uint8_t m = kBases.mask[ch];
+      if (m == 0) {
+        std::ostringstream os;
+        os << where << ": unknown base '" << (std::isprint(ch) ? std::string(1, ch) : "?")
+           << "' (byte " << int(ch) << ") at position " << (p + i + 1)
+           << "; expected A C G T U or an IUPAC ambiguity code (N R Y S W K M B D H V)";
+        throw ConfigError(os.str());
+      }
+      int b = base_code(m);
+      if (b < 0) {
+        if (ambiguous_ == Ambiguous::Error) {
+          std::ostringstream os;
+          os << where << ": ambiguous base '" << seq[p + i] << "' at position " << (p + i + 1)
+             << " (set ambiguous: token | skip | resolve to accept it)";
+          throw ConfigError(os.str());
+        }
+        if (ambiguous_ == Ambiguous::Resolve) {
+          int choices[4], n = 0;
+          for (int j = 0; j < 4; ++j) {
+            if (m & (1 << j)) choices[n++] = j;
+          }
+          b = choices[rng.below(static_cast<uint64_t>(n))];
+        } else {
+          amb = true;
+          b = 0;
+        }
+      }
+      code = (code << 2) | b;
+    }
+    if (amb) {
+      if (ambiguous_ == Ambiguous::Skip) continue;
+      out.push_back(1);
+    } else {
+      out.push_back(2 + code);
+    }
+  }
+  return out;
+}
+
+}  // namespace gf

@@ -1,0 +1,150 @@
+#include "growformer/model.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "growformer/ops.hpp"
+#include "growformer/registry.hpp"
+
+namespace gf {
+
+namespace {
+Tensor uniform_init(Shape s, size_t fan_in, Rng& rng) {
+  Tensor t(std::move(s));
+  float b = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  rng.fill_uniform(t, -b, b);
+  return t;
+}
+}  // namespace
+
+struct Model::Layer : Module {
+  Var ln1_g, ln1_b, ln2_g, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  std::shared_ptr<AttentionBlock> attn;
+};
+
+OptionSpecs Model::options() {
+  return {
+      {"d_model", OptType::Int, "64", "model width d", 1, 65536},
+      {"layers", OptType::Int, "2", "number of residual blocks", 1, 1024},
+      {"mlp_ratio", OptType::Float, "4", "MLP hidden width as a multiple of d_model", 0.25, 64},
+      {"max_len", OptType::Int, "512", "learned positions (longer sequences are truncated)", 1,
+       1 << 20},
+      {"pool", OptType::String, "mean", "sequence pooling before the classifier", -INFINITY,
+       INFINITY, {"mean", "cls"}},
+      {"dropout", OptType::Float, "0", "dropout on residual branches during training", 0, 0.95},
+      {"final_norm", OptType::Bool, "true", "layer norm before pooling"},
+      {"attention", OptType::Component, "", "the attention block plugin and its options", 0, 0,
+       {}, true},
+  };
+}
+
+Model::Model(const ConfigNode& node, size_t vocab, size_t classes, Registry& registry,
+             uint64_t seed)
+    : vocab_(vocab), classes_(classes) {
+  Options o(node, options(), "model");
+  d_ = static_cast<size_t>(o.get_int("d_model"));
+  size_t L = static_cast<size_t>(o.get_int("layers"));
+  size_t hidden = static_cast<size_t>(std::lround(o.get_float("mlp_ratio") * d_));
+  max_len_ = static_cast<size_t>(o.get_int("max_len"));
+  cls_ = o.get_string("pool") == "cls";
+  if (cls_ && max_len_ < 2) o.fail("max_len", "CLS pooling needs max_len >= 2");
+  dropout_ = static_cast<float>(o.get_float("dropout"));
+  final_norm_ = o.get_bool("final_norm");
+  if (vocab_ == 0 || classes_ == 0)
+    throw RuntimeError("model: the dataset reports an empty vocabulary or no classes");
+
+  Rng rng(seed, "model.init");
+  Tensor emb({vocab_, d_});
+  rng.fill_normal(emb, 1.0f);
+  embed_ = register_parameter("embed", emb);
+  Tensor pos({max_len_, d_});
+  rng.fill_normal(pos, 0.02f);
+  pos_ = register_parameter("pos", pos);
+  if (cls_) {
+    Tensor c({d_});
+    rng.fill_normal(c, 0.02f);
+    cls_vec_ = register_parameter("cls", c);
+  }
+  ConfigNode attn_node = o.get_node("attention");
+  for (size_t i = 0; i < L; ++i) {
+    auto layer = std::make_shared<Layer>();
+    layer->ln1_g = layer->register_parameter("ln1.gamma", Tensor({d_}, 1.0f));
+    layer->ln1_b = layer->register_parameter("ln1.beta", Tensor({d_}, 0.0f));
+    Rng arng(seed, "model.layers." + std::to_string(i) + ".attn");
+    AttentionBuild ab{d_, i, &registry, &arng};
+    layer->attn = registry.create_attention(attn_node, ab);
+    layer->register_module("attn", layer->attn);
+    layer->ln2_g = layer->register_parameter("ln2.gamma", Tensor({d_}, 1.0f));
+    layer->ln2_b = layer->register_parameter("ln2.beta", Tensor({d_}, 0.0f));
+    layer->fc1_w = layer->register_parameter("mlp.fc1.w", uniform_init({d_, hidden}, d_, rng));
+    layer->fc1_b = layer->register_parameter("mlp.fc1.b", Tensor({hidden}, 0.0f));
+    layer->fc2_w = layer->register_parameter("mlp.fc2.w", uniform_init({hidden, d_}, hidden, rng));
+    layer->fc2_b = layer->register_parameter("mlp.fc2.b", Tensor({d_}, 0.0f));
+    register_module("layers." + std::to_string(i), layer);
+    layers_.push_back(layer);
+  }
+  if (final_norm_) {
+    lnf_g_ = register_parameter("ln_f.gamma", Tensor({d_}, 1.0f));
+    lnf_b_ = register_parameter("ln_f.beta", Tensor({d_}, 0.0f));
+  }
+  head_w_ = register_parameter("classifier.w", uniform_init({d_, classes_}, d_, rng));
+  head_b_ = register_parameter("classifier.b", Tensor({classes_}, 0.0f));
+}
+
+Var Model::forward(const Batch& b, bool training, Rng* dropout_rng) {
+  Var x = ops::embedding(b.ids, b.batch, b.seq, embed_);
+  std::vector<uint8_t> valid = b.valid;
+  size_t T = b.seq;
+  if (cls_) {
+    x = ops::prepend(x, cls_vec_);
+    T += 1;
+    std::vector<uint8_t> v2(b.batch * T);
+    for (size_t i = 0; i < b.batch; ++i) {
+      v2[i * T] = 1;
+      for (size_t t = 0; t < b.seq; ++t) v2[i * T + t + 1] = b.valid[i * b.seq + t];
+    }
+    valid.swap(v2);
+  }
+  x = ops::add_positions(x, pos_);
+  ForwardContext ctx;
+  ctx.key_valid = &valid;
+  ctx.training = training;
+  ctx.rng = dropout_rng;
+  bool drop = training && dropout_ > 0 && dropout_rng;
+  for (auto& l : layers_) {
+    Var h = l->attn->forward(ops::layer_norm(x, l->ln1_g, l->ln1_b), ctx);
+    if (drop) h = ops::dropout(h, dropout_, *dropout_rng);
+    x = ops::add(x, h);
+    Var m = ops::linear(ops::layer_norm(x, l->ln2_g, l->ln2_b), l->fc1_w, &l->fc1_b);
+    m = ops::linear(ops::gelu(m), l->fc2_w, &l->fc2_b);
+    if (drop) m = ops::dropout(m, dropout_, *dropout_rng);
+    x = ops::add(x, m);
+  }
+  if (final_norm_) x = ops::layer_norm(x, lnf_g_, lnf_b_);
+  Var pooled = cls_ ? ops::select_position(x, 0) : ops::masked_mean_pool(x, valid);
+  return ops::linear(pooled, head_w_, &head_b_);
+}
+
+std::vector<AttentionBlock*> Model::blocks() const {
+  std::vector<AttentionBlock*> out;
+  for (auto& l : layers_) out.push_back(l->attn.get());
+  return out;
+}
+
+std::vector<size_t> Model::heads_per_block() const {
+  std::vector<size_t> out;
+  for (auto& l : layers_) out.push_back(l->attn->num_heads());
+  return out;
+}
+
+std::string Model::describe() const {
+  std::ostringstream o;
+  o << "classifier: vocab " << vocab_ << ", d_model " << d_ << ", " << layers_.size()
+    << " layers, max_len " << max_len_ << ", pool " << (cls_ ? "cls" : "mean") << ", "
+    << classes_ << " classes, " << num_parameters() << " parameters\n";
+  for (size_t i = 0; i < layers_.size(); ++i)
+    o << "  layers." << i << ".attn  " << layers_[i]->attn->describe() << "\n";
+  return o.str();
+}
+
+}  // namespace gf

@@ -1,0 +1,890 @@
+#include "growformer/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "growformer/blas.hpp"
+#include "growformer/kernels.hpp"
+#include "growformer/parallel.hpp"
+#include "growformer/rng.hpp"
+#include "growformer/tensor_xt.hpp"
+
+namespace gf {
+
+namespace kernels {
+bool softmax_row(float* row, size_t n, const uint8_t* valid) {
+  float mx = -INFINITY;
+  bool any = false;
+  for (size_t j = 0; j < n; ++j)
+    if (!valid || valid[j]) {
+      mx = std::max(mx, row[j]);
+      any = true;
+    }
+  if (!any) {
+    std::memset(row, 0, n * sizeof(float));
+    return false;
+  }
+  float s = 0.0f;
+  for (size_t j = 0; j < n; ++j) {
+    float e = fast_exp(row[j] - mx);
+    row[j] = e;
+    s += e;
+  }
+  if (valid) {
+    s = 0.0f;
+    for (size_t j = 0; j < n; ++j) {
+      row[j] = valid[j] ? row[j] : 0.0f;
+      s += row[j];
+    }
+  }
+  float inv = 1.0f / s;
+  for (size_t j = 0; j < n; ++j) row[j] *= inv;
+  return true;
+}
+}  // namespace kernels
+
+namespace ops {
+
+namespace {
+
+[[noreturn]] void shape_error(const char* op, const std::string& msg) {
+  throw std::invalid_argument(std::string(op) + ": " + msg);
+}
+
+size_t last_dim(const Var& x) { return x.shape().empty() ? 1 : x.shape().back(); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+Var linear(const Var& x, const Var& w, const Var* bias) {
+  if (w.shape().size() != 2) shape_error("linear", "weight must be 2-D, got " + shape_str(w.shape()));
+  size_t in = w.dim(0), out = w.dim(1);
+  if (last_dim(x) != in)
+    shape_error("linear", "input " + shape_str(x.shape()) + " vs weight " + shape_str(w.shape()));
+  size_t m = x.size() / in;
+  Shape os = x.shape();
+  os.back() = out;
+  Tensor y = Tensor::empty(os);
+  if (bias) {
+    for (size_t i = 0; i < m; ++i) std::memcpy(y.data() + i * out, bias->value().data(), out * 4);
+  }
+  sgemm_rows(false, false, m, out, in, 1.0f, x.value().data(), in, w.value().data(), out,
+             bias ? 1.0f : 0.0f, y.data(), out);
+  Var r = make_result(std::move(y), {&x, &w, bias});
+  if (r.requires_grad()) {
+    Var xx = x, ww = w, bb = bias ? *bias : Var(), rr = r;
+    record([xx, ww, bb, rr, m, in, out]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      if (xx.requires_grad())
+        sgemm_rows(false, true, m, in, out, 1.0f, g.data(), out, ww.value().data(), out, 1.0f,
+                   xx.grad_buf().data(), in);
+      if (ww.requires_grad())
+        sgemm_rows(true, false, in, out, m, 1.0f, xx.value().data(), in, g.data(), out, 1.0f,
+                   ww.grad_buf().data(), out);
+      if (bb.defined() && bb.requires_grad()) {
+        float* gb = bb.grad_buf().data();
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = 0; j < out; ++j) gb[j] += g[i * out + j];
+      }
+    });
+  }
+  return r;
+}
+
+Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
+  if (a.shape().size() < 2 || b.shape().size() < 2) shape_error("matmul", "inputs must be >= 2-D");
+  size_t ar = a.shape().size(), br = b.shape().size();
+  size_t am = a.shape()[ar - 2], ak = a.shape()[ar - 1];
+  size_t bk = b.shape()[br - 2], bn = b.shape()[br - 1];
+  size_t m = ta ? ak : am, k = ta ? am : ak;
+  size_t k2 = tb ? bn : bk, n = tb ? bk : bn;
+  if (k != k2)
+    shape_error("matmul", shape_str(a.shape()) + " x " + shape_str(b.shape()) + " inner mismatch");
+  size_t batch = a.size() / (am * ak);
+  size_t bbatch = b.size() / (bk * bn);
+  if (bbatch != batch && bbatch != 1)
+    shape_error("matmul", "batch mismatch " + shape_str(a.shape()) + " x " + shape_str(b.shape()));
+  Shape os(a.shape().begin(), a.shape().end() - 2);
+  os.push_back(m);
+  os.push_back(n);
+  Tensor y = Tensor::empty(os);
+  size_t sa = am * ak, sb = bbatch == 1 ? 0 : bk * bn;
+  const float* A = a.value().data();
+  const float* B = b.value().data();
+  float* Y = y.data();
+  parallel_for(batch, [&](size_t i) {
+    sgemm(ta, tb, m, n, k, 1.0f, A + i * sa, ak, B + i * sb, bn, 0.0f, Y + i * m * n, n);
+  });
+  Var r = make_result(std::move(y), {&a, &b});
+  if (r.requires_grad()) {
+    Var aa = a, bb = b, rr = r;
+    record([aa, bb, rr, ta, tb, m, n, k, ak, bn, batch, sa, sb]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      const float* G = g.data();
+      if (aa.requires_grad()) {
+        float* GA = aa.grad_buf().data();
+        const float* B = bb.value().data();
+        parallel_for(batch, [&](size_t i) {
+          // dA = G op(B)^T  (or its transpose when ta)
+          if (!ta)
+            sgemm(false, !tb, m, k, n, 1.0f, G + i * m * n, n, B + i * sb, bn, 1.0f, GA + i * sa,
+                  ak);
+          else
+            sgemm(tb, true, k, m, n, 1.0f, B + i * sb, bn, G + i * m * n, n, 1.0f, GA + i * sa,
+                  ak);
+        });
+      }
+      if (bb.requires_grad()) {
+        float* GB = bb.grad_buf().data();
+        const float* A = aa.value().data();
+        // a shared 2-D b accumulates over the batch: serial for determinism
+        auto one = [&](size_t i) {
+          if (!tb)
+            sgemm(!ta, false, k, n, m, 1.0f, A + i * sa, ak, G + i * m * n, n, 1.0f, GB + i * sb,
+                  bn);
+          else
+            sgemm(true, ta, n, k, m, 1.0f, G + i * m * n, n, A + i * sa, ak, 1.0f, GB + i * sb,
+                  bn);
+        };
+        if (sb == 0)
+          for (size_t i = 0; i < batch; ++i) one(i);
+        else
+          parallel_for(batch, one);
+      }
+    });
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+Var add(const Var& a, const Var& b) {
+  bool same = a.size() == b.size();
+  size_t d = b.size();
+  if (!same && (a.size() % d != 0 || last_dim(a) != d))
+    shape_error("add", shape_str(a.shape()) + " + " + shape_str(b.shape()));
+  Tensor y = a.value().clone();
+  if (same) {
+    auto yx = xflat(y);
+    yx += xflat(b.value());
+  } else {
+    size_t rows = a.size() / d;
+    const float* B = b.value().data();
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < d; ++j) y[i * d + j] += B[j];
+  }
+  Var r = make_result(std::move(y), {&a, &b});
+  if (r.requires_grad()) {
+    Var aa = a, bb = b, rr = r;
+    record([aa, bb, rr, same, d]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      if (aa.requires_grad()) aa.grad_buf().add_(g);
+      if (bb.requires_grad()) {
+        if (same) {
+          bb.grad_buf().add_(g);
+        } else {
+          float* gb = bb.grad_buf().data();
+          size_t rows = g.size() / d;
+          for (size_t i = 0; i < rows; ++i)
+            for (size_t j = 0; j < d; ++j) gb[j] += g[i * d + j];
+        }
+      }
+    });
+  }
+  return r;
+}
+
+Var sub(const Var& a, const Var& b) {
+  if (a.size() != b.size()) shape_error("sub", shape_str(a.shape()) + " - " + shape_str(b.shape()));
+  Tensor y = a.value().clone();
+  auto yx = xflat(y);
+  yx -= xflat(b.value());
+  Var r = make_result(std::move(y), {&a, &b});
+  if (r.requires_grad()) {
+    Var aa = a, bb = b, rr = r;
+    record([aa, bb, rr]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      if (aa.requires_grad()) aa.grad_buf().add_(g);
+      if (bb.requires_grad()) {
+        auto gb = xflat(bb.grad_buf());
+        gb -= xflat(g);
+      }
+    });
+  }
+  return r;
+}
+
+Var mul(const Var& a, const Var& b) {
+  bool scalar = b.size() == 1 && a.size() != 1;
+  if (!scalar && a.size() != b.size())
+    shape_error("mul", shape_str(a.shape()) + " * " + shape_str(b.shape()));
+  Tensor y = Tensor::empty(a.shape());
+  if (scalar) {
+    float s = b.value()[0];
+    for (size_t i = 0; i < y.size(); ++i) y[i] = a.value()[i] * s;
+  } else {
+    auto yx = xflat(y);
+    yx = xflat(a.value()) * xflat(b.value());
+  }
+  Var r = make_result(std::move(y), {&a, &b});
+  if (r.requires_grad()) {
+    Var aa = a, bb = b, rr = r;
+    record([aa, bb, rr, scalar]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      size_t n = g.size();
+      if (scalar) {
+        float s = bb.value()[0];
+        if (aa.requires_grad()) {
+          float* ga = aa.grad_buf().data();
+          for (size_t i = 0; i < n; ++i) ga[i] += g[i] * s;
+        }
+        if (bb.requires_grad()) {
+          double acc = 0;
+          for (size_t i = 0; i < n; ++i) acc += static_cast<double>(g[i]) * aa.value()[i];
+          bb.grad_buf()[0] += static_cast<float>(acc);
+        }
+        return;
+      }
+      if (aa.requires_grad()) {
+        float* ga = aa.grad_buf().data();
+        for (size_t i = 0; i < n; ++i) ga[i] += g[i] * bb.value()[i];
+      }
+      if (bb.requires_grad()) {
+        float* gb = bb.grad_buf().data();
+        for (size_t i = 0; i < n; ++i) gb[i] += g[i] * aa.value()[i];
+      }
+    });
+  }
+  return r;
+}
+
+namespace {
+// y = f(x) elementwise with dy/dx = df(x, y).
+template <class F, class DF>
+Var unary(const Var& x, F f, DF df) {
+  Tensor y = Tensor::empty(x.shape());
+  const float* X = x.value().data();
+  float* Y = y.data();
+  size_t n = x.size();
+  for (size_t i = 0; i < n; ++i) Y[i] = f(X[i]);
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr, df, n]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      const float* X = xx.value().data();
+      const float* Y = rr.value().data();
+      for (size_t i = 0; i < n; ++i) gx[i] += g[i] * df(X[i], Y[i]);
+    });
+  }
+  return r;
+}
+}  // namespace
+
+Var scale(const Var& a, float s) {
+  return unary(a, [s](float x) { return x * s; }, [s](float, float) { return s; });
+}
+
+Var add_scalar(const Var& a, float s) {
+  return unary(a, [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
+}
+
+Var gelu(const Var& x) {
+  return unary(
+      x, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); },
+      [](float v, float) {
+        float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
+        float pdf = 0.3989422804014327f * std::exp(-0.5f * v * v);
+        return cdf + v * pdf;
+      });
+}
+
+Var sigmoid(const Var& x) {
+  return unary(
+      x, [](float v) { return 1.0f / (1.0f + std::exp(-v)); },
+      [](float, float y) { return y * (1.0f - y); });
+}
+
+Var relu(const Var& x) {
+  return unary(
+      x, [](float v) { return v > 0.0f ? v : 0.0f; },
+      [](float v, float) { return v > 0.0f ? 1.0f : 0.0f; });
+}
+
+Var tanh(const Var& x) {
+  return unary(
+      x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.0f - y * y; });
+}
+
+Var dropout(const Var& x, float p, Rng& rng) {
+  if (p <= 0.0f) return x;
+  if (p >= 1.0f) throw std::invalid_argument("dropout: p must be < 1");
+  Tensor mask = Tensor::empty(x.shape());
+  float keep = 1.0f / (1.0f - p);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = rng.uniform() < p ? 0.0f : keep;
+  return mul(x, constant(mask));
+}
+
+// ---------------------------------------------------------------------------
+Var sum(const Var& x) {
+  double s = 0;
+  for (size_t i = 0; i < x.size(); ++i) s += x.value()[i];
+  Var r = make_result(Tensor::scalar(static_cast<float>(s)), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr]() mutable {
+      if (!rr.grad().defined()) return;
+      float g = rr.grad()[0];
+      float* gx = xx.grad_buf().data();
+      for (size_t i = 0; i < xx.size(); ++i) gx[i] += g;
+    });
+  }
+  return r;
+}
+
+Var mean(const Var& x) { return scale(sum(x), 1.0f / static_cast<float>(x.size())); }
+
+Var softmax(const Var& x) {
+  size_t d = last_dim(x), rows = x.size() / d;
+  Tensor y = x.value().clone();
+  parallel_chunks(rows, 64, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) kernels::softmax_row(y.data() + i * d, d, nullptr);
+  });
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr, d, rows]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      const float* Y = rr.value().data();
+      for (size_t i = 0; i < rows; ++i) {
+        double dot = 0;
+        for (size_t j = 0; j < d; ++j) dot += static_cast<double>(g[i * d + j]) * Y[i * d + j];
+        for (size_t j = 0; j < d; ++j)
+          gx[i * d + j] += Y[i * d + j] * (g[i * d + j] - static_cast<float>(dot));
+      }
+    });
+  }
+  return r;
+}
+
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float eps) {
+  size_t d = last_dim(x), rows = x.size() / d;
+  if (gamma.size() != d || beta.size() != d) shape_error("layer_norm", "gamma/beta size");
+  Tensor y = Tensor::empty(x.shape());
+  Tensor stats = Tensor::empty({rows, 2});  // mean, rstd
+  const float* X = x.value().data();
+  const float* G = gamma.value().data();
+  const float* Bt = beta.value().data();
+  parallel_chunks(rows, 256, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      const float* xi = X + i * d;
+      float mu = 0;
+      for (size_t j = 0; j < d; ++j) mu += xi[j];
+      mu /= d;
+      float var = 0;
+      for (size_t j = 0; j < d; ++j) var += (xi[j] - mu) * (xi[j] - mu);
+      var /= d;
+      float rs = 1.0f / std::sqrt(var + eps);
+      stats[i * 2] = mu;
+      stats[i * 2 + 1] = rs;
+      float* yi = y.data() + i * d;
+      for (size_t j = 0; j < d; ++j) yi[j] = (xi[j] - mu) * rs * G[j] + Bt[j];
+    }
+  });
+  Var r = make_result(std::move(y), {&x, &gamma, &beta});
+  if (r.requires_grad()) {
+    Var xx = x, gg = gamma, bb = beta, rr = r;
+    record([xx, gg, bb, rr, stats, d, rows]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      const float* X = xx.value().data();
+      const float* G = gg.value().data();
+      if (xx.requires_grad()) {
+        float* gx = xx.grad_buf().data();
+        parallel_chunks(rows, 256, [&](size_t b, size_t e) {
+          for (size_t i = b; i < e; ++i) {
+            float mu = stats[i * 2], rs = stats[i * 2 + 1];
+            const float* xi = X + i * d;
+            const float* gi = g.data() + i * d;
+            float s1 = 0, s2 = 0;
+            for (size_t j = 0; j < d; ++j) {
+              float xh = (xi[j] - mu) * rs;
+              float gy = gi[j] * G[j];
+              s1 += gy;
+              s2 += gy * xh;
+            }
+            s1 /= d;
+            s2 /= d;
+            for (size_t j = 0; j < d; ++j) {
+              float xh = (xi[j] - mu) * rs;
+              gx[i * d + j] += rs * (gi[j] * G[j] - s1 - xh * s2);
+            }
+          }
+        });
+      }
+      if (gg.requires_grad() || bb.requires_grad()) {
+        float* ggam = gg.requires_grad() ? gg.grad_buf().data() : nullptr;
+        float* gbet = bb.requires_grad() ? bb.grad_buf().data() : nullptr;
+        for (size_t i = 0; i < rows; ++i) {
+          float mu = stats[i * 2], rs = stats[i * 2 + 1];
+          for (size_t j = 0; j < d; ++j) {
+            float gi = g[i * d + j];
+            if (ggam) ggam[j] += gi * (X[i * d + j] - mu) * rs;
+            if (gbet) gbet[j] += gi;
+          }
+        }
+      }
+    });
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+Var embedding(const std::vector<int32_t>& ids, size_t batch, size_t seq, const Var& table) {
+  if (ids.size() != batch * seq) shape_error("embedding", "ids size != batch * seq");
+  size_t vocab = table.dim(0), d = table.dim(1);
+  Tensor y = Tensor::empty({batch, seq, d});
+  const float* W = table.value().data();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = ids[i];
+    if (id < 0 || static_cast<size_t>(id) >= vocab)
+      shape_error("embedding", "token id " + std::to_string(id) + " outside the vocabulary of " +
+                                   std::to_string(vocab));
+    std::memcpy(y.data() + i * d, W + static_cast<size_t>(id) * d, d * sizeof(float));
+  }
+  Var r = make_result(std::move(y), {&table});
+  if (r.requires_grad()) {
+    Var tt = table, rr = r;
+    auto idv = std::make_shared<std::vector<int32_t>>(ids);
+    record([tt, rr, idv, d]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gw = tt.grad_buf().data();
+      for (size_t i = 0; i < idv->size(); ++i) {
+        float* row = gw + static_cast<size_t>((*idv)[i]) * d;
+        for (size_t j = 0; j < d; ++j) row[j] += g[i * d + j];
+      }
+    });
+  }
+  return r;
+}
+
+Var add_positions(const Var& x, const Var& pos) {
+  size_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  if (pos.dim(0) < T || pos.dim(1) != d)
+    shape_error("add_positions", "sequence of " + std::to_string(T) + " positions but only " +
+                                     std::to_string(pos.dim(0)) + " learned (model.max_len)");
+  Tensor y = x.value().clone();
+  const float* P = pos.value().data();
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < T * d; ++i) y[b * T * d + i] += P[i];
+  Var r = make_result(std::move(y), {&x, &pos});
+  if (r.requires_grad()) {
+    Var xx = x, pp = pos, rr = r;
+    record([xx, pp, rr, B, T, d]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      if (xx.requires_grad()) xx.grad_buf().add_(g);
+      if (pp.requires_grad()) {
+        float* gp = pp.grad_buf().data();
+        for (size_t b = 0; b < B; ++b)
+          for (size_t i = 0; i < T * d; ++i) gp[i] += g[b * T * d + i];
+      }
+    });
+  }
+  return r;
+}
+
+Var prepend(const Var& x, const Var& v) {
+  size_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  if (v.size() != d) shape_error("prepend", "vector size != d");
+  Tensor y = Tensor::empty({B, T + 1, d});
+  for (size_t b = 0; b < B; ++b) {
+    std::memcpy(y.data() + b * (T + 1) * d, v.value().data(), d * 4);
+    std::memcpy(y.data() + b * (T + 1) * d + d, x.value().data() + b * T * d, T * d * 4);
+  }
+  Var r = make_result(std::move(y), {&x, &v});
+  if (r.requires_grad()) {
+    Var xx = x, vv = v, rr = r;
+    record([xx, vv, rr, B, T, d]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      for (size_t b = 0; b < B; ++b) {
+        const float* gb = g.data() + b * (T + 1) * d;
+        if (vv.requires_grad())
+          for (size_t j = 0; j < d; ++j) vv.grad_buf()[j] += gb[j];
+        if (xx.requires_grad()) {
+          float* gx = xx.grad_buf().data() + b * T * d;
+          for (size_t i = 0; i < T * d; ++i) gx[i] += gb[d + i];
+        }
+      }
+    });
+  }
+  return r;
+}
+
+Var masked_mean_pool(const Var& x, const std::vector<uint8_t>& mask) {
+  size_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  if (!mask.empty() && mask.size() != B * T) shape_error("masked_mean_pool", "mask size");
+  Tensor y(Shape{B, d}, 0.0f);
+  std::vector<float> inv(B);
+  for (size_t b = 0; b < B; ++b) {
+    size_t cnt = 0;
+    for (size_t t = 0; t < T; ++t) {
+      if (!mask.empty() && !mask[b * T + t]) continue;
+      cnt++;
+      const float* xr = x.value().data() + (b * T + t) * d;
+      for (size_t j = 0; j < d; ++j) y[b * d + j] += xr[j];
+    }
+    inv[b] = cnt ? 1.0f / cnt : 0.0f;
+    for (size_t j = 0; j < d; ++j) y[b * d + j] *= inv[b];
+  }
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    auto m = std::make_shared<std::vector<uint8_t>>(mask);
+    record([xx, rr, m, inv, B, T, d]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < T; ++t) {
+          if (!m->empty() && !(*m)[b * T + t]) continue;
+          for (size_t j = 0; j < d; ++j) gx[(b * T + t) * d + j] += g[b * d + j] * inv[b];
+        }
+    });
+  }
+  return r;
+}
+
+Var select_position(const Var& x, size_t t) {
+  size_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  if (t >= T) shape_error("select_position", "position out of range");
+  Tensor y = Tensor::empty({B, d});
+  for (size_t b = 0; b < B; ++b)
+    std::memcpy(y.data() + b * d, x.value().data() + (b * T + t) * d, d * 4);
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr, B, T, d, t]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      for (size_t b = 0; b < B; ++b)
+        for (size_t j = 0; j < d; ++j) gx[(b * T + t) * d + j] += g[b * d + j];
+    });
+  }
+  return r;
+}
+
+Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t stride) {
+  if (x.shape().size() != 3) shape_error("depthwise_conv1d_causal", "x must be (B, T, C)");
+  size_t B = x.dim(0), T = x.dim(1), C = x.dim(2), K = w.dim(1);
+  if (w.dim(0) != C) shape_error("depthwise_conv1d_causal", "weight must be (C, k)");
+  if (stride == 0) shape_error("depthwise_conv1d_causal", "stride must be >= 1");
+  size_t To = (T + stride - 1) / stride;
+  Tensor y(Shape{B, To, C}, 0.0f);
+  const float* X = x.value().data();
+  const float* W = w.value().data();
+  parallel_for(B, [&](size_t b) {
+    for (size_t to = 0; to < To; ++to) {
+      float* yr = y.data() + (b * To + to) * C;
+      if (bias)
+        for (size_t c = 0; c < C; ++c) yr[c] = bias->value()[c];
+      for (size_t j = 0; j < K; ++j) {
+        long ti = static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
+        if (ti < 0 || ti >= static_cast<long>(T)) continue;
+        const float* xr = X + (b * T + ti) * C;
+        for (size_t c = 0; c < C; ++c) yr[c] += W[c * K + j] * xr[c];
+      }
+    }
+  });
+  Var r = make_result(std::move(y), {&x, &w, bias});
+  if (r.requires_grad()) {
+    Var xx = x, ww = w, bb = bias ? *bias : Var(), rr = r;
+    record([xx, ww, bb, rr, B, T, C, K, To, stride]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      const float* X = xx.value().data();
+      const float* W = ww.value().data();
+      float* gx = xx.requires_grad() ? xx.grad_buf().data() : nullptr;
+      if (gx)
+        parallel_for(B, [&](size_t b) {
+          for (size_t to = 0; to < To; ++to) {
+            const float* gr = g.data() + (b * To + to) * C;
+            for (size_t j = 0; j < K; ++j) {
+              long ti =
+                  static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
+              if (ti < 0 || ti >= static_cast<long>(T)) continue;
+              float* gxr = gx + (b * T + ti) * C;
+              for (size_t c = 0; c < C; ++c) gxr[c] += W[c * K + j] * gr[c];
+            }
+          }
+        });
+      float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
+      float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
+      for (size_t b = 0; b < B; ++b)
+        for (size_t to = 0; to < To; ++to) {
+          const float* gr = g.data() + (b * To + to) * C;
+          if (gb)
+            for (size_t c = 0; c < C; ++c) gb[c] += gr[c];
+          if (!gw) continue;
+          for (size_t j = 0; j < K; ++j) {
+            long ti =
+                static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
+            if (ti < 0 || ti >= static_cast<long>(T)) continue;
+            const float* xr = X + (b * T + ti) * C;
+            for (size_t c = 0; c < C; ++c) gw[c * K + j] += gr[c] * xr[c];
+          }
+        }
+    });
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+Var reshape(const Var& x, Shape shape) {
+  Tensor y = x.value().reshaped(std::move(shape));
+  Var r = make_result(y, {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr]() mutable {
+      if (rr.grad().defined()) xx.grad_buf().add_(rr.grad());
+    });
+  }
+  return r;
+}
+
+Var transpose_last2(const Var& x) {
+  size_t nd = x.shape().size();
+  if (nd < 2) shape_error("transpose_last2", "need >= 2 dims");
+  size_t m = x.shape()[nd - 2], n = x.shape()[nd - 1], batch = x.size() / (m * n);
+  Shape os = x.shape();
+  std::swap(os[nd - 2], os[nd - 1]);
+  Tensor y = Tensor::empty(os);
+  const float* X = x.value().data();
+  for (size_t b = 0; b < batch; ++b)
+    for (size_t i = 0; i < m; ++i)
+      for (size_t j = 0; j < n; ++j) y[b * m * n + j * m + i] = X[b * m * n + i * n + j];
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr, m, n, batch]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      for (size_t b = 0; b < batch; ++b)
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = 0; j < n; ++j) gx[b * m * n + i * n + j] += g[b * m * n + j * m + i];
+    });
+  }
+  return r;
+}
+
+Var slice_last(const Var& x, size_t begin, size_t end) {
+  size_t d = last_dim(x), rows = x.size() / d;
+  if (begin > end || end > d) shape_error("slice_last", "range out of bounds");
+  size_t w = end - begin;
+  Shape os = x.shape();
+  os.back() = w;
+  Tensor y = Tensor::empty(os);
+  for (size_t i = 0; i < rows; ++i)
+    std::memcpy(y.data() + i * w, x.value().data() + i * d + begin, w * 4);
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr, rows, d, w, begin]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      for (size_t i = 0; i < rows; ++i)
+        for (size_t j = 0; j < w; ++j) gx[i * d + begin + j] += g[i * w + j];
+    });
+  }
+  return r;
+}
+
+Var concat_last(const std::vector<Var>& xs) {
+  if (xs.empty()) shape_error("concat_last", "no inputs");
+  size_t rows = xs[0].size() / last_dim(xs[0]);
+  size_t total = 0;
+  for (auto& x : xs) {
+    if (x.size() / last_dim(x) != rows) shape_error("concat_last", "row count mismatch");
+    total += last_dim(x);
+  }
+  Shape os = xs[0].shape();
+  os.back() = total;
+  Tensor y = Tensor::empty(os);
+  size_t off = 0;
+  for (auto& x : xs) {
+    size_t w = last_dim(x);
+    for (size_t i = 0; i < rows; ++i)
+      std::memcpy(y.data() + i * total + off, x.value().data() + i * w, w * 4);
+    off += w;
+  }
+  bool req = false;
+  for (auto& x : xs) req = req || x.requires_grad();
+  Var r(std::move(y), req && grad_enabled());
+  if (r.requires_grad()) {
+    auto ins = std::make_shared<std::vector<Var>>(xs);
+    Var rr = r;
+    record([ins, rr, rows, total]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      size_t off = 0;
+      for (auto& x : *ins) {
+        size_t w = last_dim(x);
+        if (x.requires_grad()) {
+          float* gx = x.grad_buf().data();
+          for (size_t i = 0; i < rows; ++i)
+            for (size_t j = 0; j < w; ++j) gx[i * w + j] += g[i * total + off + j];
+        }
+        off += w;
+      }
+    });
+  }
+  return r;
+}
+
+Var sum_all(const std::vector<Var>& xs) {
+  if (xs.empty()) shape_error("sum_all", "no inputs");
+  Tensor y = xs[0].value().clone();
+  for (size_t i = 1; i < xs.size(); ++i) {
+    if (xs[i].size() != y.size()) shape_error("sum_all", "shape mismatch");
+    y.add_(xs[i].value());
+  }
+  bool req = false;
+  for (auto& x : xs) req = req || x.requires_grad();
+  Var r(std::move(y), req && grad_enabled());
+  if (r.requires_grad()) {
+    auto ins = std::make_shared<std::vector<Var>>(xs);
+    Var rr = r;
+    record([ins, rr]() mutable {
+      if (!rr.grad().defined()) return;
+      for (auto& x : *ins)
+        if (x.requires_grad()) x.grad_buf().add_(rr.grad());
+    });
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+Var cross_entropy(const Var& logits, const std::vector<int32_t>& labels) {
+  size_t B = logits.dim(0), C = logits.dim(1);
+  if (labels.size() != B) shape_error("cross_entropy", "labels size != batch");
+  Tensor p = logits.value().clone();
+  double loss = 0;
+  for (size_t b = 0; b < B; ++b) {
+    float* row = p.data() + b * C;
+    int32_t y = labels[b];
+    if (y < 0 || static_cast<size_t>(y) >= C)
+      shape_error("cross_entropy", "label " + std::to_string(y) + " outside [0, " +
+                                       std::to_string(C) + ")");
+    float mx = *std::max_element(row, row + C);
+    double s = 0;
+    for (size_t c = 0; c < C; ++c) s += std::exp(static_cast<double>(row[c] - mx));
+    double lse = mx + std::log(s);
+    loss += lse - row[y];
+    for (size_t c = 0; c < C; ++c) row[c] = static_cast<float>(std::exp(row[c] - lse));
+  }
+  Var r = make_result(Tensor::scalar(static_cast<float>(loss / B)), {&logits});
+  if (r.requires_grad()) {
+    Var ll = logits, rr = r;
+    auto lab = std::make_shared<std::vector<int32_t>>(labels);
+    record([ll, rr, p, lab, B, C]() mutable {
+      if (!rr.grad().defined()) return;
+      float g = rr.grad()[0] / B;
+      float* gl = ll.grad_buf().data();
+      for (size_t b = 0; b < B; ++b)
+        for (size_t c = 0; c < C; ++c)
+          gl[b * C + c] += g * (p[b * C + c] - (static_cast<int32_t>(c) == (*lab)[b] ? 1.0f : 0.0f));
+    });
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+Var attention(const Var& q, const Var& k, const Var& v, float scale, const AttentionMask& mask) {
+  if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape().size() != 3)
+    shape_error("attention", "q, k, v must be (B, T, d)");
+  size_t B = q.dim(0), T = q.dim(1), dk = q.dim(2), dv = v.dim(2);
+  if (k.dim(0) != B || k.dim(1) != T || k.dim(2) != dk || v.dim(0) != B || v.dim(1) != T)
+    shape_error("attention", "q " + shape_str(q.shape()) + " k " + shape_str(k.shape()) + " v " +
+                                 shape_str(v.shape()));
+  if (mask.key_valid && mask.key_valid->size() != B * T) shape_error("attention", "mask size");
+  Tensor P = Tensor::empty({B, T, T});
+  Tensor out = Tensor::empty({B, T, dv});
+  const float* Q = q.value().data();
+  const float* K = k.value().data();
+  const float* V = v.value().data();
+  const uint8_t* valid = mask.key_valid ? mask.key_valid->data() : nullptr;
+  bool causal = mask.causal;
+  parallel_for(B, [&](size_t b) {
+    float* Pb = P.data() + b * T * T;
+    sgemm(false, true, T, T, dk, scale, Q + b * T * dk, dk, K + b * T * dk, dk, 0.0f, Pb, T);
+    std::vector<uint8_t> rowmask;
+    const uint8_t* vb = valid ? valid + b * T : nullptr;
+    if (causal) rowmask.resize(T);
+    for (size_t i = 0; i < T; ++i) {
+      const uint8_t* m = vb;
+      if (causal) {
+        for (size_t j = 0; j < T; ++j) rowmask[j] = (j <= i) && (!vb || vb[j]);
+        m = rowmask.data();
+      }
+      kernels::softmax_row(Pb + i * T, T, m);
+    }
+    sgemm(false, false, T, dv, T, 1.0f, Pb, T, V + b * T * dv, dv, 0.0f, out.data() + b * T * dv,
+          dv);
+  });
+  Var r = make_result(std::move(out), {&q, &k, &v});
+  if (r.requires_grad()) {
+    Var qq = q, kk = k, vv = v, rr = r;
+    record([qq, kk, vv, rr, P, B, T, dk, dv, scale]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
+      float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
+      float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
+      const float* Q = qq.value().data();
+      const float* K = kk.value().data();
+      const float* V = vv.value().data();
+      const float* O = rr.value().data();
+      parallel_for(B, [&](size_t b) {
+        const float* Pb = P.data() + b * T * T;
+        const float* G = g.data() + b * T * dv;
+        if (gv) sgemm(true, false, T, dv, T, 1.0f, Pb, T, G, dv, 1.0f, gv + b * T * dv, dv);
+        if (!gq && !gk) return;
+        Tensor dS = Tensor::empty({T, T});
+        // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+        sgemm(false, true, T, T, dv, 1.0f, G, dv, V + b * T * dv, dv, 0.0f, dS.data(), T);
+        for (size_t i = 0; i < T; ++i) {
+          float dot = 0;
+          const float* gi = G + i * dv;
+          const float* oi = O + b * T * dv + i * dv;
+          for (size_t j = 0; j < dv; ++j) dot += gi[j] * oi[j];
+          float* ds = dS.data() + i * T;
+          const float* pr = Pb + i * T;
+          for (size_t j = 0; j < T; ++j) ds[j] = pr[j] * (ds[j] - dot) * scale;
+        }
+        if (gq) sgemm(false, false, T, dk, T, 1.0f, dS.data(), T, K + b * T * dk, dk, 1.0f,
+                      gq + b * T * dk, dk);
+        if (gk) sgemm(true, false, T, dk, T, 1.0f, dS.data(), T, Q + b * T * dk, dk, 1.0f,
+                      gk + b * T * dk, dk);
+      });
+    });
+  }
+  return r;
+}
+
+}  // namespace ops
+}  // namespace gf

@@ -1,0 +1,137 @@
+#include "growformer/parallel.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gf {
+
+namespace {
+
+// A fixed pool; parallel_for hands out indices through an atomic counter and
+// the calling thread works too. Nested calls run serially.
+class Pool {
+ public:
+  ~Pool() { stop(); }
+
+  void resize(size_t n) {
+    stop();
+    size_ = std::max<size_t>(1, n);
+    quit_ = false;
+    for (size_t i = 1; i < size_; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  size_t size() const { return size_; }
+
+  void run(size_t n, const std::function<void(size_t)>& fn) {
+    if (n == 0) return;
+    if (size_ <= 1 || n == 1 || in_parallel_) {
+      for (size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    job_ = &fn;
+    n_ = n;
+    next_.store(0);
+    active_ = workers_.size();
+    error_ = nullptr;
+    generation_++;
+    lock.unlock();
+    cv_.notify_all();
+    work();
+    lock.lock();
+    done_cv_.wait(lock, [this] { return active_ == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void work() {
+    in_parallel_ = true;
+    for (;;) {
+      size_t i = next_.fetch_add(1);
+      if (i >= n_) break;
+      try {
+        (*job_)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(err_mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    in_parallel_ = false;
+  }
+  void loop() {
+    size_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return quit_ || generation_ != seen; });
+      if (quit_) return;
+      seen = generation_;
+      lock.unlock();
+      work();
+      lock.lock();
+      if (--active_ == 0) done_cv_.notify_all();
+    }
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  size_t size_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex mu_, err_mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(size_t)>* job_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  size_t active_ = 0;
+  size_t generation_ = 0;
+  bool quit_ = false;
+  std::exception_ptr error_;
+  static thread_local bool in_parallel_;
+};
+
+thread_local bool Pool::in_parallel_ = false;
+
+Pool& pool() {
+  static Pool* p = [] {
+    auto* q = new Pool();
+    q->resize(std::max(1u, std::thread::hardware_concurrency()));
+    return q;
+  }();
+  return *p;
+}
+
+}  // namespace
+
+void set_num_threads(size_t n) {
+  if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
+  if (n != pool().size()) pool().resize(n);
+}
+
+size_t num_threads() { return pool().size(); }
+
+void parallel_for(size_t n, const std::function<void(size_t)>& fn) { pool().run(n, fn); }
+
+void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+  if (n == 0) return;
+  grain = std::max<size_t>(1, grain);
+  size_t chunks = std::min(num_threads(), (n + grain - 1) / grain);
+  chunks = std::max<size_t>(1, chunks);
+  size_t per = (n + chunks - 1) / chunks;
+  pool().run(chunks, [&](size_t c) {
+    size_t b = c * per, e = std::min(n, b + per);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace gf

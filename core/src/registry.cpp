@@ -1,0 +1,342 @@
+#include "growformer/registry.hpp"
+
+#include <boost/dll/shared_library.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "growformer/plugin.hpp"
+
+namespace gf {
+
+namespace fs = std::filesystem;
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Attention: return "attention";
+    case Kind::Head: return "head";
+    case Kind::Growth: return "growth";
+    case Kind::Pruning: return "pruning";
+    case Kind::Dataset: return "dataset";
+    case Kind::Optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+namespace {
+
+// Simple content checksum for plugins.lock (FNV-1a 64 over the file, hex).
+std::string file_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t h = 1469598103934665603ULL;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= static_cast<unsigned char>(buf[i]);
+      h *= 1099511628211ULL;
+    }
+  }
+  std::ostringstream o;
+  o << "fnv1a64:" << std::hex << h;
+  return o.str();
+}
+
+}  // namespace
+
+struct Registry::Impl {
+  struct Entry {
+    // declared first so it is destroyed last, after the factories whose code it holds
+    std::shared_ptr<boost::dll::shared_library> lib;  // null for built-ins
+    ComponentInfo info;
+    AttentionFactory attention;
+    HeadFactory head;
+    GrowthFactory growth;
+    DatasetFactory dataset;
+    OptimizerFactory optimizer;
+  };
+  std::vector<Entry> entries;
+  std::vector<LoadedLibrary> loaded;
+  std::vector<FailedLibrary> failed;
+  std::set<std::string> loaded_names;  // file names already loaded (first on the path wins)
+  // while a library's register callback runs:
+  std::shared_ptr<boost::dll::shared_library> current_lib;
+  std::string current_plugin, current_path;
+
+  Entry& add(Kind kind, ComponentSpec spec) {
+    for (const auto& e : entries)
+      if (e.info.kind == kind && e.info.spec.name == spec.name)
+        throw RuntimeError(std::string(kind_name(kind)) + " component `" + spec.name +
+                           "` registered twice: first by " +
+                           (e.info.library.empty() ? "the core" : e.info.library) + ", again by " +
+                           (current_path.empty() ? "the core" : current_path));
+    Entry e;
+    e.info.kind = kind;
+    e.info.spec = std::move(spec);
+    e.info.plugin = current_plugin;
+    e.info.library = current_path;
+    e.lib = current_lib;
+    entries.push_back(std::move(e));
+    return entries.back();
+  }
+
+  const Entry& lookup(Kind kind, const ConfigNode& node, std::string* name_out) const {
+    ConfigNode p = node.child("plugin");
+    if (!node.valid() || !p.valid()) {
+      std::string where = node.valid() ? node.location() : node.path();
+      throw ConfigError(where + ": `" + node.path() + "`: missing `plugin:` key naming the " +
+                        kind_name(kind) + " component (known: " + known(kind) + ")");
+    }
+    std::string name = p.as_string();
+    *name_out = name;
+    for (const auto& e : entries)
+      if (e.info.kind == kind && e.info.spec.name == name) return e;
+    std::vector<std::string> names;
+    for (const auto& e : entries)
+      if (e.info.kind == kind) names.push_back(e.info.spec.name);
+    std::string dym = did_you_mean(name, names);
+    std::string msg = p.location() + ": unknown " + kind_name(kind) + " plugin `" + name + "`" +
+                      (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
+                      "\n  known " + kind_name(kind) + " components: " + known(kind);
+    if (!failed.empty()) {
+      msg += "\n  libraries that failed to load:";
+      for (const auto& f : failed) msg += "\n    " + f.path + ": " + f.error;
+    }
+    if (loaded.empty())
+      msg += "\n  no plugin library was found on the search path; set --plugin-path or "
+             "GROWFORMER_PLUGIN_PATH";
+    throw ConfigError(msg);
+  }
+
+  std::string known(Kind kind) const {
+    std::string s;
+    for (const auto& e : entries)
+      if (e.info.kind == kind) {
+        if (!s.empty()) s += ", ";
+        s += e.info.spec.name + " (" + (e.info.library.empty() ? "core" : e.info.library) + ")";
+      }
+    return s.empty() ? "none" : s;
+  }
+};
+
+Registry::Registry() : impl_(std::make_unique<Impl>()) {}
+Registry::~Registry() = default;
+
+void Registry::add_attention(ComponentSpec spec, AttentionFactory f) {
+  impl_->add(Kind::Attention, std::move(spec)).attention = std::move(f);
+}
+void Registry::add_head(ComponentSpec spec, HeadFactory f) {
+  impl_->add(Kind::Head, std::move(spec)).head = std::move(f);
+}
+void Registry::add_growth(ComponentSpec spec, GrowthFactory f) {
+  impl_->add(Kind::Growth, std::move(spec)).growth = std::move(f);
+}
+void Registry::add_pruning(ComponentSpec spec, GrowthFactory f) {
+  impl_->add(Kind::Pruning, std::move(spec)).growth = std::move(f);
+}
+void Registry::add_dataset(ComponentSpec spec, DatasetFactory f) {
+  impl_->add(Kind::Dataset, std::move(spec)).dataset = std::move(f);
+}
+void Registry::add_optimizer(ComponentSpec spec, OptimizerFactory f) {
+  // The peak learning rate sits with the optimizer in configs; the trainer's schedule reads it.
+  bool has_lr = false;
+  for (const auto& o : spec.options) has_lr = has_lr || o.name == "lr";
+  if (!has_lr)
+    spec.options.insert(spec.options.begin(),
+                        {"lr", OptType::Float, "0.001", "peak learning rate (the trainer's "
+                         "schedule scales it)", 0, 100});
+  impl_->add(Kind::Optimizer, std::move(spec)).optimizer = std::move(f);
+}
+
+namespace {
+// The object's deleter holds the library: code is never unloaded under a live object.
+template <class T>
+std::shared_ptr<T> hold(std::unique_ptr<T> obj, std::shared_ptr<boost::dll::shared_library> lib,
+                        const std::string& what) {
+  if (!obj) throw RuntimeError(what + ": the factory returned nothing");
+  T* raw = obj.release();
+  return std::shared_ptr<T>(raw, [lib](T* p) { delete p; });
+}
+
+template <class F>
+auto guarded(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const RuntimeError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RuntimeError(what + " failed: " + e.what());
+  }
+}
+}  // namespace
+
+std::shared_ptr<AttentionBlock> Registry::create_attention(const ConfigNode& node,
+                                                           const AttentionBuild& b) {
+  std::string name;
+  const auto& e = impl_->lookup(Kind::Attention, node, &name);
+  Options opts(node, e.info.spec.options, "attention `" + name + "`");
+  std::string what = "creating attention `" + name + "` at " + node.location();
+  return guarded(what, [&] { return hold(e.attention(opts, b), e.lib, what); });
+}
+
+std::shared_ptr<Head> Registry::create_head(const ConfigNode& node, const HeadBuild& b) {
+  std::string name;
+  const auto& e = impl_->lookup(Kind::Head, node, &name);
+  Options opts(node, e.info.spec.options, "head `" + name + "`");
+  std::string what = "creating head `" + name + "` at " + node.location();
+  return guarded(what, [&] { return hold(e.head(opts, b), e.lib, what); });
+}
+
+std::shared_ptr<GrowthPolicy> Registry::create_growth(const ConfigNode& node) {
+  std::string name;
+  const auto& e = impl_->lookup(Kind::Growth, node, &name);
+  Options opts(node, e.info.spec.options, "growth `" + name + "`");
+  std::string what = "creating growth `" + name + "` at " + node.location();
+  return guarded(what, [&] { return hold(e.growth(opts), e.lib, what); });
+}
+
+std::shared_ptr<GrowthPolicy> Registry::create_pruning(const ConfigNode& node) {
+  std::string name;
+  const auto& e = impl_->lookup(Kind::Pruning, node, &name);
+  Options opts(node, e.info.spec.options, "pruning `" + name + "`");
+  std::string what = "creating pruning `" + name + "` at " + node.location();
+  return guarded(what, [&] { return hold(e.growth(opts), e.lib, what); });
+}
+
+std::shared_ptr<Dataset> Registry::create_dataset(const ConfigNode& node, const DatasetBuild& b) {
+  std::string name;
+  const auto& e = impl_->lookup(Kind::Dataset, node, &name);
+  Options opts(node, e.info.spec.options, "dataset `" + name + "`");
+  std::string what = "creating dataset `" + name + "` at " + node.location();
+  return guarded(what, [&] { return hold(e.dataset(opts, b), e.lib, what); });
+}
+
+std::shared_ptr<Optimizer> Registry::create_optimizer(const ConfigNode& node) {
+  std::string name;
+  const auto& e = impl_->lookup(Kind::Optimizer, node, &name);
+  Options opts(node, e.info.spec.options, "optimizer `" + name + "`");
+  std::string what = "creating optimizer `" + name + "` at " + node.location();
+  return guarded(what, [&] { return hold(e.optimizer(opts), e.lib, what); });
+}
+
+void Registry::load_library(const std::string& path) {
+  auto lib = std::make_shared<boost::dll::shared_library>();
+  try {
+    lib->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw RuntimeError(path + ": cannot load plugin library: " + e.what());
+  }
+  if (!lib->has(GROWFORMER_ENTRY_POINT_NAME))
+    throw RuntimeError(path + ": not a growformer plugin: no `" GROWFORMER_ENTRY_POINT_NAME
+                              "` entry point (declare one with GROWFORMER_PLUGIN(...))");
+  using EntryFn = const PluginInfo*();
+  const PluginInfo* info = lib->get<EntryFn>(GROWFORMER_ENTRY_POINT_NAME)();
+  if (!info) throw RuntimeError(path + ": the plugin entry point returned null");
+  // Version and size first: nothing else in the struct may be read before they match.
+  if (info->abi_version != GROWFORMER_ABI_VERSION)
+    throw RuntimeError(path + ": plugin ABI version " + std::to_string(info->abi_version) +
+                       " but this growformer has ABI version " +
+                       std::to_string(GROWFORMER_ABI_VERSION) +
+                       "; rebuild the plugin against this growformer (" GROWFORMER_VERSION ")");
+  if (info->struct_size != sizeof(PluginInfo))
+    throw RuntimeError(path + ": plugin info struct is " + std::to_string(info->struct_size) +
+                       " bytes, expected " + std::to_string(sizeof(PluginInfo)) +
+                       "; rebuild the plugin against this growformer");
+  std::string fp = info->fingerprint ? info->fingerprint : "";
+  if (fp != GROWFORMER_FINGERPRINT)
+    throw RuntimeError(path + ": plugin built for `" + fp + "` but this growformer is `" +
+                       GROWFORMER_FINGERPRINT +
+                       "`; rebuild the plugin with the same compiler and growformer version");
+  std::string name = info->name ? info->name : "";
+  for (const auto& l : impl_->loaded)
+    if (l.plugin == name)
+      throw RuntimeError(path + ": plugin `" + name + "` is already loaded from " + l.path);
+  if (!info->register_components) throw RuntimeError(path + ": plugin has no register callback");
+
+  size_t before = impl_->entries.size();
+  impl_->current_lib = lib;
+  impl_->current_plugin = name;
+  impl_->current_path = path;
+  try {
+    info->register_components(*this);
+  } catch (const std::exception& e) {
+    impl_->entries.resize(before);  // all or nothing
+    impl_->current_lib.reset();
+    impl_->current_plugin.clear();
+    impl_->current_path.clear();
+    throw RuntimeError(path + ": registering plugin `" + name + "` failed: " + e.what());
+  }
+  impl_->current_lib.reset();
+  impl_->current_plugin.clear();
+  impl_->current_path.clear();
+  impl_->loaded.push_back({path, name, info->version ? info->version : "", file_checksum(path)});
+}
+
+void Registry::load_directories(const std::vector<std::string>& dirs) {
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) continue;
+    std::vector<fs::path> files;
+    for (const auto& ent : fs::directory_iterator(d, ec)) {
+      auto p = ent.path();
+      if (p.extension() == ".so" && p.filename().string().rfind("libgf_", 0) == 0)
+        files.push_back(p);
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& p : files) {
+      std::string fname = p.filename().string();
+      if (impl_->loaded_names.count(fname)) continue;
+      try {
+        load_library(fs::absolute(p).lexically_normal().string());
+        impl_->loaded_names.insert(fname);
+      } catch (const std::exception& e) {
+        impl_->failed.push_back({p.string(), e.what()});
+      }
+    }
+  }
+}
+
+std::vector<std::string> Registry::search_path(const std::vector<std::string>& cli_paths) {
+  std::vector<std::string> out;
+  auto split = [&](const std::string& s) {
+    std::stringstream ss(s);
+    std::string part;
+    while (std::getline(ss, part, ':'))
+      if (!part.empty()) out.push_back(part);
+  };
+  for (const auto& p : cli_paths) split(p);
+  if (const char* env = std::getenv("GROWFORMER_PLUGIN_PATH")) split(env);
+  // The build tree's plugins sit beside the program (build/bin -> build/lib/growformer/plugins).
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path beside = exe.parent_path().parent_path() / "lib" / "growformer" / "plugins";
+    if (fs::is_directory(beside, ec)) out.push_back(beside.string());
+  }
+  out.push_back(GROWFORMER_BUILD_PLUGIN_DIR);
+  out.push_back(GROWFORMER_INSTALL_PLUGIN_DIR);
+  return out;
+}
+
+std::vector<ComponentInfo> Registry::components() const {
+  std::vector<ComponentInfo> out;
+  for (const auto& e : impl_->entries) out.push_back(e.info);
+  return out;
+}
+
+const ComponentInfo* Registry::find(Kind kind, const std::string& name) const {
+  for (const auto& e : impl_->entries)
+    if (e.info.kind == kind && e.info.spec.name == name) return &e.info;
+  return nullptr;
+}
+
+const std::vector<LoadedLibrary>& Registry::libraries() const { return impl_->loaded; }
+const std::vector<FailedLibrary>& Registry::failures() const { return impl_->failed; }
+
+}  // namespace gf

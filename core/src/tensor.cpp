@@ -1,0 +1,153 @@
+#include "growformer/tensor.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+namespace gf {
+
+size_t shape_size(const Shape& s) {
+  size_t n = 1;
+  for (size_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream o;
+  o << "(";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ")";
+  return o.str();
+}
+
+namespace {
+
+// Buffers are cached by exact element count: training repeats the same shapes
+// every step, so after the first step almost every request is a reuse.
+struct Pool {
+  std::mutex mu;
+  std::map<size_t, std::vector<float*>> free;
+  PoolStats stats;
+  size_t cached_bytes = 0;
+
+  float* get(size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = free.find(n);
+      if (it != free.end() && !it->second.empty()) {
+        float* p = it->second.back();
+        it->second.pop_back();
+        stats.reuses++;
+        cached_bytes -= n * sizeof(float);
+        stats.bytes_live += n * sizeof(float);
+        stats.bytes_peak = std::max(stats.bytes_peak, stats.bytes_live);
+        return p;
+      }
+      stats.allocations++;
+      stats.bytes_live += n * sizeof(float);
+      stats.bytes_peak = std::max(stats.bytes_peak, stats.bytes_live);
+    }
+    size_t bytes = std::max<size_t>(64, ((n * sizeof(float) + 63) / 64) * 64);
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) throw std::bad_alloc();
+    return static_cast<float*>(p);
+  }
+  void put(float* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.bytes_live -= n * sizeof(float);
+    free[n].push_back(p);
+    cached_bytes += n * sizeof(float);
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& kv : free)
+      for (float* p : kv.second) std::free(p);
+    free.clear();
+    cached_bytes = 0;
+  }
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: tensors may outlive static destruction
+  return *p;
+}
+
+std::shared_ptr<float> alloc(size_t n) {
+  float* p = pool().get(n);
+  return std::shared_ptr<float>(p, [n](float* q) { pool().put(q, n); });
+}
+
+}  // namespace
+
+PoolStats pool_stats() {
+  std::lock_guard<std::mutex> lock(pool().mu);
+  return pool().stats;
+}
+void pool_release_cached() { pool().release(); }
+
+Tensor::Tensor(Shape shape, float fill_value) : shape_(std::move(shape)) {
+  size_ = shape_size(shape_);
+  buf_ = alloc(size_);
+  fill(fill_value);
+}
+
+Tensor Tensor::empty(Shape shape) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.size_ = shape_size(t.shape_);
+  t.buf_ = alloc(t.size_);
+  return t;
+}
+
+Tensor Tensor::from(Shape shape, const std::vector<float>& values) {
+  Tensor t = empty(std::move(shape));
+  if (values.size() != t.size_)
+    throw std::invalid_argument("Tensor::from: " + std::to_string(values.size()) +
+                                " values for shape " + shape_str(t.shape_));
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::scalar(float v) { return Tensor({1}, v); }
+
+Tensor Tensor::clone() const {
+  if (!defined()) return Tensor();
+  Tensor t = empty(shape_);
+  std::memcpy(t.data(), data(), size_ * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  if (shape_size(shape) != size_)
+    throw std::invalid_argument("reshape " + shape_str(shape_) + " to " + shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+void Tensor::fill(float v) {
+  float* p = data();
+  if (v == 0.0f) {
+    std::memset(p, 0, size_ * sizeof(float));
+    return;
+  }
+  std::fill(p, p + size_, v);
+}
+
+void Tensor::add_(const Tensor& o) {
+  if (o.size_ != size_)
+    throw std::invalid_argument("add_: " + shape_str(shape_) + " vs " + shape_str(o.shape_));
+  float* p = data();
+  const float* q = o.data();
+  for (size_t i = 0; i < size_; ++i) p[i] += q[i];
+}
+
+std::vector<float> Tensor::to_vector() const {
+  return std::vector<float>(data(), data() + size_);
+}
+
+}  // namespace gf

@@ -1,0 +1,322 @@
+// `hkt`: Hierarchical Kernel Transformer attention (Cirrincione 2026, see
+// shared/spec/HKT.md). Levels are made by causal depthwise-separable
+// downsampling; each head's per-level scores are fused with softmax weights
+// lambda (static or input-dependent) through the index map up(S_l)[i, j] =
+// S_l[i / s^l, j / s^l], inside one fused op (hkt_attend.hpp).
+#include <cmath>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <growformer/multihead.hpp>
+#include <growformer/ops.hpp>
+#include <growformer/plugin.hpp>
+
+#include "hkt_analysis.hpp"
+#include "hkt_attend.hpp"
+
+namespace {
+
+using gf::Var;
+namespace ops = gf::ops;
+
+gf::OptionSpecs hkt_options() {
+  gf::OptionSpecs s = gf::MultiHeadBlock::common_options();
+  s.push_back({"levels", gf::OptType::Int, "3", "number of score resolutions L (level 0 = input)",
+               1, 8, {}});
+  s.push_back({"stride", gf::OptType::Int, "2", "downsampling stride s between levels", 2, 16, {}});
+  s.push_back({"down_kernel", gf::OptType::Int, "3",
+               "kernel of the causal depthwise convolution that makes each coarser level", 1, 16, {}});
+  s.push_back({"share_qk", gf::OptType::Bool, "false",
+               "heads use one W_Q/W_K for every level instead of one per level", -INFINITY,
+               INFINITY, {}});
+  s.push_back({"fusion", gf::OptType::String, "static",
+               "level weights: static = softmax(logits); input = softmax(W meanpool(X) + b) per "
+               "sample",
+               -INFINITY, INFINITY, {"static", "input"}});
+  s.push_back({"causal", gf::OptType::Bool, "false",
+               "mask future keys; coarse scores only where the whole key block is in the past",
+               -INFINITY, INFINITY, {}});
+  return s;
+}
+
+class HktBlock : public gf::MultiHeadBlock {
+ public:
+  HktBlock(const gf::Options& o, const gf::AttentionBuild& b)
+      : gf::MultiHeadBlock(o, b, static_cast<size_t>(o.get_int("levels")), o.get_bool("share_qk")),
+        levels_(static_cast<size_t>(o.get_int("levels"))),
+        stride_(static_cast<size_t>(o.get_int("stride"))),
+        kernel_(static_cast<size_t>(o.get_int("down_kernel"))),
+        input_fusion_(o.get_string("fusion") == "input"),
+        causal_(o.get_bool("causal")) {
+    if (input_fusion_ && causal_)
+      o.fail("fusion",
+             "`fusion: input` pools the whole sequence, so with `causal: true` every output would "
+             "see future tokens; use `fusion: static` for causal models");
+    const size_t d = b.d_model;
+    gf::Rng local(0, "hkt");
+    gf::Rng& rng = b.rng ? *b.rng : local;
+    for (size_t l = 1; l < levels_; ++l) {
+      const std::string p = "down." + std::to_string(l) + ".";
+      gf::Tensor dw({d, kernel_});
+      rng.fill_normal(dw, 1.0f / std::sqrt(static_cast<float>(kernel_)));
+      gf::Tensor pw({d, d});
+      rng.fill_normal(pw, 1.0f / std::sqrt(static_cast<float>(d)));
+      down_.push_back({register_parameter(p + "dw", dw),
+                       register_parameter(p + "dw_b", gf::Tensor({d}, 0.0f)),
+                       register_parameter(p + "pw", pw),
+                       register_parameter(p + "pw_b", gf::Tensor({d}, 0.0f))});
+    }
+    if (input_fusion_) {
+      // Zero weights: every sample starts with uniform lambda, like the static logits.
+      fusion_w_ = register_parameter("fusion.w", gf::Tensor({d, levels_}, 0.0f));
+      fusion_b_ = register_parameter("fusion.b", gf::Tensor({levels_}, 0.0f));
+    } else {
+      fusion_logits_ = register_parameter("fusion.logits", gf::Tensor({levels_}, 0.0f));
+    }
+    create_initial_heads();
+  }
+
+  std::map<std::string, std::vector<double>> diagnostics() const override {
+    std::map<std::string, std::vector<double>> m;
+    m["lambda"] = last_lambda_.empty() && !input_fusion_ ? static_lambda() : last_lambda_;
+    return m;
+  }
+
+  std::string analyze_json(const gf::Tensor* probe,
+                           const std::vector<uint8_t>* valid) const override;
+
+ protected:
+  std::vector<Var> make_levels(const Var& x, const gf::ForwardContext& ctx) override {
+    std::vector<Var> lv = build_levels(x);
+    logits_ = fusion_logits(x, ctx.key_valid);
+    // Batch mean of lambda, for diagnostics().
+    last_lambda_ = mean_lambda(logits_.value());
+    return lv;
+  }
+
+  Var attend(const std::vector<Var>& q, const std::vector<Var>& k, const Var& v,
+             const gf::ForwardContext& ctx) override {
+    gf_hkt::FusedSpec spec;
+    spec.stride = stride_;
+    spec.causal = causal_;
+    spec.key_valid = ctx.key_valid;
+    spec.scale = 1.0f / std::sqrt(static_cast<float>(head_shape().d_k));
+    return gf_hkt::hkt_attend(q, k, v, logits_, spec);
+  }
+
+  std::string block_name() const override {
+    std::ostringstream s;
+    s << "hkt(L=" << levels_ << ", s=" << stride_ << ", fusion=" << (input_fusion_ ? "input" : "static")
+      << (causal_ ? ", causal" : "") << ")";
+    return s.str();
+  }
+
+ private:
+  struct Down {
+    Var dw, dw_b, pw, pw_b;
+  };
+
+  // {x, x_1, ..., x_{L-1}}: x_l = pointwise(depthwise_causal(x_{l-1}, stride)).
+  std::vector<Var> build_levels(const Var& x) const {
+    std::vector<Var> lv{x};
+    for (const Down& dn : down_) {
+      Var y = ops::depthwise_conv1d_causal(lv.back(), dn.dw, &dn.dw_b, stride_);
+      lv.push_back(ops::linear(y, dn.pw, &dn.pw_b));
+    }
+    return lv;
+  }
+
+  // (L) static logits, or (B, L) from the masked mean of the block input.
+  Var fusion_logits(const Var& x, const std::vector<uint8_t>* key_valid) const {
+    if (!input_fusion_) return fusion_logits_;
+    std::vector<uint8_t> all;
+    if (!key_valid) {
+      all.assign(x.dim(0) * x.dim(1), 1);
+      key_valid = &all;
+    }
+    return ops::linear(ops::masked_mean_pool(x, *key_valid), fusion_w_, &fusion_b_);
+  }
+
+  std::vector<double> mean_lambda(const gf::Tensor& logits) const {
+    const size_t L = levels_;
+    const size_t rows = logits.size() / L;
+    std::vector<double> mean(L, 0.0);
+    std::vector<float> lam(L);
+    for (size_t r = 0; r < rows; ++r) {
+      gf_hkt::detail::softmax_logits(logits.data() + r * L, L, lam.data());
+      for (size_t l = 0; l < L; ++l) mean[l] += lam[l] / static_cast<double>(rows);
+    }
+    return mean;
+  }
+
+  std::vector<double> static_lambda() const {
+    return input_fusion_ ? std::vector<double>{} : mean_lambda(fusion_logits_.value());
+  }
+
+  size_t levels_, stride_, kernel_;
+  bool input_fusion_, causal_;
+  std::vector<Down> down_;
+  Var fusion_logits_, fusion_w_, fusion_b_;
+  Var logits_;  // of the current forward, read by attend()
+  std::vector<double> last_lambda_;
+};
+
+std::string HktBlock::analyze_json(const gf::Tensor* probe,
+                                   const std::vector<uint8_t>* valid) const {
+  using nlohmann::json;
+  gf::NoGradGuard no_grad;
+  const gf::HeadShape& hs = head_shape();
+  const size_t d = d_model(), dk = hs.d_k;
+  const auto heads_info = heads();
+  json j;
+  j["block"] = block_name();
+  j["levels"] = levels_;
+  j["stride"] = stride_;
+  j["fusion"] = input_fusion_ ? "input" : "static";
+  j["bilinear_form"] =
+      "M_l = W_Q^(l) W_K^(l)T (d_model x d_model) of each head; ratios are "
+      "||M_a||_F / ||M||_F averaged over heads (per_head lists each head)";
+
+  // ---- bilinear forms per level ----
+  bool all_psd = true;
+  json levels = json::array();
+  const double tol = 1e-6;
+  for (size_t l = 0; l < levels_; ++l) {
+    json lj;
+    lj["level"] = l;
+    json ratios = json::array(), mins = json::array();
+    double ratio_sum = 0.0, min_all = INFINITY;
+    size_t n = 0;
+    for (const auto& h : heads_info) {
+      const Var* wq = h.head->w_q(l);
+      const Var* wk = h.head->w_k(l);
+      if (!wq || !wk) continue;
+      auto st = gf_hkt::bilinear_stats(wq->value().data(), wk->value().data(), d, dk);
+      ratios.push_back(st.antisym_ratio);
+      mins.push_back(st.min_eig_sym);
+      ratio_sum += st.antisym_ratio;
+      min_all = std::min(min_all, st.min_eig_sym);
+      // PSD up to rounding relative to the form's size.
+      if (st.min_eig_sym < -tol * std::max(1.0, st.norm)) all_psd = false;
+      ++n;
+    }
+    lj["antisym_ratio_mean"] = n ? json(ratio_sum / n) : json(nullptr);
+    lj["antisym_ratio_per_head"] = ratios;
+    lj["min_eig_sym_per_head"] = mins;
+    lj["min_eig_sym"] = n ? json(min_all) : json(nullptr);
+    if (!n) all_psd = false;
+    levels.push_back(lj);
+  }
+  j["bilinear"] = levels;
+
+  // ---- fusion weights ----
+  std::vector<double> lambda;
+  std::vector<Var> lv;
+  std::vector<uint8_t> all_valid;
+  if (probe && probe->defined()) {
+    Var x = gf::constant(*probe);
+    if (!valid) {
+      all_valid.assign(probe->dim(0) * probe->dim(1), 1);
+      valid = &all_valid;
+    }
+    lv = build_levels(x);
+    lambda = mean_lambda(fusion_logits(x, valid).value());
+  } else if (!input_fusion_) {
+    lambda = static_lambda();
+  }
+  bool lambda_nonneg = !lambda.empty();
+  for (double v : lambda) lambda_nonneg = lambda_nonneg && v >= 0.0;
+  j["lambda"] = lambda;
+  j["lambda_source"] = input_fusion_ ? "mean of softmax(W pool(X) + b) over the probe batch"
+                                     : "softmax(fusion.logits)";
+  j["psd_condition"] = {{"all_sym_parts_psd", all_psd},
+                        {"lambda_nonnegative", lambda_nonneg},
+                        {"holds", all_psd && lambda_nonneg},
+                        {"tolerance", "min eigenvalue >= -1e-6 * max(1, ||M||_F)"}};
+
+  // ---- kurtosis of the per-level score distribution on the probe ----
+  if (!lv.empty()) {
+    const size_t B = probe->dim(0), T = probe->dim(1);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    // Each head's own q_l, k_l (biases, shared weights and all), caught at its attend call.
+    std::vector<std::vector<Var>> head_q, head_k;
+    gf::ForwardContext ctx;
+    ctx.key_valid = valid;
+    for (const auto& h : heads_info) {
+      gf::AttendFn catcher = [&](const std::vector<Var>& q, const std::vector<Var>& k,
+                                 const Var& v) {
+        head_q.push_back(q);
+        head_k.push_back(k);
+        return v;
+      };
+      h.head->forward(gf::HeadInput{lv, catcher, ctx});
+    }
+    std::vector<size_t> len(B, 0);  // valid tokens per sample (right padding)
+    for (size_t b = 0; b < B; ++b)
+      for (size_t t = 0; t < T; ++t) len[b] += (*valid)[b * T + t] ? 1 : 0;
+    json kj = json::array();
+    size_t block = 1;
+    for (size_t l = 0; l < levels_; ++l, block *= stride_) {
+      std::vector<double> scores;
+      for (size_t h = 0; h < head_q.size(); ++h) {
+        if (l >= head_q[h].size()) continue;
+        const Var& q = head_q[h][l];
+        const Var& k = head_k[h][l];
+        const size_t Tl = q.dim(1), dq = q.dim(2);
+        for (size_t b = 0; b < B; ++b) {
+          const size_t n = std::min(Tl, (len[b] + block - 1) / block);
+          for (size_t I = 0; I < n; ++I)
+            for (size_t J = 0; J < n; ++J) {
+              if (causal_ && J > I) continue;  // the pairs some query of block I uses
+              const float* qi = q.value().data() + (b * Tl + I) * dq;
+              const float* kj2 = k.value().data() + (b * Tl + J) * dq;
+              double s = 0.0;
+              for (size_t c = 0; c < dq; ++c) s += static_cast<double>(qi[c]) * kj2[c];
+              scores.push_back(s * scale);
+            }
+        }
+      }
+      json e;
+      e["level"] = l;
+      e["scores"] = scores.size();
+      const double kurt = gf_hkt::excess_kurtosis(scores);
+      e["excess_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt);
+      kj.push_back(e);
+    }
+    j["score_kurtosis"] = kj;
+    j["score_kurtosis_note"] =
+        "excess kurtosis (m4/m2^2 - 3) of q_l.k_l/sqrt(d_k) (each head's own projections) over "
+        "valid (and, if causal, past) level-l token pairs, pooled over heads and the probe batch";
+  } else {
+    j["score_kurtosis"] = nullptr;
+  }
+
+  // ---- heads ----
+  json hj = json::array();
+  for (const auto& h : heads_info) {
+    json e;
+    e["id"] = h.id;
+    for (const auto& kv : h.head->diagnostics()) e[kv.first] = kv.second;
+    hj.push_back(e);
+  }
+  j["heads"] = hj;
+  return j.dump();
+}
+
+void register_hkt(gf::Registry& r) {
+  r.add_attention({"hkt",
+                   "Hierarchical Kernel Transformer: multi-resolution scores fused by learned "
+                   "weights (Cirrincione 2026)",
+                   hkt_options()},
+                  [](const gf::Options& o, const gf::AttentionBuild& b) {
+                    return std::unique_ptr<gf::AttentionBlock>(new HktBlock(o, b));
+                  });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("attn_hkt", "0.1.0", register_hkt)

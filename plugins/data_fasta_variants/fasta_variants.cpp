@@ -1,0 +1,333 @@
+// fasta_variants: genome classification from a FASTA file (plain or gzip) and a
+// metadata TSV that labels each record; k-mer tokens over an optional region,
+// class filters, and a stratified train/val/test split by seed.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One declared option; an empty default makes it required.
+gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
+                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
+  gf::OptionSpec o;
+  o.name = std::move(name);
+  o.type = type;
+  o.required = def.empty();
+  o.default_value = std::move(def);
+  o.doc = std::move(doc);
+  o.min = min;
+  o.max = max;
+  o.choices = std::move(choices);
+  return o;
+}
+
+struct Settings {
+  std::string fasta, metadata, id_column, label_column;
+  int64_t min_count = 0;
+  std::vector<std::string> include;
+  std::string other, other_name, missing;
+  int k = 1, stride = 1;
+  gf::Ambiguous ambiguous = gf::Ambiguous::Token;
+  size_t region_start = 0, region_end = 0;  // 1-based inclusive; 0 = whole record
+  std::string gene, gff;
+  size_t max_len = 0;
+  double val_ratio = 0.1, test_ratio = 0.1;
+  uint64_t seed = 0;
+};
+
+class FastaVariants : public gf::Dataset {
+ public:
+  explicit FastaVariants(Settings s) : s_(std::move(s)) {}
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "fasta_variants(fasta=" << s_.fasta << ", metadata=" << s_.metadata
+       << ", label=" << s_.label_column << ", k=" << s_.k << ", stride=" << s_.stride;
+    if (region_end_ > 0) os << ", region=" << region_start_ << ".." << region_end_;
+    os << ")";
+    if (loaded_) {
+      os << ": " << used_ << " genomes; " << missing_in_fasta_
+         << " metadata ids absent from the FASTA (skipped), " << unlabelled_
+         << " FASTA records without metadata (ignored), " << dropped_ << " dropped by class filters";
+    }
+    return os.str();
+  }
+
+  gf::DataSplits load() override {
+    region_start_ = s_.region_start;
+    region_end_ = s_.region_end;
+    if (!s_.gene.empty()) {
+      auto r = gf::gff_gene_region(s_.gff, s_.gene);
+      region_start_ = r.first;
+      region_end_ = r.second;
+    }
+
+    std::vector<gf::FastaRecord> records = gf::read_fasta(s_.fasta);
+    std::unordered_map<std::string, size_t> by_id;
+    for (size_t i = 0; i < records.size(); ++i) {
+      auto ins = by_id.emplace(records[i].id, i);
+      if (!ins.second) {
+        gf::data_error(s_.fasta, records[i].line,
+                       "duplicate FASTA id `" + records[i].id + "` (first at line " +
+                           std::to_string(records[ins.first->second].line) + ")");
+      }
+    }
+
+    // metadata: id -> label, in file order
+    struct Labelled {
+      size_t record;
+      std::string label;
+    };
+    std::vector<Labelled> rows;
+    {
+      gf::LineReader in(s_.metadata);
+      std::string line;
+      if (!in.next(line)) gf::data_error(s_.metadata, 1, "empty file: expected a header row");
+      gf::TsvHeader header(gf::split_fields(line), s_.metadata);
+      size_t id_col = header.index(s_.id_column, "id_column");
+      size_t label_col = header.index(s_.label_column, "label_column");
+      std::set<std::string> seen;
+      std::vector<std::string> missing_examples;
+      while (in.next(line)) {
+        if (line.empty()) continue;
+        auto f = gf::split_fields(line);
+        if (f.size() != header.size()) {
+          gf::data_error(s_.metadata, in.line_number(),
+                         "expected " + std::to_string(header.size()) +
+                             " tab-separated fields (as the header), found " +
+                             std::to_string(f.size()));
+        }
+        const std::string& id = f[id_col];
+        if (id.empty()) gf::data_error(s_.metadata, in.line_number(), "empty id");
+        if (f[label_col].empty()) {
+          gf::data_error(s_.metadata, in.line_number(), "empty label for `" + id + "`");
+        }
+        if (!seen.insert(id).second) {
+          gf::data_error(s_.metadata, in.line_number(), "duplicate id `" + id + "`");
+        }
+        auto it = by_id.find(id);
+        if (it == by_id.end()) {
+          if (s_.missing == "error") {
+            gf::data_error(s_.metadata, in.line_number(),
+                           "id `" + id + "` does not occur in " + s_.fasta +
+                               " (set missing: skip to ignore such ids)");
+          }
+          ++missing_in_fasta_;
+          continue;
+        }
+        rows.push_back({it->second, f[label_col]});
+      }
+      unlabelled_ = records.size() - rows.size();
+    }
+    if (rows.empty()) {
+      throw gf::ConfigError("fasta_variants: no metadata id of " + s_.metadata + " occurs in " +
+                            s_.fasta + " (" + std::to_string(missing_in_fasta_) +
+                            " ids absent); check id_column");
+    }
+
+    // class filters: include list, then min_count; the rest grouped or dropped
+    std::map<std::string, size_t> counts;
+    for (const auto& r : rows) ++counts[r.label];
+    std::set<std::string> included;
+    if (!s_.include.empty()) {
+      std::vector<std::string> known;
+      for (const auto& kv : counts) known.push_back(kv.first);
+      for (const auto& name : s_.include) {
+        if (!counts.count(name)) {
+          std::string guess = gf::did_you_mean(name, known);
+          throw gf::ConfigError("fasta_variants: include: class `" + name + "` does not occur in " +
+                                s_.metadata + " column `" + s_.label_column + "`" +
+                                (guess.empty() ? "" : "; did you mean `" + guess + "`?"));
+        }
+        included.insert(name);
+      }
+    }
+    std::map<std::string, std::string> maps_to;  // "" = dropped
+    bool any_other = false;
+    for (const auto& kv : counts) {
+      bool keep = (included.empty() || included.count(kv.first)) &&
+                  kv.second >= static_cast<size_t>(s_.min_count);
+      std::string target = keep ? kv.first : (s_.other == "group" ? s_.other_name : "");
+      if (!keep && s_.other == "group") any_other = true;
+      if (keep && kv.first == s_.other_name && s_.other == "group") any_other = true;
+      maps_to[kv.first] = target;
+    }
+    std::vector<std::string> names;
+    for (const auto& kv : maps_to) {
+      bool grouped = s_.other == "group" && kv.second == s_.other_name;
+      if (!kv.second.empty() && !grouped) names.push_back(kv.second);
+    }
+    if (any_other) names.push_back(s_.other_name);  // the grouped class goes last
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    if (names.size() < 2) {
+      throw gf::ConfigError("fasta_variants: the class filters leave " +
+                            std::to_string(names.size()) + " class(es); need at least 2");
+    }
+    std::map<std::string, int32_t> class_of;
+    for (size_t i = 0; i < names.size(); ++i) class_of[names[i]] = static_cast<int32_t>(i);
+
+    gf::KmerTokenizer tok(s_.k, s_.stride, s_.ambiguous);
+    gf::DataSplits d;
+    d.pad_id = 0;
+    d.vocab_size = tok.vocab_size();
+    d.vocab = tok.vocab();
+    d.class_names = names;
+    d.num_classes = names.size();
+
+    // tokenise and group by class
+    std::vector<std::vector<gf::Example>> per_class(names.size());
+    for (const auto& r : rows) {
+      const std::string& target = maps_to[r.label];
+      if (target.empty()) {
+        ++dropped_;
+        continue;
+      }
+      const gf::FastaRecord& rec = records[r.record];
+      std::string where = s_.fasta + ":" + std::to_string(rec.line) + ": record `" + rec.id + "`";
+      size_t start = region_end_ ? region_start_ - 1 : 0;
+      size_t end = region_end_ ? region_end_ : rec.seq.size();
+      gf::Example e;
+      e.label = class_of[target];
+      e.tokens = tok.tokenize(rec.seq, start, end, s_.max_len, where,
+                              s_.seed ^ gf::hash_name(rec.id));
+      if (e.tokens.empty()) {
+        throw gf::ConfigError(where + ": no k-mer in the region (record length " +
+                              std::to_string(rec.seq.size()) + ", region " +
+                              std::to_string(start + 1) + ".." + std::to_string(end) + ")");
+      }
+      d.max_len = std::max(d.max_len, e.tokens.size());
+      per_class[static_cast<size_t>(e.label)].push_back(std::move(e));
+      ++used_;
+    }
+    std::vector<gf::FastaRecord>().swap(records);
+
+    // stratified split: each class shuffled on its own stream
+    for (size_t c = 0; c < per_class.size(); ++c) {
+      auto& v = per_class[c];
+      gf::Rng rng(s_.seed, "fasta_variants.split." + names[c]);
+      for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+      size_t n = v.size();
+      size_t n_test = static_cast<size_t>(std::llround(n * s_.test_ratio));
+      size_t n_val = static_cast<size_t>(std::llround(n * s_.val_ratio));
+      while (n_test + n_val >= n && (n_test + n_val) > 0) {  // keep one for training
+        if (n_val >= n_test && n_val > 0) --n_val; else --n_test;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        auto& dst = i < n_test ? d.test : i < n_test + n_val ? d.val : d.train;
+        dst.push_back(std::move(v[i]));
+      }
+    }
+    const char* split_names[] = {"train", "val", "test"};
+    std::vector<gf::Example>* splits[] = {&d.train, &d.val, &d.test};
+    for (int i = 0; i < 3; ++i) {
+      if (splits[i]->empty()) {
+        throw gf::ConfigError(std::string("fasta_variants: split `") + split_names[i] +
+                              "` is empty (" + std::to_string(used_) +
+                              " genomes; raise val_ratio/test_ratio)");
+      }
+    }
+    loaded_ = true;
+    return d;
+  }
+
+ private:
+  Settings s_;
+  size_t region_start_ = 0, region_end_ = 0;
+  size_t missing_in_fasta_ = 0, unlabelled_ = 0, dropped_ = 0, used_ = 0;
+  bool loaded_ = false;
+};
+
+std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
+  Settings s;
+  s.fasta = o.resolve_path(o.get_string("fasta"));
+  s.metadata = o.resolve_path(o.get_string("metadata"));
+  s.id_column = o.get_string("id_column");
+  s.label_column = o.get_string("label_column");
+  s.min_count = o.get_int("min_count");
+  s.include = o.get_string_list("include");
+  s.other = o.get_string("other");
+  s.other_name = o.get_string("other_name");
+  s.missing = o.get_string("missing");
+  s.k = static_cast<int>(o.get_int("k"));
+  s.stride = static_cast<int>(o.get_int("stride"));
+  s.ambiguous = gf::parse_ambiguous(o.get_string("ambiguous"));
+  bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
+  if (has_start != has_end) o.fail(has_start ? "region_end" : "region_start",
+                                   "give both region_start and region_end");
+  if (has_start) {
+    s.region_start = static_cast<size_t>(o.get_int("region_start"));
+    s.region_end = static_cast<size_t>(o.get_int("region_end"));
+    if (s.region_end < s.region_start) o.fail("region_end", "must be >= region_start");
+  }
+  if (o.has_value("gene")) {
+    if (has_start) o.fail("gene", "give either gene or region_start/region_end, not both");
+    if (!o.has_value("gff")) o.fail("gene", "needs gff: the annotation file to look it up in");
+    s.gene = o.get_string("gene");
+    s.gff = o.resolve_path(o.get_string("gff"));
+  }
+  s.max_len = static_cast<size_t>(o.get_int("max_len"));
+  s.val_ratio = o.get_float("val_ratio");
+  s.test_ratio = o.get_float("test_ratio");
+  s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  return std::make_unique<FastaVariants>(std::move(s));
+}
+
+gf::OptionSpecs specs() {
+  using gf::OptType;
+  return {
+      opt("fasta", OptType::String, "", "FASTA or FASTA.gz of the genomes"),
+      opt("metadata", OptType::String, "", "TSV with a header: one row per genome"),
+      opt("id_column", OptType::String, "strain", "metadata column holding the FASTA id"),
+      opt("label_column", OptType::String, "who_variant", "metadata column holding the class"),
+      opt("min_count", OptType::Int, "0", "classes with fewer genomes are grouped or dropped", 0),
+      opt("include", OptType::StringList, "[]", "keep only these classes (empty = all)"),
+      opt("other", OptType::String, "group",
+          "classes removed by include/min_count: group into other_name, or drop", -kInf, kInf,
+          {"group", "drop"}),
+      opt("other_name", OptType::String, "other", "name of the grouped class"),
+      opt("missing", OptType::String, "skip",
+          "metadata ids absent from the FASTA: skip (counted) or error", -kInf, kInf,
+          {"skip", "error"}),
+      opt("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
+      opt("stride", OptType::Int, "1", "step between k-mer starts (k = non-overlapping)", 1),
+      opt("ambiguous", OptType::String, "token",
+          "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
+          "random compatible base)",
+          -kInf, kInf, {"token", "skip", "error", "resolve"}),
+      opt("region_start", OptType::Int, "~", "1-based first base of the region on each record", 1),
+      opt("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
+      opt("gene", OptType::String, "~", "region = this gene of the gff file"),
+      opt("gff", OptType::String, "~", "GFF annotation for gene"),
+      opt("max_len", OptType::Int, "0", "keep at most this many tokens per genome (0 = all)", 0),
+      opt("val_ratio", OptType::Float, "0.1", "share of each class held out as val", 0.0, 0.9),
+      opt("test_ratio", OptType::Float, "0.1", "share of each class held out as test", 0.0, 0.9),
+      opt("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
+  };
+}
+
+void register_components(gf::Registry& r) {
+  r.add_dataset({"fasta_variants", "genome classification: FASTA + metadata TSV, k-mer tokens",
+                 specs()},
+                make);
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("fasta_variants", "0.1.0", register_components)

@@ -1,0 +1,239 @@
+// idx_images: IDX image and label files (MNIST format, plain or gzip) as
+// sequences of pixel tokens in row-major order, optionally average-pooled and
+// quantised to fewer grey levels. Defaults read Fashion-MNIST from
+// /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One declared option; an empty default makes it required.
+gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
+                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
+  gf::OptionSpec o;
+  o.name = std::move(name);
+  o.type = type;
+  o.required = def.empty();
+  o.default_value = std::move(def);
+  o.doc = std::move(doc);
+  o.min = min;
+  o.max = max;
+  o.choices = std::move(choices);
+  return o;
+}
+
+struct Settings {
+  std::string train_images, train_labels, test_images, test_labels;
+  double val_ratio = 0.1;
+  int levels = 256, downsample = 1;
+  int64_t max_train = 0, max_test = 0;
+  std::vector<std::string> class_names;
+  uint64_t seed = 0;
+};
+
+// An IDX file of unsigned bytes: dims and the data after the header.
+struct Idx {
+  std::vector<uint32_t> dims;
+  std::vector<uint8_t> bytes;
+  size_t offset = 0;  // first data byte
+};
+
+Idx read_idx(const std::string& path, uint8_t want_ndim) {
+  Idx idx;
+  idx.bytes = gf::read_file_bytes(path);
+  const auto& b = idx.bytes;
+  uint32_t want_magic = 0x0800u | want_ndim;
+  char what[96];
+  std::snprintf(what, sizeof what, "expected 0x%08x (unsigned bytes, %u dimension%s: %s)",
+                want_magic, unsigned(want_ndim), want_ndim == 1 ? "" : "s",
+                want_ndim == 1 ? "labels" : "images");
+  if (b.size() < 4) gf::data_error(path, 0, "too short for an IDX file (" +
+                                                std::to_string(b.size()) + " bytes)");
+  uint32_t magic = (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | b[3];
+  if (magic != want_magic) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "wrong IDX magic number 0x%08x; ", magic);
+    gf::data_error(path, 0, std::string(buf) + what);
+  }
+  size_t header = 4 + 4 * size_t{want_ndim};
+  if (b.size() < header) gf::data_error(path, 0, "IDX header truncated");
+  size_t total = 1;
+  for (size_t i = 0; i < want_ndim; ++i) {
+    const uint8_t* p = b.data() + 4 + 4 * i;
+    uint32_t d = (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
+    idx.dims.push_back(d);
+    total *= d;
+  }
+  if (b.size() != header + total) {
+    gf::data_error(path, 0, "IDX size mismatch: the header promises " + std::to_string(total) +
+                                " data bytes, the file holds " +
+                                std::to_string(b.size() - header) + " (truncated or corrupt)");
+  }
+  idx.offset = header;
+  return idx;
+}
+
+class IdxImages : public gf::Dataset {
+ public:
+  explicit IdxImages(Settings s) : s_(std::move(s)) {}
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "idx_images(train=" << s_.train_images << ", test=" << s_.test_images
+       << ", levels=" << s_.levels << ", downsample=" << s_.downsample << ")";
+    return os.str();
+  }
+
+  gf::DataSplits load() override {
+    gf::DataSplits d;
+    d.pad_id = 0;
+    d.vocab_size = static_cast<size_t>(s_.levels) + 1;
+    d.vocab.push_back("<pad>");
+    for (int l = 0; l < s_.levels; ++l) d.vocab.push_back(std::to_string(l));
+    std::vector<gf::Example> train = read_pair(s_.train_images, s_.train_labels, d);
+    std::vector<gf::Example> test = read_pair(s_.test_images, s_.test_labels, d);
+
+    gf::Rng rng(s_.seed, "idx_images.split");
+    for (size_t i = train.size(); i > 1; --i) std::swap(train[i - 1], train[rng.below(i)]);
+    size_t n_val = static_cast<size_t>(std::llround(train.size() * s_.val_ratio));
+    d.val.assign(std::make_move_iterator(train.end() - static_cast<long>(n_val)),
+                 std::make_move_iterator(train.end()));
+    train.resize(train.size() - n_val);
+    if (s_.max_train > 0 && train.size() > static_cast<size_t>(s_.max_train)) {
+      train.resize(static_cast<size_t>(s_.max_train));  // already a seeded random order
+    }
+    if (s_.max_test > 0 && test.size() > static_cast<size_t>(s_.max_test)) {
+      gf::Rng trng(s_.seed, "idx_images.test_subset");
+      for (size_t i = test.size(); i > 1; --i) std::swap(test[i - 1], test[trng.below(i)]);
+      test.resize(static_cast<size_t>(s_.max_test));
+    }
+    d.train = std::move(train);
+    d.test = std::move(test);
+    if (d.train.empty() || d.val.empty() || d.test.empty()) {
+      throw gf::ConfigError(std::string("idx_images: split `") +
+                            (d.train.empty() ? "train" : d.val.empty() ? "val" : "test") +
+                            "` is empty; check val_ratio, max_train and max_test");
+    }
+    if (!s_.class_names.empty()) {
+      if (s_.class_names.size() < d.num_classes) {
+        throw gf::ConfigError("idx_images: class_names lists " +
+                              std::to_string(s_.class_names.size()) + " names but the labels go "
+                              "up to " + std::to_string(d.num_classes - 1));
+      }
+      d.num_classes = s_.class_names.size();
+      d.class_names = s_.class_names;
+    } else {
+      for (size_t c = 0; c < d.num_classes; ++c) d.class_names.push_back(std::to_string(c));
+    }
+    return d;
+  }
+
+ private:
+  Settings s_;
+
+  std::vector<gf::Example> read_pair(const std::string& images_path,
+                                     const std::string& labels_path, gf::DataSplits& d) {
+    Idx images = read_idx(images_path, 3);
+    Idx labels = read_idx(labels_path, 1);
+    size_t n = images.dims[0], rows = images.dims[1], cols = images.dims[2];
+    if (labels.dims[0] != n) {
+      throw gf::ConfigError(images_path + " holds " + std::to_string(n) + " images but " +
+                            labels_path + " holds " + std::to_string(labels.dims[0]) + " labels");
+    }
+    size_t f = static_cast<size_t>(s_.downsample);
+    if (f > rows || f > cols) {
+      throw gf::ConfigError("idx_images: downsample " + std::to_string(f) + " exceeds the " +
+                            std::to_string(rows) + "x" + std::to_string(cols) + " images of " +
+                            images_path);
+    }
+    size_t out_r = rows / f, out_c = cols / f;  // a ragged edge is cut off
+    std::vector<gf::Example> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* img = images.bytes.data() + images.offset + i * rows * cols;
+      gf::Example& e = out[i];
+      e.label = labels.bytes[labels.offset + i];
+      d.num_classes = std::max(d.num_classes, static_cast<size_t>(e.label) + 1);
+      e.tokens.resize(out_r * out_c);
+      for (size_t r = 0; r < out_r; ++r) {
+        for (size_t c = 0; c < out_c; ++c) {
+          unsigned sum = 0;
+          for (size_t dr = 0; dr < f; ++dr) {
+            for (size_t dc = 0; dc < f; ++dc) sum += img[(r * f + dr) * cols + c * f + dc];
+          }
+          unsigned v = (sum + static_cast<unsigned>(f * f) / 2) / static_cast<unsigned>(f * f);
+          unsigned q = v * static_cast<unsigned>(s_.levels) / 256;
+          e.tokens[r * out_c + c] = static_cast<int32_t>(q) + 1;
+        }
+      }
+    }
+    d.max_len = std::max(d.max_len, out_r * out_c);
+    return out;
+  }
+};
+
+std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
+  Settings s;
+  s.train_images = o.resolve_path(o.get_string("train_images"));
+  s.train_labels = o.resolve_path(o.get_string("train_labels"));
+  s.test_images = o.resolve_path(o.get_string("test_images"));
+  s.test_labels = o.resolve_path(o.get_string("test_labels"));
+  s.val_ratio = o.get_float("val_ratio");
+  s.levels = static_cast<int>(o.get_int("levels"));
+  s.downsample = static_cast<int>(o.get_int("downsample"));
+  s.max_train = o.get_int("max_train");
+  s.max_test = o.get_int("max_test");
+  s.class_names = o.get_string_list("class_names");
+  s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  return std::make_unique<IdxImages>(std::move(s));
+}
+
+gf::OptionSpecs specs() {
+  using gf::OptType;
+  const std::string dir = "/usr/share/datasets/fashion-mnist/";
+  return {
+      opt("train_images", OptType::String, dir + "train-images-idx3-ubyte.gz",
+          "IDX images of the training split (plain or gzip)"),
+      opt("train_labels", OptType::String, dir + "train-labels-idx1-ubyte.gz",
+          "IDX labels of the training split"),
+      opt("test_images", OptType::String, dir + "t10k-images-idx3-ubyte.gz",
+          "IDX images of the test split"),
+      opt("test_labels", OptType::String, dir + "t10k-labels-idx1-ubyte.gz",
+          "IDX labels of the test split"),
+      opt("val_ratio", OptType::Float, "0.1", "share of the training images held out as val",
+          0.0, 0.9),
+      opt("levels", OptType::Int, "256", "grey levels: token = 1 + pixel * levels / 256", 2, 256),
+      opt("downsample", OptType::Int, "1", "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1),
+      opt("max_train", OptType::Int, "0", "keep a seeded random subset of the training split "
+          "(0 = all)", 0),
+      opt("max_test", OptType::Int, "0", "keep a seeded random subset of the test split (0 = all)",
+          0),
+      opt("class_names", OptType::StringList, "[]", "names of the classes by label"),
+      opt("split_seed", OptType::Int, "~", "seed of the val split and subsets (default: run seed)",
+          0),
+  };
+}
+
+void register_components(gf::Registry& r) {
+  r.add_dataset({"idx_images", "IDX images (Fashion-MNIST) as row-major pixel-token sequences",
+                 specs()},
+                make);
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("idx_images", "0.1.0", register_components)

@@ -1,0 +1,230 @@
+// Dataset plugin `listops`: ListOps trees generated to the Long Range Arena rules (the core's
+// gf::listops generator), or read from LRA / original-ListOps TSV files.
+#include <algorithm>
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/listops.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace lo = gf::listops;
+
+const char* const kGenerateOnly[] = {"min_length", "max_depth", "max_args", "seed_offset"};
+const char* const kFilesOnly[] = {"train_file", "val_file", "test_file", "truncate"};
+
+gf::OptionSpec option(const char* name, gf::OptType type, const char* def, const char* doc,
+                      double min = -std::numeric_limits<double>::infinity(),
+                      double max = std::numeric_limits<double>::infinity(),
+                      std::vector<std::string> choices = {}) {
+  gf::OptionSpec s;
+  s.name = name;
+  s.type = type;
+  s.default_value = def;
+  s.doc = doc;
+  s.min = min;
+  s.max = max;
+  s.choices = std::move(choices);
+  return s;
+}
+
+gf::OptionSpecs listops_options() {
+  using gf::OptType;
+  const double inf = std::numeric_limits<double>::infinity();
+  return {
+      option("source", OptType::String, "generate",
+             "generate: random trees by the LRA rules; files: read train/val/test TSV files", -inf,
+             inf, {"generate", "files"}),
+      option("train_size", OptType::Int, "20000",
+             "training trees to generate (files: when set, keep the first N rows)", 1),
+      option("val_size", OptType::Int, "2000",
+             "validation trees to generate (files: when set, keep the first N rows)", 0),
+      option("test_size", OptType::Int, "2000",
+             "test trees to generate (files: when set, keep the first N rows)", 0),
+      option("min_length", OptType::Int, "128",
+             "generate: keep trees longer than this many tokens (LRA: 500 with max_length 2000)",
+             0),
+      option("max_length", OptType::Int, "512",
+             "generate: keep trees shorter than this many tokens (strict, as LRA); files: longest "
+             "row kept (see truncate)",
+             2),
+      option("max_depth", OptType::Int, "10", "generate: deepest level; the root is level 1", 1,
+             64),
+      option("max_args", OptType::Int, "10", "generate: operator arity is uniform in 2..max_args",
+             2, 1000),
+      option("seed_offset", OptType::Int, "0",
+             "generate: data seed = run seed + seed_offset (stream \"listops\")"),
+      option("train_file", OptType::String, "~",
+             "files: training TSV (LRA `Source<TAB>Target` or `label<TAB>expression`, .gz ok), "
+             "relative to the config"),
+      option("val_file", OptType::String, "~", "files: validation TSV"),
+      option("test_file", OptType::String, "~", "files: test TSV"),
+      option("truncate", OptType::Bool, "false",
+             "files: cut rows longer than max_length to max_length tokens (LRA's input pipeline) "
+             "instead of dropping them"),
+  };
+}
+
+class ListOpsDataset : public gf::Dataset {
+ public:
+  ListOpsDataset(const gf::Options& o, const gf::DatasetBuild& b) : opts_(o) {
+    files_ = o.get_string("source") == "files";
+    for (const char* name : files_ ? kGenerateOnly : kFilesOnly) {
+      if (o.is_set(name))
+        o.fail(name, std::string("is only used with source: ") + (files_ ? "generate" : "files"));
+    }
+    max_length_ = static_cast<size_t>(o.get_int("max_length"));
+    if (files_) {
+      truncate_ = o.get_bool("truncate");
+      const char* names[3] = {"train_file", "val_file", "test_file"};
+      const char* sizes[3] = {"train_size", "val_size", "test_size"};
+      for (int i = 0; i < 3; ++i) {
+        if (!o.has_value(names[i])) o.fail(names[i], "is required with source: files");
+        paths_[i] = o.resolve_path(o.get_string(names[i]));
+        if (!gf::file_exists(paths_[i])) o.fail(names[i], "file not found: " + paths_[i]);
+        limits_[i] = o.is_set(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i])) : 0;
+      }
+    } else {
+      cfg_.min_length = static_cast<size_t>(o.get_int("min_length"));
+      cfg_.max_length = max_length_;
+      if (cfg_.max_length < cfg_.min_length + 2)
+        o.fail("max_length", "no tree length lies strictly between min_length " +
+                                 std::to_string(cfg_.min_length) + " and max_length " +
+                                 std::to_string(cfg_.max_length));
+      cfg_.max_depth = static_cast<int>(o.get_int("max_depth"));
+      cfg_.max_args = static_cast<int>(o.get_int("max_args"));
+      if (cfg_.max_depth == 1 && cfg_.min_length >= 1)
+        o.fail("max_depth", "1 makes single digits only (length 1), none longer than min_length");
+      sizes_[0] = static_cast<size_t>(o.get_int("train_size"));
+      sizes_[1] = static_cast<size_t>(o.get_int("val_size"));
+      sizes_[2] = static_cast<size_t>(o.get_int("test_size"));
+      seed_ = b.seed + static_cast<uint64_t>(o.get_int("seed_offset"));
+    }
+  }
+
+  gf::DataSplits load() override {
+    gf::DataSplits d;
+    d.vocab_size = lo::kVocabSize;
+    d.pad_id = lo::kPad;
+    d.num_classes = lo::kNumClasses;
+    for (size_t c = 0; c < lo::kNumClasses; ++c) d.class_names.push_back(std::to_string(c));
+    d.vocab = lo::vocabulary();
+    std::vector<gf::Example>* splits[3] = {&d.train, &d.val, &d.test};
+    if (files_) {
+      for (int i = 0; i < 3; ++i) *splits[i] = read_split(i);
+    } else {
+      generate(splits);
+    }
+    for (auto* s : splits)
+      for (const auto& e : *s) d.max_len = std::max(d.max_len, e.tokens.size());
+    return d;
+  }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    if (files_) {
+      os << "listops from files: train " << paths_[0] << ", val " << paths_[1] << ", test "
+         << paths_[2] << "; rows longer than " << max_length_ << " tokens "
+         << (truncate_ ? "truncated" : "dropped");
+      if (loaded_) os << " (" << changed_[0] << "/" << changed_[1] << "/" << changed_[2] << ")";
+    } else {
+      os << "listops generated by the LRA rules: " << sizes_[0] << "/" << sizes_[1] << "/"
+         << sizes_[2] << " distinct trees, " << cfg_.min_length << " < length < " << cfg_.max_length
+         << ", max_depth " << cfg_.max_depth << ", max_args " << cfg_.max_args << ", data seed "
+         << seed_;
+    }
+    return os.str();
+  }
+
+ private:
+  void generate(std::vector<gf::Example>* splits[3]) {
+    cfg_.count = sizes_[0] + sizes_[1] + sizes_[2];
+    gf::Rng rng(seed_, "listops");
+    std::vector<lo::Generated> trees;
+    try {
+      trees = lo::generate(cfg_, rng);
+    } catch (const gf::RuntimeError& e) {
+      opts_.fail("train_size", e.what());  // settings that cannot yield enough distinct trees
+    }
+    size_t k = 0;
+    for (int i = 0; i < 3; ++i) {
+      splits[i]->reserve(sizes_[i]);
+      for (size_t j = 0; j < sizes_[i]; ++j, ++k) {
+        gf::Example e;
+        e.tokens = std::move(trees[k].tokens);
+        e.label = trees[k].label;
+        splits[i]->push_back(std::move(e));
+      }
+    }
+    loaded_ = true;
+  }
+
+  std::vector<gf::Example> read_split(int i) {
+    const std::string& path = paths_[i];
+    std::vector<lo::Row> rows = lo::read_tsv(path);
+    if (limits_[i] > 0 && rows.size() > limits_[i]) rows.resize(limits_[i]);
+    std::vector<gf::Example> out;
+    out.reserve(rows.size());
+    for (const lo::Row& r : rows) {
+      gf::Example e;
+      try {
+        e.tokens = lo::tokenize(r.expression);
+      } catch (const gf::RuntimeError& err) {
+        gf::data_error(path, r.line, err.what());
+      }
+      if (e.tokens.empty()) gf::data_error(path, r.line, "empty expression");
+      if (e.tokens.size() > max_length_) {
+        ++changed_[i];
+        if (!truncate_) continue;
+        e.tokens.resize(max_length_);
+      }
+      e.label = r.label;
+      out.push_back(std::move(e));
+    }
+    if (out.empty())
+      gf::data_error(path, 0,
+                     rows.empty()
+                         ? "no rows"
+                         : "every row is longer than max_length " + std::to_string(max_length_) +
+                               " tokens; raise max_length or set truncate: true");
+    loaded_ = true;
+    return out;
+  }
+
+  gf::Options opts_;
+  bool files_ = false;
+  size_t max_length_ = 0;
+  // generate
+  lo::GeneratorConfig cfg_;
+  size_t sizes_[3] = {0, 0, 0};
+  uint64_t seed_ = 0;
+  // files
+  bool truncate_ = false;
+  std::string paths_[3];
+  size_t limits_[3] = {0, 0, 0};
+  size_t changed_[3] = {0, 0, 0};  // rows dropped or truncated per split
+  bool loaded_ = false;
+};
+
+void register_listops(gf::Registry& r) {
+  r.add_dataset(
+      {"listops",
+       "ListOps expression trees (MIN MAX MED SM over digits): generated by the LRA "
+       "rules or read from TSV; 16 tokens, 10 classes",
+       listops_options()},
+      [](const gf::Options& o, const gf::DatasetBuild& b) -> std::unique_ptr<gf::Dataset> {
+        return std::make_unique<ListOpsDataset>(o, b);
+      });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("listops", "0.1.0", register_listops)

@@ -1,0 +1,406 @@
+// text_tsv: text classification from TSV files (plain or gzip) with a header row.
+// Splits come from separate files or are carved from the training file by ratio
+// and seed; tokens are UTF-8 bytes (char) or words with a vocabulary built from
+// the training split only.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
+
+namespace {
+
+constexpr int32_t kPad = 0;
+constexpr int32_t kUnk = 1;
+
+struct Row {
+  std::vector<int32_t> ids;         // char tokens (tokenised while reading)
+  std::vector<std::string> words;   // word tokens (mapped once the vocabulary exists)
+  std::string label;
+  size_t line = 0;
+};
+
+struct FileRows {
+  std::string path;
+  std::vector<Row> rows;
+};
+
+struct Settings {
+  std::string train, val, test;
+  double val_ratio = 0.1, test_ratio = 0.1;
+  uint64_t seed = 0;
+  std::string text_column, label_column, label_type, tokenizer;
+  bool lowercase = true, split_punct = false, strip_html = false;
+  int64_t min_freq = 1, max_vocab = 0, max_len = 0, subsample = 0;
+};
+
+bool parse_int(const std::string& s, long long& v) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  v = std::strtoll(s.c_str(), &end, 10);
+  return errno == 0 && end == s.c_str() + s.size();
+}
+
+std::string preprocess(std::string text, const Settings& s) {
+  if (s.strip_html) {
+    // tags such as <br /> become a space; a '<' that opens no short tag stays
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '<') {
+        size_t close = text.find('>', i);
+        if (close != std::string::npos && close - i <= 32 &&
+            text.find('<', i + 1) > close) {
+          out.push_back(' ');
+          i = close;
+          continue;
+        }
+      }
+      out.push_back(text[i]);
+    }
+    text.swap(out);
+  }
+  if (s.lowercase) {
+    for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return text;
+}
+
+std::vector<std::string> split_words(const std::string& text, bool split_punct, size_t max_len) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&]() {
+    if (!cur.empty()) out.push_back(std::move(cur));
+    cur.clear();
+  };
+  for (char c : text) {
+    if (max_len && out.size() >= max_len) return out;
+    unsigned char u = static_cast<unsigned char>(c);
+    if (std::isspace(u)) {
+      flush();
+    } else if (split_punct && u < 128 && std::ispunct(u)) {
+      flush();
+      out.emplace_back(1, c);
+    } else {
+      cur.push_back(c);
+    }
+  }
+  flush();
+  if (max_len && out.size() > max_len) out.resize(max_len);
+  return out;
+}
+
+class TextTsv : public gf::Dataset {
+ public:
+  explicit TextTsv(Settings s) : s_(std::move(s)) {}
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "text_tsv(train=" << s_.train;
+    if (!s_.val.empty()) os << ", val=" << s_.val;
+    if (!s_.test.empty()) os << ", test=" << s_.test;
+    os << ", tokenizer=" << s_.tokenizer << ", max_len=" << s_.max_len << ")";
+    return os.str();
+  }
+
+  gf::DataSplits load() override {
+    FileRows train = read_file(s_.train);
+    FileRows val, test;
+    if (!s_.val.empty()) val = read_file(s_.val);
+    if (!s_.test.empty()) test = read_file(s_.test);
+    carve(train, val, test);
+
+    for (auto* f : {&train, &val, &test}) {
+      if (f->rows.empty()) {
+        const char* name = f == &train ? "train" : f == &val ? "val" : "test";
+        throw gf::ConfigError(std::string("text_tsv: split `") + name + "` is empty (from " +
+                              f->path + "); give a file or a ratio that leaves examples");
+      }
+    }
+
+    gf::DataSplits d;
+    d.pad_id = kPad;
+    map_labels(train, val, test, d);
+    if (s_.tokenizer == "char") {
+      d.vocab_size = 258;
+      d.vocab = {"<pad>", "<unk>"};
+      for (int b = 0; b < 256; ++b) {
+        if (b >= 32 && b < 127) {
+          d.vocab.emplace_back(1, static_cast<char>(b));
+        } else {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", b);
+          d.vocab.emplace_back(buf);
+        }
+      }
+    } else {
+      build_vocab(train, d);
+    }
+    std::unordered_map<std::string, int32_t> index;
+    for (size_t i = 2; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], static_cast<int32_t>(i));
+    emit(train, d.train, index, d);
+    emit(val, d.val, index, d);
+    emit(test, d.test, index, d);
+    return d;
+  }
+
+ private:
+  Settings s_;
+  std::map<std::string, int32_t> class_of_;
+
+  FileRows read_file(const std::string& path) {
+    FileRows f;
+    f.path = path;
+    gf::LineReader in(path);
+    std::string line;
+    if (!in.next(line)) gf::data_error(path, 1, "empty file: expected a header row");
+    gf::TsvHeader header(gf::split_fields(line), path);
+    size_t text_col = header.index(s_.text_column, "text_column");
+    size_t label_col = header.index(s_.label_column, "label_column");
+    size_t max_len = static_cast<size_t>(s_.max_len);
+    while (in.next(line)) {
+      if (line.empty()) continue;
+      auto fields = gf::split_fields(line);
+      if (fields.size() != header.size()) {
+        gf::data_error(path, in.line_number(),
+                       "expected " + std::to_string(header.size()) + " tab-separated fields (as " +
+                           "the header), found " + std::to_string(fields.size()));
+      }
+      Row r;
+      r.line = in.line_number();
+      r.label = std::move(fields[label_col]);
+      if (r.label.empty()) gf::data_error(path, r.line, "empty label");
+      std::string text = preprocess(std::move(fields[text_col]), s_);
+      if (s_.tokenizer == "char") {
+        size_t n = max_len ? std::min(max_len, text.size()) : text.size();
+        r.ids.resize(n);
+        for (size_t i = 0; i < n; ++i) r.ids[i] = 2 + static_cast<unsigned char>(text[i]);
+      } else {
+        r.words = split_words(text, s_.split_punct, max_len);
+      }
+      f.rows.push_back(std::move(r));
+    }
+    if (s_.subsample > 0 && f.rows.size() > static_cast<size_t>(s_.subsample)) {
+      shuffle(f.rows, "subsample:" + path);
+      f.rows.resize(static_cast<size_t>(s_.subsample));
+    }
+    return f;
+  }
+
+  void shuffle(std::vector<Row>& rows, const std::string& stream) {
+    gf::Rng rng(s_.seed, "text_tsv." + stream);
+    for (size_t i = rows.size(); i > 1; --i) {
+      std::swap(rows[i - 1], rows[rng.below(i)]);
+    }
+  }
+
+  // Splits missing val/test out of the training rows: a seeded shuffle, then
+  // test first, val next, the rest stays train.
+  void carve(FileRows& train, FileRows& val, FileRows& test) {
+    bool need_val = s_.val.empty(), need_test = s_.test.empty();
+    if (!need_val && !need_test) return;
+    shuffle(train.rows, "split");
+    size_t n = train.rows.size();
+    size_t n_test = need_test ? static_cast<size_t>(std::llround(n * s_.test_ratio)) : 0;
+    size_t n_val = need_val ? static_cast<size_t>(std::llround(n * s_.val_ratio)) : 0;
+    if (n_test + n_val > n) n_test = n_val = 0;  // empty-split error below names it
+    auto take = [&](FileRows& dst, size_t count) {
+      dst.path = train.path + " (" + std::to_string(count) + " rows carved by ratio)";
+      dst.rows.assign(std::make_move_iterator(train.rows.end() - count),
+                      std::make_move_iterator(train.rows.end()));
+      train.rows.resize(train.rows.size() - count);
+    };
+    if (need_test) take(test, n_test);
+    if (need_val) take(val, n_val);
+    // the remaining training rows go back to file order (stable across ratios)
+    std::sort(train.rows.begin(), train.rows.end(),
+              [](const Row& a, const Row& b) { return a.line < b.line; });
+  }
+
+  void map_labels(FileRows& train, FileRows& val, FileRows& test, gf::DataSplits& d) {
+    bool as_int = s_.label_type == "int";
+    if (s_.label_type == "auto") {
+      long long v;
+      as_int = parse_int(train.rows.front().label, v);
+    }
+    if (as_int) {  // "01" and "1" name the same class
+      for (auto* f : {&train, &val, &test}) {
+        for (auto& r : f->rows) {
+          long long v;
+          if (!parse_int(r.label, v)) {
+            gf::data_error(f->path, r.line,
+                           "label `" + r.label + "` in column `" + s_.label_column +
+                               "` is not an integer (labels are integers in this data set; set "
+                               "label_type: string for named classes)");
+          }
+          r.label = std::to_string(v);
+        }
+      }
+    }
+    std::vector<std::string> names;
+    for (const auto& r : train.rows) names.push_back(r.label);
+    std::sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+      return as_int ? std::stoll(a) < std::stoll(b) : a < b;
+    });
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    for (size_t i = 0; i < names.size(); ++i) class_of_[names[i]] = static_cast<int32_t>(i);
+    d.class_names = names;
+    d.num_classes = names.size();
+    if (d.num_classes < 2) {
+      throw gf::ConfigError("text_tsv: " + train.path + ": the training split has only " +
+                            std::to_string(d.num_classes) + " class(es) in column `" +
+                            s_.label_column + "`");
+    }
+  }
+
+  void build_vocab(const FileRows& train, gf::DataSplits& d) {
+    std::unordered_map<std::string, size_t> freq;
+    for (const auto& r : train.rows) {
+      for (const auto& w : r.words) ++freq[w];
+    }
+    std::vector<std::pair<std::string, size_t>> items;
+    for (auto& kv : freq) {
+      if (kv.second >= static_cast<size_t>(s_.min_freq)) items.emplace_back(kv.first, kv.second);
+    }
+    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
+    if (s_.max_vocab > 0 && items.size() + 2 > static_cast<size_t>(s_.max_vocab)) {
+      items.resize(static_cast<size_t>(std::max<int64_t>(s_.max_vocab - 2, 0)));
+    }
+    d.vocab = {"<pad>", "<unk>"};
+    for (auto& it : items) d.vocab.push_back(it.first);
+    d.vocab_size = d.vocab.size();
+  }
+
+  void emit(FileRows& f, std::vector<gf::Example>& out,
+            const std::unordered_map<std::string, int32_t>& index, gf::DataSplits& d) {
+    out.reserve(f.rows.size());
+    for (auto& r : f.rows) {
+      auto it = class_of_.find(r.label);
+      if (it == class_of_.end()) {
+        gf::data_error(f.path, r.line,
+                       "label `" + r.label + "` does not occur in the training split");
+      }
+      gf::Example e;
+      e.label = it->second;
+      if (s_.tokenizer == "char") {
+        e.tokens = std::move(r.ids);
+      } else {
+        e.tokens.reserve(r.words.size());
+        for (const auto& w : r.words) {
+          auto t = index.find(w);
+          e.tokens.push_back(t == index.end() ? kUnk : t->second);
+        }
+        std::vector<std::string>().swap(r.words);
+      }
+      // an empty text still needs one position for the model to pool over
+      if (e.tokens.empty()) e.tokens.push_back(kUnk);
+      d.max_len = std::max(d.max_len, e.tokens.size());
+      out.push_back(std::move(e));
+    }
+    std::vector<Row>().swap(f.rows);
+  }
+};
+
+std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
+  Settings s;
+  s.train = o.resolve_path(o.get_string("train"));
+  if (o.has_value("val")) s.val = o.resolve_path(o.get_string("val"));
+  if (o.has_value("test")) s.test = o.resolve_path(o.get_string("test"));
+  s.val_ratio = o.get_float("val_ratio");
+  s.test_ratio = o.get_float("test_ratio");
+  if (s.val.empty() && s.test.empty() && s.val_ratio + s.test_ratio >= 1.0) {
+    o.fail("test_ratio", "val_ratio + test_ratio must leave training rows (sum < 1)");
+  }
+  s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  s.text_column = o.get_string("text_column");
+  s.label_column = o.get_string("label_column");
+  s.label_type = o.get_string("label_type");
+  s.tokenizer = o.get_string("tokenizer");
+  s.lowercase = o.get_bool("lowercase");
+  s.split_punct = o.get_bool("split_punct");
+  s.strip_html = o.get_bool("strip_html");
+  s.min_freq = o.get_int("min_freq");
+  s.max_vocab = o.get_int("max_vocab");
+  if (s.max_vocab > 0 && s.max_vocab < 3) o.fail("max_vocab", "must be 0 (no limit) or >= 3");
+  s.max_len = o.get_int("max_len");
+  s.subsample = o.get_int("subsample");
+  if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
+  return std::make_unique<TextTsv>(std::move(s));
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One declared option; an empty default makes it required.
+gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
+                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
+  gf::OptionSpec o;
+  o.name = std::move(name);
+  o.type = type;
+  o.required = def.empty();
+  o.default_value = std::move(def);
+  o.doc = std::move(doc);
+  o.min = min;
+  o.max = max;
+  o.choices = std::move(choices);
+  return o;
+}
+
+gf::OptionSpecs specs() {
+  using gf::OptType;
+  return {
+      opt("train", OptType::String, "", "training TSV (plain or .gz), header row first"),
+      opt("val", OptType::String, "~", "validation TSV; absent = carve val_ratio from train"),
+      opt("test", OptType::String, "~", "test TSV; absent = carve test_ratio from train"),
+      opt("val_ratio", OptType::Float, "0.1", "share of training rows held out as val (no val file)",
+       0.0, 0.9),
+      opt("test_ratio", OptType::Float, "0.1", "share of training rows held out as test (no test file)",
+       0.0, 0.9),
+      opt("split_seed", OptType::Int, "~", "seed of the ratio split and subsample (default: run seed)",
+       0),
+      opt("text_column", OptType::String, "sentence", "header name of the text column"),
+      opt("label_column", OptType::String, "label", "header name of the label column"),
+      opt("label_type", OptType::String, "auto",
+       "int: labels must be integers; string: any text; auto: int when the first label is one",
+       -kInf, kInf, {"auto", "int", "string"}),
+      opt("tokenizer", OptType::String, "word",
+       "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train", -kInf, kInf,
+       {"char", "word"}),
+      opt("lowercase", OptType::Bool, "true", "lower-case ASCII letters before tokenising"),
+      opt("split_punct", OptType::Bool, "false", "word: ASCII punctuation marks become own tokens"),
+      opt("strip_html", OptType::Bool, "false", "replace short tags such as <br /> by a space"),
+      opt("min_freq", OptType::Int, "1", "word: keep words seen at least this often in train", 1),
+      opt("max_vocab", OptType::Int, "0", "word: vocabulary size cap incl. <pad>,<unk> (0 = none)",
+       0),
+      opt("max_len", OptType::Int, "512", "truncate each text to this many tokens (0 = no limit)",
+       0),
+      opt("subsample", OptType::Int, "0", "keep a seeded random subset of this many rows per file "
+       "(0 = all)", 0),
+  };
+}
+
+void register_components(gf::Registry& r) {
+  r.add_dataset({"text_tsv", "text classification from TSV files (char or word tokens)", specs()},
+                make);
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("text_tsv", "0.1.0", register_components)

@@ -1,0 +1,533 @@
+// INCRT growth policy (`incrt_geometric`): add a head aimed at the largest
+// uncaptured directional energy of A_res = P_perp sym(C M_a) P_perp while that
+// energy is above a calibrated threshold (see docs/INCRT.md and spec/INCRT.md).
+#include <growformer/growth.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "incrt_math.hpp"
+
+namespace {
+
+using gf::incrt::Mat;
+using gf::incrt::Vec;
+
+/// Policy state of one attention block.
+struct BlockState {
+  bool started = false;
+  gf::incrt::TrackerPair tracker;
+  std::vector<Vec> q;               // directions at which earlier heads were born
+  std::vector<long> q_owner;        // head id per Q column (-1 = unknown)
+  size_t checks = 0;                // checks seen
+  Vec calib_norms;                  // ||A_res||_F of the calibration checks
+  Vec calib_energy;                 // sum of positive eigenvalues at calibration
+  bool calibrated = false;
+  double gamma0 = 0.0, theta_w = 0.0, phi_w = 0.0, phi_g = 0.0, energy0 = 0.0;
+  long last_growth_check = -1000000;
+  size_t grown = 0;
+  size_t heads = 0;                 // head count at the last check
+  double w_t = 0.0;                 // Lyapunov functional at the last check
+  double lambda_max = 0.0, lambda_min = 0.0, a_norm = 0.0;
+  bool pending = false;             // an AddHead was returned and not yet confirmed
+  Vec pending_dir;
+};
+
+class IncrtGeometric : public gf::GrowthPolicy {
+ public:
+  explicit IncrtGeometric(const gf::Options& o)
+      : first_sequence_(o.get_string("probe") == "first_sequence"),
+        normalize_c_(o.get_bool("normalize_c")),
+        exact_(o.get_string("tracker") == "exact"),
+        rule_(o.get_string("mca_rule") == "reference" ? gf::incrt::McaRule::Reference
+                                                      : gf::incrt::McaRule::Exin),
+        eta_plus_(o.has_value("eta_plus") ? o.get_float("eta_plus") : -1.0),
+        eta_minus_(o.has_value("eta_minus") ? o.get_float("eta_minus") : -1.0),
+        tracker_iters_(static_cast<size_t>(o.get_int("tracker_iters"))),
+        scale_frobenius_(o.get_string("step_scale") == "frobenius"),
+        coupling_(o.get_bool("coupling")),
+        calibration_checks_(static_cast<size_t>(o.get_int("calibration_checks"))),
+        absolute_(o.get_string("thresholds") == "absolute"),
+        theta_opt_(o.get_float("theta_w")),
+        phi_w_opt_(o.get_float("phi_w")),
+        phi_g_opt_(o.get_float("phi_g")),
+        dwell_auto_(o.get_string("dwell") == "auto"),
+        dwell_checks_(o.get_int("dwell_checks")),
+        dwell_kappa_(o.get_float("dwell_kappa")),
+        dwell_eps_(o.get_float("dwell_eps")),
+        dwell_max_checks_(o.get_int("dwell_max_checks")),
+        directed_(o.get_string("init") == "directed"),
+        value_variance_(o.has_value("value_variance") ? o.get_float("value_variance") : -1.0),
+        preserve_(o.get_bool("preserve_function")),
+        max_heads_(static_cast<size_t>(o.get_int("max_heads"))),
+        k_constant_(o.get_float("k_constant")),
+        head_cost_(o.get_float("head_cost")),
+        release_default_(o.get_bool("release_direction")),
+        lyapunov_guard_(o.get_bool("lyapunov_guard")) {
+    if (absolute_ && !o.is_set("theta_w"))
+      o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
+  }
+
+  bool needs_probe() const override { return true; }
+
+  void on_start(const gf::TrainView& view) override {
+    if (!seeded_) {
+      const uint64_t seed = view.rng ? view.rng->next_u64() : 0x1ec27ULL;
+      rng_ = gf::Rng(seed, "incrt_geometric");
+      seeded_ = true;
+    }
+  }
+
+  std::vector<gf::Edit> check(const gf::TrainView& view) override {
+    if (!seeded_) on_start(view);
+    std::vector<gf::Edit> edits;
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block || !bv.block->can_edit_heads()) continue;
+      if (!bv.probe || !bv.probe->defined())
+        throw gf::RuntimeError("incrt_geometric: the trainer gave no probe for block " +
+                               std::to_string(bv.index) + " (needs_probe() is true)");
+      BlockState& st = blocks_[bv.index];
+      check_block(view, bv, st, edits);
+    }
+    return edits;
+  }
+
+  void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    (void)view;
+    auto it = blocks_.find(e.block);
+    if (it == blocks_.end()) return;
+    BlockState& st = it->second;
+    const size_t d = st.tracker.up.size();
+    if (e.kind == gf::Edit::Kind::AddHead) {
+      if (!st.pending) return;  // someone else's growth edit
+      st.pending = false;
+      Vec u = st.pending_dir;
+      gf::incrt::orthogonalize(u, st.q);
+      if (gf::incrt::normalize(u) && st.q.size() < d) {
+        st.q.push_back(u);
+        st.q_owner.push_back(new_head_id);
+      }
+      st.grown += 1;
+      st.heads += 1;
+      st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
+    } else {
+      bool release = release_default_;
+      for (const auto& kv : e.cause.strings)
+        if (kv.first == "release_direction") release = (kv.second == "true");
+      if (st.heads > 0) st.heads -= 1;
+      if (!release) return;
+      for (size_t i = 0; i < st.q_owner.size(); ++i)
+        if (st.q_owner[i] == e.head_id) {
+          st.q.erase(st.q.begin() + static_cast<long>(i));
+          st.q_owner.erase(st.q_owner.begin() + static_cast<long>(i));
+          break;
+        }
+    }
+  }
+
+  std::map<std::string, double> summary() const override {
+    std::map<std::string, double> out;
+    double k_pred_total = 0.0, k_obs_total = 0.0, w_total = 0.0;
+    bool first = true;
+    for (const auto& kv : blocks_) {
+      const BlockState& st = kv.second;
+      std::map<std::string, double> b = block_summary(st);
+      k_pred_total += b["K_pred"];
+      k_obs_total += b["K_obs"];
+      w_total += b["W_t"];
+      if (first) {
+        out = b;  // the first block's quantities unprefixed
+        first = false;
+      }
+      if (blocks_.size() > 1)
+        for (const auto& q : b) out["block" + std::to_string(kv.first) + "." + q.first] = q.second;
+    }
+    if (blocks_.size() > 1) {
+      out["K_pred"] = k_pred_total;
+      out["K_obs"] = k_obs_total;
+      out["ratio"] = k_pred_total > 0 ? k_obs_total / k_pred_total : 0.0;
+      out["W_t"] = w_total;
+    }
+    return out;
+  }
+
+  std::string save_state() const override {
+    std::ostringstream os;
+    os << "incrt_geometric 1 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+       << rng_.increment() << ' ' << blocks_.size() << ' ';
+    for (const auto& kv : blocks_) {
+      const BlockState& s = kv.second;
+      os << "block " << kv.first << ' ' << s.started << ' ';
+      gf::incrt::put_vec(os, s.tracker.up);
+      gf::incrt::put_vec(os, s.tracker.um);
+      gf::incrt::put(os, s.tracker.lambda_max);
+      gf::incrt::put(os, s.tracker.lambda_min);
+      os << s.q.size() << ' ';
+      for (size_t i = 0; i < s.q.size(); ++i) {
+        gf::incrt::put_vec(os, s.q[i]);
+        os << s.q_owner[i] << ' ';
+      }
+      os << s.checks << ' ';
+      gf::incrt::put_vec(os, s.calib_norms);
+      gf::incrt::put_vec(os, s.calib_energy);
+      os << s.calibrated << ' ';
+      for (double v : {s.gamma0, s.theta_w, s.phi_w, s.phi_g, s.energy0, s.w_t, s.lambda_max,
+                       s.lambda_min, s.a_norm})
+        gf::incrt::put(os, v);
+      os << s.last_growth_check << ' ' << s.grown << ' ' << s.heads << ' ' << s.pending << ' ';
+      gf::incrt::put_vec(os, s.pending_dir);
+    }
+    os << "end";
+    return os.str();
+  }
+
+  void load_state(const std::string& text) override {
+    if (text.empty()) return;
+    gf::incrt::Reader r(text);
+    r.expect("incrt_geometric");
+    r.expect("1");
+    seeded_ = r.u64() != 0;
+    const uint64_t s = r.u64(), inc = r.u64();
+    rng_.restore(s, inc);
+    const size_t nb = r.u64();
+    blocks_.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      r.expect("block");
+      BlockState& st = blocks_[r.u64()];
+      st.started = r.u64() != 0;
+      st.tracker.up = r.vec();
+      st.tracker.um = r.vec();
+      st.tracker.lambda_max = r.num();
+      st.tracker.lambda_min = r.num();
+      const size_t nq = r.u64();
+      for (size_t i = 0; i < nq; ++i) {
+        st.q.push_back(r.vec());
+        st.q_owner.push_back(r.i64());
+      }
+      st.checks = r.u64();
+      st.calib_norms = r.vec();
+      st.calib_energy = r.vec();
+      st.calibrated = r.u64() != 0;
+      for (double* v : {&st.gamma0, &st.theta_w, &st.phi_w, &st.phi_g, &st.energy0, &st.w_t,
+                        &st.lambda_max, &st.lambda_min, &st.a_norm})
+        *v = r.num();
+      st.last_growth_check = r.i64();
+      st.grown = r.u64();
+      st.heads = r.u64();
+      st.pending = r.u64() != 0;
+      st.pending_dir = r.vec();
+    }
+    r.expect("end");
+  }
+
+ private:
+  std::map<std::string, double> block_summary(const BlockState& st) const {
+    std::map<std::string, double> b;
+    b["gamma_res0"] = st.gamma0;
+    b["theta_w"] = st.theta_w;
+    b["phi_w"] = st.phi_w;
+    b["phi_g"] = st.phi_g;
+    // kappa_T: total directional energy (sum of the positive eigenvalues of A_res
+    // at calibration) over the per-head capture threshold theta_w.
+    const double kappa = st.theta_w > 0 ? st.energy0 / st.theta_w : 0.0;
+    const double logr =
+        (st.theta_w > 0 && st.gamma0 > st.theta_w) ? std::log(st.gamma0 / st.theta_w) : 0.0;
+    const double k_pred = k_constant_ * kappa * kappa * logr;
+    b["kappa_T"] = kappa;
+    b["K_pred"] = k_pred;
+    b["K_obs"] = static_cast<double>(st.heads);
+    b["ratio"] = k_pred > 0 ? static_cast<double>(st.heads) / k_pred : 0.0;
+    b["W_t"] = st.w_t;
+    b["grown"] = static_cast<double>(st.grown);
+    b["lambda_max"] = st.lambda_max;
+    b["lambda_min"] = st.lambda_min;
+    b["a_res_norm"] = st.a_norm;
+    return b;
+  }
+
+  double eta_plus(size_t d) const { return eta_plus_ > 0 ? eta_plus_ : 1.0 / (10.0 * d); }
+  double eta_minus(size_t d) const { return eta_minus_ > 0 ? eta_minus_ : 0.5 * eta_plus(d); }
+
+  void check_block(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st,
+                   std::vector<gf::Edit>& edits) {
+    gf::AttentionBlock& block = *bv.block;
+    const std::vector<gf::HeadInfo> heads = block.heads();
+    const size_t d = bv.probe->dim(2);
+    st.heads = heads.size();
+    if (!st.started) {
+      st.tracker.reset(d, rng_, st.q);
+      st.started = true;
+    }
+    st.pending = false;  // an edit returned by the last check that was not applied
+    // Heads removed by someone else (a pruning rule's edits are not shown to this
+    // policy): free their birth directions when release_direction is on.
+    if (release_default_) {
+      for (size_t i = 0; i < st.q_owner.size();) {
+        bool alive = st.q_owner[i] < 0;
+        for (const gf::HeadInfo& h : heads) alive = alive || h.id == st.q_owner[i];
+        if (alive) {
+          ++i;
+          continue;
+        }
+        st.q.erase(st.q.begin() + static_cast<long>(i));
+        st.q_owner.erase(st.q_owner.begin() + static_cast<long>(i));
+      }
+    }
+
+    // M_a = sum of the heads' antisymmetric motors; C from the probe.
+    Mat ma(d);
+    for (const gf::HeadInfo& h : heads) {
+      if (!h.head) continue;
+      const Mat m = gf::incrt::head_motor(*h.head, d);
+      for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
+    }
+    size_t ntok = 0;
+    const Mat c =
+        gf::incrt::gram_from_probe(*bv.probe, bv.probe_valid, first_sequence_, normalize_c_, &ntok);
+    const Mat a = gf::incrt::residual_matrix(c, ma, st.q);
+    const double a_norm = gf::incrt::frobenius(a);
+
+    const gf::incrt::Eigen eig = gf::incrt::jacobi_eigen(a, exact_);
+    const Vec& ev = eig.values;
+    const double gap_top = d >= 2 ? ev[d - 1] - ev[d - 2] : 0.0;
+    const double gap_bottom = d >= 2 ? ev[1] - ev[0] : 0.0;
+
+    // Trackers.
+    if (exact_) {
+      st.tracker.exact(a, st.q, &eig);
+    } else {
+      const double scale = scale_frobenius_ ? a_norm : 1.0;
+      double coupling = 1.0;
+      if (coupling_ && gap_top + gap_bottom > 0) coupling = gap_top / (gap_top + gap_bottom);
+      if (scale > 0) {
+        st.tracker.update(a, st.q, eta_plus(d), eta_minus(d), rule_, tracker_iters_, scale,
+                          coupling);
+      } else {
+        st.tracker.lambda_max = st.tracker.lambda_min = 0.0;  // no directional energy at all
+      }
+    }
+    st.lambda_max = st.tracker.lambda_max;
+    st.lambda_min = st.tracker.lambda_min;
+    st.a_norm = a_norm;
+    const size_t check_index = st.checks++;
+
+    double positive = 0.0;
+    for (double v : ev) positive += std::max(v, 0.0);
+
+    // Calibration of Gamma_res(0) and the thresholds.
+    if (!st.calibrated) {
+      st.calib_norms.push_back(a_norm);
+      st.calib_energy.push_back(positive);
+      if (st.calib_norms.size() >= calibration_checks_) {
+        st.gamma0 = gf::incrt::median(st.calib_norms);
+        st.energy0 = gf::incrt::median(st.calib_energy);
+        if (absolute_) {
+          st.theta_w = theta_opt_;
+          st.phi_w = phi_w_opt_;
+          st.phi_g = phi_g_opt_;
+        } else {
+          st.theta_w = theta_opt_ * st.gamma0;
+          st.phi_w = phi_w_opt_ * st.theta_w;
+          st.phi_g = phi_g_opt_ * st.theta_w;
+        }
+        st.calibrated = true;
+        gf::Event cal;
+        cal.type = "calibrate";
+        cal.block = static_cast<long>(bv.index);
+        cal.numbers = {{"step", double(view.step)}, {"gamma_res0", st.gamma0},
+                       {"theta_w", st.theta_w},     {"phi_w", st.phi_w},
+                       {"phi_g", st.phi_g},         {"energy0", st.energy0},
+                       {"checks", double(st.calib_norms.size())}};
+        cal.strings = {{"policy", "incrt_geometric"}};
+        if (view.events) view.events->emit(cal);
+      }
+    }
+
+    // Lyapunov functional: uncaptured energy above threshold plus a cost per head.
+    double uncaptured = 0.0;
+    for (double v : ev) uncaptured += std::max(v - st.theta_w, 0.0);
+    st.w_t = st.calibrated ? uncaptured + head_cost_ * st.theta_w * double(heads.size()) : 0.0;
+
+    // Dwell time in checks.
+    long dwell = dwell_checks_;
+    if (dwell_auto_) {
+      const double scale = scale_frobenius_ && a_norm > 0 ? a_norm : 1.0;
+      const double gap = gap_top / scale;
+      const double iters = gap > 0 ? dwell_kappa_ / (eta_plus(d) * gap * gap) *
+                                         std::log(1.0 / dwell_eps_)
+                                   : 1e18;
+      const double in_checks = std::ceil(iters / double(std::max<size_t>(tracker_iters_, 1)));
+      dwell = static_cast<long>(std::min<double>(in_checks, double(dwell_max_checks_)));
+    }
+    const long since = static_cast<long>(check_index) - st.last_growth_check;
+
+    gf::Event ev_check;
+    ev_check.type = "check";
+    ev_check.block = static_cast<long>(bv.index);
+    ev_check.numbers = {{"step", double(view.step)},
+                        {"lambda_max", st.lambda_max},
+                        {"lambda_min", st.lambda_min},
+                        {"lambda_max_exact", d ? ev[d - 1] : 0.0},
+                        {"lambda_min_exact", d ? ev[0] : 0.0},
+                        {"a_res_norm", a_norm},
+                        {"gap_top", gap_top},
+                        {"theta_w", st.theta_w},
+                        {"phi_w", st.phi_w},
+                        {"phi_g", st.phi_g},
+                        {"heads", double(heads.size())},
+                        {"q_rank", double(st.q.size())},
+                        {"W_t", st.w_t},
+                        {"tokens", double(ntok)},
+                        {"dwell", double(dwell)}};
+    ev_check.strings = {{"policy", "incrt_geometric"},
+                        {"phase", st.calibrated ? "active" : "calibrating"}};
+    if (view.events) view.events->emit(ev_check);
+
+    if (!st.calibrated || check_index < calibration_checks_) return;
+    const size_t cap = max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1);
+    // Growth must pay for its head: the uncaptured energy it removes (at least
+    // lambda_max - theta_w) exceeds the head cost, so W_t strictly decreases.
+    const double need = st.theta_w * (1.0 + (lyapunov_guard_ ? head_cost_ : 0.0));
+    const bool energy = st.lambda_max > need;
+    const bool minor = st.lambda_min < st.phi_w;
+    if (!(energy && minor && since >= dwell && heads.size() < cap && st.q.size() < d)) return;
+
+    gf::Edit e;
+    e.kind = gf::Edit::Kind::AddHead;
+    e.block = bv.index;
+    e.init.mode = directed_ ? "directed" : "random";
+    e.init.direction.assign(st.tracker.up.begin(), st.tracker.up.end());
+    e.init.preserve_function = preserve_;
+    e.init.value_variance = value_variance_ > 0 ? value_variance_ : ntk_variance(heads, d);
+    e.cause.type = "grow";
+    e.cause.block = static_cast<long>(bv.index);
+    e.cause.numbers = {{"step", double(view.step)},   {"lambda_max", st.lambda_max},
+                       {"lambda_min", st.lambda_min}, {"a_res_norm", a_norm},
+                       {"theta_w", st.theta_w},       {"phi_w", st.phi_w},
+                       {"gap_top", gap_top},          {"W_t", st.w_t},
+                       {"heads_before", double(heads.size())},
+                       {"value_variance", e.init.value_variance}};
+    e.cause.strings = {{"policy", "incrt_geometric"}, {"init", e.init.mode}};
+    st.pending = true;
+    st.pending_dir = st.tracker.up;
+    st.last_growth_check = static_cast<long>(check_index);
+    edits.push_back(std::move(e));
+  }
+
+  /// NTK-consistent value variance Var(W_V) = d_k n / (d d_v), n = heads after growth.
+  static double ntk_variance(const std::vector<gf::HeadInfo>& heads, size_t d) {
+    double dk = 1.0, dv = 1.0;
+    if (!heads.empty() && heads[0].head) {
+      const gf::HeadShape& s = heads[0].head->shape();
+      if (s.d_k && s.d_v) {
+        dk = double(s.d_k);
+        dv = double(s.d_v);
+      }
+    }
+    const double n = double(heads.size() + 1);
+    return dk * n / (double(d) * dv);
+  }
+
+  bool first_sequence_, normalize_c_, exact_;
+  gf::incrt::McaRule rule_;
+  double eta_plus_, eta_minus_;
+  size_t tracker_iters_;
+  bool scale_frobenius_, coupling_;
+  size_t calibration_checks_;
+  bool absolute_;
+  double theta_opt_, phi_w_opt_, phi_g_opt_;
+  bool dwell_auto_;
+  long dwell_checks_;
+  double dwell_kappa_, dwell_eps_;
+  long dwell_max_checks_;
+  bool directed_;
+  double value_variance_;
+  bool preserve_;
+  size_t max_heads_;
+  double k_constant_, head_cost_;
+  bool release_default_, lyapunov_guard_;
+
+  bool seeded_ = false;
+  gf::Rng rng_;
+  std::map<size_t, BlockState> blocks_;
+};
+
+gf::OptionSpecs incrt_options() {
+  using gf::OptType;
+  const double inf = std::numeric_limits<double>::infinity();
+  return {
+      {"probe", OptType::String, "batch",
+       "tokens for C = X^T X: first_sequence (reference code) or batch (all valid tokens)", -inf,
+       inf, {"first_sequence", "batch"}},
+      {"normalize_c", OptType::Bool, "true", "divide C by the token count", -inf, inf, {}},
+      {"tracker", OptType::String, "online",
+       "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)", -inf, inf,
+       {"online", "exact"}},
+      {"mca_rule", OptType::String, "exin",
+       "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)", -inf,
+       inf, {"exin", "reference"}},
+      {"eta_plus", OptType::Float, "~", "Oja step size; unset = 1/(10 d)", 0.0, 2.0, {}},
+      {"eta_minus", OptType::Float, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0, {}},
+      {"tracker_iters", OptType::Int, "100", "tracker steps per check", 1, 1e7, {}},
+      {"step_scale", OptType::String, "frobenius",
+       "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
+       -inf, inf, {"frobenius", "none"}},
+      {"coupling", OptType::Bool, "false",
+       "couple the trackers with gamma* = D+/(D+ + D-): u- is orthogonalised to u+ by gamma*",
+       -inf, inf, {}},
+      {"calibration_checks", OptType::Int, "16",
+       "checks whose median ||A_res||_F is Gamma_res(0); no growth before", 1, 1e6, {}},
+      {"thresholds", OptType::String, "relative",
+       "relative: theta_w x Gamma_res(0), phi_w and phi_g x theta_w; absolute: as given", -inf,
+       inf, {"relative", "absolute"}},
+      {"theta_w", OptType::Float, "0.1", "growth threshold on lambda_max", 0.0, inf, {}},
+      {"phi_w", OptType::Float, "0.5", "growth needs lambda_min < phi_w", -inf, inf, {}},
+      {"phi_g", OptType::Float, "0.01", "pruning threshold (reported; used by directional_energy)",
+       0.0, inf, {}},
+      {"dwell", OptType::String, "checks",
+       "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
+       -inf, inf, {"checks", "auto"}},
+      {"dwell_checks", OptType::Int, "2", "checks between growths (dwell: checks)", 0, 1e9, {}},
+      {"dwell_kappa", OptType::Float, "2.0", "kappa of the automatic dwell time", 0.0, inf, {}},
+      {"dwell_eps", OptType::Float, "0.05", "eps of the automatic dwell time", 1e-12, 1.0, {}},
+      {"dwell_max_checks", OptType::Int, "50", "cap of the automatic dwell time", 0, 1e9, {}},
+      {"init", OptType::String, "directed",
+       "new head: directed (u+ in the first query column) or random", -inf, inf,
+       {"directed", "random"}},
+      {"value_variance", OptType::Float, "~",
+       "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = heads after growth", 0.0,
+       inf, {}},
+      {"preserve_function", OptType::Bool, "true",
+       "new head's W_O starts at zero (the model output is unchanged by growth)", -inf, inf, {}},
+      {"max_heads", OptType::Int, "0", "cap on heads per block (0 = the block's own cap)", 0, 1e6,
+       {}},
+      {"k_constant", OptType::Float, "1.0", "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)",
+       0.0, inf, {}},
+      {"head_cost", OptType::Float, "0.1",
+       "cost per head in the Lyapunov functional W_t, in units of theta_w", 0.0, inf, {}},
+      {"release_direction", OptType::Bool, "true",
+       "when a head is pruned, free its birth direction in Q (unless the prune says otherwise)",
+       -inf, inf, {}},
+      {"lyapunov_guard", OptType::Bool, "true",
+       "grow only when lambda_max > theta_w (1 + head_cost), so every growth lowers W_t", -inf,
+       inf, {}},
+  };
+}
+
+void register_incrt(gf::Registry& r) {
+  r.add_growth({"incrt_geometric",
+                "INCRT: grow a head at the largest uncaptured directional energy of A_res",
+                incrt_options()},
+               [](const gf::Options& o) { return std::make_unique<IncrtGeometric>(o); });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("growth_incrt", "0.1.0", register_incrt)

@@ -1,0 +1,191 @@
+// INCRT's bidirectional gate around any inner head (`incrt_gate`):
+//   G_h = I + g+ u+ u+^T - g- u- u-^T, applied to the head's input X G_h
+// before the inner head's projections. u+ / u- track the dominant / minor
+// eigenvectors of the head's own A_h = sym(C M_a,h) (Oja / MCA EXIN), updated
+// during training forwards from the detached input (no gradient flows through
+// the trackers). g+ and g- are fixed or learned (sigmoid of a parameter).
+#include <growformer/attention.hpp>
+#include <growformer/ops.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../growth_incrt/incrt_math.hpp"
+
+namespace {
+
+using gf::incrt::Mat;
+using gf::incrt::Vec;
+
+class IncrtGate : public gf::Head {
+ public:
+  IncrtGate(const gf::Options& o, const gf::HeadBuild& b)
+      : gf::Head(b.shape),
+        g_plus_(o.get_float("g_plus")),
+        g_minus_(o.get_float("g_minus")),
+        learn_(o.get_bool("learn_gates")),
+        update_every_(size_t(o.get_int("update_every"))),
+        iters_(size_t(o.get_int("tracker_iters"))),
+        eta_plus_(o.has_value("eta_plus") ? o.get_float("eta_plus") : -1.0),
+        eta_minus_(o.has_value("eta_minus") ? o.get_float("eta_minus") : -1.0),
+        rule_(o.get_string("mca_rule") == "reference" ? gf::incrt::McaRule::Reference
+                                                      : gf::incrt::McaRule::Exin),
+        exact_(o.get_string("tracker") == "exact"),
+        first_sequence_(o.get_string("probe") == "first_sequence"),
+        rng_(b.rng ? b.rng->next_u64() : 0x9a7eULL, "incrt_gate") {
+    if (!b.registry) throw gf::ConfigError("incrt_gate: the head build has no registry");
+    if (learn_) {
+      for (const char* n : {"g_plus", "g_minus"}) {
+        const double g = o.get_float(n);
+        if (!(g > 0.0 && g < 1.0)) o.fail(n, "learned gates start strictly between 0 and 1");
+      }
+    }
+    inner_ = b.registry->create_head(o.get_node("inner"), b);
+    register_module("inner", inner_);
+    if (learn_) {
+      a_plus_ = register_parameter("gate_plus", gf::Tensor::scalar(float(logit(g_plus_))));
+      a_minus_ = register_parameter("gate_minus", gf::Tensor::scalar(float(logit(g_minus_))));
+    }
+    const size_t d = shape_.d_model;
+    tracker_.up.assign(d, 0.0);  // zero vectors: the gate is the identity until the first update
+    tracker_.um.assign(d, 0.0);
+  }
+
+  gf::Var forward(const gf::HeadInput& in) override {
+    const gf::Var& x = in.levels.at(0);
+    if (in.ctx.training && update_every_ > 0 && (forwards_++ % update_every_) == 0)
+      observe(x.value(), in.ctx.key_valid);
+    const size_t d = shape_.d_model;
+    gf::Tensor up({d, d}), um({d, d});
+    for (size_t i = 0; i < d; ++i)
+      for (size_t j = 0; j < d; ++j) {
+        up[i * d + j] = float(tracker_.up[i] * tracker_.up[j]);
+        um[i * d + j] = float(tracker_.um[i] * tracker_.um[j]);
+      }
+    gf::Var g;
+    if (learn_) {
+      gf::Tensor eye({d, d});
+      for (size_t i = 0; i < d; ++i) eye[i * d + i] = 1.0f;
+      const gf::Var gp = gf::ops::sigmoid(a_plus_);
+      const gf::Var gm = gf::ops::sigmoid(a_minus_);
+      g = gf::ops::sub(gf::ops::add(gf::constant(eye), gf::ops::mul(gf::constant(up), gp)),
+                       gf::ops::mul(gf::constant(um), gm));
+    } else {
+      gf::Tensor gt({d, d});
+      for (size_t i = 0; i < d * d; ++i)
+        gt[i] = float((i % (d + 1) == 0 ? 1.0 : 0.0) + g_plus_ * up[i] - g_minus_ * um[i]);
+      g = gf::constant(gt);
+    }
+    std::vector<gf::Var> levels = in.levels;
+    levels[0] = gf::ops::linear(x, g);  // X G (G symmetric)
+    const gf::HeadInput gated{levels, in.attend, in.ctx};
+    return inner_->forward(gated);
+  }
+
+  /// Updates u+ / u- from a batch of head inputs (B, T, d) (no gradient).
+  void observe(const gf::Tensor& x, const std::vector<uint8_t>* valid) {
+    const size_t d = shape_.d_model;
+    const Mat c = gf::incrt::gram_from_probe(x, valid, first_sequence_, true);
+    const Mat a = gf::incrt::sym_cm(c, gf::incrt::head_motor(*inner_, d));
+    const double scale = gf::incrt::frobenius(a);
+    if (!(scale > 0)) return;  // no directional structure: keep the gate as it is
+    if (!started_) {
+      tracker_.reset(d, rng_, {});
+      started_ = true;
+    }
+    if (exact_) {
+      tracker_.exact(a, {});
+    } else {
+      const double ep = eta_plus_ > 0 ? eta_plus_ : 1.0 / (10.0 * d);
+      const double em = eta_minus_ > 0 ? eta_minus_ : 0.5 * ep;
+      tracker_.update(a, {}, ep, em, rule_, iters_, scale);
+    }
+  }
+
+  const gf::Var* w_q(size_t level) const override { return inner_->w_q(level); }
+  const gf::Var* w_k(size_t level) const override { return inner_->w_k(level); }
+  const gf::Var* w_v() const override { return inner_->w_v(); }
+
+  void initialize(const gf::HeadInit& init, gf::Rng& rng) override {
+    inner_->initialize(init, rng);
+    const size_t d = shape_.d_model;
+    tracker_.up.assign(d, 0.0);
+    tracker_.um.assign(d, 0.0);
+    started_ = false;
+    if (init.mode == "directed" && init.direction.size() == d) {
+      // The new head starts amplifying the direction it was born for.
+      Vec u(init.direction.begin(), init.direction.end());
+      if (gf::incrt::normalize(u)) {
+        tracker_.up = u;
+        tracker_.um = gf::incrt::random_unit(d, rng_, {u});
+        started_ = true;
+      }
+    }
+  }
+
+  std::map<std::string, double> diagnostics() const override {
+    std::map<std::string, double> out;
+    for (const auto& kv : inner_->diagnostics()) out["inner." + kv.first] = kv.second;
+    out["g_plus"] = learn_ ? sigmoid(a_plus_.value().item()) : g_plus_;
+    out["g_minus"] = learn_ ? sigmoid(a_minus_.value().item()) : g_minus_;
+    out["lambda_max"] = tracker_.lambda_max;
+    out["lambda_min"] = tracker_.lambda_min;
+    return out;
+  }
+
+ private:
+  static double logit(double p) { return std::log(p / (1.0 - p)); }
+  static double sigmoid(double a) { return 1.0 / (1.0 + std::exp(-a)); }
+
+  double g_plus_, g_minus_;
+  bool learn_;
+  size_t update_every_, iters_;
+  double eta_plus_, eta_minus_;
+  gf::incrt::McaRule rule_;
+  bool exact_, first_sequence_;
+  gf::Rng rng_;
+  std::shared_ptr<gf::Head> inner_;
+  gf::Var a_plus_, a_minus_;  // handles share the registered parameters' nodes
+  gf::incrt::TrackerPair tracker_;
+  bool started_ = false;
+  size_t forwards_ = 0;
+};
+
+void register_gate(gf::Registry& r) {
+  using gf::OptType;
+  const double inf = std::numeric_limits<double>::infinity();
+  gf::OptionSpecs specs = {
+      {"inner", OptType::Component, "{plugin: dot_product}", "the wrapped head", -inf, inf, {}},
+      {"g_plus", OptType::Float, "0.5", "gain on the dominant direction u+ (initial if learned)",
+       0.0, 1.0, {}},
+      {"g_minus", OptType::Float, "0.5", "suppression of the minor direction u- (initial if learned)",
+       0.0, 1.0, {}},
+      {"learn_gates", OptType::Bool, "false", "learn g+ and g- as sigmoids of parameters", -inf,
+       inf, {}},
+      {"update_every", OptType::Int, "5", "update the trackers every N training forwards (0 = never)",
+       0, 1e9, {}},
+      {"tracker_iters", OptType::Int, "20", "tracker steps per update", 1, 1e7, {}},
+      {"tracker", OptType::String, "online", "online (Oja + MCA) or exact (eigendecomposition)",
+       -inf, inf, {"online", "exact"}},
+      {"eta_plus", OptType::Float, "~", "Oja step (on A_h / ||A_h||_F); unset = 1/(10 d)", 0.0,
+       2.0, {}},
+      {"eta_minus", OptType::Float, "~", "MCA step; unset = eta_plus / 2", 0.0, 2.0, {}},
+      {"mca_rule", OptType::String, "exin", "exin or reference", -inf, inf, {"exin", "reference"}},
+      {"probe", OptType::String, "batch", "tokens for C: first_sequence or batch", -inf, inf,
+       {"first_sequence", "batch"}},
+  };
+  r.add_head({"incrt_gate", "INCRT bidirectional gate I + g+ u+u+^T - g- u-u-^T around an inner head",
+              specs},
+             [](const gf::Options& o, const gf::HeadBuild& b) {
+               return std::make_unique<IncrtGate>(o, b);
+             });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("head_incrt_gate", "0.1.0", register_gate)

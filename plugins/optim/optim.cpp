@@ -1,0 +1,172 @@
+// optimizers `sgd` (momentum, Nesterov) and `adamw` (decoupled weight decay).
+// State is kept per parameter name, so it survives structural edits exactly.
+#include <growformer/plugin.hpp>
+
+#include <cmath>
+#include <map>
+
+namespace {
+
+using namespace gf;
+
+bool decays(const std::string& filter, const std::string& name, const Var& p) {
+  if (filter == "all") return true;
+  if (filter == "none") return false;
+  (void)name;
+  return p.shape().size() >= 2;  // "matrices": weights, not biases/norms/vectors
+}
+
+class Sgd : public Optimizer {
+ public:
+  explicit Sgd(const Options& o)
+      : momentum_(o.get_float("momentum")),
+        nesterov_(o.get_bool("nesterov")),
+        wd_(o.get_float("weight_decay")),
+        filter_(o.get_string("decay")) {
+    if (nesterov_ && momentum_ <= 0) o.fail("nesterov", "Nesterov needs momentum > 0");
+  }
+  void step(const NamedParams& params, float lr) override {
+    for (const auto& [name, p] : params) {
+      if (!p.grad().defined()) continue;
+      Tensor& w = const_cast<Var&>(p).value();
+      const Tensor& g = p.grad();
+      float wd = decays(filter_, name, p) ? static_cast<float>(wd_) : 0.0f;
+      if (momentum_ > 0) {
+        auto it = buf_.find(name);
+        if (it == buf_.end()) it = buf_.emplace(name, Tensor(w.shape(), 0.0f)).first;
+        Tensor& b = it->second;
+        float mu = static_cast<float>(momentum_);
+        for (size_t i = 0; i < w.size(); ++i) {
+          float gi = g[i] + wd * w[i];
+          b[i] = mu * b[i] + gi;
+          w[i] -= lr * (nesterov_ ? gi + mu * b[i] : b[i]);
+        }
+      } else {
+        for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * (g[i] + wd * w[i]);
+      }
+    }
+  }
+  void forget(const std::vector<std::string>& removed) override {
+    for (const auto& n : removed) buf_.erase(n);
+  }
+  std::map<std::string, Tensor> state_tensors() const override {
+    std::map<std::string, Tensor> out;
+    for (const auto& [n, t] : buf_) out["momentum." + n] = t;
+    return out;
+  }
+  std::map<std::string, double> state_scalars() const override { return {}; }
+  void load_state(const std::map<std::string, Tensor>& t,
+                  const std::map<std::string, double>&) override {
+    buf_.clear();
+    for (const auto& [k, v] : t)
+      if (k.rfind("momentum.", 0) == 0) buf_[k.substr(9)] = v.clone();
+  }
+
+ private:
+  double momentum_;
+  bool nesterov_;
+  double wd_;
+  std::string filter_;
+  std::map<std::string, Tensor> buf_;
+};
+
+class AdamW : public Optimizer {
+ public:
+  explicit AdamW(const Options& o)
+      : b1_(o.get_float("beta1")),
+        b2_(o.get_float("beta2")),
+        eps_(o.get_float("eps")),
+        wd_(o.get_float("weight_decay")),
+        filter_(o.get_string("decay")) {}
+
+  void step(const NamedParams& params, float lr) override {
+    for (const auto& [name, p] : params) {
+      if (!p.grad().defined()) continue;
+      auto it = st_.find(name);
+      Tensor& w = const_cast<Var&>(p).value();
+      if (it == st_.end())
+        it = st_.emplace(name, State{Tensor(w.shape(), 0.0f), Tensor(w.shape(), 0.0f), 0}).first;
+      State& s = it->second;
+      s.t += 1;
+      const Tensor& g = p.grad();
+      float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
+      float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1_, s.t)));
+      float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2_, s.t)));
+      float eps = static_cast<float>(eps_);
+      float decay = decays(filter_, name, p) ? 1.0f - lr * static_cast<float>(wd_) : 1.0f;
+      float* W = w.data();
+      float* M = s.m.data();
+      float* V = s.v.data();
+      const float* G = g.data();
+      for (size_t i = 0; i < w.size(); ++i) {
+        M[i] = b1 * M[i] + (1.0f - b1) * G[i];
+        V[i] = b2 * V[i] + (1.0f - b2) * G[i] * G[i];
+        W[i] = W[i] * decay - lr * (M[i] * c1) / (std::sqrt(V[i] * c2) + eps);
+      }
+    }
+  }
+  void forget(const std::vector<std::string>& removed) override {
+    for (const auto& n : removed) st_.erase(n);
+  }
+  std::map<std::string, Tensor> state_tensors() const override {
+    std::map<std::string, Tensor> out;
+    for (const auto& [n, s] : st_) {
+      out["m." + n] = s.m;
+      out["v." + n] = s.v;
+    }
+    return out;
+  }
+  std::map<std::string, double> state_scalars() const override {
+    std::map<std::string, double> out;
+    for (const auto& [n, s] : st_) out["t." + n] = static_cast<double>(s.t);
+    return out;
+  }
+  void load_state(const std::map<std::string, Tensor>& t,
+                  const std::map<std::string, double>& sc) override {
+    st_.clear();
+    for (const auto& [k, v] : sc) {
+      if (k.rfind("t.", 0) != 0) continue;
+      std::string n = k.substr(2);
+      auto m = t.find("m." + n), vv = t.find("v." + n);
+      if (m == t.end() || vv == t.end())
+        throw RuntimeError("adamw state for `" + n + "` is incomplete in the checkpoint");
+      st_[n] = State{m->second.clone(), vv->second.clone(), static_cast<long>(v)};
+    }
+  }
+
+ private:
+  struct State {
+    Tensor m, v;
+    long t = 0;
+  };
+  double b1_, b2_, eps_, wd_;
+  std::string filter_;
+  std::map<std::string, State> st_;
+};
+
+void register_components(Registry& r) {
+  OptionSpec decay{"decay", OptType::String, "matrices",
+                   "which parameters weight decay applies to", -INFINITY, INFINITY,
+                   {"matrices", "all", "none"}};
+  r.add_optimizer(
+      {"sgd",
+       "stochastic gradient descent with optional (Nesterov) momentum",
+       {{"momentum", OptType::Float, "0.9", "momentum coefficient (0 = plain SGD)", 0, 0.9999},
+        {"nesterov", OptType::Bool, "false", "Nesterov momentum"},
+        {"weight_decay", OptType::Float, "0", "L2 penalty coefficient", 0, 10},
+        decay}},
+      [](const Options& o) { return std::make_unique<Sgd>(o); });
+  r.add_optimizer(
+      {"adamw",
+       "Adam with decoupled weight decay (Loshchilov & Hutter)",
+       {{"beta1", OptType::Float, "0.9", "first-moment decay", 0, 0.99999},
+        {"beta2", OptType::Float, "0.999", "second-moment decay", 0, 0.999999},
+        {"eps", OptType::Float, "1e-8", "denominator epsilon", 0, 1},
+        {"weight_decay", OptType::Float, "0.01", "decoupled weight decay", 0, 10},
+        decay}},
+      [](const Options& o) { return std::make_unique<AdamW>(o); });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("optim", "0.1.0", register_components)

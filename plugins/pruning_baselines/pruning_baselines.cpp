@@ -1,0 +1,292 @@
+// Baseline pruning rules for INCRT ablations:
+//  `magnitude`: remove a head whose output map W_O has a small Frobenius norm;
+//  `head_importance`: Michel et al. 2019, accumulated |d loss / d mask_h|.
+#include <growformer/growth.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../growth_incrt/incrt_math.hpp"
+
+namespace {
+
+/// A scored head: lower scores are pruned first.
+struct Scored {
+  size_t index;
+  int id;
+  double score;
+  size_t age;
+};
+
+/// Turns the candidates of one block into RemoveHead edits (lowest first).
+void emit_prunes(const gf::TrainView& view, const gf::BlockView& bv, std::vector<Scored> cand,
+                 size_t heads, size_t min_heads, size_t max_n, const std::string& policy,
+                 double threshold, std::vector<gf::Edit>& edits) {
+  std::sort(cand.begin(), cand.end(), [](const Scored& a, const Scored& b) {
+    return a.score < b.score || (a.score == b.score && a.id < b.id);
+  });
+  size_t remaining = heads, n = 0;
+  for (const Scored& c : cand) {
+    if (n >= max_n || remaining <= min_heads) break;
+    gf::Edit e;
+    e.kind = gf::Edit::Kind::RemoveHead;
+    e.block = bv.index;
+    e.head_id = c.id;
+    e.cause.type = "prune";
+    e.cause.block = long(bv.index);
+    e.cause.head = c.id;
+    e.cause.numbers = {{"step", double(view.step)},
+                       {"score", c.score},
+                       {"threshold", threshold},
+                       {"age", double(c.age)},
+                       {"heads_before", double(remaining)}};
+    e.cause.strings = {{"policy", policy}};
+    edits.push_back(std::move(e));
+    --remaining;
+    ++n;
+  }
+}
+
+size_t age_of(const gf::TrainView& v, const gf::HeadInfo& h) {
+  return v.step >= h.born_step ? v.step - h.born_step : 0;
+}
+
+class Magnitude : public gf::GrowthPolicy {
+ public:
+  explicit Magnitude(const gf::Options& o)
+      : threshold_(o.get_float("threshold")),
+        relative_(o.get_bool("relative")),
+        grace_(size_t(o.get_int("grace"))),
+        min_heads_(size_t(o.get_int("min_heads"))),
+        max_per_check_(size_t(o.get_int("max_per_check"))) {}
+
+  std::vector<gf::Edit> check(const gf::TrainView& view) override {
+    std::vector<gf::Edit> edits;
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block || !bv.block->can_edit_heads()) continue;
+      const std::vector<gf::HeadInfo> heads = bv.block->heads();
+      std::vector<double> norms;
+      double top = 0.0;
+      for (const gf::HeadInfo& h : heads) {
+        double s = 0.0;
+        if (h.w_o && h.w_o->defined()) {
+          const gf::Tensor& w = h.w_o->value();
+          for (size_t i = 0; i < w.size(); ++i) s += double(w[i]) * w[i];
+        }
+        norms.push_back(std::sqrt(s));
+        top = std::max(top, norms.back());
+      }
+      std::vector<Scored> cand;
+      std::vector<double> scores, ids;
+      for (size_t i = 0; i < heads.size(); ++i) {
+        const double score = relative_ ? (top > 0 ? norms[i] / top : 0.0) : norms[i];
+        scores.push_back(score);
+        ids.push_back(heads[i].id);
+        if (age_of(view, heads[i]) >= grace_ && score < threshold_)
+          cand.push_back({i, heads[i].id, score, age_of(view, heads[i])});
+      }
+      if (view.events) {
+        gf::Event ev;
+        ev.type = "check";
+        ev.block = long(bv.index);
+        ev.numbers = {{"step", double(view.step)}, {"threshold", threshold_},
+                      {"heads", double(heads.size())}};
+        ev.strings = {{"policy", "magnitude"}};
+        ev.lists = {{"head_ids", ids}, {"w_o_norm", scores}};
+        view.events->emit(ev);
+      }
+      emit_prunes(view, bv, cand, heads.size(), min_heads_, max_per_check_, "magnitude",
+                  threshold_, edits);
+    }
+    return edits;
+  }
+
+ private:
+  double threshold_;
+  bool relative_;
+  size_t grace_, min_heads_, max_per_check_;
+};
+
+class HeadImportance : public gf::GrowthPolicy {
+ public:
+  explicit HeadImportance(const gf::Options& o)
+      : mode_fraction_(o.get_string("mode") == "fraction"),
+        threshold_(o.get_float("threshold")),
+        fraction_(o.get_float("fraction")),
+        normalize_(o.get_bool("normalize")),
+        grace_(size_t(o.get_int("grace"))),
+        min_heads_(size_t(o.get_int("min_heads"))),
+        max_per_check_(size_t(o.get_int("max_per_check"))),
+        reset_(o.get_bool("reset_after_check")) {}
+
+  bool needs_head_mask_grads() const override { return true; }
+
+  void on_start(const gf::TrainView& view) override {
+    for (const gf::BlockView& bv : view.blocks)
+      if (bv.block) bv.block->set_head_masks(true);
+  }
+
+  void after_backward(const gf::TrainView& view) override {
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block) continue;
+      Acc& acc = acc_[bv.index];
+      for (const gf::HeadInfo& h : bv.block->heads())
+        acc.sum[h.id] += std::fabs(bv.block->head_mask_grad(h.id));
+      acc.count += 1;
+    }
+  }
+
+  void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    (void)view;
+    Acc& acc = acc_[e.block];
+    if (e.kind == gf::Edit::Kind::RemoveHead) acc.sum.erase(e.head_id);
+    else acc.sum[new_head_id] = 0.0;
+  }
+
+  std::vector<gf::Edit> check(const gf::TrainView& view) override {
+    std::vector<gf::Edit> edits;
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block || !bv.block->can_edit_heads()) continue;
+      Acc& acc = acc_[bv.index];
+      const std::vector<gf::HeadInfo> heads = bv.block->heads();
+      std::vector<double> imp(heads.size(), 0.0), ids;
+      double l2 = 0.0;
+      for (size_t i = 0; i < heads.size(); ++i) {
+        imp[i] = acc.count ? acc.sum[heads[i].id] / double(acc.count) : 0.0;
+        l2 += imp[i] * imp[i];
+        ids.push_back(heads[i].id);
+      }
+      l2 = std::sqrt(l2);
+      // Michel et al. normalise importance by its L2 norm within a layer.
+      if (normalize_ && l2 > 0)
+        for (double& v : imp) v /= l2;
+      std::vector<Scored> eligible;
+      for (size_t i = 0; i < heads.size(); ++i)
+        if (age_of(view, heads[i]) >= grace_)
+          eligible.push_back({i, heads[i].id, imp[i], age_of(view, heads[i])});
+      std::vector<Scored> cand;
+      size_t max_n = max_per_check_;
+      if (acc.count > 0) {
+        if (mode_fraction_) {
+          const size_t k = fraction_ > 0
+                               ? std::max<size_t>(1, size_t(std::lround(fraction_ * heads.size())))
+                               : 0;
+          cand = eligible;
+          max_n = std::min(max_n, k);
+        } else {
+          for (const Scored& s : eligible)
+            if (s.score < threshold_) cand.push_back(s);
+        }
+      }
+      if (view.events) {
+        gf::Event ev;
+        ev.type = "check";
+        ev.block = long(bv.index);
+        ev.numbers = {{"step", double(view.step)}, {"threshold", threshold_},
+                      {"backwards", double(acc.count)}, {"heads", double(heads.size())}};
+        ev.strings = {{"policy", "head_importance"}};
+        ev.lists = {{"head_ids", ids}, {"importance", imp}};
+        view.events->emit(ev);
+      }
+      emit_prunes(view, bv, cand, heads.size(), min_heads_, max_n, "head_importance",
+                  mode_fraction_ ? fraction_ : threshold_, edits);
+      if (reset_) {
+        acc.sum.clear();
+        acc.count = 0;
+      }
+    }
+    return edits;
+  }
+
+  std::string save_state() const override {
+    std::ostringstream os;
+    os << "head_importance 1 " << acc_.size() << ' ';
+    for (const auto& kv : acc_) {
+      os << kv.first << ' ' << kv.second.count << ' ' << kv.second.sum.size() << ' ';
+      for (const auto& s : kv.second.sum) {
+        os << s.first << ' ';
+        gf::incrt::put(os, s.second);
+      }
+    }
+    os << "end";
+    return os.str();
+  }
+
+  void load_state(const std::string& text) override {
+    if (text.empty()) return;
+    gf::incrt::Reader r(text);
+    r.expect("head_importance");
+    r.expect("1");
+    const size_t nb = r.u64();
+    acc_.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      Acc& a = acc_[r.u64()];
+      a.count = r.u64();
+      const size_t n = r.u64();
+      for (size_t i = 0; i < n; ++i) {
+        const int id = int(r.i64());
+        a.sum[id] = r.num();
+      }
+    }
+    r.expect("end");
+  }
+
+ private:
+  struct Acc {
+    std::map<int, double> sum;
+    size_t count = 0;
+  };
+  bool mode_fraction_;
+  double threshold_, fraction_;
+  bool normalize_;
+  size_t grace_, min_heads_, max_per_check_;
+  bool reset_;
+  std::map<size_t, Acc> acc_;
+};
+
+void register_rules(gf::Registry& r) {
+  using gf::OptType;
+  const double inf = std::numeric_limits<double>::infinity();
+  gf::OptionSpecs common = {
+      {"grace", OptType::Int, "100", "steps after a head's birth before it can be pruned", 0,
+       1e12, {}},
+      {"min_heads", OptType::Int, "1", "never prune a block below this many heads", 0, 1e6, {}},
+      {"max_per_check", OptType::Int, "1", "heads removed per block and check at most", 1, 1e6,
+       {}},
+  };
+  gf::OptionSpecs mag = common;
+  mag.push_back({"threshold", OptType::Float, "0.01", "prune when ||W_O||_F is under this", 0.0,
+                 inf, {}});
+  mag.push_back({"relative", OptType::Bool, "false",
+                 "compare ||W_O||_F / max over the block's heads instead", -inf, inf, {}});
+  r.add_pruning({"magnitude", "prune heads whose output map W_O has a small Frobenius norm", mag},
+                [](const gf::Options& o) { return std::make_unique<Magnitude>(o); });
+  gf::OptionSpecs imp = common;
+  imp.push_back({"mode", OptType::String, "threshold",
+                 "threshold: prune heads under `threshold`; fraction: the lowest `fraction`",
+                 -inf, inf, {"threshold", "fraction"}});
+  imp.push_back({"threshold", OptType::Float, "0.05", "importance threshold (mode: threshold)",
+                 0.0, inf, {}});
+  imp.push_back({"fraction", OptType::Float, "0.1", "share of heads pruned per check (fraction)",
+                 0.0, 1.0, {}});
+  imp.push_back({"normalize", OptType::Bool, "true", "divide importances by their L2 norm per block",
+                 -inf, inf, {}});
+  imp.push_back({"reset_after_check", OptType::Bool, "true",
+                 "restart the accumulation after every check", -inf, inf, {}});
+  r.add_pruning({"head_importance",
+                 "Michel et al. 2019: prune heads with small accumulated |d loss / d head mask|",
+                 imp},
+                [](const gf::Options& o) { return std::make_unique<HeadImportance>(o); });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("pruning_baselines", "0.1.0", register_rules)

@@ -1,0 +1,726 @@
+// INCRT: the shared math (A_res, trackers, Jacobi), the growth policy
+// `incrt_geometric`, the pruning rules (`directional_energy`, `magnitude`,
+// `head_importance`), the baseline growth policies and the `incrt_gate` head.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../plugins/growth_incrt/incrt_math.hpp"
+#include "growformer/growth.hpp"
+#include "growformer/multihead.hpp"
+#include "growformer/ops.hpp"
+#include "testing.hpp"
+
+namespace {
+
+using gf::incrt::Mat;
+using gf::incrt::Vec;
+
+// ---- fixtures ------------------------------------------------------------------
+
+/// A head that only carries W_Q / W_K (all the INCRT policies look at).
+class FakeHead : public gf::Head {
+ public:
+  FakeHead(size_t d, size_t dk) : gf::Head(gf::HeadShape{d, dk, dk, 1, false}) {
+    wq = gf::parameter(gf::Tensor({d, dk}));
+    wk = gf::parameter(gf::Tensor({d, dk}));
+  }
+  gf::Var forward(const gf::HeadInput&) override { throw std::logic_error("not used"); }
+  const gf::Var* w_q(size_t) const override { return &wq; }
+  const gf::Var* w_k(size_t) const override { return &wk; }
+  gf::Var wq, wk;
+};
+
+/// A block of FakeHeads with stable ids and W_O per head; add_head puts the
+/// growth direction into the first query column (W_K zero: no new motor).
+class FakeBlock : public gf::AttentionBlock {
+ public:
+  FakeBlock(size_t d, size_t dk) : d_(d), dk_(dk) {}
+  int add(std::shared_ptr<FakeHead> h, size_t born = 0) {
+    Slot s{next_++, std::move(h), gf::parameter(gf::Tensor({dk_, d_}, 0.5f)), born};
+    slots.push_back(s);
+    return s.id;
+  }
+  gf::Var forward(const gf::Var& x, const gf::ForwardContext&) override { return x; }
+  std::vector<gf::HeadInfo> heads() const override {
+    std::vector<gf::HeadInfo> out;
+    for (const Slot& s : slots) out.push_back({s.id, s.head.get(), &s.w_o, s.born});
+    return out;
+  }
+  bool can_edit_heads() const override { return true; }
+  int add_head(const gf::HeadInit& init, gf::Rng&, size_t step) override {
+    auto h = std::make_shared<FakeHead>(d_, dk_);
+    if (init.direction.size() == d_)
+      for (size_t i = 0; i < d_; ++i) h->wq.value()[i * dk_] = init.direction[i];
+    last_init = init;
+    return add(h, step);
+  }
+  void remove_head(int id) override {
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].id == id) {
+        slots.erase(slots.begin() + long(i));
+        return;
+      }
+    throw std::logic_error("no such head");
+  }
+  std::string describe() const override { return "fake"; }
+
+  struct Slot {
+    int id;
+    std::shared_ptr<FakeHead> head;
+    gf::Var w_o;
+    size_t born;
+  };
+  std::vector<Slot> slots;
+  gf::HeadInit last_init;
+
+ private:
+  size_t d_, dk_;
+  int next_ = 0;
+};
+
+std::shared_ptr<FakeHead> random_head(size_t d, size_t dk, uint64_t seed) {
+  auto h = std::make_shared<FakeHead>(d, dk);
+  h->wq.value() = gf_test::randn({d, dk}, seed, 0.5f);
+  h->wk.value() = gf_test::randn({d, dk}, seed + 1000, 0.5f);
+  return h;
+}
+
+/// Token states whose coordinates have different scales (an anisotropic C).
+gf::Tensor anisotropic_probe(size_t b, size_t t, size_t d, uint64_t seed) {
+  gf::Tensor x = gf_test::randn({b, t, d}, seed);
+  for (size_t r = 0; r < b * t; ++r)
+    for (size_t i = 0; i < d; ++i) x[r * d + i] *= float(1.0 + 0.5 * double(i));
+  return x;
+}
+
+struct Sink : gf::EventSink {
+  std::vector<gf::Event> events;
+  void emit(const gf::Event& e) override { events.push_back(e); }
+};
+
+double number(const gf::Event& e, const std::string& name) {
+  for (const auto& kv : e.numbers)
+    if (kv.first == name) return kv.second;
+  FAIL("event " << e.type << " has no number " << name);
+  return 0.0;
+}
+
+/// Drives one policy over one block like the trainer does.
+struct Driver {
+  std::shared_ptr<gf::GrowthPolicy> policy;
+  FakeBlock* block;
+  gf::Tensor probe;
+  gf::Rng rng{5, 1};
+  Sink sink;
+  size_t step = 0;
+  size_t every = 10;
+  size_t grows = 0, prunes = 0;
+
+  gf::TrainView view() {
+    gf::TrainView v;
+    v.step = step;
+    v.total_steps = 100000;
+    v.blocks.push_back({0, block, &probe, nullptr});
+    v.rng = &rng;
+    v.events = &sink;
+    return v;
+  }
+  void start() { policy->on_start(view()); }
+  std::vector<gf::Edit> check() {
+    step += every;
+    gf::TrainView v = view();
+    std::vector<gf::Edit> edits = policy->check(v);
+    for (const gf::Edit& e : edits) {
+      int id = -1;
+      if (e.kind == gf::Edit::Kind::AddHead) {
+        id = block->add_head(e.init, rng, step);
+        ++grows;
+      } else {
+        block->remove_head(e.head_id);
+        ++prunes;
+      }
+      sink.emit(e.cause);
+      policy->edited(e, id, v);
+    }
+    return edits;
+  }
+  std::vector<gf::Event> of_type(const std::string& t) const {
+    std::vector<gf::Event> out;
+    for (const gf::Event& e : sink.events)
+      if (e.type == t) out.push_back(e);
+    return out;
+  }
+};
+
+std::shared_ptr<gf::GrowthPolicy> growth(const std::string& yaml) {
+  return gf_test::registry().create_growth(gf::ConfigNode::load_string(yaml));
+}
+std::shared_ptr<gf::GrowthPolicy> pruning(const std::string& yaml) {
+  return gf_test::registry().create_pruning(gf::ConfigNode::load_string(yaml));
+}
+
+/// A commutator-structured matrix with a known spectrum: C = diag(c), M_a
+/// block-diagonal with 2x2 rotations of strength m_k, so sym(C M_a) has 2x2
+/// blocks with eigenvalues +-(c_{2k} - c_{2k+1}) m_k / 2; then rotated by a random
+/// orthogonal R (sym(R C R^T R M R^T) = R sym(C M) R^T keeps the spectrum).
+struct Known {
+  Mat c, ma, a;
+  Vec spectrum;  // ascending
+};
+Known known_commutator(uint64_t seed) {
+  const size_t d = 8;
+  const double cdiag[8] = {5.0, 1.0, 4.0, 2.5, 3.0, 2.0, 1.5, 1.5};
+  const double m[4] = {1.5, 2.0, 2.0, 3.0};  // block gaps: 4, 1.5, 1, 0
+  Mat c(d), ma(d);
+  for (size_t i = 0; i < d; ++i) c(i, i) = cdiag[i];
+  for (size_t k = 0; k < 4; ++k) {
+    ma(2 * k, 2 * k + 1) = m[k];
+    ma(2 * k + 1, 2 * k) = -m[k];
+  }
+  // random orthogonal R by Gram-Schmidt of a Gaussian matrix
+  gf::Rng rng(seed, 3);
+  std::vector<Vec> cols;
+  for (size_t j = 0; j < d; ++j) {
+    Vec v(d);
+    for (double& x : v) x = rng.normal();
+    gf::incrt::orthogonalize(v, cols);
+    gf::incrt::normalize(v);
+    cols.push_back(v);
+  }
+  Mat r(d);
+  for (size_t i = 0; i < d; ++i)
+    for (size_t j = 0; j < d; ++j) r(i, j) = cols[j][i];
+  const Mat rt = gf::incrt::transpose(r);
+  Known k;
+  k.c = gf::incrt::matmul(gf::incrt::matmul(r, c), rt);
+  k.ma = gf::incrt::matmul(gf::incrt::matmul(r, ma), rt);
+  k.a = gf::incrt::sym_cm(k.c, k.ma);
+  k.spectrum = {-3.0, -1.5, -1.0, 0.0, 0.0, 1.0, 1.5, 3.0};
+  return k;
+}
+
+}  // namespace
+
+// ---- math --------------------------------------------------------------------------
+
+TEST_CASE("incrt math: Jacobi solves the known commutator spectrum") {
+  const Known k = known_commutator(11);
+  const gf::incrt::Eigen e = gf::incrt::jacobi_eigen(k.a);
+  REQUIRE(e.values.size() == 8);
+  for (size_t i = 0; i < 8; ++i) CHECK(e.values[i] == doctest::Approx(k.spectrum[i]).epsilon(1e-9));
+  for (size_t i = 0; i < 8; ++i) {
+    const Vec av = gf::incrt::matvec(k.a, e.vectors[i]);
+    for (size_t j = 0; j < 8; ++j) CHECK(std::fabs(av[j] - e.values[i] * e.vectors[i][j]) < 1e-9);
+    CHECK(gf::incrt::norm(e.vectors[i]) == doctest::Approx(1.0));
+  }
+}
+
+TEST_CASE("incrt math: A_res is symmetric; traceless without projection; trace = -sum q^T S q") {
+  const size_t d = 10;
+  gf::Tensor x = anisotropic_probe(3, 7, d, 21);
+  const Mat c = gf::incrt::gram_from_probe(x, nullptr, false, true);
+  auto h = random_head(d, 4, 5);
+  const Mat ma = gf::incrt::head_motor(*h, d);
+  for (size_t i = 0; i < d; ++i)
+    for (size_t j = 0; j < d; ++j) CHECK(ma(i, j) == doctest::Approx(-ma(j, i)).epsilon(1e-12));
+  const Mat s = gf::incrt::residual_matrix(c, ma, {});
+  double scale = gf::incrt::frobenius(s);
+  REQUIRE(scale > 0);
+  CHECK(std::fabs(gf::incrt::trace(s)) < 1e-9 * scale);
+  // sym(C M_a) equals the commutator (C M_a - M_a C) / 2
+  const Mat cm = gf::incrt::matmul(c, ma), mc = gf::incrt::matmul(ma, c);
+  for (size_t i = 0; i < d * d; ++i) CHECK(s.a[i] == doctest::Approx(0.5 * (cm.a[i] - mc.a[i])));
+
+  gf::Rng rng(3, 3);
+  std::vector<Vec> q;
+  q.push_back(gf::incrt::random_unit(d, rng));
+  q.push_back(gf::incrt::random_unit(d, rng, q));
+  const Mat a = gf::incrt::residual_matrix(c, ma, q);
+  for (size_t i = 0; i < d; ++i)
+    for (size_t j = 0; j < d; ++j) CHECK(a(i, j) == doctest::Approx(a(j, i)).epsilon(1e-12));
+  double expect = 0.0;
+  for (const Vec& v : q) expect -= gf::incrt::rayleigh(s, v);
+  CHECK(gf::incrt::trace(a) == doctest::Approx(expect).epsilon(1e-9));
+  CHECK(std::fabs(expect) > 1e-3 * scale);  // the projected trace really is not zero here
+  for (const Vec& v : q) CHECK(gf::incrt::norm(gf::incrt::matvec(a, v)) < 1e-9 * scale);
+}
+
+TEST_CASE("incrt math: gram_from_probe by hand, first_sequence and padding") {
+  gf::Tensor x = gf::Tensor::from({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  std::vector<uint8_t> valid = {1, 1, 1, 0};
+  const Mat all = gf::incrt::gram_from_probe(x, &valid, false, false);
+  CHECK(all(0, 0) == doctest::Approx(1 + 9 + 25));
+  CHECK(all(0, 1) == doctest::Approx(2 + 12 + 30));
+  CHECK(all(1, 1) == doctest::Approx(4 + 16 + 36));
+  size_t n = 0;
+  const Mat first = gf::incrt::gram_from_probe(x, &valid, true, true, &n);
+  CHECK(n == 2);
+  CHECK(first(1, 0) == doctest::Approx((2 + 12) / 2.0));
+}
+
+TEST_CASE("incrt math: Oja and MCA EXIN converge to the extreme eigenvectors; reference rule not") {
+  for (uint64_t seed : {11u, 12u, 13u}) {
+    const Known k = known_commutator(seed);
+    const gf::incrt::Eigen e = gf::incrt::jacobi_eigen(k.a);
+    gf::Rng rng(seed, 9);
+    gf::incrt::TrackerPair exin;
+    exin.reset(8, rng, {});
+    gf::incrt::TrackerPair ref = exin;
+    exin.update(k.a, {}, 0.3, 0.15, gf::incrt::McaRule::Exin, 3000, gf::incrt::frobenius(k.a));
+    ref.update(k.a, {}, 0.3, 0.15, gf::incrt::McaRule::Reference, 3000, gf::incrt::frobenius(k.a));
+    CHECK(std::fabs(gf::incrt::dot(exin.up, e.vectors[7])) > 0.9999);
+    CHECK(std::fabs(gf::incrt::dot(exin.um, e.vectors[0])) > 0.9999);
+    CHECK(exin.lambda_max == doctest::Approx(3.0).epsilon(1e-6));
+    CHECK(exin.lambda_min == doctest::Approx(-3.0).epsilon(1e-6));
+    // reference: the extra factor u^T A u stalls u- at a Rayleigh quotient ~0
+    CHECK(ref.lambda_max == doctest::Approx(3.0).epsilon(1e-6));
+    CHECK(std::fabs(gf::incrt::dot(ref.um, e.vectors[0])) < 0.5);
+    CHECK(std::fabs(ref.lambda_min) < 0.3);
+  }
+}
+
+TEST_CASE("incrt math: trackers stay in the complement of Q") {
+  const Known k = known_commutator(5);
+  gf::incrt::Eigen e = gf::incrt::jacobi_eigen(k.a);
+  std::vector<Vec> q = {e.vectors[7]};  // the top direction is already captured
+  const Mat a = gf::incrt::project(k.a, q);
+  gf::Rng rng(1, 1);
+  gf::incrt::TrackerPair t;
+  t.reset(8, rng, q);
+  t.update(a, q, 0.3, 0.15, gf::incrt::McaRule::Exin, 3000, gf::incrt::frobenius(a));
+  CHECK(std::fabs(gf::incrt::dot(t.up, q[0])) < 1e-9);
+  CHECK(t.lambda_max == doctest::Approx(1.5).epsilon(1e-6));  // the next eigenvalue
+  CHECK(t.lambda_min == doctest::Approx(-3.0).epsilon(1e-6));
+}
+
+// ---- growth: incrt_geometric ----------------------------------------------------------
+
+TEST_CASE("incrt_geometric: grows while energy is above theta_w, then settles; W_t falls") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 4\n"
+                    "dwell_checks: 1\ntheta_w: 0.1\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  drv.start();
+  for (int i = 0; i < 40; ++i) drv.check();
+  auto grows = drv.of_type("grow");
+  REQUIRE(grows.size() >= 1);
+  CHECK(grows.size() < d);
+  CHECK(block.slots.size() == 1 + grows.size());
+  CHECK(number(grows[0], "step") == doctest::Approx(50));  // the first check after calibration
+  for (const auto& g : grows) CHECK(number(g, "lambda_max") > number(g, "theta_w"));
+  // the last checks: no energy above threshold is left, the head count is stable
+  auto checks = drv.of_type("check");
+  const gf::Event& last = checks.back();
+  CHECK(number(last, "lambda_max") <= number(last, "theta_w"));
+  CHECK(number(last, "heads") == double(block.slots.size()));
+  // the Lyapunov functional decreases strictly at every growth
+  for (size_t i = 0; i + 1 < checks.size(); ++i)
+    if (number(checks[i + 1], "heads") > number(checks[i], "heads"))
+      CHECK(number(checks[i + 1], "W_t") < number(checks[i], "W_t"));
+  // directed init with the NTK value variance and a preserved function
+  CHECK(block.last_init.mode == "directed");
+  CHECK(block.last_init.preserve_function);
+  CHECK(block.last_init.value_variance ==
+        doctest::Approx(4.0 * double(block.slots.size()) / (8.0 * 4.0)));
+  const auto s = drv.policy->summary();
+  CHECK(s.at("K_obs") == doctest::Approx(double(block.slots.size())));
+  CHECK(s.at("theta_w") == doctest::Approx(0.1 * s.at("gamma_res0")));
+  CHECK(s.at("K_pred") == doctest::Approx(s.at("kappa_T") * s.at("kappa_T") * std::log(10.0)));
+  CHECK(s.at("ratio") == doctest::Approx(s.at("K_obs") / s.at("K_pred")));
+}
+
+TEST_CASE("incrt_geometric: no directional energy (symmetric head) or high threshold: no growth") {
+  const size_t d = 8;
+  FakeBlock sym_block(d, 4);
+  auto h = random_head(d, 4, 3);
+  h->wk.value() = h->wq.value().clone();  // W_Q W_K^T symmetric: M_a = 0
+  sym_block.add(h);
+  Driver a{growth("plugin: incrt_geometric\ncalibration_checks: 2\ndwell_checks: 0\n"), &sym_block,
+           anisotropic_probe(4, 6, d, 2)};
+  a.start();
+  for (int i = 0; i < 10; ++i) CHECK(a.check().empty());
+  CHECK(sym_block.slots.size() == 1);
+
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  Driver b{growth("plugin: incrt_geometric\ncalibration_checks: 2\nthresholds: absolute\n"
+                  "theta_w: 1e6\n"),
+           &block, anisotropic_probe(4, 6, d, 2)};
+  b.start();
+  for (int i = 0; i < 10; ++i) CHECK(b.check().empty());
+  auto checks = b.of_type("check");
+  CHECK(number(checks.back(), "a_res_norm") > 0.0);
+  CHECK(number(checks.back(), "theta_w") == 1e6);
+}
+
+TEST_CASE("incrt_geometric: max_heads caps growth") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 2\n"
+                    "dwell_checks: 0\ntheta_w: 0.01\nmax_heads: 2\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  drv.start();
+  for (int i = 0; i < 20; ++i) drv.check();
+  CHECK(block.slots.size() == 2);
+}
+
+TEST_CASE("incrt_geometric: the online tracker converges to the exact one") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 7));
+  Driver drv{growth("plugin: incrt_geometric\ntracker: online\neta_plus: 0.3\n"
+                    "tracker_iters: 200\ncalibration_checks: 1000\n"),
+             &block, anisotropic_probe(4, 6, d, 8)};
+  drv.start();
+  for (int i = 0; i < 20; ++i) drv.check();
+  const gf::Event last = drv.of_type("check").back();
+  CHECK(number(last, "lambda_max") ==
+        doctest::Approx(number(last, "lambda_max_exact")).epsilon(1e-5));
+  CHECK(number(last, "lambda_min") ==
+        doctest::Approx(number(last, "lambda_min_exact")).epsilon(1e-5));
+  // and the first check (few tracker steps from a random start) is not yet there
+  const gf::Event first = drv.of_type("check").front();
+  CHECK(number(first, "lambda_max") < number(first, "lambda_max_exact"));
+}
+
+TEST_CASE("incrt_geometric: same seed, same decisions; save/load resumes the same run") {
+  const size_t d = 8;
+  const std::string cfg =
+      "plugin: incrt_geometric\ncalibration_checks: 3\ndwell_checks: 1\ntracker_iters: 5\n"
+      "eta_plus: 0.2\n";
+  auto run = [&](int n_checks, const std::string* state, std::string* state_out, Sink* sink,
+                 FakeBlock& block, size_t start_step) {
+    Driver drv{growth(cfg), &block, anisotropic_probe(4, 6, d, 2)};
+    drv.step = start_step;
+    if (state) drv.policy->load_state(*state);
+    drv.start();
+    for (int i = 0; i < n_checks; ++i) drv.check();
+    if (state_out) *state_out = drv.policy->save_state();
+    *sink = drv.sink;
+    return drv.grows;
+  };
+  FakeBlock b1(d, 4), b2(d, 4), b3(d, 4);
+  for (FakeBlock* b : {&b1, &b2, &b3}) b->add(random_head(d, 4, 1));
+  Sink s1, s2, s3a, s3b;
+  const size_t g1 = run(12, nullptr, nullptr, &s1, b1, 0);
+  const size_t g2 = run(12, nullptr, nullptr, &s2, b2, 0);
+  CHECK(g1 == g2);
+  CHECK(g1 >= 1);
+  REQUIRE(s1.events.size() == s2.events.size());
+  for (size_t i = 0; i < s1.events.size(); ++i) {
+    CHECK(s1.events[i].type == s2.events[i].type);
+    CHECK(s1.events[i].numbers == s2.events[i].numbers);
+  }
+  // six checks, save, a fresh policy loads the state and does six more
+  std::string state;
+  run(6, nullptr, &state, &s3a, b3, 0);
+  run(6, &state, nullptr, &s3b, b3, 60);
+  std::vector<gf::Event> resumed = s3a.events;
+  resumed.insert(resumed.end(), s3b.events.begin(), s3b.events.end());
+  REQUIRE(resumed.size() == s1.events.size());
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    CHECK(resumed[i].type == s1.events[i].type);
+    CHECK(resumed[i].numbers == s1.events[i].numbers);
+  }
+  CHECK(b3.slots.size() == b1.slots.size());
+}
+
+TEST_CASE("incrt_geometric: a pruned head's direction is released from Q") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 2\n"
+                    "dwell_checks: 0\nmax_heads: 2\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  drv.start();
+  while (drv.grows == 0 && drv.step < 500) drv.check();
+  REQUIRE(drv.grows == 1);
+  drv.check();
+  const double rank = number(drv.of_type("check").back(), "q_rank");
+  CHECK(rank == 1);
+  gf::Edit rm;
+  rm.kind = gf::Edit::Kind::RemoveHead;
+  rm.head_id = block.slots[1].id;
+  rm.cause.strings = {{"release_direction", "true"}};
+  block.remove_head(rm.head_id);
+  drv.policy->edited(rm, -1, drv.view());
+  drv.policy->check(drv.view());
+  CHECK(number(drv.sink.events.back(), "q_rank") < rank);
+}
+
+TEST_CASE("incrt_geometric: unknown option and bad choice are config errors") {
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nthetaw: 0.1\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nmca_rule: oja\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nthresholds: absolute\n"), gf::ConfigError);
+}
+
+// ---- pruning -----------------------------------------------------------------------------
+
+TEST_CASE("directional_energy: prunes a zeroed head after grace and patience, keeps a useful one") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  const int useful = block.add(random_head(d, 4, 1));
+  const int zeroed = block.add(std::make_shared<FakeHead>(d, 4));
+  Driver drv{pruning("plugin: directional_energy\ncalibration_checks: 2\npatience: 3\n"
+                     "grace: 25\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  drv.start();
+  std::vector<size_t> prune_steps;
+  for (int i = 0; i < 10; ++i)
+    for (const auto& e : drv.check()) {
+      CHECK(e.head_id == zeroed);
+      CHECK(e.cause.numbers.front().second == double(drv.step));
+      prune_steps.push_back(drv.step);
+    }
+  REQUIRE(prune_steps.size() == 1);
+  // calibrated at step 20; under phi_g from step 30 (grace) -> third check at step 50
+  CHECK(prune_steps[0] == 50);
+  REQUIRE(block.slots.size() == 1);
+  CHECK(block.slots[0].id == useful);
+}
+
+TEST_CASE("directional_energy: a duplicated head is caught by the residual energy, once") {
+  const size_t d = 8;
+  for (const std::string energy : {"plain", "residual"}) {
+    FakeBlock block(d, 4);
+    auto h = random_head(d, 4, 1);
+    auto dup = std::make_shared<FakeHead>(d, 4);
+    dup->wq.value() = h->wq.value().clone();
+    dup->wk.value() = h->wk.value().clone();
+    block.add(h);
+    block.add(dup);
+    block.add(random_head(d, 4, 9));
+    Driver drv{pruning("plugin: directional_energy\ncalibration_checks: 1\npatience: 1\n"
+                       "grace: 0\nenergy: " + energy + "\n"),
+               &block, anisotropic_probe(4, 6, d, 2)};
+    drv.start();
+    for (int i = 0; i < 8; ++i) drv.check();
+    CHECK(drv.prunes == (energy == "residual" ? 1u : 0u));
+    CHECK(block.slots.size() == (energy == "residual" ? 2u : 3u));
+  }
+}
+
+TEST_CASE("magnitude: prunes the head whose W_O is zero") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  const int dead = block.add(random_head(d, 4, 2));
+  block.slots[1].w_o.value().zero();
+  Driver drv{pruning("plugin: magnitude\nthreshold: 0.01\ngrace: 0\n"), &block, gf::Tensor()};
+  drv.start();
+  auto edits = drv.check();
+  REQUIRE(edits.size() == 1);
+  CHECK(edits[0].head_id == dead);
+  CHECK(drv.check().empty());
+}
+
+TEST_CASE("fixed_schedule and random growth: schedule, cap, determinism") {
+  const size_t d = 8;
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: fixed_schedule\nevery: 30\nmax_heads: 3\n"), &block, gf::Tensor()};
+  drv.start();
+  std::vector<size_t> steps;
+  for (int i = 0; i < 20; ++i)
+    if (!drv.check().empty()) steps.push_back(drv.step);
+  CHECK(steps == std::vector<size_t>{30, 60});
+  CHECK(block.slots.size() == 3);
+
+  auto random_run = [&]() {
+    FakeBlock b(d, 4);
+    b.add(random_head(d, 4, 1));
+    Driver r{growth("plugin: random\nprobability: 0.3\nmax_heads: 100\n"), &b, gf::Tensor()};
+    r.start();
+    std::vector<size_t> s;
+    for (int i = 0; i < 50; ++i)
+      if (!r.check().empty()) s.push_back(r.step);
+    return s;
+  };
+  const auto r1 = random_run(), r2 = random_run();
+  CHECK(r1 == r2);
+  CHECK(r1.size() > 5);   // p = 0.3 over 50 checks: ~15
+  CHECK(r1.size() < 30);
+}
+
+// ---- with the real mha block (when the attention plugins are built) ----------------------
+
+namespace {
+bool have_mha() {
+  return gf_test::registry().find(gf::Kind::Attention, "mha") != nullptr &&
+         gf_test::registry().find(gf::Kind::Head, "dot_product") != nullptr;
+}
+std::shared_ptr<gf::AttentionBlock> make_block(const std::string& yaml, size_t d, gf::Rng& rng) {
+  gf::AttentionBuild b;
+  b.d_model = d;
+  b.registry = &gf_test::registry();
+  b.rng = &rng;
+  return gf_test::registry().create_attention(gf::ConfigNode::load_string(yaml), b);
+}
+}  // namespace
+
+TEST_CASE("mha: preserve_function keeps the block output identical across add_head") {
+  if (!have_mha()) {
+    MESSAGE("mha / dot_product plugins not built: skipped");
+    return;
+  }
+  const size_t d = 8;
+  for (bool preserve : {true, false}) {
+    gf::Rng rng(3, 3);
+    auto block = make_block("plugin: mha\nheads: 2\nhead: {plugin: dot_product}", d, rng);
+    gf::Var x = gf::constant(gf_test::randn({2, 5, d}, 4));
+    gf::ForwardContext ctx;
+    gf::NoGradGuard ng;
+    const gf::Tensor y0 = block->forward(x, ctx).value().clone();
+    gf::HeadInit init;
+    init.mode = "directed";
+    init.direction.assign(d, 0.0f);
+    init.direction[2] = 1.0f;
+    init.value_variance = 0.25;
+    init.preserve_function = preserve;
+    gf::Rng grow_rng(9, 9);
+    block->add_head(init, grow_rng, 10);
+    CHECK(block->num_heads() == 3);
+    const gf::Tensor y1 = block->forward(x, ctx).value();
+    double diff = 0.0;
+    for (size_t i = 0; i < y0.size(); ++i) diff = std::max(diff, double(std::fabs(y0[i] - y1[i])));
+    if (preserve) CHECK(diff == 0.0);
+    else CHECK(diff > 1e-4);
+  }
+}
+
+TEST_CASE("mha: magnitude and head_importance prune a head whose output map is zero") {
+  if (!have_mha()) {
+    MESSAGE("mha / dot_product plugins not built: skipped");
+    return;
+  }
+  const size_t d = 8;
+  for (const std::string rule : {"magnitude", "head_importance"}) {
+    gf::Rng rng(3, 3);
+    auto block = make_block("plugin: mha\nheads: 3\nd_k: 4\nhead: {plugin: dot_product}", d, rng);
+    const std::vector<gf::HeadInfo> heads = block->heads();
+    gf::Var w_o = *heads[1].w_o;  // handle on the same parameter
+    w_o.value().zero();
+    auto policy = pruning("plugin: " + rule + "\ngrace: 0\n" +
+                          (rule == "head_importance" ? "threshold: 0.05\n" : ""));
+    CHECK(policy->needs_head_mask_grads() == (rule == "head_importance"));
+    gf::TrainView view;
+    view.step = 10;
+    view.blocks.push_back({0, block.get(), nullptr, nullptr});
+    policy->on_start(view);
+    gf::ForwardContext ctx;
+    ctx.training = true;
+    for (uint64_t s = 0; s < 3; ++s) {
+      gf::Var x = gf::constant(gf_test::randn({2, 5, d}, 40 + s));
+      gf::Var loss = gf_test::weighted_sum(block->forward(x, ctx));
+      gf::backward(loss);
+      if (rule == "head_importance") {
+        CHECK(block->head_mask_grad(heads[0].id) != 0.0);
+        CHECK(block->head_mask_grad(heads[1].id) == 0.0);
+      }
+      policy->after_backward(view);
+    }
+    auto edits = policy->check(view);
+    REQUIRE(edits.size() == 1);
+    CHECK(edits[0].head_id == heads[1].id);
+  }
+}
+
+TEST_CASE("mha + directional_energy: a zeroed head is pruned, the trained ones stay") {
+  if (!have_mha()) {
+    MESSAGE("mha / dot_product plugins not built: skipped");
+    return;
+  }
+  const size_t d = 8;
+  gf::Rng rng(3, 3);
+  auto block = make_block("plugin: mha\nheads: 3\nd_k: 4\nhead: {plugin: dot_product}", d, rng);
+  const std::vector<gf::HeadInfo> heads = block->heads();
+  gf::Var wq = *heads[2].head->w_q(0);
+  wq.value().zero();
+  auto policy = pruning("plugin: directional_energy\ncalibration_checks: 2\npatience: 2\ngrace: 0\n");
+  gf::Tensor probe = anisotropic_probe(3, 6, d, 5);
+  std::vector<int> removed;
+  for (size_t step = 10; step <= 60; step += 10) {
+    gf::TrainView view;
+    view.step = step;
+    view.blocks.push_back({0, block.get(), &probe, nullptr});
+    for (const gf::Edit& e : policy->check(view)) {
+      block->remove_head(e.head_id);
+      removed.push_back(e.head_id);
+    }
+  }
+  CHECK(removed == std::vector<int>{heads[2].id});
+  CHECK(block->num_heads() == 2);
+}
+
+TEST_CASE("incrt_gate: trackers follow A_h, gates get gradients, bad options fail") {
+  if (!have_mha()) {
+    MESSAGE("mha / dot_product plugins not built: skipped");
+    return;
+  }
+  const size_t d = 8;
+  gf::Rng rng(3, 3);
+  auto block = make_block(
+      "plugin: mha\nheads: 2\nhead: {plugin: incrt_gate, inner: {plugin: dot_product}, "
+      "learn_gates: true, g_plus: 0.6, g_minus: 0.3, update_every: 1, tracker_iters: 3000, "
+      "eta_plus: 0.3}",
+      d, rng);
+  gf::Tensor xt = anisotropic_probe(2, 5, d, 4);
+  gf::ForwardContext train;
+  train.training = true;
+  {
+    gf::NoGradGuard ng;
+    block->forward(gf::constant(xt), train);  // one training forward updates the trackers
+  }
+  // the gate's lambda_max / lambda_min are the extreme eigenvalues of sym(C M_a,h)
+  const Mat c = gf::incrt::gram_from_probe(xt, nullptr, false, true);
+  for (const gf::HeadInfo& h : block->heads()) {
+    const Mat a = gf::incrt::sym_cm(c, gf::incrt::head_motor(*h.head, d));
+    const gf::incrt::Eigen e = gf::incrt::jacobi_eigen(a, false);
+    const auto diag = h.head->diagnostics();
+    CHECK(diag.at("lambda_max") == doctest::Approx(e.values.back()).epsilon(1e-5));
+    CHECK(diag.at("lambda_min") == doctest::Approx(e.values.front()).epsilon(1e-5));
+    CHECK(diag.at("g_plus") == doctest::Approx(0.6).epsilon(1e-6));
+  }
+  // gradients w.r.t. the input (finite differences; eval forwards keep the trackers)
+  gf::ForwardContext eval;
+  gf_test::check_gradients(
+      [&](const std::vector<gf::Var>& in) { return gf_test::weighted_sum(block->forward(in[0], eval)); },
+      {xt}, 1e-2, 2e-2, 32);
+  // gradients w.r.t. the gate parameters
+  gf::NamedParams params = block->named_parameters();
+  size_t gates = 0;
+  for (auto& np : params) {
+    if (np.first.find("gate_") == std::string::npos) continue;
+    ++gates;
+    gf::Var p = np.second;
+    p.zero_grad();
+    gf::backward(gf_test::weighted_sum(block->forward(gf::constant(xt), eval)));
+    const double ana = p.grad().defined() ? p.grad()[0] : 0.0;
+    auto loss_at = [&](float delta) {
+      const float keep = p.value()[0];
+      p.value()[0] = keep + delta;
+      gf::NoGradGuard ng;
+      const double v = gf_test::weighted_sum(block->forward(gf::constant(xt), eval)).value().item();
+      p.value()[0] = keep;
+      return v;
+    };
+    const double num = (loss_at(1e-2f) - loss_at(-1e-2f)) / 2e-2;
+    INFO(np.first << " analytic " << ana << " numeric " << num);
+    CHECK(std::fabs(ana - num) <= 2e-2 * std::max(1.0, std::fabs(num)));
+    CHECK(std::fabs(num) > 1e-6);
+    for (auto& q : params) q.second.zero_grad();
+  }
+  CHECK(gates == 4);
+  CHECK_THROWS_AS(make_block("plugin: mha\nheads: 1\nhead: {plugin: incrt_gate, gplus: 0.5}", d,
+                             rng),
+                  gf::ConfigError);
+  CHECK_THROWS_AS(make_block("plugin: mha\nheads: 1\nhead: {plugin: incrt_gate, learn_gates: true, "
+                             "g_plus: 1.0}",
+                             d, rng),
+                  gf::ConfigError);
+}

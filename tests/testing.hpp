@@ -1,0 +1,68 @@
+// Shared helpers for the doctest suites: finite-difference gradient checks and
+// the registry loaded from the build tree's plugin folder.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "growformer/autograd.hpp"
+#include "growformer/registry.hpp"
+#include "growformer/rng.hpp"
+
+namespace gf_test {
+
+/// A random tensor with entries N(0, std^2).
+inline gf::Tensor randn(gf::Shape shape, uint64_t seed, float std = 1.0f) {
+  gf::Tensor t(shape);
+  gf::Rng rng(seed, 7);
+  rng.fill_normal(t, std);
+  return t;
+}
+
+/// Checks d f / d inputs against central differences in double-ish precision.
+/// f must build a scalar from the inputs (it is called many times).
+/// Compares max |analytic - numeric| / max(1, |numeric|) <= tol on every input.
+inline void check_gradients(const std::function<gf::Var(const std::vector<gf::Var>&)>& f,
+                            std::vector<gf::Tensor> inputs, double eps = 1e-2,
+                            double tol = 2e-2, size_t max_checks_per_input = 64) {
+  std::vector<gf::Var> vars;
+  for (auto& t : inputs) vars.push_back(gf::parameter(t.clone()));
+  gf::Var out = f(vars);
+  REQUIRE(out.size() == 1);
+  gf::backward(out);
+  for (size_t i = 0; i < vars.size(); ++i) {
+    gf::Tensor g = vars[i].grad().defined() ? vars[i].grad().clone() : gf::Tensor(inputs[i].shape());
+    size_t n = inputs[i].size();
+    size_t step = n > max_checks_per_input ? n / max_checks_per_input : 1;
+    for (size_t j = 0; j < n; j += step) {
+      auto eval = [&](float delta) {
+        std::vector<gf::Var> vs;
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          gf::Tensor t = inputs[k].clone();
+          if (k == i) t[j] += delta;
+          vs.push_back(gf::constant(t));
+        }
+        gf::NoGradGuard ng;
+        return static_cast<double>(f(vs).value().item());
+      };
+      double num = (eval(static_cast<float>(eps)) - eval(static_cast<float>(-eps))) / (2 * eps);
+      double ana = g[j];
+      double err = std::fabs(ana - num) / std::max(1.0, std::fabs(num));
+      INFO("input " << i << " element " << j << " analytic " << ana << " numeric " << num);
+      CHECK(err <= tol);
+    }
+  }
+}
+
+/// A scalar that depends on every element of y with distinct weights (so that
+/// gradient checks see each output): sum(y * w) for a fixed random w.
+gf::Var weighted_sum(const gf::Var& y, uint64_t seed = 99);
+
+/// The registry with every plugin of the build tree loaded.
+gf::Registry& registry();
+
+}  // namespace gf_test
