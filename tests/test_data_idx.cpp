@@ -1,14 +1,13 @@
 // idx_images dataset plugin: pixel tokens by hand, quantisation, pooling,
 // corrupt IDX files, and the installed Fashion-MNIST (skipped when absent).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "growformer/config.hpp"
 #include "growformer/data_stats.hpp"
@@ -121,9 +120,7 @@ TEST_CASE("idx_images: row-major pixel tokens, quantisation, pooling") {
 TEST_CASE("idx_images: corrupt files name the file") {
   Fixture fx;
   gf::write_file(fx.dir.file("magic"), be32(0x801) + be32(1) + "x");  // labels as images
-  std::string msg = error_of([&] {
-    load(fx.with("train_images", fx.dir.file("magic")));
-  });
+  std::string msg = error_of([&] { load(fx.with("train_images", fx.dir.file("magic"))); });
   CHECK(msg.find(fx.dir.file("magic")) == 0);
   CHECK(msg.find("wrong IDX magic number 0x00000801") != std::string::npos);
 

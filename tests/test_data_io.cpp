@@ -1,14 +1,14 @@
 // Data file helpers (plain/gzip lines, truncated streams, TSV columns, FASTA,
 // GFF, k-mers) and the data statistics, against hand-computed expectations.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "growformer/config.hpp"
 #include "growformer/data_stats.hpp"
@@ -150,8 +150,7 @@ TEST_CASE("io: FASTA records, and records without sequence") {
   CHECK(error_of([&] { gf::read_fasta(dir.file("last_empty.fa")); }).find(":3:") !=
         std::string::npos);
   gf::write_file(dir.file("nohdr.fa"), "ACGT\n>one\nA\n");
-  CHECK(error_of([&] { gf::read_fasta(dir.file("nohdr.fa")); }).find(":1:") !=
-        std::string::npos);
+  CHECK(error_of([&] { gf::read_fasta(dir.file("nohdr.fa")); }).find(":1:") != std::string::npos);
 }
 
 TEST_CASE("io: GFF gene lookup") {
@@ -160,8 +159,7 @@ TEST_CASE("io: GFF gene lookup") {
                  "# comment\n.\t.\tgene\t10\t20\t.\t+\t.\t gene_name=S\n"
                  ".\t.\tgene\t30\t45\t.\t+\t.\tID=x;gene_name=ORF1a\n");
   CHECK(gf::gff_gene_region(dir.file("a.gff"), "S") == std::make_pair<size_t, size_t>(10, 20));
-  CHECK(gf::gff_gene_region(dir.file("a.gff"), "ORF1a") ==
-        std::make_pair<size_t, size_t>(30, 45));
+  CHECK(gf::gff_gene_region(dir.file("a.gff"), "ORF1a") == std::make_pair<size_t, size_t>(30, 45));
   std::string msg = error_of([&] { gf::gff_gene_region(dir.file("a.gff"), "ORF1A"); });
   CHECK(msg.find("did you mean `ORF1a`") != std::string::npos);
 }
@@ -233,4 +231,45 @@ TEST_CASE("data stats: nearest-rank percentiles, class counts, truncation, JSON"
   CHECK(j["splits"]["train"]["truncated"] == 3);
   CHECK(j["class_names"][1] == "pos");
   CHECK(j["vocab_size"] == 10);
+}
+
+TEST_CASE("configs/data: every example config's data section loads (real data)") {
+  std::string dir = std::string(GF_SOURCE_DIR) + "/configs/data";
+  if (!fs::exists(std::string(GF_SHARED_DATA_DIR) + "/sst2")) {
+    MESSAGE("no " << GF_SHARED_DATA_DIR << ": example data configs skipped");
+    return;
+  }
+  size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    std::string name = entry.path().filename().string();
+    if (name == "fashion_mnist.yaml" &&
+        !gf::file_exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+      continue;
+    }
+    INFO(name);
+    gf::ConfigNode root = gf::ConfigNode::load_file(entry.path().string());
+    auto t0 = std::chrono::steady_clock::now();
+    auto ds = gf_test::registry().create_dataset(
+        root.child("data"), gf::DatasetBuild{uint64_t(root.child("seed").as_int())});
+    gf::DataSplits d = ds->load();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    size_t model_len = static_cast<size_t>(root.child("model").child("max_len").as_int());
+    gf::DataStats st = gf::compute_stats(d, model_len);
+    MESSAGE(name << " loaded in " << s << " s\n" << gf::format_stats_table(st));
+    CHECK(d.train.size() > 0);
+    CHECK(d.val.size() > 0);
+    CHECK(d.test.size() > 0);
+    CHECK(d.num_classes >= 2);
+    CHECK(d.max_len <= model_len);  // the example configs truncate in the data already
+    size_t bad = 0;                 // the pad id or out of the vocabulary
+    for (const auto* split : {&d.train, &d.val, &d.test}) {
+      for (const auto& e : *split) {
+        for (int32_t t : e.tokens) bad += t <= 0 || static_cast<size_t>(t) >= d.vocab_size;
+      }
+    }
+    CHECK(bad == 0);
+    ++n;
+  }
+  CHECK(n >= 4);
 }

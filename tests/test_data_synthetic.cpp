@@ -3,14 +3,13 @@
 // the background rate is what was asked for; same seed same data; bad clade
 // files name their line.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
@@ -63,9 +62,7 @@ struct Fixture {
   std::string ref_path, clades_path, ref;
   // X: 10 A, 20 C; Y inherits X, adds 30 G and overrides 10 -> T; Z: 40 T
   std::map<std::string, std::map<size_t, char>> states{
-      {"X", {{10, 'A'}, {20, 'C'}}},
-      {"Y", {{10, 'T'}, {20, 'C'}, {30, 'G'}}},
-      {"Z", {{40, 'T'}}}};
+      {"X", {{10, 'A'}, {20, 'C'}}}, {"Y", {{10, 'T'}, {20, 'C'}, {30, 'G'}}}, {"Z", {{40, 'T'}}}};
   Fixture() {
     gf::Rng rng(5, 0);
     for (int i = 0; i < 200; ++i) ref.push_back("ACGT"[rng.below(4)]);
@@ -143,8 +140,9 @@ TEST_CASE("synthetic_variants: deterministic by seed; region, k-mers, clade choi
   CHECK(key(a) != key(other));
   CHECK(key(load(c + "seed: 3\n", 99)) == key(a));
 
-  auto r = load(fx.cfg("per_clade: 10\nmutation_rate: 0\nregion_start: 5\nregion_end: 34\n"
-                       "clades: [X, Y]\nk: 3\nstride: 3\n"));
+  auto r =
+      load(fx.cfg("per_clade: 10\nmutation_rate: 0\nregion_start: 5\nregion_end: 34\n"
+                  "clades: [X, Y]\nk: 3\nstride: 3\n"));
   CHECK(r.num_classes == 2);
   CHECK(r.max_len == 10);
   CHECK(r.vocab_size == 66);
@@ -157,9 +155,8 @@ TEST_CASE("synthetic_variants: deterministic by seed; region, k-mers, clade choi
     CHECK(s == y.substr(4, 30));
   }
   // only Z's site 40 is outside 5..34: X and Z would be the reference there... but X has 10, 20
-  std::string msg = error_of([&] {
-    load(fx.cfg("per_clade: 10\nregion_start: 50\nregion_end: 100\nclades: [X, Z]\n"));
-  });
+  std::string msg = error_of(
+      [&] { load(fx.cfg("per_clade: 10\nregion_start: 50\nregion_end: 100\nclades: [X, Z]\n")); });
   CHECK(msg.find("identical defining states") != std::string::npos);
   msg = error_of([&] { load(fx.cfg("clades: [X, y]\n")); });
   CHECK(msg.find("did you mean `Y`") != std::string::npos);
@@ -174,7 +171,8 @@ TEST_CASE("synthetic_variants: bad clade files name the line") {
     load("reference: " + fx.ref_path + "\nclades_tsv: " + fx.dir.file("bad_site.tsv") + "\n");
   });
   CHECK(msg.find(fx.dir.file("bad_site.tsv") + ":2:") == 0);
-  gf::write_file(fx.dir.file("bad_alt.tsv"), "clade\tgene\tsite\talt\nX\tnuc\t9\tQ\nY\tnuc\t9\tA\n");
+  gf::write_file(fx.dir.file("bad_alt.tsv"),
+                 "clade\tgene\tsite\talt\nX\tnuc\t9\tQ\nY\tnuc\t9\tA\n");
   msg = error_of([&] {
     load("reference: " + fx.ref_path + "\nclades_tsv: " + fx.dir.file("bad_alt.tsv") + "\n");
   });

@@ -2,6 +2,7 @@
 // training split only, ratio splits by seed, each corrupt input, and the real
 // SST-2 and IMDB files (skipped when absent).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -10,8 +11,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "growformer/config.hpp"
 #include "growformer/data_stats.hpp"
@@ -76,9 +75,8 @@ TEST_CASE("text_tsv: char tokens are bytes + 2, truncated at max_len") {
   TempDir dir;
   gf::write_file(dir.file("train.tsv"), kTrain);
   gf::write_file(dir.file("test.tsv.gz"), kTest, true);
-  auto d = load("train: " + dir.file("train.tsv") + "\nval: " + dir.file("train.tsv") +
-                "\ntest: " + dir.file("test.tsv.gz") +
-                "\ntokenizer: char\nmax_len: 9\nlowercase: false\n");
+  auto d = load("train: " + dir.file("train.tsv") + "\nval: " + dir.file("train.tsv") + "\ntest: " +
+                dir.file("test.tsv.gz") + "\ntokenizer: char\nmax_len: 9\nlowercase: false\n");
   CHECK(d.vocab_size == 258);
   CHECK(d.pad_id == 0);
   REQUIRE(d.train.size() == 4);
@@ -111,9 +109,9 @@ TEST_CASE("text_tsv: word vocabulary from the training split only") {
   std::vector<std::string> want{"<pad>", "<unk>", "the", "cat", "ran", "a", "dog", "end", "sat"};
   CHECK(d.vocab == want);
   CHECK(d.vocab_size == want.size());
-  CHECK(d.train[0].tokens == std::vector<int32_t>{2, 3, 8});     // the cat sat
-  CHECK(d.train[1].tokens == std::vector<int32_t>{2, 6, 4});     // The dog ran
-  CHECK(d.test[0].tokens == std::vector<int32_t>{2, 1, 4});      // zebra is unknown
+  CHECK(d.train[0].tokens == std::vector<int32_t>{2, 3, 8});  // the cat sat
+  CHECK(d.train[1].tokens == std::vector<int32_t>{2, 6, 4});  // The dog ran
+  CHECK(d.test[0].tokens == std::vector<int32_t>{2, 1, 4});   // zebra is unknown
   for (const auto& e : d.test) {
     for (int32_t t : e.tokens) CHECK(t != d.pad_id);
   }
@@ -141,7 +139,8 @@ TEST_CASE("text_tsv: word vocabulary from the training split only") {
 TEST_CASE("text_tsv: ratio split by seed") {
   TempDir dir;
   std::string text = "sentence\tlabel\n";
-  for (int i = 0; i < 200; ++i) text += "row " + std::to_string(i) + "\t" + std::to_string(i % 3) + "\n";
+  for (int i = 0; i < 200; ++i)
+    text += "row " + std::to_string(i) + "\t" + std::to_string(i % 3) + "\n";
   gf::write_file(dir.file("all.tsv.gz"), text, true);
   std::string cfg =
       "train: " + dir.file("all.tsv.gz") + "\nval_ratio: 0.1\ntest_ratio: 0.25\ntokenizer: char\n";
@@ -205,9 +204,8 @@ TEST_CASE("text_tsv: bad input ends in one message naming file and line") {
   CHECK(msg.find(dir.file("fields.tsv") + ":3:") == 0);
 
   gf::write_file(dir.file("unseen.tsv"), "sentence\tlabel\na\t1\nb\t2\n");
-  msg = error_of([&] {
-    load("train: " + ok + "\nval: " + ok + "\ntest: " + dir.file("unseen.tsv") + "\n");
-  });
+  msg = error_of(
+      [&] { load("train: " + ok + "\nval: " + ok + "\ntest: " + dir.file("unseen.tsv") + "\n"); });
   CHECK(msg.find(dir.file("unseen.tsv") + ":3:") == 0);
 
   gf::write_file(dir.file("header_only.tsv"), "sentence\tlabel\n");
@@ -253,11 +251,10 @@ TEST_CASE("text_tsv: real IMDB at char level within seconds") {
                 "/test.tsv.gz\ntext_column: text\ntokenizer: char\nmax_len: 4096\n");
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto st = gf::compute_stats(d, 1024);
-  MESSAGE("IMDB char (train + test read twice): " << d.train.size() << " / " << d.test.size()
-                                                  << " in " << s << " s; train p50 "
-                                                  << st.splits[0].len_p50 << " p99 "
-                                                  << st.splits[0].len_p99 << ", "
-                                                  << st.splits[0].truncated << " over 1024");
+  MESSAGE("IMDB char (train + test read twice): "
+          << d.train.size() << " / " << d.test.size() << " in " << s << " s; train p50 "
+          << st.splits[0].len_p50 << " p99 " << st.splits[0].len_p99 << ", "
+          << st.splits[0].truncated << " over 1024");
   CHECK(d.train.size() == 25000);
   CHECK(d.test.size() == 25000);
   CHECK(st.splits[0].class_counts == std::vector<size_t>{12500, 12500});

@@ -5,20 +5,18 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "../plugins/attn_hkt/hkt_analysis.hpp"
+#include "../plugins/attn_hkt/hkt_attend.hpp"
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/registry.hpp"
 #include "growformer/rng.hpp"
 #include "testing.hpp"
-
-#include "../plugins/attn_hkt/hkt_analysis.hpp"
-#include "../plugins/attn_hkt/hkt_attend.hpp"
 
 namespace {
 
@@ -106,7 +104,8 @@ void compare_with_reference(const OpCase& c) {
   Var yr = run_reference(c, r);
   gf::backward(gf_test::weighted_sum(yr));
   REQUIRE(ya.shape() == yr.shape());
-  for (size_t i = 0; i < ya.size(); ++i) CHECK(ya.value()[i] == doctest::Approx(yr.value()[i]).epsilon(1e-4));
+  for (size_t i = 0; i < ya.size(); ++i)
+    CHECK(ya.value()[i] == doctest::Approx(yr.value()[i]).epsilon(1e-4));
   for (size_t n = 0; n < a.size(); ++n) {
     INFO("input " << n);
     REQUIRE(a[n].grad().defined());
@@ -168,7 +167,8 @@ TEST_CASE("hkt fused op: one level is plain scaled dot-product attention") {
   Var y = run_fused(c, v);
   ops::AttentionMask m;
   Var ref = ops::attention(v[0], v[1], v[2], 1.0f / std::sqrt(3.0f), m);
-  for (size_t i = 0; i < y.size(); ++i) CHECK(y.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
+  for (size_t i = 0; i < y.size(); ++i)
+    CHECK(y.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
 }
 
 TEST_CASE("hkt analysis: Jacobi eigenvalues, antisymmetric share, kurtosis") {
@@ -249,7 +249,8 @@ void check_param_gradients(const gf::Module& m, const std::function<Var()>& f, d
         gf::NoGradGuard ng;
         return static_cast<double>(f().value().item());
       };
-      const double num = (eval(orig + static_cast<float>(eps)) - eval(orig - static_cast<float>(eps))) / (2 * eps);
+      const double num =
+          (eval(orig + static_cast<float>(eps)) - eval(orig - static_cast<float>(eps))) / (2 * eps);
       v.value()[j] = orig;
       const double err = std::fabs(g[j] - num) / std::max(1.0, std::fabs(num));
       INFO("parameter " << p.first << "[" << j << "] analytic " << g[j] << " numeric " << num);
@@ -265,8 +266,7 @@ std::vector<uint8_t> lengths_mask(const std::vector<size_t>& lens, size_t T) {
   return m;
 }
 
-const char* kHybrid =
-    "plugin: hkt\nheads: 2\nd_k: 3\nlevels: 3\nhead: {plugin: hybrid_conv}\n";
+const char* kHybrid = "plugin: hkt\nheads: 2\nd_k: 3\nlevels: 3\nhead: {plugin: hybrid_conv}\n";
 
 }  // namespace
 
@@ -275,9 +275,10 @@ TEST_CASE("hkt block: finite-difference gradients of input and every parameter")
     CAPTURE(fusion);
     const size_t d = 6, B = 2, T = 7;
     auto blk = make_block(std::string(kHybrid) + "fusion: " + fusion + "\n", d, 1);
-    set_all(*blk, "beta", 0.4f);  // a generic gate
+    set_all(*blk, "beta", 0.4f);             // a generic gate
     for (auto& p : blk->named_parameters())  // generic fusion weights
-      if (p.first.rfind("fusion.", 0) == 0) p.second.value() = gf_test::randn(p.second.shape(), 8, 0.5f);
+      if (p.first.rfind("fusion.", 0) == 0)
+        p.second.value() = gf_test::randn(p.second.shape(), 8, 0.5f);
     auto valid = lengths_mask({7, 5}, T);
     gf::ForwardContext ctx;
     ctx.key_valid = &valid;
@@ -307,7 +308,8 @@ TEST_CASE("hkt block: L = 1 with beta -> +inf equals mha with the same weights")
     const std::string c = causal ? "causal: true\n" : "";
     const size_t d = 8, B = 2, T = 9;
     auto mha = make_block("plugin: mha\nheads: 2\n" + c, d, 5);
-    auto hkt = make_block("plugin: hkt\nheads: 2\nlevels: 1\nhead: {plugin: hybrid_conv}\n" + c, d, 6);
+    auto hkt =
+        make_block("plugin: hkt\nheads: 2\nlevels: 1\nhead: {plugin: hybrid_conv}\n" + c, d, 6);
     for (auto& p : mha->named_parameters()) {
       Var dst = param_named(*hkt, p.first);
       REQUIRE(dst.shape() == p.second.shape());
@@ -324,7 +326,8 @@ TEST_CASE("hkt block: L = 1 with beta -> +inf equals mha with the same weights")
   }
 }
 
-TEST_CASE("hybrid_conv head: beta -> -inf is the causal convolution of V alone, +inf is attention") {
+TEST_CASE(
+    "hybrid_conv head: beta -> -inf is the causal convolution of V alone, +inf is attention") {
   const size_t d = 5, dk = 3, dv = 4, B = 2, T = 6, K = 4;
   gf::Rng rng(3, "head");
   gf::HeadBuild hb{gf::HeadShape{d, dk, dv, 2, false}, &gf_test::registry(), &rng};
@@ -400,13 +403,17 @@ TEST_CASE("hkt block causal: output i has exactly zero gradient w.r.t. inputs j 
         for (size_t j = 0; j < T; ++j)
           for (size_t c = 0; c < d; ++c) {
             const float g = x.grad()[(b * T + j) * d + c];
-            if (j <= i) past += std::fabs(g);
-            else if (g != 0.0f) ++future_nonzero;
+            if (j <= i)
+              past += std::fabs(g);
+            else if (g != 0.0f)
+              ++future_nonzero;
           }
       CHECK(past > 0.0);
     }
-    if (causal) CHECK(future_nonzero == 0);
-    else CHECK(future_nonzero > 0);  // the check can see a leak
+    if (causal)
+      CHECK(future_nonzero == 0);
+    else
+      CHECK(future_nonzero > 0);  // the check can see a leak
   }
 }
 
@@ -477,7 +484,8 @@ TEST_CASE("hkt block: works with the dot_product head") {
 TEST_CASE("hkt analyze_json: bilinear forms, PSD condition, lambda, beta, kurtosis") {
   using nlohmann::json;
   const size_t d = 6, B = 2, T = 9;
-  auto blk = make_block("plugin: hkt\nheads: 1\nd_k: 3\nlevels: 3\nhead: {plugin: hybrid_conv}\n", d, 13);
+  auto blk =
+      make_block("plugin: hkt\nheads: 1\nd_k: 3\nlevels: 3\nhead: {plugin: hybrid_conv}\n", d, 13);
   Tensor probe = gf_test::randn({B, T, d}, 14);
   auto valid = lengths_mask({9, 6}, T);
   json j = json::parse(blk->analyze_json(&probe, &valid));
@@ -507,8 +515,9 @@ TEST_CASE("hkt analyze_json: bilinear forms, PSD condition, lambda, beta, kurtos
         }
     for (size_t a = 0; a < n; ++a)
       for (size_t c = 0; c < n; ++c)
-        s.push_back((q[a * 3] * k[c * 3] + q[a * 3 + 1] * k[c * 3 + 1] + q[a * 3 + 2] * k[c * 3 + 2]) /
-                    std::sqrt(3.0));
+        s.push_back(
+            (q[a * 3] * k[c * 3] + q[a * 3 + 1] * k[c * 3 + 1] + q[a * 3 + 2] * k[c * 3 + 2]) /
+            std::sqrt(3.0));
   }
   CHECK(j["score_kurtosis"][0]["scores"].get<size_t>() == s.size());
   CHECK(j["score_kurtosis"][0]["excess_kurtosis"].get<double>() ==
@@ -519,7 +528,8 @@ TEST_CASE("hkt analyze_json: bilinear forms, PSD condition, lambda, beta, kurtos
     const_cast<Var*>(head->w_k(l))->value() = head->w_q(l)->value().clone();
   json j2 = json::parse(blk->analyze_json(&probe, &valid));
   CHECK(j2["psd_condition"]["holds"].get<bool>() == true);
-  for (auto& l : j2["bilinear"]) CHECK(l["antisym_ratio_mean"].get<double>() == doctest::Approx(0.0));
+  for (auto& l : j2["bilinear"])
+    CHECK(l["antisym_ratio_mean"].get<double>() == doctest::Approx(0.0));
   // Without a probe the static lambda still comes back.
   json j3 = json::parse(blk->analyze_json(nullptr, nullptr));
   CHECK(j3["lambda"].size() == 3);

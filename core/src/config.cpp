@@ -233,6 +233,17 @@ std::string ConfigNode::location() const {
   return d.file;
 }
 
+std::string ConfigNode::key_location(const std::string& key) const {
+  const Doc& d = *impl_->doc;
+  std::string p = join(impl_->path, key);
+  for (const auto& o : d.overridden)
+    if (p == o || p.rfind(o + ".", 0) == 0) return "--set " + o;
+  if (is_map())
+    for (auto it = impl_->node.begin(); it != impl_->node.end(); ++it)
+      if (it->first.Scalar() == key) return mark_str(d, it->first.Mark());
+  return location();
+}
+
 void ConfigNode::fail(const std::string& msg) const {
   throw ConfigError(location() + ": `" + impl_->path + "`: " + msg);
 }
@@ -391,7 +402,7 @@ Options::Options(const ConfigNode& node, const OptionSpecs& specs, const std::st
       if (std::find(names.begin(), names.end(), key) == names.end()) {
         std::string dym = did_you_mean(key, names);
         ConfigNode c = node.child(key);
-        throw ConfigError(c.location() + ": unknown key `" + c.path() + "` for " + component +
+        throw ConfigError(node.key_location(key) + ": unknown key `" + c.path() + "` for " + component +
                           (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
                           " (valid keys: " + (names.empty() ? "none" : join_list(names)) + ")");
       }

@@ -18,8 +18,8 @@ size_t nearest_rank(const std::vector<size_t>& sorted, double pct) {
   return sorted[std::min(rank, sorted.size()) - 1];
 }
 
-SplitStats split_stats(const std::string& name, const std::vector<Example>& ex,
-                       size_t num_classes, size_t max_len) {
+SplitStats split_stats(const std::string& name, const std::vector<Example>& ex, size_t num_classes,
+                       size_t max_len) {
   SplitStats s;
   s.name = name;
   s.size = ex.size();
@@ -71,21 +71,21 @@ std::string format_stats_table(const DataStats& st) {
   if (st.max_len > 0) os << ", model max_len " << st.max_len;
   os << "\n\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-6s %8s %8s %6s %6s %6s %6s %6s %6s %9s %10s\n", "split",
+  std::snprintf(buf, sizeof buf, "%-6s %8s %9s %6s %6s %6s %6s %6s %6s %9s %10s\n", "split",
                 "examples", "tokens/1k", "min", "p50", "p90", "p95", "p99", "max", "mean",
                 "truncated");
   os << buf;
   for (const auto& s : st.splits) {
-    std::snprintf(buf, sizeof buf, "%-6s %8zu %8zu %6zu %6zu %6zu %6zu %6zu %6zu %9.1f %10zu\n",
-                  s.name.c_str(), s.size, (s.tokens + 500) / 1000, s.len_min, s.len_p50,
-                  s.len_p90, s.len_p95, s.len_p99, s.len_max, s.len_mean, s.truncated);
+    std::snprintf(buf, sizeof buf, "%-6s %8zu %9zu %6zu %6zu %6zu %6zu %6zu %6zu %9.1f %10zu\n",
+                  s.name.c_str(), s.size, (s.tokens + 500) / 1000, s.len_min, s.len_p50, s.len_p90,
+                  s.len_p95, s.len_p99, s.len_max, s.len_mean, s.truncated);
     os << buf;
   }
   os << "\nclass counts\n";
   size_t w = 5;
   for (const auto& n : st.class_names) w = std::max(w, n.size());
-  std::snprintf(buf, sizeof buf, "%-*s %8s %8s %8s\n", static_cast<int>(w), "class", "train",
-                "val", "test");
+  std::snprintf(buf, sizeof buf, "%-*s %8s %8s %8s\n", static_cast<int>(w), "class", "train", "val",
+                "test");
   os << buf;
   for (size_t c = 0; c < st.num_classes; ++c) {
     size_t n[3] = {0, 0, 0};

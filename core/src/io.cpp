@@ -186,8 +186,7 @@ std::vector<FastaRecord> read_fasta(const std::string& path) {
   std::string line;
   auto finish = [&]() {
     if (!out.empty() && out.back().seq.empty()) {
-      data_error(path, out.back().line,
-                 "FASTA record `" + out.back().id + "` has no sequence");
+      data_error(path, out.back().line, "FASTA record `" + out.back().id + "` has no sequence");
     }
   };
   while (in.next(line)) {
@@ -278,10 +277,22 @@ struct BaseTable {
       mask[static_cast<unsigned char>(c)] = m;
       mask[static_cast<unsigned char>(std::tolower(c))] = m;
     };
-    set('A', 1); set('C', 2); set('G', 4); set('T', 8); set('U', 8);
-    set('R', 1 | 4); set('Y', 2 | 8); set('S', 2 | 4); set('W', 1 | 8);
-    set('K', 4 | 8); set('M', 1 | 2); set('B', 2 | 4 | 8); set('D', 1 | 4 | 8);
-    set('H', 1 | 2 | 8); set('V', 1 | 2 | 4); set('N', 15);
+    set('A', 1);
+    set('C', 2);
+    set('G', 4);
+    set('T', 8);
+    set('U', 8);
+    set('R', 1 | 4);
+    set('Y', 2 | 8);
+    set('S', 2 | 4);
+    set('W', 1 | 8);
+    set('K', 4 | 8);
+    set('M', 1 | 2);
+    set('B', 2 | 4 | 8);
+    set('D', 1 | 4 | 8);
+    set('H', 1 | 2 | 8);
+    set('V', 1 | 2 | 4);
+    set('N', 15);
     mask[static_cast<unsigned char>('-')] = 15;  // an alignment gap reads as "any base"
     mask[static_cast<unsigned char>('.')] = 15;
   }
@@ -290,11 +301,16 @@ const BaseTable kBases;
 
 int base_code(uint8_t mask) {
   switch (mask) {
-    case 1: return 0;
-    case 2: return 1;
-    case 4: return 2;
-    case 8: return 3;
-    default: return -1;
+    case 1:
+      return 0;
+    case 2:
+      return 1;
+    case 4:
+      return 2;
+    case 8:
+      return 3;
+    default:
+      return -1;
   }
 }
 
@@ -302,7 +318,8 @@ int base_code(uint8_t mask) {
 
 KmerTokenizer::KmerTokenizer(int k, int stride, Ambiguous ambiguous)
     : k_(k), stride_(stride), ambiguous_(ambiguous) {
-  if (k < 1 || k > 10) throw ConfigError("k-mer size k must be in [1, 10], got " + std::to_string(k));
+  if (k < 1 || k > 10)
+    throw ConfigError("k-mer size k must be in [1, 10], got " + std::to_string(k));
   if (stride < 1) throw ConfigError("k-mer stride must be >= 1, got " + std::to_string(stride));
 }
 

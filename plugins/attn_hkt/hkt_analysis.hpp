@@ -28,7 +28,8 @@ inline std::vector<double> symmetric_eigenvalues(std::vector<double> a, size_t n
         if (std::fabs(apq) < 1e-300) continue;
         // Rotation angle that zeroes a_pq (Golub & Van Loan, Alg. 8.4.1).
         const double theta = (at(q, q) - at(p, p)) / (2.0 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
+        const double t =
+            (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
         const double c = 1.0 / std::sqrt(t * t + 1), s = t * c;
         for (size_t r = 0; r < n; ++r) {  // columns p, q
           const double arp = at(r, p), arq = at(r, q);

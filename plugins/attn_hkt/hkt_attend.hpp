@@ -14,14 +14,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <growformer/autograd.hpp>
+#include <growformer/kernels.hpp>
+#include <growformer/parallel.hpp>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <growformer/autograd.hpp>
-#include <growformer/kernels.hpp>
-#include <growformer/parallel.hpp>
 #if __has_include(<growformer/blas.hpp>)
 #include <growformer/blas.hpp>
 #define GF_HKT_HAVE_BLAS 1
@@ -33,8 +32,8 @@ namespace gf_hkt {
 
 /// Masking and geometry of one fused call.
 struct FusedSpec {
-  size_t stride = 2;                                // s: level l pools s^l tokens
-  bool causal = false;                              // mask j > i; coarse scores only for past blocks
+  size_t stride = 2;    // s: level l pools s^l tokens
+  bool causal = false;  // mask j > i; coarse scores only for past blocks
   const std::vector<uint8_t>* key_valid = nullptr;  // (B*T), 1 = real token; null = all real
   float scale = 1.0f;                               // 1/sqrt(d_k)
 };
@@ -175,8 +174,10 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   // Any input with a gradient makes the result require one.
   const gf::Var* any = nullptr;
   for (size_t l = 0; l < L && !any; ++l) {
-    if (q[l].requires_grad()) any = &q[l];
-    else if (k[l].requires_grad()) any = &k[l];
+    if (q[l].requires_grad())
+      any = &q[l];
+    else if (k[l].requires_grad())
+      any = &k[l];
   }
   if (!any && v.requires_grad()) any = &v;
   if (!any && logits.requires_grad()) any = &logits;

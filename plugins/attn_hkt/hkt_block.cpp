@@ -4,16 +4,14 @@
 // lambda (static or input-dependent) through the index map up(S_l)[i, j] =
 // S_l[i / s^l, j / s^l], inside one fused op (hkt_attend.hpp).
 #include <cmath>
-#include <memory>
-#include <sstream>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
 #include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "hkt_analysis.hpp"
 #include "hkt_attend.hpp"
@@ -25,21 +23,43 @@ namespace ops = gf::ops;
 
 gf::OptionSpecs hkt_options() {
   gf::OptionSpecs s = gf::MultiHeadBlock::common_options();
-  s.push_back({"levels", gf::OptType::Int, "3", "number of score resolutions L (level 0 = input)",
-               1, 8, {}});
+  s.push_back({"levels",
+               gf::OptType::Int,
+               "3",
+               "number of score resolutions L (level 0 = input)",
+               1,
+               8,
+               {}});
   s.push_back({"stride", gf::OptType::Int, "2", "downsampling stride s between levels", 2, 16, {}});
-  s.push_back({"down_kernel", gf::OptType::Int, "3",
-               "kernel of the causal depthwise convolution that makes each coarser level", 1, 16, {}});
-  s.push_back({"share_qk", gf::OptType::Bool, "false",
-               "heads use one W_Q/W_K for every level instead of one per level", -INFINITY,
-               INFINITY, {}});
-  s.push_back({"fusion", gf::OptType::String, "static",
+  s.push_back({"down_kernel",
+               gf::OptType::Int,
+               "3",
+               "kernel of the causal depthwise convolution that makes each coarser level",
+               1,
+               16,
+               {}});
+  s.push_back({"share_qk",
+               gf::OptType::Bool,
+               "false",
+               "heads use one W_Q/W_K for every level instead of one per level",
+               -INFINITY,
+               INFINITY,
+               {}});
+  s.push_back({"fusion",
+               gf::OptType::String,
+               "static",
                "level weights: static = softmax(logits); input = softmax(W meanpool(X) + b) per "
                "sample",
-               -INFINITY, INFINITY, {"static", "input"}});
-  s.push_back({"causal", gf::OptType::Bool, "false",
+               -INFINITY,
+               INFINITY,
+               {"static", "input"}});
+  s.push_back({"causal",
+               gf::OptType::Bool,
+               "false",
                "mask future keys; coarse scores only where the whole key block is in the past",
-               -INFINITY, INFINITY, {}});
+               -INFINITY,
+               INFINITY,
+               {}});
   return s;
 }
 
@@ -110,8 +130,8 @@ class HktBlock : public gf::MultiHeadBlock {
 
   std::string block_name() const override {
     std::ostringstream s;
-    s << "hkt(L=" << levels_ << ", s=" << stride_ << ", fusion=" << (input_fusion_ ? "input" : "static")
-      << (causal_ ? ", causal" : "") << ")";
+    s << "hkt(L=" << levels_ << ", s=" << stride_
+      << ", fusion=" << (input_fusion_ ? "input" : "static") << (causal_ ? ", causal" : "") << ")";
     return s.str();
   }
 

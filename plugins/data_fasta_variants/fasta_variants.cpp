@@ -3,6 +3,12 @@
 // class filters, and a stratified train/val/test split by seed.
 #include <algorithm>
 #include <cmath>
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
 #include <limits>
 #include <map>
 #include <memory>
@@ -11,13 +17,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
-#include <growformer/plugin.hpp>
-#include <growformer/registry.hpp>
-#include <growformer/rng.hpp>
 
 namespace {
 
@@ -65,7 +64,8 @@ class FastaVariants : public gf::Dataset {
     if (loaded_) {
       os << ": " << used_ << " genomes; " << missing_in_fasta_
          << " metadata ids absent from the FASTA (skipped), " << unlabelled_
-         << " FASTA records without metadata (ignored), " << dropped_ << " dropped by class filters";
+         << " FASTA records without metadata (ignored), " << dropped_
+         << " dropped by class filters";
     }
     return os.str();
   }
@@ -205,8 +205,8 @@ class FastaVariants : public gf::Dataset {
       size_t end = region_end_ ? region_end_ : rec.seq.size();
       gf::Example e;
       e.label = class_of[target];
-      e.tokens = tok.tokenize(rec.seq, start, end, s_.max_len, where,
-                              s_.seed ^ gf::hash_name(rec.id));
+      e.tokens =
+          tok.tokenize(rec.seq, start, end, s_.max_len, where, s_.seed ^ gf::hash_name(rec.id));
       if (e.tokens.empty()) {
         throw gf::ConfigError(where + ": no k-mer in the region (record length " +
                               std::to_string(rec.seq.size()) + ", region " +
@@ -227,7 +227,10 @@ class FastaVariants : public gf::Dataset {
       size_t n_test = static_cast<size_t>(std::llround(n * s_.test_ratio));
       size_t n_val = static_cast<size_t>(std::llround(n * s_.val_ratio));
       while (n_test + n_val >= n && (n_test + n_val) > 0) {  // keep one for training
-        if (n_val >= n_test && n_val > 0) --n_val; else --n_test;
+        if (n_val >= n_test && n_val > 0)
+          --n_val;
+        else
+          --n_test;
       }
       for (size_t i = 0; i < n; ++i) {
         auto& dst = i < n_test ? d.test : i < n_test + n_val ? d.val : d.train;
@@ -269,8 +272,8 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.stride = static_cast<int>(o.get_int("stride"));
   s.ambiguous = gf::parse_ambiguous(o.get_string("ambiguous"));
   bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
-  if (has_start != has_end) o.fail(has_start ? "region_end" : "region_start",
-                                   "give both region_start and region_end");
+  if (has_start != has_end)
+    o.fail(has_start ? "region_end" : "region_start", "give both region_start and region_end");
   if (has_start) {
     s.region_start = static_cast<size_t>(o.get_int("region_start"));
     s.region_end = static_cast<size_t>(o.get_int("region_end"));
@@ -323,9 +326,9 @@ gf::OptionSpecs specs() {
 }
 
 void register_components(gf::Registry& r) {
-  r.add_dataset({"fasta_variants", "genome classification: FASTA + metadata TSV, k-mer tokens",
-                 specs()},
-                make);
+  r.add_dataset(
+      {"fasta_variants", "genome classification: FASTA + metadata TSV, k-mer tokens", specs()},
+      make);
 }
 
 }  // namespace

@@ -5,18 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
-#include <memory>
-#include <sstream>
-#include <string>
-#include <vector>
-
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
 #include <growformer/io.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -62,8 +61,8 @@ Idx read_idx(const std::string& path, uint8_t want_ndim) {
   std::snprintf(what, sizeof what, "expected 0x%08x (unsigned bytes, %u dimension%s: %s)",
                 want_magic, unsigned(want_ndim), want_ndim == 1 ? "" : "s",
                 want_ndim == 1 ? "labels" : "images");
-  if (b.size() < 4) gf::data_error(path, 0, "too short for an IDX file (" +
-                                                std::to_string(b.size()) + " bytes)");
+  if (b.size() < 4)
+    gf::data_error(path, 0, "too short for an IDX file (" + std::to_string(b.size()) + " bytes)");
   uint32_t magic = (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | b[3];
   if (magic != want_magic) {
     char buf[64];
@@ -80,9 +79,10 @@ Idx read_idx(const std::string& path, uint8_t want_ndim) {
     total *= d;
   }
   if (b.size() != header + total) {
-    gf::data_error(path, 0, "IDX size mismatch: the header promises " + std::to_string(total) +
-                                " data bytes, the file holds " +
-                                std::to_string(b.size() - header) + " (truncated or corrupt)");
+    gf::data_error(path, 0,
+                   "IDX size mismatch: the header promises " + std::to_string(total) +
+                       " data bytes, the file holds " + std::to_string(b.size() - header) +
+                       " (truncated or corrupt)");
   }
   idx.offset = header;
   return idx;
@@ -126,14 +126,18 @@ class IdxImages : public gf::Dataset {
     d.test = std::move(test);
     if (d.train.empty() || d.val.empty() || d.test.empty()) {
       throw gf::ConfigError(std::string("idx_images: split `") +
-                            (d.train.empty() ? "train" : d.val.empty() ? "val" : "test") +
+                            (d.train.empty() ? "train"
+                             : d.val.empty() ? "val"
+                                             : "test") +
                             "` is empty; check val_ratio, max_train and max_test");
     }
     if (!s_.class_names.empty()) {
       if (s_.class_names.size() < d.num_classes) {
         throw gf::ConfigError("idx_images: class_names lists " +
-                              std::to_string(s_.class_names.size()) + " names but the labels go "
-                              "up to " + std::to_string(d.num_classes - 1));
+                              std::to_string(s_.class_names.size()) +
+                              " names but the labels go "
+                              "up to " +
+                              std::to_string(d.num_classes - 1));
       }
       d.num_classes = s_.class_names.size();
       d.class_names = s_.class_names;
@@ -146,8 +150,8 @@ class IdxImages : public gf::Dataset {
  private:
   Settings s_;
 
-  std::vector<gf::Example> read_pair(const std::string& images_path,
-                                     const std::string& labels_path, gf::DataSplits& d) {
+  std::vector<gf::Example> read_pair(const std::string& images_path, const std::string& labels_path,
+                                     gf::DataSplits& d) {
     Idx images = read_idx(images_path, 3);
     Idx labels = read_idx(labels_path, 1);
     size_t n = images.dims[0], rows = images.dims[1], cols = images.dims[2];
@@ -214,12 +218,14 @@ gf::OptionSpecs specs() {
           "IDX images of the test split"),
       opt("test_labels", OptType::String, dir + "t10k-labels-idx1-ubyte.gz",
           "IDX labels of the test split"),
-      opt("val_ratio", OptType::Float, "0.1", "share of the training images held out as val",
-          0.0, 0.9),
+      opt("val_ratio", OptType::Float, "0.1", "share of the training images held out as val", 0.0,
+          0.9),
       opt("levels", OptType::Int, "256", "grey levels: token = 1 + pixel * levels / 256", 2, 256),
       opt("downsample", OptType::Int, "1", "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1),
-      opt("max_train", OptType::Int, "0", "keep a seeded random subset of the training split "
-          "(0 = all)", 0),
+      opt("max_train", OptType::Int, "0",
+          "keep a seeded random subset of the training split "
+          "(0 = all)",
+          0),
       opt("max_test", OptType::Int, "0", "keep a seeded random subset of the test split (0 = all)",
           0),
       opt("class_names", OptType::StringList, "[]", "names of the classes by label"),
@@ -229,9 +235,9 @@ gf::OptionSpecs specs() {
 }
 
 void register_components(gf::Registry& r) {
-  r.add_dataset({"idx_images", "IDX images (Fashion-MNIST) as row-major pixel-token sequences",
-                 specs()},
-                make);
+  r.add_dataset(
+      {"idx_images", "IDX images (Fashion-MNIST) as row-major pixel-token sequences", specs()},
+      make);
 }
 
 }  // namespace

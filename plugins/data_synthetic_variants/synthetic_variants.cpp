@@ -5,6 +5,12 @@
 // Difficulty knobs: which clades, mutation_rate, n_runs, region length.
 #include <algorithm>
 #include <cmath>
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
 #include <limits>
 #include <map>
 #include <memory>
@@ -12,13 +18,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
-#include <growformer/plugin.hpp>
-#include <growformer/registry.hpp>
-#include <growformer/rng.hpp>
 
 namespace {
 
@@ -73,8 +72,8 @@ struct CladeDefs {
       auto p = parent.find(c);
       if (p == parent.end()) break;
       if (!own.count(p->second) && !parent.count(p->second)) {
-        gf::data_error(path, line.at(c), "clade `" + c + "` names unknown parent `" + p->second +
-                                             "`");
+        gf::data_error(path, line.at(c),
+                       "clade `" + c + "` names unknown parent `" + p->second + "`");
       }
       c = p->second;
     }
@@ -92,7 +91,8 @@ CladeDefs read_clades(const std::string& path, size_t genome_len) {
   CladeDefs defs;
   gf::LineReader in(path);
   std::string line;
-  if (!in.next(line)) gf::data_error(path, 1, "empty file: expected the header clade gene site alt");
+  if (!in.next(line))
+    gf::data_error(path, 1, "empty file: expected the header clade gene site alt");
   gf::TsvHeader header(gf::split_fields(line), path);
   size_t c_clade = header.index("clade"), c_gene = header.index("gene"),
          c_site = header.index("site"), c_alt = header.index("alt");
@@ -184,9 +184,8 @@ class SyntheticVariants : public gf::Dataset {
     if (chosen.empty()) {
       size_t n = s_.num_clades > 0 ? static_cast<size_t>(s_.num_clades) : defs.order.size();
       if (n > defs.order.size()) {
-        throw gf::ConfigError("synthetic_variants: num_clades " + std::to_string(n) +
-                              " but " + s_.clades_tsv + " defines " +
-                              std::to_string(defs.order.size()));
+        throw gf::ConfigError("synthetic_variants: num_clades " + std::to_string(n) + " but " +
+                              s_.clades_tsv + " defines " + std::to_string(defs.order.size()));
       }
       chosen.assign(defs.order.begin(), defs.order.begin() + static_cast<long>(n));
     }
@@ -195,8 +194,8 @@ class SyntheticVariants : public gf::Dataset {
       if (!defs.line.count(c)) {
         std::string guess = gf::did_you_mean(c, defs.order);
         throw gf::ConfigError("synthetic_variants: clades: `" + c + "` is not defined in " +
-                              s_.clades_tsv + (guess.empty() ? "" : "; did you mean `" + guess +
-                                                                        "`?"));
+                              s_.clades_tsv +
+                              (guess.empty() ? "" : "; did you mean `" + guess + "`?"));
       }
       states.push_back(defs.resolve(c, s_.clades_tsv));
     }
@@ -211,8 +210,8 @@ class SyntheticVariants : public gf::Dataset {
       }
       for (size_t o = 0; o < c; ++o) {
         if (seq_in_region[o] == s) {
-          throw gf::ConfigError("synthetic_variants: clades `" + chosen[o] + "` and `" +
-                                chosen[c] + "` have identical defining states in region " +
+          throw gf::ConfigError("synthetic_variants: clades `" + chosen[o] + "` and `" + chosen[c] +
+                                "` have identical defining states in region " +
                                 std::to_string(start + 1) + ".." + std::to_string(end) +
                                 "; widen the region or choose other clades");
         }
@@ -270,10 +269,9 @@ class SyntheticVariants : public gf::Dataset {
         }
         gf::Example e;
         e.label = static_cast<int32_t>(c);
-        std::string where = "synthetic_variants clade `" + chosen[c] + "` sequence " +
-                            std::to_string(i);
-        e.tokens = tok.tokenize(s, 0, s.size(), s_.max_len, where,
-                                s_.seed ^ gf::hash_name(where));
+        std::string where =
+            "synthetic_variants clade `" + chosen[c] + "` sequence " + std::to_string(i);
+        e.tokens = tok.tokenize(s, 0, s.size(), s_.max_len, where, s_.seed ^ gf::hash_name(where));
         d.max_len = std::max(d.max_len, e.tokens.size());
         auto& dst = i < n_test ? d.test : i < n_test + n_val ? d.val : d.train;
         dst.push_back(std::move(e));
@@ -303,8 +301,8 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.n_runs = o.get_int("n_runs");
   s.n_run_max = o.get_int("n_run_max");
   bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
-  if (has_start != has_end) o.fail(has_start ? "region_end" : "region_start",
-                                   "give both region_start and region_end");
+  if (has_start != has_end)
+    o.fail(has_start ? "region_end" : "region_start", "give both region_start and region_end");
   if (has_start) {
     s.region_start = static_cast<size_t>(o.get_int("region_start"));
     s.region_end = static_cast<size_t>(o.get_int("region_end"));
@@ -345,10 +343,11 @@ gf::OptionSpecs specs() {
       opt("gff", OptType::String, "~", "GFF annotation for gene"),
       opt("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
       opt("stride", OptType::Int, "1", "step between k-mer starts", 1),
-      opt("ambiguous", OptType::String, "token", "k-mers touching N: token (<amb>), skip, error, "
-          "resolve", -kInf, kInf, {"token", "skip", "error", "resolve"}),
-      opt("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)",
-          0),
+      opt("ambiguous", OptType::String, "token",
+          "k-mers touching N: token (<amb>), skip, error, "
+          "resolve",
+          -kInf, kInf, {"token", "skip", "error", "resolve"}),
+      opt("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)", 0),
       opt("val_ratio", OptType::Float, "0.1", "share of each clade held out as val", 0.0, 0.9),
       opt("test_ratio", OptType::Float, "0.1", "share of each clade held out as test", 0.0, 0.9),
       opt("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
@@ -356,10 +355,10 @@ gf::OptionSpecs specs() {
 }
 
 void register_components(gf::Registry& r) {
-  r.add_dataset({"synthetic_variants",
-                 "generated genomes: reference + clade-defining states + noise, k-mer tokens",
-                 specs()},
-                make);
+  r.add_dataset(
+      {"synthetic_variants",
+       "generated genomes: reference + clade-defining states + noise, k-mer tokens", specs()},
+      make);
 }
 
 }  // namespace

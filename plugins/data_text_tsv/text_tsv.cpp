@@ -5,9 +5,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <growformer/config.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/io.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+#include <growformer/rng.hpp>
 #include <limits>
 #include <map>
 #include <memory>
@@ -16,21 +22,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
-#include <growformer/plugin.hpp>
-#include <growformer/registry.hpp>
-#include <growformer/rng.hpp>
-
 namespace {
 
 constexpr int32_t kPad = 0;
 constexpr int32_t kUnk = 1;
 
 struct Row {
-  std::vector<int32_t> ids;         // char tokens (tokenised while reading)
-  std::vector<std::string> words;   // word tokens (mapped once the vocabulary exists)
+  std::vector<int32_t> ids;        // char tokens (tokenised while reading)
+  std::vector<std::string> words;  // word tokens (mapped once the vocabulary exists)
   std::string label;
   size_t line = 0;
 };
@@ -65,8 +64,7 @@ std::string preprocess(std::string text, const Settings& s) {
     for (size_t i = 0; i < text.size(); ++i) {
       if (text[i] == '<') {
         size_t close = text.find('>', i);
-        if (close != std::string::npos && close - i <= 32 &&
-            text.find('<', i + 1) > close) {
+        if (close != std::string::npos && close - i <= 32 && text.find('<', i + 1) > close) {
           out.push_back(' ');
           i = close;
           continue;
@@ -369,30 +367,32 @@ gf::OptionSpecs specs() {
       opt("train", OptType::String, "", "training TSV (plain or .gz), header row first"),
       opt("val", OptType::String, "~", "validation TSV; absent = carve val_ratio from train"),
       opt("test", OptType::String, "~", "test TSV; absent = carve test_ratio from train"),
-      opt("val_ratio", OptType::Float, "0.1", "share of training rows held out as val (no val file)",
-       0.0, 0.9),
-      opt("test_ratio", OptType::Float, "0.1", "share of training rows held out as test (no test file)",
-       0.0, 0.9),
-      opt("split_seed", OptType::Int, "~", "seed of the ratio split and subsample (default: run seed)",
-       0),
+      opt("val_ratio", OptType::Float, "0.1",
+          "share of training rows held out as val (no val file)", 0.0, 0.9),
+      opt("test_ratio", OptType::Float, "0.1",
+          "share of training rows held out as test (no test file)", 0.0, 0.9),
+      opt("split_seed", OptType::Int, "~",
+          "seed of the ratio split and subsample (default: run seed)", 0),
       opt("text_column", OptType::String, "sentence", "header name of the text column"),
       opt("label_column", OptType::String, "label", "header name of the label column"),
       opt("label_type", OptType::String, "auto",
-       "int: labels must be integers; string: any text; auto: int when the first label is one",
-       -kInf, kInf, {"auto", "int", "string"}),
+          "int: labels must be integers; string: any text; auto: int when the first label is one",
+          -kInf, kInf, {"auto", "int", "string"}),
       opt("tokenizer", OptType::String, "word",
-       "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train", -kInf, kInf,
-       {"char", "word"}),
+          "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train", -kInf,
+          kInf, {"char", "word"}),
       opt("lowercase", OptType::Bool, "true", "lower-case ASCII letters before tokenising"),
       opt("split_punct", OptType::Bool, "false", "word: ASCII punctuation marks become own tokens"),
       opt("strip_html", OptType::Bool, "false", "replace short tags such as <br /> by a space"),
       opt("min_freq", OptType::Int, "1", "word: keep words seen at least this often in train", 1),
       opt("max_vocab", OptType::Int, "0", "word: vocabulary size cap incl. <pad>,<unk> (0 = none)",
-       0),
+          0),
       opt("max_len", OptType::Int, "512", "truncate each text to this many tokens (0 = no limit)",
-       0),
-      opt("subsample", OptType::Int, "0", "keep a seeded random subset of this many rows per file "
-       "(0 = all)", 0),
+          0),
+      opt("subsample", OptType::Int, "0",
+          "keep a seeded random subset of this many rows per file "
+          "(0 = all)",
+          0),
   };
 }
 

@@ -3,17 +3,16 @@
 //   Y = sigmoid(beta) * attend(Q, K, V) + (1 - sigmoid(beta)) * conv_k(V),  V = X W_V.
 // beta starts at 0 (both terms weigh 1/2). With beta -> +inf the head is a plain
 // dot-product head; with beta -> -inf it is the convolution alone.
-#include <cmath>
-#include <map>
 #include <algorithm>
+#include <cmath>
+#include <growformer/attention.hpp>
+#include <growformer/ops.hpp>
+#include <growformer/plugin.hpp>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <growformer/attention.hpp>
-#include <growformer/ops.hpp>
-#include <growformer/plugin.hpp>
 
 namespace {
 
@@ -118,8 +117,13 @@ class HybridConvHead : public gf::Head {
 };
 
 void register_hybrid_conv(gf::Registry& r) {
-  gf::OptionSpecs specs{
-      {"kernel", gf::OptType::Int, "3", "kernel of the causal depthwise convolution of V", 1, 64, {}}};
+  gf::OptionSpecs specs{{"kernel",
+                         gf::OptType::Int,
+                         "3",
+                         "kernel of the causal depthwise convolution of V",
+                         1,
+                         64,
+                         {}}};
   r.add_head({"hybrid_conv",
               "attention mixed with a causal depthwise convolution of V by a learned "
               "sigmoid(beta) per head (HKT)",

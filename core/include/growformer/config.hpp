@@ -52,6 +52,8 @@ class ConfigNode {
 
   std::string path() const;      // dotted path from the root, e.g. "model.attention.heads"
   std::string location() const;  // "file:line:col"
+  /// Location of a key of this mapping (where the key itself is written).
+  std::string key_location(const std::string& key) const;
   /// "file:line:col: `path`: msg" as a ConfigError.
   [[noreturn]] void fail(const std::string& msg) const;
 

@@ -21,12 +21,12 @@ struct SplitStats {
 };
 
 struct DataStats {
-  std::vector<SplitStats> splits;    // train, val, test
+  std::vector<SplitStats> splits;  // train, val, test
   size_t vocab_size = 0;
   size_t num_classes = 0;
   std::vector<std::string> class_names;  // num_classes entries ("0", "1", ... when unnamed)
-  size_t max_len = 0;                // the limit truncation is counted against (0 = none)
-  size_t dataset_max_len = 0;        // DataSplits::max_len: longest sequence the data set emits
+  size_t max_len = 0;                    // the limit truncation is counted against (0 = none)
+  size_t dataset_max_len = 0;            // DataSplits::max_len: longest sequence the data set emits
 };
 
 /// Percentiles use the nearest-rank rule: the smallest length with at least p% of

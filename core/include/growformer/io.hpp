@@ -112,9 +112,8 @@ class KmerTokenizer {
   /// (0 = no limit). `where` (e.g. "file.fasta record `id` (line 12)") names the
   /// record in errors; `rng_seed` drives Ambiguous::Resolve. A character that is
   /// no IUPAC code is always an error.
-  std::vector<int32_t> tokenize(const std::string& seq, size_t start, size_t end,
-                                size_t max_tokens, const std::string& where,
-                                uint64_t rng_seed = 0) const;
+  std::vector<int32_t> tokenize(const std::string& seq, size_t start, size_t end, size_t max_tokens,
+                                const std::string& where, uint64_t rng_seed = 0) const;
 
  private:
   int k_, stride_;

@@ -1,0 +1,233 @@
+// The `mha` block and `dot_product` head against an independent naive
+// implementation, finite differences, batch = per-sample, and structural edits
+// with the optimizer keeping exact state.
+#include <cmath>
+
+#include "growformer/multihead.hpp"
+#include "growformer/ops.hpp"
+#include "testing.hpp"
+
+using namespace gf;
+
+namespace {
+
+std::shared_ptr<AttentionBlock> make_block(const std::string& yaml, size_t d, uint64_t seed = 3) {
+  static std::vector<std::unique_ptr<Rng>> keep;
+  keep.push_back(std::make_unique<Rng>(seed, "test"));
+  AttentionBuild b{d, 0, &gf_test::registry(), keep.back().get()};
+  return gf_test::registry().create_attention(ConfigNode::load_string(yaml), b);
+}
+
+Var param(const AttentionBlock& blk, const std::string& name) {
+  for (auto& [n, p] : blk.named_parameters())
+    if (n == name) return p;
+  FAIL("no parameter " << name);
+  return Var();
+}
+
+// softmax(q k^T / sqrt(dk)) v per head, W_O per head, in double, with key masks.
+std::vector<double> naive_mha(const AttentionBlock& blk, const Tensor& x,
+                              const std::vector<uint8_t>& valid) {
+  size_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  std::vector<double> out(B * T * d, 0.0);
+  Var bo = param(blk, "b_o");
+  for (size_t i = 0; i < out.size(); ++i) out[i] = bo.value()[i % d];
+  for (auto& h : blk.heads()) {
+    std::string p = "heads." + std::to_string(h.id) + ".";
+    Tensor wq = param(blk, p + "w_q").value(), wk = param(blk, p + "w_k").value();
+    Tensor wv = param(blk, p + "w_v").value(), wo = param(blk, p + "w_o").value();
+    Tensor bq = param(blk, p + "b_q").value(), bk = param(blk, p + "b_k").value();
+    Tensor bv = param(blk, p + "b_v").value();
+    size_t dk = wq.dim(1), dv = wv.dim(1);
+    auto proj = [&](const Tensor& w, const Tensor& bias, size_t b, size_t t, size_t j) {
+      double s = bias[j];
+      for (size_t c = 0; c < d; ++c) s += x[(b * T + t) * d + c] * double(w[c * w.dim(1) + j]);
+      return s;
+    };
+    for (size_t b = 0; b < B; ++b)
+      for (size_t i = 0; i < T; ++i) {
+        std::vector<double> sc(T, -1e300);
+        double mx = -1e300;
+        for (size_t j = 0; j < T; ++j) {
+          if (!valid[b * T + j]) continue;
+          double s = 0;
+          for (size_t c = 0; c < dk; ++c) s += proj(wq, bq, b, i, c) * proj(wk, bk, b, j, c);
+          sc[j] = s / std::sqrt(double(dk));
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0;
+        for (size_t j = 0; j < T; ++j) z += valid[b * T + j] ? std::exp(sc[j] - mx) : 0;
+        std::vector<double> a(dv, 0);
+        for (size_t j = 0; j < T; ++j) {
+          if (!valid[b * T + j]) continue;
+          double pj = std::exp(sc[j] - mx) / z;
+          for (size_t c = 0; c < dv; ++c) a[c] += pj * proj(wv, bv, b, j, c);
+        }
+        for (size_t o = 0; o < d; ++o)
+          for (size_t c = 0; c < dv; ++c) out[(b * T + i) * d + o] += a[c] * wo[c * d + o];
+      }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mha equals an independent naive implementation (with padding)") {
+  auto blk = make_block("plugin: mha\nheads: 3\nd_k: 4\nd_v: 5\n", 8);
+  Tensor x = gf_test::randn({2, 6, 8}, 1);
+  std::vector<uint8_t> valid{1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1};
+  ForwardContext ctx;
+  ctx.key_valid = &valid;
+  Var y = blk->forward(constant(x), ctx);
+  auto ref = naive_mha(*blk, x, valid);
+  for (size_t i = 0; i < ref.size(); ++i) REQUIRE(y.value()[i] == doctest::Approx(ref[i]).epsilon(1e-4));
+}
+
+TEST_CASE("mha: gradients of the input and every parameter against finite differences") {
+  auto blk = make_block("plugin: mha\nheads: 2\n", 6);
+  Tensor x = gf_test::randn({2, 4, 6}, 2);
+  std::vector<uint8_t> valid{1, 1, 1, 0, 1, 1, 1, 1};
+  ForwardContext ctx;
+  ctx.key_valid = &valid;
+  // input gradient
+  gf_test::check_gradients(
+      [&](const std::vector<Var>& v) { return gf_test::weighted_sum(blk->forward(v[0], ctx)); },
+      {x});
+  // parameter gradients
+  Var xin = constant(x);
+  for (auto& [n, p] : blk->named_parameters()) const_cast<Var&>(p).zero_grad();
+  backward(gf_test::weighted_sum(blk->forward(xin, ctx)));
+  for (auto& [n, p] : blk->named_parameters()) {
+    INFO(n);
+    REQUIRE(p.grad().defined());
+    Tensor g = p.grad().clone();
+    Tensor& w = const_cast<Var&>(p).value();
+    for (size_t j = 0; j < w.size(); j += std::max<size_t>(1, w.size() / 8)) {
+      float keep = w[j];
+      NoGradGuard ng;
+      w[j] = keep + 1e-2f;
+      double up = gf_test::weighted_sum(blk->forward(xin, ctx)).value()[0];
+      w[j] = keep - 1e-2f;
+      double dn = gf_test::weighted_sum(blk->forward(xin, ctx)).value()[0];
+      w[j] = keep;
+      double num = (up - dn) / 2e-2;
+      CHECK(std::fabs(g[j] - num) / std::max(1.0, std::fabs(num)) < 2e-2);
+    }
+  }
+}
+
+TEST_CASE("mha: a padded batch equals its samples run one by one") {
+  auto blk = make_block("plugin: mha\nheads: 2\n", 8);
+  Tensor x = gf_test::randn({3, 5, 8}, 3);
+  std::vector<uint8_t> valid{1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0};
+  ForwardContext ctx;
+  ctx.key_valid = &valid;
+  Var y = blk->forward(constant(x), ctx);
+  size_t lens[3] = {5, 2, 4};
+  for (size_t b = 0; b < 3; ++b) {
+    Tensor xs({1, lens[b], 8});
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = x[b * 40 + i];
+    Var ys = blk->forward(constant(xs), ForwardContext{});
+    for (size_t i = 0; i < ys.size(); ++i)
+      REQUIRE(ys.value()[i] == doctest::Approx(y.value()[b * 40 + i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("structural edits: stable names, optimizer state follows by name") {
+  auto blk = make_block("plugin: mha\nheads: 2\nd_k: 4\n", 8);
+  auto opt = gf_test::registry().create_optimizer(ConfigNode::load_string("plugin: adamw\n"));
+  Tensor x = gf_test::randn({2, 5, 8}, 4);
+  auto train_step = [&] {
+    auto params = blk->named_parameters();
+    for (auto& [n, p] : params) const_cast<Var&>(p).zero_grad();
+    backward(gf_test::weighted_sum(blk->forward(constant(x), ForwardContext{})));
+    opt->step(params, 1e-2f);
+  };
+  train_step();
+  train_step();
+  auto before = opt->state_tensors();
+  auto before_t = opt->state_scalars();
+  CHECK(before.count("m.heads.1.w_q"));
+
+  Rng rng(9, "grow");
+  HeadInit init;
+  int id = blk->add_head(init, rng, 2);
+  CHECK(id == 2);
+  blk->remove_head(0);
+  std::vector<std::string> removed;
+  for (auto& [k, t] : before)
+    if (k.rfind("m.heads.0.", 0) == 0) removed.push_back(k.substr(2));
+  opt->forget(removed);
+  auto names = blk->named_parameters();
+  bool has_h0 = false, has_h2 = false;
+  for (auto& [n, p] : names) {
+    has_h0 = has_h0 || n.rfind("heads.0.", 0) == 0;
+    has_h2 = has_h2 || n == "heads.2.w_q";
+  }
+  CHECK(!has_h0);
+  CHECK(has_h2);
+  // surviving moments are bit-identical; removed ones are gone; new ones do not exist yet
+  auto mid = opt->state_tensors();
+  for (auto& [k, t] : mid) {
+    REQUIRE(before.count(k));
+    for (size_t i = 0; i < t.size(); ++i) REQUIRE(t[i] == before.at(k)[i]);
+  }
+  CHECK(!mid.count("m.heads.0.w_q"));
+  CHECK(!mid.count("m.heads.2.w_q"));
+  CHECK(opt->state_scalars().at("t.heads.1.w_q") == before_t.at("t.heads.1.w_q"));
+
+  // after the edit every parameter gets a gradient and changes on the next step
+  std::map<std::string, Tensor> old;
+  for (auto& [n, p] : blk->named_parameters()) old[n] = p.value().clone();
+  train_step();
+  for (auto& [n, p] : blk->named_parameters()) {
+    INFO(n);
+    REQUIRE(p.grad().defined());
+    bool changed = false;
+    for (size_t i = 0; i < p.value().size(); ++i) changed = changed || p.value()[i] != old[n][i];
+    CHECK(changed);
+  }
+  CHECK(opt->state_scalars().at("t.heads.2.w_q") == 1);
+  CHECK(opt->state_scalars().at("t.heads.1.w_q") == 3);
+  // the last head cannot be removed; unknown ids are errors
+  CHECK_THROWS_AS(blk->remove_head(42), RuntimeError);
+}
+
+TEST_CASE("preserve_function: the block output is unchanged by a growth") {
+  auto blk = make_block("plugin: mha\nheads: 1\nd_k: 4\n", 8);
+  Tensor x = gf_test::randn({2, 5, 8}, 5);
+  Var y0 = blk->forward(constant(x), ForwardContext{});
+  Rng rng(1, "g");
+  HeadInit init;
+  init.preserve_function = true;
+  init.mode = "directed";
+  init.direction = std::vector<float>(8, 0.0f);
+  init.direction[3] = 1.0f;
+  blk->add_head(init, rng, 0);
+  Var y1 = blk->forward(constant(x), ForwardContext{});
+  for (size_t i = 0; i < y0.size(); ++i) REQUIRE(y0.value()[i] == y1.value()[i]);
+  clear_tape();
+}
+
+TEST_CASE("structure round trip recreates the same heads") {
+  auto blk = make_block("plugin: mha\nheads: 2\n", 8);
+  Rng rng(1, "g");
+  blk->add_head(HeadInit{}, rng, 7);
+  blk->remove_head(0);
+  std::string s = blk->save_structure();
+  auto fresh = make_block("plugin: mha\nheads: 2\n", 8);
+  fresh->restore_structure(s);
+  auto a = blk->named_parameters(), b = fresh->named_parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].first == b[i].first);
+  CHECK(fresh->heads()[1].born_step == 7);
+  CHECK_THROWS_AS(fresh->restore_structure("garbage"), RuntimeError);
+}
+
+TEST_CASE("unknown options of the block and of its head are config errors") {
+  CHECK_THROWS_WITH_AS(make_block("plugin: mha\nhaeds: 2\n", 8),
+                       doctest::Contains("did you mean `heads`?"), ConfigError);
+  CHECK_THROWS_WITH_AS(make_block("plugin: mha\nheads: 3\n", 8),
+                       doctest::Contains("not divisible"), ConfigError);
+  CHECK_THROWS_AS(make_block("plugin: mha\nhead: {plugin: dot_product, x: 1}\n", 8), ConfigError);
+}

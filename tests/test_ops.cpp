@@ -1,0 +1,266 @@
+// Every differentiable op against central finite differences, forward values
+// against hand computations, and the BLAS path against a naive product.
+#include <cmath>
+
+#include "growformer/blas.hpp"
+#include "growformer/kernels.hpp"
+#include "growformer/ops.hpp"
+#include "growformer/parallel.hpp"
+#include "growformer/rng.hpp"
+#include "testing.hpp"
+
+using namespace gf;
+using gf_test::check_gradients;
+using gf_test::randn;
+using gf_test::weighted_sum;
+
+TEST_CASE("linear: forward by hand and gradients") {
+  Var x = constant(Tensor::from({1, 2}, {1, 2}));
+  Var w = constant(Tensor::from({2, 3}, {1, 0, -1, 2, 1, 0.5f}));
+  Var b = constant(Tensor::from({3}, {0.5f, 0, 0}));
+  Var y = ops::linear(x, w, &b);
+  CHECK(y.value()[0] == doctest::Approx(5.5));
+  CHECK(y.value()[1] == doctest::Approx(2));
+  CHECK(y.value()[2] == doctest::Approx(0));
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::linear(v[0], v[1], &v[2])); },
+      {randn({3, 5, 4}, 1), randn({4, 6}, 2), randn({6}, 3)});
+}
+
+TEST_CASE("linear splits large products over threads with identical results") {
+  Tensor x = randn({300, 64}, 4), w = randn({64, 96}, 5);
+  set_num_threads(1);
+  Tensor y1 = ops::linear(constant(x), constant(w)).value().clone();
+  set_num_threads(2);
+  Tensor y2 = ops::linear(constant(x), constant(w)).value().clone();
+  set_num_threads(0);
+  for (size_t i = 0; i < y1.size(); ++i) REQUIRE(y1[i] == y2[i]);
+}
+
+TEST_CASE("matmul with transposes and batches") {
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      Shape sa = ta ? Shape{2, 4, 3} : Shape{2, 3, 4};
+      Shape sb = tb ? Shape{2, 5, 4} : Shape{2, 4, 5};
+      check_gradients(
+          [ta, tb](const std::vector<Var>& v) {
+            return weighted_sum(ops::matmul(v[0], v[1], ta, tb));
+          },
+          {randn(sa, 10 + ta), randn(sb, 20 + tb)});
+    }
+  // a shared 2-D right operand
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::matmul(v[0], v[1])); },
+      {randn({3, 2, 4}, 7), randn({4, 3}, 8)});
+}
+
+TEST_CASE("elementwise ops") {
+  auto one = [](Var (*f)(const Var&)) {
+    check_gradients([f](const std::vector<Var>& v) { return weighted_sum(f(v[0])); },
+                    {randn({4, 5}, 11)});
+  };
+  one(ops::gelu);
+  one(ops::sigmoid);
+  one(ops::tanh);
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::scale(v[0], -1.7f)); },
+                  {randn({6}, 1)});
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::add(v[0], v[1])); },
+                  {randn({3, 4}, 1), randn({3, 4}, 2)});
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::add(v[0], v[1])); },
+                  {randn({3, 4}, 1), randn({4}, 2)});  // broadcast bias
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::sub(v[0], v[1])); },
+                  {randn({3, 4}, 1), randn({3, 4}, 2)});
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::mul(v[0], v[1])); },
+                  {randn({3, 4}, 1), randn({3, 4}, 2)});
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::mul(v[0], v[1])); },
+                  {randn({3, 4}, 1), randn({1}, 2)});  // scalar factor
+  // GELU(1) = 0.5 (1 + erf(1/sqrt 2)) = 0.841345
+  CHECK(ops::gelu(constant(Tensor::scalar(1.0f))).value()[0] == doctest::Approx(0.841345).epsilon(1e-5));
+  // relu's kink: check away from zero
+  Tensor r = randn({10}, 3);
+  for (size_t i = 0; i < r.size(); ++i) r[i] += r[i] > 0 ? 0.2f : -0.2f;
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::relu(v[0])); }, {r});
+}
+
+TEST_CASE("softmax: values and gradient") {
+  Var y = ops::softmax(constant(Tensor::from({1, 3}, {1, 2, 3})));
+  double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  CHECK(y.value()[0] == doctest::Approx(std::exp(1.0) / z).epsilon(1e-6));
+  CHECK(y.value()[2] == doctest::Approx(std::exp(3.0) / z).epsilon(1e-6));
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::softmax(v[0])); },
+                  {randn({3, 7}, 4)});
+  // the fast exp stays within float precision over the range softmax uses
+  for (float x = -80.0f; x <= 80.0f; x += 0.37f) {
+    double rel = std::fabs(kernels::fast_exp(x) - std::exp(static_cast<double>(x))) /
+                 std::exp(static_cast<double>(x));
+    REQUIRE(rel < 2e-6);
+  }
+}
+
+TEST_CASE("reductions, layer norm, cross-entropy") {
+  check_gradients([](const std::vector<Var>& v) { return ops::sum(v[0]); }, {randn({5}, 1)});
+  check_gradients([](const std::vector<Var>& v) { return ops::mean(ops::mul(v[0], v[0])); },
+                  {randn({5}, 1)});
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::layer_norm(v[0], v[1], v[2])); },
+      {randn({2, 3, 8}, 1), randn({8}, 2), randn({8}, 3)});
+  // layer norm output has zero mean and unit variance before the affine part
+  Var ln = ops::layer_norm(constant(randn({1, 16}, 5, 3.0f)), constant(Tensor({16}, 1.0f)),
+                           constant(Tensor({16}, 0.0f)));
+  double m = 0, s = 0;
+  for (size_t i = 0; i < 16; ++i) m += ln.value()[i];
+  for (size_t i = 0; i < 16; ++i) s += ln.value()[i] * ln.value()[i];
+  CHECK(m / 16 == doctest::Approx(0).epsilon(1e-5));
+  CHECK(s / 16 == doctest::Approx(1).epsilon(1e-3));
+  std::vector<int32_t> labels{2, 0, 1};
+  check_gradients([&](const std::vector<Var>& v) { return ops::cross_entropy(v[0], labels); },
+                  {randn({3, 4}, 6)});
+  // cross-entropy of uniform logits is log(C)
+  Var ce = ops::cross_entropy(constant(Tensor({2, 5}, 0.0f)), {1, 3});
+  CHECK(ce.value()[0] == doctest::Approx(std::log(5.0)).epsilon(1e-6));
+}
+
+TEST_CASE("embedding, positions, prepend, pooling, select") {
+  std::vector<int32_t> ids{0, 2, 2, 1, 3, 0};
+  check_gradients(
+      [&](const std::vector<Var>& v) { return weighted_sum(ops::embedding(ids, 2, 3, v[0])); },
+      {randn({4, 5}, 1)});
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::add_positions(v[0], v[1])); },
+      {randn({2, 3, 4}, 1), randn({6, 4}, 2)});
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::prepend(v[0], v[1])); },
+                  {randn({2, 3, 4}, 1), randn({4}, 2)});
+  std::vector<uint8_t> mask{1, 1, 0, 1, 0, 0};
+  check_gradients(
+      [&](const std::vector<Var>& v) { return weighted_sum(ops::masked_mean_pool(v[0], mask)); },
+      {randn({2, 3, 4}, 3)});
+  // pooling ignores padded positions: (x0 + x1) / 2 for the first sequence
+  Tensor x = randn({2, 3, 4}, 3);
+  Var p = ops::masked_mean_pool(constant(x), mask);
+  CHECK(p.value()[0] == doctest::Approx((x[0] + x[4]) / 2));
+  CHECK(p.value()[4] == doctest::Approx(x[12]));
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::select_position(v[0], 1)); },
+      {randn({2, 3, 4}, 4)});
+}
+
+TEST_CASE("depthwise causal convolution with stride") {
+  for (size_t stride : {1, 2, 3}) {
+    check_gradients(
+        [stride](const std::vector<Var>& v) {
+          return weighted_sum(ops::depthwise_conv1d_causal(v[0], v[1], &v[2], stride));
+        },
+        {randn({2, 7, 3}, 1), randn({3, 3}, 2), randn({3}, 3)});
+  }
+  // hand computation: channel 0, kernel [a b c], out[t] = a x[t-2] + b x[t-1] + c x[t]
+  Tensor x = Tensor::from({1, 4, 1}, {1, 2, 3, 4});
+  Tensor w = Tensor::from({1, 3}, {0.5f, -1, 2});
+  Var y = ops::depthwise_conv1d_causal(constant(x), constant(w), nullptr, 2);
+  REQUIRE(y.dim(1) == 2);  // ceil(4 / 2)
+  CHECK(y.value()[0] == doctest::Approx(2 * 1));              // t = 0
+  CHECK(y.value()[1] == doctest::Approx(0.5 * 1 - 2 + 2 * 3));  // t = 2
+}
+
+TEST_CASE("shape ops") {
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::transpose_last2(v[0])); },
+      {randn({2, 3, 4}, 1)});
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::slice_last(v[0], 1, 3)); },
+      {randn({2, 5}, 1)});
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::concat_last({v[0], v[1]})); },
+      {randn({2, 3}, 1), randn({2, 2}, 2)});
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::reshape(v[0], {3, 2})); },
+      {randn({2, 3}, 1)});
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::sum_all({v[0], v[1], v[0]})); },
+      {randn({2, 3}, 1), randn({2, 3}, 2)});
+}
+
+TEST_CASE("dropout keeps the expectation and drops a fraction p") {
+  Rng rng(3, "dropout");
+  Var x = parameter(Tensor({10000}, 1.0f));
+  Var y = ops::dropout(x, 0.25f, rng);
+  double s = 0;
+  size_t zeros = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    s += y.value()[i];
+    zeros += y.value()[i] == 0.0f;
+  }
+  CHECK(s / 10000 == doctest::Approx(1.0).epsilon(0.03));
+  CHECK(zeros / 10000.0 == doctest::Approx(0.25).epsilon(0.03));
+  clear_tape();
+}
+
+TEST_CASE("fused attention: against an unfused composition and finite differences") {
+  size_t B = 2, T = 5, dk = 3, dv = 4;
+  std::vector<uint8_t> valid{1, 1, 1, 0, 0, 1, 1, 1, 1, 1};
+  for (bool causal : {false, true}) {
+    ops::AttentionMask m{&valid, causal};
+    check_gradients(
+        [&](const std::vector<Var>& v) {
+          return weighted_sum(ops::attention(v[0], v[1], v[2], 0.7f, m));
+        },
+        {randn({B, T, dk}, 1), randn({B, T, dk}, 2), randn({B, T, dv}, 3)});
+  }
+  // reference: softmax(q k^T * s + mask) v from the generic ops
+  Tensor q = randn({B, T, dk}, 4), k = randn({B, T, dk}, 5), v = randn({B, T, dv}, 6);
+  Var fused = ops::attention(constant(q), constant(k), constant(v), 0.5f, {&valid, false});
+  Var s = ops::scale(ops::matmul(constant(q), constant(k), false, true), 0.5f);
+  Tensor sv = s.value().clone();
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < T; ++i)
+      for (size_t j = 0; j < T; ++j)
+        if (!valid[b * T + j]) sv[(b * T + i) * T + j] = -1e30f;
+  Var ref = ops::matmul(ops::softmax(constant(sv)), constant(v));
+  for (size_t i = 0; i < ref.size(); ++i)
+    REQUIRE(fused.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
+}
+
+TEST_CASE("BLAS: sgemm against a naive product, self-test, kernel name") {
+  CHECK(blas_self_test_error() < 1e-3);
+  CHECK(!blas_kernel_name().empty());
+  Tensor a = randn({7, 9}, 1), b = randn({9, 5}, 2);
+  Tensor c({7, 5});
+  sgemm(false, false, 7, 5, 9, 1.0f, a.data(), 9, b.data(), 5, 0.0f, c.data(), 5);
+  for (size_t i = 0; i < 7; ++i)
+    for (size_t j = 0; j < 5; ++j) {
+      double r = 0;
+      for (size_t p = 0; p < 9; ++p) r += a[i * 9 + p] * b[p * 5 + j];
+      CHECK(c[i * 5 + j] == doctest::Approx(r).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("the tensor pool reuses buffers of repeated shapes") {
+  {
+    Tensor warm({123457});
+  }
+  PoolStats before = pool_stats();
+  for (int i = 0; i < 10; ++i) Tensor t({123457});
+  PoolStats after = pool_stats();
+  CHECK(after.allocations == before.allocations);
+  CHECK(after.reuses >= before.reuses + 10);
+}
+
+TEST_CASE("rng: streams are reproducible and distinct") {
+  Rng a(5, "x"), b(5, "x"), c(5, "y");
+  for (int i = 0; i < 100; ++i) REQUIRE(a.next_u64() == b.next_u64());
+  CHECK(a.next_u64() != c.next_u64());
+  Rng d(5, "x");
+  d.next_u64();
+  Rng e(0, 0);
+  e.restore(d.state(), d.increment());
+  CHECK(e.next_u64() == d.next_u64());
+  // moments of the normal generator
+  Rng n(1, "n");
+  double m = 0, v = 0;
+  for (int i = 0; i < 20000; ++i) {
+    double x = n.normal();
+    m += x;
+    v += x * x;
+  }
+  CHECK(m / 20000 == doctest::Approx(0).epsilon(0.03));
+  CHECK(v / 20000 == doctest::Approx(1).epsilon(0.03));
+}

@@ -1,0 +1,282 @@
+// End to end: training, determinism, interrupt + resume, checkpoints, bad input,
+// and the command line's exit codes and messages.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include "growformer/checkpoint.hpp"
+#include "growformer/listops.hpp"
+#include "growformer/trainer.hpp"
+#include "testing.hpp"
+
+using namespace gf;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const char* kTiny = R"(name: tiny
+seed: 7
+threads: 2
+data:
+  plugin: listops
+  train_size: 256
+  val_size: 64
+  test_size: 64
+  min_length: 4
+  max_length: 24
+  max_depth: 3
+  max_args: 4
+model:
+  d_model: 16
+  layers: 1
+  max_len: 32
+  dropout: 0.1
+  attention:
+    plugin: mha
+    heads: 2
+optimizer: {plugin: adamw, lr: 0.003}
+train:
+  steps: 40
+  batch_size: 16
+  warmup: 5
+  eval_every: 10
+  log_every: 5
+  check_every: 10
+)";
+
+std::string tmpdir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("gf_test_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+std::vector<json> metrics_without_timing(const std::string& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    j.erase("tokens_per_s");
+    j.erase("elapsed_s");
+    out.push_back(j);
+  }
+  return out;
+}
+
+int train(const std::string& dir, const std::vector<std::string>& sets = {}, long stop_after = -1) {
+  ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
+  for (auto& s : sets) cfg.apply_override(s);
+  Experiment ex(cfg, {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.run_dir = dir;
+  f.quiet = true;
+  f.stop_after = stop_after;
+  return ex.train(f);
+}
+
+struct Cli {
+  int status;
+  std::string output;
+};
+Cli run_cli(const std::string& args) {
+  std::string out = tmpdir("cli_out") + ".txt";
+  std::string cmd = std::string(GF_BIN) + " " + args + " > " + out + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  fs::remove(out);
+  return {WEXITSTATUS(rc), ss.str()};
+}
+bool has(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a run writes the run directory and two runs with one seed agree exactly") {
+  std::string a = tmpdir("det_a"), b = tmpdir("det_b");
+  REQUIRE(train(a) == 0);
+  REQUIRE(train(b) == 0);
+  for (auto f : {"config.resolved.yaml", "plugins.lock", "metrics.jsonl", "events.jsonl",
+                 "checkpoints/last.safetensors", "checkpoints/best.safetensors"})
+    CHECK(fs::exists(fs::path(a) / f));
+  auto ma = metrics_without_timing(a), mb = metrics_without_timing(b);
+  REQUIRE(ma.size() == mb.size());
+  CHECK(ma.size() == 8 + 4 + 1);  // train lines every 5 steps, val every 10, final test
+  for (size_t i = 0; i < ma.size(); ++i) CHECK(ma[i] == mb[i]);
+  json first = ma.front();
+  for (auto k : {"step", "split", "loss", "accuracy", "heads", "lr"}) CHECK(first.contains(k));
+  CHECK(ma.back()["split"] == "test");
+  // a different seed gives a different run
+  std::string c = tmpdir("det_c");
+  REQUIRE(train(c, {"seed=8"}) == 0);
+  CHECK(metrics_without_timing(c) != ma);
+  for (auto& d : {a, b, c}) fs::remove_all(d);
+}
+
+TEST_CASE("an interrupted and resumed run ends with the same metrics as an uninterrupted one") {
+  std::string full = tmpdir("full"), cut = tmpdir("cut");
+  REQUIRE(train(full) == 0);
+  REQUIRE(train(cut, {}, 17) == 0);  // stops after step 17 with a checkpoint (mid log window)
+  CHECK(metrics_without_timing(cut).size() < metrics_without_timing(full).size());
+  auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.quiet = true;
+  REQUIRE(ex->resume(cut, f) == 0);
+  auto a = metrics_without_timing(full), b = metrics_without_timing(cut);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+  fs::remove_all(full);
+  fs::remove_all(cut);
+}
+
+TEST_CASE("checkpoints: round trip, and corrupt or truncated files are refused") {
+  std::string dir = tmpdir("ck");
+  REQUIRE(train(dir) == 0);
+  std::string ck = dir + "/checkpoints/last.safetensors";
+  Checkpoint c = load_checkpoint(ck);
+  CHECK(c.tensors.count("model.layers.0.attn.heads.0.w_q"));
+  CHECK(c.metadata.count("architecture"));
+  // eval of the loaded model equals eval in a fresh experiment restored from the file
+  auto e1 = experiment_from_checkpoint(ck, {GF_PLUGIN_DIR});
+  e1->load_weights(ck);
+  auto r1 = e1->evaluate(e1->data().test);
+  auto e2 = experiment_from_checkpoint(ck, {GF_PLUGIN_DIR});
+  e2->load_weights(ck);
+  auto r2 = e2->evaluate(e2->data().test);
+  CHECK(r1.loss == r2.loss);
+  // truncate
+  std::string bad = dir + "/bad.safetensors";
+  fs::copy_file(ck, bad);
+  fs::resize_file(bad, fs::file_size(bad) / 2);
+  CHECK_THROWS_WITH_AS(load_checkpoint(bad), doctest::Contains("bad.safetensors"), RuntimeError);
+  // garbage header
+  std::ofstream(bad, std::ios::trunc) << "\x10\0\0\0\0\0\0\0{not json!!!!!!}";
+  CHECK_THROWS_WITH_AS(load_checkpoint(bad), doctest::Contains("corrupt"), RuntimeError);
+  CHECK_THROWS_WITH_AS(load_checkpoint(dir + "/missing.safetensors"),
+                       doctest::Contains("no such checkpoint"), RuntimeError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a NaN loss stops with a clear error and keeps the last good checkpoint") {
+  std::string dir = tmpdir("nan");
+  ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
+  Experiment ex(cfg, {GF_PLUGIN_DIR});
+  // a poisoned positional row: the first forward pass produces NaN
+  for (auto& [n, p] : ex.model().named_parameters())
+    if (n == "pos") const_cast<Var&>(p).value()[0] = NAN;
+  RunFlags f;
+  f.run_dir = dir;
+  f.quiet = true;
+  std::string err;
+  try {
+    ex.train(f);
+  } catch (const RuntimeError& e) {
+    err = e.what();
+  }
+  CHECK(has(err, "non-finite loss"));
+  CHECK(has(err, "at step 1 "));
+  CHECK(has(err, "optimizer.lr"));
+  CHECK(fs::exists(dir + "/metrics.jsonl"));
+  std::ifstream ev(dir + "/events.jsonl");
+  std::string line;
+  std::getline(ev, line);
+  CHECK(has(line, "nan_loss"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("cli: exit codes and messages") {
+  CHECK(run_cli("--help").status == 0);
+  CHECK(run_cli("train --help").status == 0);
+  Cli bogus = run_cli("trian x.yaml");
+  CHECK(bogus.status == 2);
+  CHECK(has(bogus.output, "did you mean `train`?"));
+  CHECK(run_cli("train").status == 2);
+  // a misspelt key in the quickstart config fails in config check and train with file:line
+  std::string qs = std::string(GF_SOURCE_DIR) + "/configs/quickstart.yaml";
+  std::ifstream in(qs);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  for (auto [from, to, hint] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"  d_model:", "  d_modle:", "d_model"},
+           {"  batch_size:", "  bacth_size:", "batch_size"},
+           {"  train_size:", "  trian_size:", "train_size"},
+           {"    heads:", "    haeds:", "heads"},
+           {"  weight_decay:", "  weight_dacay:", "weight_decay"}}) {
+    std::string t = text;
+    size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    t.replace(at, from.size(), to);
+    size_t line = std::count(t.begin(), t.begin() + at, '\n') + 1;
+    std::string path = tmpdir("typo") + ".yaml";
+    std::ofstream(path) << t;
+    for (std::string cmd : {"config check " + path, "train " + path + " --run-dir " + tmpdir("typo_run")}) {
+      Cli c = run_cli(cmd);
+      INFO(cmd << from << "\n" << c.output);
+      CHECK(c.status == 2);
+      CHECK(has(c.output, path + ":" + std::to_string(line) + ":"));
+      CHECK(has(c.output, "did you mean `" + hint + "`?"));
+      CHECK(!fs::exists(tmpdir("typo_run")));
+    }
+    fs::remove(path);
+  }
+  CHECK(run_cli("train /nonexistent.yaml").status == 2);
+  CHECK(run_cli("eval /nonexistent.safetensors").status == 1);
+  Cli list = run_cli("plugins list");
+  CHECK(list.status == 0);
+  CHECK(has(list.output, "mha"));
+  Cli desc = run_cli("plugins describe adamw");
+  CHECK(has(desc.output, "weight_decay"));
+  CHECK(run_cli("plugins describe adamx").status == 2);
+}
+
+TEST_CASE("cli: data listops-check agrees with a correct file and flags a corrupted one") {
+  std::string good = tmpdir("lo_good") + ".tsv", bad = tmpdir("lo_bad") + ".tsv";
+  Rng rng(3, "t");
+  listops::GeneratorConfig gc;
+  gc.count = 200;
+  gc.min_length = 4;
+  gc.max_length = 60;
+  auto trees = listops::generate(gc, rng);
+  std::vector<listops::Row> rows;
+  for (auto& t : trees) rows.push_back({listops::serialize(t.tokens), t.label, 0});
+  listops::write_tsv(good, rows);
+  Cli ok = run_cli("data listops-check " + good);
+  CHECK(ok.status == 0);
+  CHECK(has(ok.output, "200 rows, 0 mismatches"));
+  rows[5].label = (rows[5].label + 1) % 10;
+  rows[77].label = (rows[77].label + 3) % 10;
+  listops::write_tsv(bad, rows);
+  Cli no = run_cli("data listops-check " + bad);
+  CHECK(no.status == 1);
+  CHECK(has(no.output, "2 mismatches"));
+  CHECK(has(no.output, bad + ":7:"));  // header + 6th row
+  fs::remove(good);
+  fs::remove(bad);
+}
+
+TEST_CASE("cli: resume, eval and inspect on a run") {
+  std::string dir = tmpdir("cli_run"), cfg = tmpdir("cli_cfg") + ".yaml";
+  std::ofstream(cfg) << kTiny;
+  Cli t = run_cli("train " + cfg + " --run-dir " + dir + " --stop-after 20 --quiet");
+  REQUIRE(t.status == 0);
+  Cli r = run_cli("resume " + dir + " --quiet");
+  CHECK(r.status == 0);
+  Cli e = run_cli("eval " + dir + "/checkpoints/last.safetensors --json");
+  CHECK(e.status == 0);
+  json j = json::parse(e.output.substr(e.output.find('{')));
+  CHECK(j["examples"] == 64);
+  Cli i = run_cli("inspect " + dir + "/checkpoints/last.safetensors");
+  CHECK(i.status == 0);
+  CHECK(has(i.output, "layers.0.attn.heads.1"));
+  // the run directory refuses to be overwritten
+  CHECK(run_cli("train " + cfg + " --run-dir " + dir).status == 2);
+  fs::remove_all(dir);
+  fs::remove(cfg);
+}
