@@ -14,7 +14,8 @@
 namespace gf {
 
 namespace kernels {
-bool softmax_row(float* row, size_t n, const uint8_t* valid) {
+// The hottest loop of attention: an AVX2+FMA clone is chosen at load time where the CPU has it.
+__attribute__((target_clones("avx2,fma", "default"))) bool softmax_row(float* row, size_t n, const uint8_t* valid) {
   float mx = -INFINITY;
   bool any = false;
   for (size_t j = 0; j < n; ++j)

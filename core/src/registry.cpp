@@ -276,6 +276,10 @@ void Registry::load_library(const std::string& path) {
   impl_->current_plugin.clear();
   impl_->current_path.clear();
   impl_->loaded.push_back({path, name, info->version ? info->version : "", file_checksum(path)});
+  // Loaded libraries stay mapped until the process exits: an exception or a static object
+  // made by plugin code may outlive every registry and object that came from it.
+  static auto* keep = new std::vector<std::shared_ptr<boost::dll::shared_library>>();
+  keep->push_back(lib);
 }
 
 void Registry::load_directories(const std::vector<std::string>& dirs) {
@@ -316,8 +320,12 @@ std::vector<std::string> Registry::search_path(const std::vector<std::string>& c
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    fs::path beside = exe.parent_path().parent_path() / "lib" / "growformer" / "plugins";
-    if (fs::is_directory(beside, ec)) out.push_back(beside.string());
+    // build tree: build/bin/growformer -> build/lib/growformer/plugins;
+    // relocated install: PREFIX/bin/growformer -> PREFIX/<libdir>/growformer/plugins
+    for (fs::path rel : {fs::path("lib/growformer/plugins"), fs::path(GROWFORMER_PLUGIN_REL_DIR)}) {
+      fs::path beside = exe.parent_path().parent_path() / rel;
+      if (fs::is_directory(beside, ec)) out.push_back(beside.lexically_normal().string());
+    }
   }
   out.push_back(GROWFORMER_BUILD_PLUGIN_DIR);
   out.push_back(GROWFORMER_INSTALL_PLUGIN_DIR);
