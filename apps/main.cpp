@@ -379,7 +379,8 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "--version") {
-    std::cout << "growformer " GROWFORMER_VERSION "\n";
+    std::cout << "growformer " GROWFORMER_VERSION "\nBLAS kernels: " << gf::blas_selection_note()
+              << "\nABI " << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
     return 0;
   }
   std::string cmd = args[0];

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -117,6 +118,40 @@ TEST_CASE("idx_images: row-major pixel tokens, quantisation, pooling") {
   CHECK(n.class_names[2] == "c");
 }
 
+TEST_CASE("idx_images: max_train caps the images before val is carved out") {
+  Fixture fx;
+  // image i starts with pixel 16 * i, token 16 * i + 1
+  auto ids = [](const std::vector<gf::Example>& ex) {
+    std::vector<int> out;
+    for (const auto& e : ex) out.push_back((e.tokens[0] - 1) / 16);
+    return out;
+  };
+  auto d = load(fx.cfg("max_train: 5\n"));  // val_ratio 0.2 of 5 images
+  CHECK(d.train.size() == 4);
+  CHECK(d.val.size() == 1);
+  std::vector<int> all = ids(d.train);
+  for (int v : ids(d.val)) all.push_back(v);
+  std::sort(all.begin(), all.end());
+  CHECK(std::unique(all.begin(), all.end()) == all.end());  // disjoint
+  for (int v : all) CHECK((v >= 0 && v < 10));
+  // the cap takes a prefix of the same seeded order as the uncapped split
+  auto full = load(fx.cfg());
+  CHECK(full.train.size() == 8);
+  CHECK(full.val.size() == 2);
+  std::vector<int> order = ids(full.train);
+  for (int v : ids(full.val)) order.push_back(v);
+  std::vector<int> capped = ids(d.train);
+  for (int v : ids(d.val)) capped.push_back(v);
+  CHECK(capped == std::vector<int>(order.begin(), order.begin() + 5));
+  // a cap at or above the file size changes nothing
+  auto same = load(fx.cfg("max_train: 10\n"));
+  CHECK(ids(same.train) == ids(full.train));
+  CHECK(ids(same.val) == ids(full.val));
+  // a cap too small to leave a val example is an error
+  std::string msg = error_of([&] { load(fx.cfg("max_train: 2\n")); });
+  CHECK(msg.find("`val` is empty") != std::string::npos);
+}
+
 TEST_CASE("idx_images: corrupt files name the file") {
   Fixture fx;
   gf::write_file(fx.dir.file("magic"), be32(0x801) + be32(1) + "x");  // labels as images
@@ -159,5 +194,9 @@ TEST_CASE("idx_images: installed Fashion-MNIST") {
   CHECK(d.num_classes == 10);
   auto st = gf::compute_stats(d, 0);
   for (size_t c = 0; c < 10; ++c) CHECK(st.splits[2].class_counts[c] == 1000);
+  auto small = load("val_ratio: 0.1\nmax_train: 6000\nmax_test: 1000\n");
+  CHECK(small.train.size() == 5400);
+  CHECK(small.val.size() == 600);
+  CHECK(small.test.size() == 1000);
   CHECK(s < 30.0);
 }

@@ -231,6 +231,13 @@ TEST_CASE("data stats: nearest-rank percentiles, class counts, truncation, JSON"
   CHECK(j["splits"]["train"]["truncated"] == 3);
   CHECK(j["class_names"][1] == "pos");
   CHECK(j["vocab_size"] == 10);
+  // totals: 10 train + 1 val + 0 test; the val example (length 1) is class 0
+  CHECK(j["total_examples"] == 11);
+  CHECK(j["train_val_examples"] == 11);
+  CHECK(j["class_totals"] == nlohmann::json::array({8, 3}));
+  CHECK(table.find("total" + std::string(8, ' ') + "11  (train+val 11)") != std::string::npos);
+  CHECK(table.find("total" + std::string(7, ' ') + "10" + std::string(8, ' ') + "1" +
+                   std::string(8, ' ') + "0" + std::string(7, ' ') + "11") != std::string::npos);
 }
 
 TEST_CASE("configs/data: every example config's data section loads (real data)") {

@@ -280,3 +280,33 @@ TEST_CASE("cli: resume, eval and inspect on a run") {
   fs::remove_all(dir);
   fs::remove(cfg);
 }
+
+TEST_CASE("cli: BLAS kernel selection re-executes with the matching kernels, and falls back") {
+  std::ifstream cpu("/proc/cpuinfo");
+  std::string all((std::istreambuf_iterator<char>(cpu)), std::istreambuf_iterator<char>());
+  bool avx512 = has(all, " avx512f") && has(all, " avx512bw") && has(all, " avx512vl");
+  bool avx2 = has(all, " avx2") && has(all, " fma");
+  std::string env = "env -u OPENBLAS_CORETYPE -u GROWFORMER_BLAS_STAGE GROWFORMER_BLAS_ASSUME_GENERIC=1 ";
+  std::string cmd = env + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in("/tmp/gf_blas.txt");
+  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(out);
+  if (avx512) CHECK(has(out, "SkylakeX (selected automatically; GEMM self-test"));
+  else if (avx2) CHECK(has(out, "Haswell (selected automatically"));
+  else CHECK(has(out, "OpenBLAS default"));
+  if (avx512 || avx2) {
+    cmd = env + "GROWFORMER_BLAS_SELFTEST_FAIL=1 " + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    std::ifstream in2("/tmp/gf_blas.txt");
+    std::string out2((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
+    INFO(out2);
+    CHECK(has(out2, "OpenBLAS default; automatic selection failed"));
+  }
+  // a kernel set chosen by the user is left alone
+  cmd = std::string("env OPENBLAS_CORETYPE=Haswell ") + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in3("/tmp/gf_blas.txt");
+  std::string out3((std::istreambuf_iterator<char>(in3)), std::istreambuf_iterator<char>());
+  CHECK(has(out3, "set by the user"));
+}

@@ -81,21 +81,36 @@ std::string format_stats_table(const DataStats& st) {
                   s.len_p95, s.len_p99, s.len_max, s.len_mean, s.truncated);
     os << buf;
   }
+  // Val is usually carved out of a source file's training set: train+val is that file's size.
+  size_t total = 0, train_val = 0;
+  for (size_t i = 0; i < st.splits.size(); ++i) {
+    total += st.splits[i].size;
+    if (st.splits[i].name != "test") train_val += st.splits[i].size;
+  }
+  std::snprintf(buf, sizeof buf, "%-6s %8zu  (train+val %zu)\n", "total", total, train_val);
+  os << buf;
   os << "\nclass counts\n";
   size_t w = 5;
   for (const auto& n : st.class_names) w = std::max(w, n.size());
-  std::snprintf(buf, sizeof buf, "%-*s %8s %8s %8s\n", static_cast<int>(w), "class", "train", "val",
-                "test");
+  std::snprintf(buf, sizeof buf, "%-*s %8s %8s %8s %8s\n", static_cast<int>(w), "class", "train",
+                "val", "test", "total");
   os << buf;
+  size_t col[4] = {0, 0, 0, 0};
   for (size_t c = 0; c < st.num_classes; ++c) {
     size_t n[3] = {0, 0, 0};
     for (size_t i = 0; i < st.splits.size() && i < 3; ++i) {
       if (c < st.splits[i].class_counts.size()) n[i] = st.splits[i].class_counts[c];
     }
-    std::snprintf(buf, sizeof buf, "%-*s %8zu %8zu %8zu\n", static_cast<int>(w),
-                  st.class_names[c].c_str(), n[0], n[1], n[2]);
+    size_t row = n[0] + n[1] + n[2];
+    for (size_t i = 0; i < 3; ++i) col[i] += n[i];
+    col[3] += row;
+    std::snprintf(buf, sizeof buf, "%-*s %8zu %8zu %8zu %8zu\n", static_cast<int>(w),
+                  st.class_names[c].c_str(), n[0], n[1], n[2], row);
     os << buf;
   }
+  std::snprintf(buf, sizeof buf, "%-*s %8zu %8zu %8zu %8zu\n", static_cast<int>(w), "total", col[0],
+                col[1], col[2], col[3]);
+  os << buf;
   return os.str();
 }
 
@@ -123,6 +138,18 @@ std::string stats_json(const DataStats& st) {
     splits[s.name] = o;
   }
   j["splits"] = splits;
+  size_t total = 0, train_val = 0;
+  std::vector<size_t> class_totals(st.num_classes, 0);
+  for (const auto& s : st.splits) {
+    total += s.size;
+    if (s.name != "test") train_val += s.size;
+    for (size_t c = 0; c < class_totals.size() && c < s.class_counts.size(); ++c) {
+      class_totals[c] += s.class_counts[c];
+    }
+  }
+  j["total_examples"] = total;
+  j["train_val_examples"] = train_val;
+  j["class_totals"] = class_totals;
   return j.dump(2);
 }
 

@@ -110,13 +110,16 @@ class IdxImages : public gf::Dataset {
 
     gf::Rng rng(s_.seed, "idx_images.split");
     for (size_t i = train.size(); i > 1; --i) std::swap(train[i - 1], train[rng.below(i)]);
+    // max_train caps the training images used before val is carved out of them, so val_ratio
+    // stays a share of what is used (6000 images at 0.1 -> 5400 train / 600 val, not a
+    // 6000-image val set beside 6000 train images).
+    if (s_.max_train > 0 && train.size() > static_cast<size_t>(s_.max_train)) {
+      train.resize(static_cast<size_t>(s_.max_train));  // already a seeded random order
+    }
     size_t n_val = static_cast<size_t>(std::llround(train.size() * s_.val_ratio));
     d.val.assign(std::make_move_iterator(train.end() - static_cast<long>(n_val)),
                  std::make_move_iterator(train.end()));
     train.resize(train.size() - n_val);
-    if (s_.max_train > 0 && train.size() > static_cast<size_t>(s_.max_train)) {
-      train.resize(static_cast<size_t>(s_.max_train));  // already a seeded random order
-    }
     if (s_.max_test > 0 && test.size() > static_cast<size_t>(s_.max_test)) {
       gf::Rng trng(s_.seed, "idx_images.test_subset");
       for (size_t i = test.size(); i > 1; --i) std::swap(test[i - 1], test[trng.below(i)]);
@@ -218,12 +221,13 @@ gf::OptionSpecs specs() {
           "IDX images of the test split"),
       opt("test_labels", OptType::String, dir + "t10k-labels-idx1-ubyte.gz",
           "IDX labels of the test split"),
-      opt("val_ratio", OptType::Float, "0.1", "share of the training images held out as val", 0.0,
+      opt("val_ratio", OptType::Float, "0.1",
+          "share of the (max_train-capped) training images held out as val", 0.0,
           0.9),
       opt("levels", OptType::Int, "256", "grey levels: token = 1 + pixel * levels / 256", 2, 256),
       opt("downsample", OptType::Int, "1", "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1),
       opt("max_train", OptType::Int, "0",
-          "keep a seeded random subset of the training split "
+          "use a seeded random subset of this many training images, val included "
           "(0 = all)",
           0),
       opt("max_test", OptType::Int, "0", "keep a seeded random subset of the test split (0 = all)",
