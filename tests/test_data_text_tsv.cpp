@@ -91,6 +91,15 @@ TEST_CASE("text_tsv: char tokens are bytes + 2, truncated at max_len") {
   CHECK(d.train[1].label == 0);
   CHECK(d.test[0].label == 1);
   CHECK(d.vocab['a' + 2] == "a");
+  // class_names renames the classes in label order; a wrong count is an error
+  std::string files = "train: " + dir.file("train.tsv") + "\nval: " + dir.file("train.tsv") +
+                      "\ntest: " + dir.file("test.tsv.gz") + "\n";
+  auto named = load(files + "class_names: [negative, positive]\n");
+  CHECK(named.class_names == std::vector<std::string>{"negative", "positive"});
+  CHECK(named.train[0].label == 1);
+  std::string msg = error_of([&] { load(files + "class_names: [a, b, c]\n"); });
+  CHECK(msg.find("class_names lists 3 names") != std::string::npos);
+  CHECK(msg.find("2 classes (0, 1)") != std::string::npos);
   // UTF-8 is bytes: one e-acute is two tokens
   gf::write_file(dir.file("utf8.tsv"), "sentence\tlabel\ncaf\xc3\xa9\t1\nx\t0\n");
   auto u = load("train: " + dir.file("utf8.tsv") + "\nval: " + dir.file("utf8.tsv") +

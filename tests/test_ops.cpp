@@ -244,6 +244,17 @@ TEST_CASE("the tensor pool reuses buffers of repeated shapes") {
   CHECK(after.reuses >= before.reuses + 10);
 }
 
+TEST_CASE("the tensor pool stays bounded when shapes keep changing") {
+  // variable sequence lengths give many distinct sizes; the cache must not grow without bound
+  for (size_t i = 0; i < 3000; ++i) Tensor t = Tensor::empty({1000000 + 977 * i});
+  CHECK(pool_stats().bytes_cached <= size_t(1024) * 1024 * 1024);
+  // nearby sizes share a size class, so they are reused
+  { Tensor a = Tensor::empty({500000}); }
+  PoolStats before = pool_stats();
+  { Tensor b = Tensor::empty({500100}); }
+  CHECK(pool_stats().allocations == before.allocations);
+}
+
 TEST_CASE("rng: streams are reproducible and distinct") {
   Rng a(5, "x"), b(5, "x"), c(5, "y");
   for (int i = 0; i < 100; ++i) REQUIRE(a.next_u64() == b.next_u64());

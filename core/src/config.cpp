@@ -236,6 +236,21 @@ std::string ConfigNode::location() const {
   return d.file;
 }
 
+ConfigNode ConfigNode::insert_default(const std::string& key, const std::string& yaml_text,
+                                      bool consumed) const {
+  if (!is_map() || has(key)) return ConfigNode();
+  YAML::Node value;
+  try {
+    value = YAML::Load(yaml_text);
+  } catch (const YAML::Exception&) {
+    value = YAML::Node(yaml_text);
+  }
+  impl_->node[key] = value;
+  ConfigNode c = child(key);
+  if (consumed) c.mark_consumed();
+  return c;
+}
+
 std::string ConfigNode::key_location(const std::string& key) const {
   const Doc& d = *impl_->doc;
   std::string p = join(impl_->path, key);
@@ -430,8 +445,15 @@ Options::Options(const ConfigNode& node, const OptionSpecs& specs, const std::st
       }
       v.text = s.default_value;
       if (c.valid()) c.mark_consumed();
+      // Write the default into the document, so that the resolved config (run directory,
+      // checkpoints) spells out every value the run used.
+      if (!c.valid() && node.is_map() && !v.text.empty() && v.text != "~") {
+        v.node = node.insert_default(s.name, v.text, s.type != OptType::Component);
+        v.defaulted_in_doc = v.node.valid();
+      }
     }
     values_[s.name] = v;
+    defaults_[s.name] = s.default_value;
   }
   if (node.valid()) node.mark_consumed();
 }
@@ -520,14 +542,31 @@ std::vector<std::string> Options::get_string_list(const std::string& name) const
 
 ConfigNode Options::get_node(const std::string& name) const {
   const Value& v = find(name);
-  if (v.given) return v.node;
+  if (v.given || v.defaulted_in_doc) return v.node;
   // a defaulted component: parse the default text as its own small document
   ConfigNode n = ConfigNode::load_string(v.text.empty() || v.text == "~" ? "{}" : v.text,
                                          "<default of " + component_ + "." + name + ">");
   return n;
 }
 
-bool Options::is_set(const std::string& name) const { return find(name).given; }
+bool Options::is_set(const std::string& name) const {
+  const Value& v = find(name);
+  if (!v.given) return false;
+  // A value equal to the declared default counts as unset: resolved configs (run directories,
+  // checkpoints) spell out every default, and re-reading them must mean the same thing.
+  auto it = defaults_.find(name);
+  if (it == defaults_.end() || !v.node.is_scalar()) return true;
+  const std::string& d = it->second;
+  if (v.text == d) return false;
+  if (v.type == OptType::Int || v.type == OptType::Float) {
+    try {
+      return std::stod(v.text) != std::stod(d);
+    } catch (...) {
+      return true;
+    }
+  }
+  return true;
+}
 
 bool Options::has_value(const std::string& name) const {
   const Value& v = find(name);

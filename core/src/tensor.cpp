@@ -26,8 +26,30 @@ std::string shape_str(const Shape& s) {
 
 namespace {
 
-// Buffers are cached by exact element count: training repeats the same shapes
-// every step, so after the first step almost every request is a reuse.
+// Buffers are cached by size class (four classes per doubling, so at most 19% slack):
+// training repeats similar shapes every step, so after the first steps almost every request is
+// a reuse, also when batches have different sequence lengths. The cache is capped; past the cap
+// freed buffers go back to the system.
+size_t size_class(size_t n) {
+  if (n <= 1024) return (n + 15) & ~static_cast<size_t>(15);
+  size_t p = 1024;
+  while (p * 2 < n) p *= 2;
+  for (size_t q = 1; q <= 4; ++q) {
+    size_t c = p + p * q / 4;
+    if (c >= n) return (c + 15) & ~static_cast<size_t>(15);
+  }
+  return p * 2;
+}
+
+size_t cache_cap_bytes() {
+  static size_t cap = [] {
+    const char* env = std::getenv("GROWFORMER_POOL_MAX_MB");
+    size_t mb = env ? std::strtoull(env, nullptr, 10) : 1024;
+    return mb * 1024 * 1024;
+  }();
+  return cap;
+}
+
 struct Pool {
   std::mutex mu;
   std::map<size_t, std::vector<float*>> free;
@@ -35,6 +57,7 @@ struct Pool {
   size_t cached_bytes = 0;
 
   float* get(size_t n) {
+    n = size_class(n);
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = free.find(n);
@@ -57,10 +80,17 @@ struct Pool {
     return static_cast<float*>(p);
   }
   void put(float* p, size_t n) {
-    std::lock_guard<std::mutex> lock(mu);
-    stats.bytes_live -= n * sizeof(float);
-    free[n].push_back(p);
-    cached_bytes += n * sizeof(float);
+    n = size_class(n);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.bytes_live -= n * sizeof(float);
+      if (cached_bytes + n * sizeof(float) <= cache_cap_bytes()) {
+        free[n].push_back(p);
+        cached_bytes += n * sizeof(float);
+        return;
+      }
+    }
+    std::free(p);
   }
   void release() {
     std::lock_guard<std::mutex> lock(mu);
@@ -85,7 +115,9 @@ std::shared_ptr<float> alloc(size_t n) {
 
 PoolStats pool_stats() {
   std::lock_guard<std::mutex> lock(pool().mu);
-  return pool().stats;
+  PoolStats s = pool().stats;
+  s.bytes_cached = pool().cached_bytes;
+  return s;
 }
 void pool_release_cached() { pool().release(); }
 

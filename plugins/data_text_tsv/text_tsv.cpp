@@ -46,6 +46,7 @@ struct Settings {
   std::string text_column, label_column, label_type, tokenizer;
   bool lowercase = true, split_punct = false, strip_html = false;
   int64_t min_freq = 1, max_vocab = 0, max_len = 0, subsample = 0;
+  std::vector<std::string> class_names;  // display names by class id (empty = the labels)
 };
 
 bool parse_int(const std::string& s, long long& v) {
@@ -265,6 +266,16 @@ class TextTsv : public gf::Dataset {
                             std::to_string(d.num_classes) + " class(es) in column `" +
                             s_.label_column + "`");
     }
+    if (!s_.class_names.empty()) {
+      if (s_.class_names.size() != names.size()) {
+        std::string found;
+        for (const auto& n : names) found += (found.empty() ? "" : ", ") + n;
+        throw gf::ConfigError("text_tsv: class_names lists " +
+                              std::to_string(s_.class_names.size()) + " names but " + train.path +
+                              " has " + std::to_string(names.size()) + " classes (" + found + ")");
+      }
+      d.class_names = s_.class_names;
+    }
   }
 
   void build_vocab(const FileRows& train, gf::DataSplits& d) {
@@ -340,6 +351,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   if (s.max_vocab > 0 && s.max_vocab < 3) o.fail("max_vocab", "must be 0 (no limit) or >= 3");
   s.max_len = o.get_int("max_len");
   s.subsample = o.get_int("subsample");
+  s.class_names = o.get_string_list("class_names");
   if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
   return std::make_unique<TextTsv>(std::move(s));
 }
@@ -393,6 +405,8 @@ gf::OptionSpecs specs() {
           "keep a seeded random subset of this many rows per file "
           "(0 = all)",
           0),
+      opt("class_names", OptType::StringList, "[]",
+          "display names of the classes in label order (integers ascending, else sorted)"),
   };
 }
 

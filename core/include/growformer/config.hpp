@@ -54,6 +54,9 @@ class ConfigNode {
 
   std::string path() const;      // dotted path from the root, e.g. "model.attention.heads"
   std::string location() const;  // "file:line:col"
+  /// Adds key: value (YAML text) to this mapping when absent (defaults made explicit);
+  /// returns the new child, or an invalid node when nothing was added.
+  ConfigNode insert_default(const std::string& key, const std::string& yaml_text, bool consumed) const;
   /// Location of a key of this mapping (where the key itself is written).
   std::string key_location(const std::string& key) const;
   /// "file:line:col: `path`: msg" as a ConfigError.
@@ -112,7 +115,7 @@ class Options {
   std::vector<std::string> get_string_list(const std::string& name) const;
   /// The config sub-tree of a Component option (e.g. attention.head).
   ConfigNode get_node(const std::string& name) const;
-  /// True when the user gave the key (not the default) and it is not "~".
+  /// True when the user gave the key with a value other than its declared default.
   bool is_set(const std::string& name) const;
   bool has_value(const std::string& name) const;
   /// Location of the option for error messages.
@@ -127,9 +130,11 @@ class Options {
     ConfigNode node;  // invalid when defaulted
     std::string text;
     bool given = false;
+    bool defaulted_in_doc = false;  // the default was written into the document
     OptType type = OptType::String;
   };
   std::map<std::string, Value> values_;
+  std::map<std::string, std::string> defaults_;
   std::string component_;
   std::string base_dir_;
   std::string path_;

@@ -64,6 +64,7 @@ struct PoolStats {
   size_t reuses = 0;       // buffers served from the pool
   size_t bytes_live = 0;
   size_t bytes_peak = 0;
+  size_t bytes_cached = 0;  // freed buffers kept for reuse (capped, GROWFORMER_POOL_MAX_MB)
 };
 PoolStats pool_stats();
 /// Frees every cached (unused) buffer.
