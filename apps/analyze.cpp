@@ -2,6 +2,7 @@
 // plugin reports what its mechanism claims: HKT levels, INCRT geometry, ...),
 // plus the growth and pruning summary recorded in the run's events.
 #include <filesystem>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,17 @@ namespace gfapp {
 
 namespace {
 void print_json_table(const json& j, const std::string& indent) {
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (j[i].is_object() || j[i].is_array()) {
+        std::cout << indent << "[" << i << "]\n";
+        print_json_table(j[i], indent + "  ");
+      } else {
+        std::cout << indent << "[" << i << "] " << j[i].dump() << "\n";
+      }
+    }
+    return;
+  }
   for (auto it = j.begin(); it != j.end(); ++it) {
     const json& v = *it;
     std::string key = j.is_object() ? it.key() : "";
@@ -109,6 +121,37 @@ int cmd_analyze(const std::vector<std::string>& args) {
     gf::Tensor probe;
     if (!probe_data[i].empty())
       probe = gf::Tensor::from({probe_B[i], probe_T[i], ex->model().d_model()}, probe_data[i]);
+    // generic per-head geometry: output-map norm and the antisymmetric share of M = W_Q W_K^T
+    json heads = json::array();
+    for (auto& h : blocks[i]->heads()) {
+      json hj = {{"id", h.id}, {"born_step", h.born_step}};
+      if (h.w_o) {
+        double n = 0;
+        for (size_t k = 0; k < h.w_o->size(); ++k) n += double(h.w_o->value()[k]) * h.w_o->value()[k];
+        hj["w_o_norm"] = std::sqrt(n);
+      }
+      const gf::Var* wq = h.head->w_q(0);
+      const gf::Var* wk = h.head->w_k(0);
+      if (wq && wk) {
+        size_t d = wq->dim(0), dk = wq->dim(1);
+        std::vector<double> m(d * d, 0.0);
+        for (size_t r = 0; r < d; ++r)
+          for (size_t c = 0; c < d; ++c)
+            for (size_t k = 0; k < dk; ++k)
+              m[r * d + c] += double(wq->value()[r * dk + k]) * wk->value()[c * dk + k];
+        double all = 0, anti = 0;
+        for (size_t r = 0; r < d; ++r)
+          for (size_t c = 0; c < d; ++c) {
+            double a = 0.5 * (m[r * d + c] - m[c * d + r]);
+            all += m[r * d + c] * m[r * d + c];
+            anti += a * a;
+          }
+        hj["antisymmetric_share"] = all > 0 ? std::sqrt(anti / all) : 0.0;
+      }
+      for (auto& [k, v] : h.head->diagnostics()) hj[k] = v;
+      heads.push_back(hj);
+    }
+    bj["heads"] = heads;
     std::string a = blocks[i]->analyze_json(probe.defined() ? &probe : nullptr,
                                             probe.defined() ? &probe_valid[i] : nullptr);
     try {

@@ -41,13 +41,39 @@ int cmd_sweep(const std::vector<std::string>& args) {
   std::vector<int64_t> seeds = so.get_int_list("seeds");
   for (auto& s : so.get_string_list("set")) sets.insert(sets.begin(), s);
   gf::ConfigNode axes = so.get_node("axes");
-  std::vector<std::pair<std::string, std::vector<std::string>>> ax;
+  // an axis value is a scalar or a mapping (a whole component section such as
+  // `{plugin: magnitude, threshold: 0.05}`); a mapping is labelled by its plugin name
+  struct Axis {
+    std::string path;
+    std::vector<std::string> values, labels;
+  };
+  std::vector<Axis> ax;
   for (auto& k : axes.keys()) {
     gf::ConfigNode v = axes.child(k);
     if (!v.is_sequence() || v.items().empty()) v.fail("an axis is a non-empty list of values");
-    std::vector<std::string> vals;
-    for (auto& it : v.items()) vals.push_back(it.as_string());
-    ax.push_back({k, vals});
+    Axis a;
+    a.path = k;
+    size_t i = 0;
+    for (auto& it : v.items()) {
+      std::string text = it.is_scalar() ? it.as_string() : it.dump();
+      it.mark_consumed();
+      std::string label = text;
+      gf::ConfigNode parsed;
+      try {
+        parsed = gf::ConfigNode::load_string(text, "axis value");
+      } catch (const gf::ConfigError&) {
+      }
+      if (parsed.is_map()) {
+        label = parsed.has("plugin") ? parsed.child("plugin").as_string() : "v" + std::to_string(i);
+        // the same plugin twice on one axis: keep labels distinct
+        for (auto& l : a.labels)
+          if (l == label) label += "-" + std::to_string(i);
+      }
+      a.values.push_back(text);
+      a.labels.push_back(label);
+      ++i;
+    }
+    ax.push_back(a);
   }
   if (out_dir.empty()) out_dir = "runs/sweep-" + so.get_string("name");
   if (fs::exists(out_dir) && !fs::is_empty(out_dir))
@@ -57,7 +83,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   for (auto& a : ax) {
     std::vector<std::vector<size_t>> next;
     for (auto& c : combos)
-      for (size_t i = 0; i < a.second.size(); ++i) {
+      for (size_t i = 0; i < a.values.size(); ++i) {
         auto c2 = c;
         c2.push_back(i);
         next.push_back(c2);
@@ -68,6 +94,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     std::string name;
     std::vector<std::string> overrides;
     int64_t seed;
+    std::vector<std::string> labels;
   };
   std::vector<Job> jobs;
   for (auto& c : combos)
@@ -77,8 +104,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
       j.overrides = sets;
       std::string name;
       for (size_t i = 0; i < ax.size(); ++i) {
-        j.overrides.push_back(ax[i].first + "=" + ax[i].second[c[i]]);
-        name += (name.empty() ? "" : "__") + ax[i].second[c[i]];
+        j.overrides.push_back(ax[i].path + "=" + ax[i].values[c[i]]);
+        j.labels.push_back(ax[i].labels[c[i]]);
+        std::string safe = ax[i].labels[c[i]];
+        for (auto& ch : safe)
+          if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.')
+            ch = '_';
+        name += (name.empty() ? "" : "__") + safe;
       }
       j.overrides.push_back("seed=" + std::to_string(seed));
       j.name = (name.empty() ? "job" : name) + "__seed" + std::to_string(seed);
@@ -104,9 +136,15 @@ int cmd_sweep(const std::vector<std::string>& args) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     json row = {{"job", j.name}, {"seed", j.seed}, {"exit", rc}, {"time_s", secs},
                 {"params", ex.model().num_parameters()}, {"heads", ex.model().heads_per_block()}};
-    for (size_t i = 0; i < ax.size(); ++i) {
-      std::string ov = j.overrides[sets.size() + i];
-      row[ax[i].first] = ov.substr(ov.find('=') + 1);
+    for (size_t i = 0; i < ax.size(); ++i) row[ax[i].path] = j.labels[i];
+    // growth summary (INCRT's K_obs / K_pred) from the run's events
+    std::ifstream ev(fs::path(f.run_dir) / "events.jsonl");
+    std::string evl;
+    while (std::getline(ev, evl)) {
+      json e = json::parse(evl, nullptr, false);
+      if (e.is_discarded() || e.value("type", "") != "summary") continue;
+      for (auto k : {"K_obs", "K_pred"})
+        if (e.contains(std::string("growth.") + k)) row[k] = e[std::string("growth.") + k];
     }
     std::ifstream m(fs::path(f.run_dir) / "metrics.jsonl");
     std::string line;
@@ -124,8 +162,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
   }
   // tables
   std::vector<std::string> cols{"job"};
-  for (auto& a : ax) cols.push_back(a.first);
-  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads", "time_s", "exit"})
+  for (auto& a : ax) cols.push_back(a.path);
+  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads", "K_obs",
+                 "K_pred", "time_s", "exit"})
     cols.push_back(c);
   auto cell = [](const json& v) {
     if (v.is_string()) return v.get<std::string>();
@@ -155,7 +194,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
     mdtable += "|";
     for (size_t i = 0; i < cols.size(); ++i) {
       std::string c = r.contains(cols[i]) ? cell(r[cols[i]]) : "";
-      csv << (i ? "," : "") << c;
+      std::string q = c;  // RFC 4180: quote cells with separators, quotes or newlines
+      if (q.find_first_of(",\"\n") != std::string::npos) {
+        std::string e = "\"";
+        for (char ch : q) e += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+        q = e + "\"";
+      }
+      csv << (i ? "," : "") << q;
       mdtable += " " + c + " |";
     }
     csv << "\n";

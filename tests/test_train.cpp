@@ -310,3 +310,27 @@ TEST_CASE("cli: BLAS kernel selection re-executes with the matching kernels, and
   std::string out3((std::istreambuf_iterator<char>(in3)), std::istreambuf_iterator<char>());
   CHECK(has(out3, "set by the user"));
 }
+
+TEST_CASE("cli: sweep runs every combination and writes one table") {
+  std::string base = tmpdir("sw_base") + ".yaml", sw = tmpdir("sw") + ".yaml", out = tmpdir("sw_out");
+  std::ofstream(base) << kTiny;
+  std::ofstream(sw) << "name: t\nbase: " << base
+                    << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
+                       "axes:\n  growth:\n    - {plugin: none}\n"
+                       "    - {plugin: fixed_schedule, every: 2, max_heads: 3}\n"
+                       "  model.attention.heads: [1, 2]\n";
+  Cli c = run_cli("sweep " + sw + " --out " + out + " --quiet");
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  std::ifstream csv(out + "/summary.csv");
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(csv, line)) lines.push_back(line);
+  REQUIRE(lines.size() == 1 + 2 * 2 * 2);
+  CHECK(has(lines[0], "job,growth,model.attention.heads,seed,test_accuracy"));
+  CHECK(fs::exists(out + "/fixed_schedule__2__seed2/metrics.jsonl"));
+  CHECK(has(c.output, "| fixed_schedule__1__seed1 |"));
+  fs::remove_all(out);
+  fs::remove(base);
+  fs::remove(sw);
+}
