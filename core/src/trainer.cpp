@@ -50,6 +50,8 @@ OptionSpecs TrainSettings::options() {
       {"eval_batches", OptType::Int, "0", "batches per validation (0 = the whole split)", 0,
        1e12},
       {"log_every", OptType::Int, "20", "log training metrics every N steps", 1, 1e12},
+      {"test_batches", OptType::Int, "0", "batches of the final test (0 = the whole split)", 0,
+       1e12},
       {"check_every", OptType::Int, "50", "call growth and pruning every N steps", 1, 1e12},
       {"checkpoint_every", OptType::Int, "0",
        "write checkpoints/last every N steps (0 = at each validation)", 0, 1e12},
@@ -67,6 +69,7 @@ TrainSettings::TrainSettings(const Options& o)
       check_every(o.get_int("check_every")),
       checkpoint_every(o.get_int("checkpoint_every")),
       eval_batches(o.get_int("eval_batches")),
+      test_batches(o.get_int("test_batches")),
       clip(o.get_float("clip")),
       min_lr_ratio(o.get_float("min_lr_ratio")),
       schedule(o.get_string("schedule")),
@@ -236,6 +239,8 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
   long batches = 0;
   for (size_t start = 0; start < split.size(); start += B) {
     if (max_batches > 0 && batches >= max_batches) break;
+    if (g_interrupted)
+      throw RuntimeError("interrupted during evaluation; checkpoints written so far are intact");
     std::vector<size_t> idx;
     for (size_t i = start; i < std::min(split.size(), start + B); ++i) idx.push_back(i);
     Batch b = make_batch(split, idx);
@@ -672,13 +677,13 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
   const auto& test = data_.test.empty() ? data_.val : data_.test;
   std::string test_name = data_.test.empty() ? "val" : "test";
   if (!test.empty()) {
-    EvalResult r = evaluate(test, 0);
+    EvalResult r = evaluate(test, settings_.test_batches);
     std::vector<size_t> counts(data_.num_classes, 0);
     for (auto& e : data_.train) counts[e.label]++;
     size_t major = std::max_element(counts.begin(), counts.end()) - counts.begin();
-    size_t hit = 0;
-    for (auto& e : test) hit += static_cast<size_t>(e.label) == major;
-    double majority = static_cast<double>(hit) / test.size();
+    size_t hit = 0, seen = std::min(test.size(), r.examples);
+    for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
+    double majority = static_cast<double>(hit) / std::max<size_t>(1, seen);
     json j = {{"step", ts.steps},       {"split", "test"},        {"loss", r.loss},
               {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", model_->heads_per_block()},
               {"model", which},         {"majority_class_accuracy", majority},
