@@ -19,20 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("gf_test_fasta_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using gf_test::TempDir;
 
 std::shared_ptr<gf::Dataset> make(const std::string& yaml, uint64_t seed = 1) {
   gf::ConfigNode node = gf::ConfigNode::load_string("plugin: fasta_variants\n" + yaml);
@@ -40,14 +27,7 @@ std::shared_ptr<gf::Dataset> make(const std::string& yaml, uint64_t seed = 1) {
 }
 gf::DataSplits load(const std::string& yaml, uint64_t seed = 1) { return make(yaml, seed)->load(); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gf::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using gf_test::error_of;
 
 // id -> k-mer text of every token of an example
 std::string text_of(const gf::DataSplits& d, const gf::Example& e) {

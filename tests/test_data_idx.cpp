@@ -20,34 +20,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("gf_test_idx_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using gf_test::TempDir;
 
 gf::DataSplits load(const std::string& yaml, uint64_t seed = 1) {
   gf::ConfigNode node = gf::ConfigNode::load_string("plugin: idx_images\n" + yaml);
   return gf_test::registry().create_dataset(node, gf::DatasetBuild{seed})->load();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gf::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using gf_test::error_of;
 
 std::string be32(uint32_t v) {
   return {char(v >> 24), char((v >> 16) & 255), char((v >> 8) & 255), char(v & 255)};

@@ -19,20 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("gf_test_data_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using gf_test::TempDir;
 
 std::string read_raw(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -52,14 +39,7 @@ std::vector<std::string> all_lines(const std::string& path) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gf::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using gf_test::error_of;
 
 }  // namespace
 

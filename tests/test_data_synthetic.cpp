@@ -21,34 +21,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("gf_test_synth_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using gf_test::TempDir;
 
 gf::DataSplits load(const std::string& yaml, uint64_t seed = 1) {
   gf::ConfigNode node = gf::ConfigNode::load_string("plugin: synthetic_variants\n" + yaml);
   return gf_test::registry().create_dataset(node, gf::DatasetBuild{seed})->load();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gf::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using gf_test::error_of;
 
 // k = 1 tokens back to bases (N for <amb>)
 std::string bases(const gf::Example& e) {

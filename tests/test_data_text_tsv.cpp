@@ -22,20 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("gf_test_text_tsv_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using gf_test::TempDir;
 
 gf::DataSplits load(const std::string& yaml, uint64_t seed = 1) {
   gf::ConfigNode node = gf::ConfigNode::load_string("plugin: text_tsv\n" + yaml);
@@ -43,14 +30,7 @@ gf::DataSplits load(const std::string& yaml, uint64_t seed = 1) {
   return ds->load();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gf::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using gf_test::error_of;
 
 std::vector<int32_t> bytes_of(const std::string& s) {
   std::vector<int32_t> v;

@@ -4,7 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -61,6 +64,32 @@ inline void check_gradients(const std::function<gf::Var(const std::vector<gf::Va
 /// A scalar that depends on every element of y with distinct weights (so that
 /// gradient checks see each output): sum(y * w) for a fixed random w.
 gf::Var weighted_sum(const gf::Var& y, uint64_t seed = 99);
+
+/// A fresh temporary folder, removed with everything in it at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("gf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+/// The message of the ConfigError that f throws ("(no ConfigError)" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const gf::ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
 
 /// The registry with every plugin of the build tree loaded.
 gf::Registry& registry();

@@ -342,6 +342,20 @@ std::string ConfigNode::dump() const {
 std::string ConfigNode::base_dir() const { return impl_->doc->base_dir; }
 
 // ---------------------------------------------------------------------------
+OptionSpec make_option(std::string name, OptType type, std::string default_value, std::string doc,
+                       double min, double max, std::vector<std::string> choices) {
+  OptionSpec o;
+  o.name = std::move(name);
+  o.type = type;
+  o.required = default_value.empty();
+  o.default_value = std::move(default_value);
+  o.doc = std::move(doc);
+  o.min = min;
+  o.max = max;
+  o.choices = std::move(choices);
+  return o;
+}
+
 const char* opt_type_name(OptType t) {
   switch (t) {
     case OptType::Int: return "int";

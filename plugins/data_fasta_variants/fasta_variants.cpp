@@ -22,20 +22,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One declared option; an empty default makes it required.
-gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
-                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
-  gf::OptionSpec o;
-  o.name = std::move(name);
-  o.type = type;
-  o.required = def.empty();
-  o.default_value = std::move(def);
-  o.doc = std::move(doc);
-  o.min = min;
-  o.max = max;
-  o.choices = std::move(choices);
-  return o;
-}
 
 struct Settings {
   std::string fasta, metadata, id_column, label_column;
@@ -295,33 +281,33 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
 gf::OptionSpecs specs() {
   using gf::OptType;
   return {
-      opt("fasta", OptType::String, "", "FASTA or FASTA.gz of the genomes"),
-      opt("metadata", OptType::String, "", "TSV with a header: one row per genome"),
-      opt("id_column", OptType::String, "strain", "metadata column holding the FASTA id"),
-      opt("label_column", OptType::String, "who_variant", "metadata column holding the class"),
-      opt("min_count", OptType::Int, "0", "classes with fewer genomes are grouped or dropped", 0),
-      opt("include", OptType::StringList, "[]", "keep only these classes (empty = all)"),
-      opt("other", OptType::String, "group",
+      gf::make_option("fasta", OptType::String, "", "FASTA or FASTA.gz of the genomes"),
+      gf::make_option("metadata", OptType::String, "", "TSV with a header: one row per genome"),
+      gf::make_option("id_column", OptType::String, "strain", "metadata column holding the FASTA id"),
+      gf::make_option("label_column", OptType::String, "who_variant", "metadata column holding the class"),
+      gf::make_option("min_count", OptType::Int, "0", "classes with fewer genomes are grouped or dropped", 0),
+      gf::make_option("include", OptType::StringList, "[]", "keep only these classes (empty = all)"),
+      gf::make_option("other", OptType::String, "group",
           "classes removed by include/min_count: group into other_name, or drop", -kInf, kInf,
           {"group", "drop"}),
-      opt("other_name", OptType::String, "other", "name of the grouped class"),
-      opt("missing", OptType::String, "skip",
+      gf::make_option("other_name", OptType::String, "other", "name of the grouped class"),
+      gf::make_option("missing", OptType::String, "skip",
           "metadata ids absent from the FASTA: skip (counted) or error", -kInf, kInf,
           {"skip", "error"}),
-      opt("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
-      opt("stride", OptType::Int, "1", "step between k-mer starts (k = non-overlapping)", 1),
-      opt("ambiguous", OptType::String, "token",
+      gf::make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
+      gf::make_option("stride", OptType::Int, "1", "step between k-mer starts (k = non-overlapping)", 1),
+      gf::make_option("ambiguous", OptType::String, "token",
           "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
           "random compatible base)",
           -kInf, kInf, {"token", "skip", "error", "resolve"}),
-      opt("region_start", OptType::Int, "~", "1-based first base of the region on each record", 1),
-      opt("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
-      opt("gene", OptType::String, "~", "region = this gene of the gff file"),
-      opt("gff", OptType::String, "~", "GFF annotation for gene"),
-      opt("max_len", OptType::Int, "0", "keep at most this many tokens per genome (0 = all)", 0),
-      opt("val_ratio", OptType::Float, "0.1", "share of each class held out as val", 0.0, 0.9),
-      opt("test_ratio", OptType::Float, "0.1", "share of each class held out as test", 0.0, 0.9),
-      opt("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
+      gf::make_option("region_start", OptType::Int, "~", "1-based first base of the region on each record", 1),
+      gf::make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
+      gf::make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
+      gf::make_option("gff", OptType::String, "~", "GFF annotation for gene"),
+      gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per genome (0 = all)", 0),
+      gf::make_option("val_ratio", OptType::Float, "0.1", "share of each class held out as val", 0.0, 0.9),
+      gf::make_option("test_ratio", OptType::Float, "0.1", "share of each class held out as test", 0.0, 0.9),
+      gf::make_option("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
   };
 }
 

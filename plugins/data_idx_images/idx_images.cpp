@@ -21,20 +21,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One declared option; an empty default makes it required.
-gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
-                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
-  gf::OptionSpec o;
-  o.name = std::move(name);
-  o.type = type;
-  o.required = def.empty();
-  o.default_value = std::move(def);
-  o.doc = std::move(doc);
-  o.min = min;
-  o.max = max;
-  o.choices = std::move(choices);
-  return o;
-}
 
 struct Settings {
   std::string train_images, train_labels, test_images, test_labels;
@@ -213,27 +199,27 @@ gf::OptionSpecs specs() {
   using gf::OptType;
   const std::string dir = "/usr/share/datasets/fashion-mnist/";
   return {
-      opt("train_images", OptType::String, dir + "train-images-idx3-ubyte.gz",
+      gf::make_option("train_images", OptType::String, dir + "train-images-idx3-ubyte.gz",
           "IDX images of the training split (plain or gzip)"),
-      opt("train_labels", OptType::String, dir + "train-labels-idx1-ubyte.gz",
+      gf::make_option("train_labels", OptType::String, dir + "train-labels-idx1-ubyte.gz",
           "IDX labels of the training split"),
-      opt("test_images", OptType::String, dir + "t10k-images-idx3-ubyte.gz",
+      gf::make_option("test_images", OptType::String, dir + "t10k-images-idx3-ubyte.gz",
           "IDX images of the test split"),
-      opt("test_labels", OptType::String, dir + "t10k-labels-idx1-ubyte.gz",
+      gf::make_option("test_labels", OptType::String, dir + "t10k-labels-idx1-ubyte.gz",
           "IDX labels of the test split"),
-      opt("val_ratio", OptType::Float, "0.1",
+      gf::make_option("val_ratio", OptType::Float, "0.1",
           "share of the (max_train-capped) training images held out as val", 0.0,
           0.9),
-      opt("levels", OptType::Int, "256", "grey levels: token = 1 + pixel * levels / 256", 2, 256),
-      opt("downsample", OptType::Int, "1", "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1),
-      opt("max_train", OptType::Int, "0",
+      gf::make_option("levels", OptType::Int, "256", "grey levels: token = 1 + pixel * levels / 256", 2, 256),
+      gf::make_option("downsample", OptType::Int, "1", "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1),
+      gf::make_option("max_train", OptType::Int, "0",
           "use a seeded random subset of this many training images, val included "
           "(0 = all)",
           0),
-      opt("max_test", OptType::Int, "0", "keep a seeded random subset of the test split (0 = all)",
+      gf::make_option("max_test", OptType::Int, "0", "keep a seeded random subset of the test split (0 = all)",
           0),
-      opt("class_names", OptType::StringList, "[]", "names of the classes by label"),
-      opt("split_seed", OptType::Int, "~", "seed of the val split and subsets (default: run seed)",
+      gf::make_option("class_names", OptType::StringList, "[]", "names of the classes by label"),
+      gf::make_option("split_seed", OptType::Int, "~", "seed of the val split and subsets (default: run seed)",
           0),
   };
 }

@@ -23,20 +23,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One declared option; an empty default makes it required.
-gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
-                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
-  gf::OptionSpec o;
-  o.name = std::move(name);
-  o.type = type;
-  o.required = def.empty();
-  o.default_value = std::move(def);
-  o.doc = std::move(doc);
-  o.min = min;
-  o.max = max;
-  o.choices = std::move(choices);
-  return o;
-}
 
 struct Settings {
   std::string reference, clades_tsv;
@@ -327,30 +313,30 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
 gf::OptionSpecs specs() {
   using gf::OptType;
   return {
-      opt("reference", OptType::String, "", "reference genome FASTA (first record is used)"),
-      opt("clades_tsv", OptType::String, "",
+      gf::make_option("reference", OptType::String, "", "reference genome FASTA (first record is used)"),
+      gf::make_option("clades_tsv", OptType::String, "",
           "Nextstrain clades TSV: clade gene site alt; `nuc POS BASE` and `clade PARENT` rows"),
-      opt("clades", OptType::StringList, "[]", "clades to generate (empty = see num_clades)"),
-      opt("num_clades", OptType::Int, "0", "the first N clades of the file (0 = all)", 0),
-      opt("per_clade", OptType::Int, "100", "sequences generated per clade", 3),
-      opt("mutation_rate", OptType::Float, "0.001",
+      gf::make_option("clades", OptType::StringList, "[]", "clades to generate (empty = see num_clades)"),
+      gf::make_option("num_clades", OptType::Int, "0", "the first N clades of the file (0 = all)", 0),
+      gf::make_option("per_clade", OptType::Int, "100", "sequences generated per clade", 3),
+      gf::make_option("mutation_rate", OptType::Float, "0.001",
           "background substitution probability per site (defining sites are kept)", 0.0, 1.0),
-      opt("n_runs", OptType::Int, "0", "runs of N per sequence (defining sites are kept)", 0),
-      opt("n_run_max", OptType::Int, "100", "longest run of N (length uniform in 1..max)", 1),
-      opt("region_start", OptType::Int, "~", "1-based first base of the region", 1),
-      opt("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
-      opt("gene", OptType::String, "~", "region = this gene of the gff file"),
-      opt("gff", OptType::String, "~", "GFF annotation for gene"),
-      opt("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
-      opt("stride", OptType::Int, "1", "step between k-mer starts", 1),
-      opt("ambiguous", OptType::String, "token",
+      gf::make_option("n_runs", OptType::Int, "0", "runs of N per sequence (defining sites are kept)", 0),
+      gf::make_option("n_run_max", OptType::Int, "100", "longest run of N (length uniform in 1..max)", 1),
+      gf::make_option("region_start", OptType::Int, "~", "1-based first base of the region", 1),
+      gf::make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
+      gf::make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
+      gf::make_option("gff", OptType::String, "~", "GFF annotation for gene"),
+      gf::make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
+      gf::make_option("stride", OptType::Int, "1", "step between k-mer starts", 1),
+      gf::make_option("ambiguous", OptType::String, "token",
           "k-mers touching N: token (<amb>), skip, error, "
           "resolve",
           -kInf, kInf, {"token", "skip", "error", "resolve"}),
-      opt("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)", 0),
-      opt("val_ratio", OptType::Float, "0.1", "share of each clade held out as val", 0.0, 0.9),
-      opt("test_ratio", OptType::Float, "0.1", "share of each clade held out as test", 0.0, 0.9),
-      opt("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
+      gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)", 0),
+      gf::make_option("val_ratio", OptType::Float, "0.1", "share of each clade held out as val", 0.0, 0.9),
+      gf::make_option("test_ratio", OptType::Float, "0.1", "share of each clade held out as test", 0.0, 0.9),
+      gf::make_option("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
   };
 }
 

@@ -358,54 +358,40 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One declared option; an empty default makes it required.
-gf::OptionSpec opt(std::string name, gf::OptType type, std::string def, std::string doc,
-                   double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
-  gf::OptionSpec o;
-  o.name = std::move(name);
-  o.type = type;
-  o.required = def.empty();
-  o.default_value = std::move(def);
-  o.doc = std::move(doc);
-  o.min = min;
-  o.max = max;
-  o.choices = std::move(choices);
-  return o;
-}
 
 gf::OptionSpecs specs() {
   using gf::OptType;
   return {
-      opt("train", OptType::String, "", "training TSV (plain or .gz), header row first"),
-      opt("val", OptType::String, "~", "validation TSV; absent = carve val_ratio from train"),
-      opt("test", OptType::String, "~", "test TSV; absent = carve test_ratio from train"),
-      opt("val_ratio", OptType::Float, "0.1",
+      gf::make_option("train", OptType::String, "", "training TSV (plain or .gz), header row first"),
+      gf::make_option("val", OptType::String, "~", "validation TSV; absent = carve val_ratio from train"),
+      gf::make_option("test", OptType::String, "~", "test TSV; absent = carve test_ratio from train"),
+      gf::make_option("val_ratio", OptType::Float, "0.1",
           "share of training rows held out as val (no val file)", 0.0, 0.9),
-      opt("test_ratio", OptType::Float, "0.1",
+      gf::make_option("test_ratio", OptType::Float, "0.1",
           "share of training rows held out as test (no test file)", 0.0, 0.9),
-      opt("split_seed", OptType::Int, "~",
+      gf::make_option("split_seed", OptType::Int, "~",
           "seed of the ratio split and subsample (default: run seed)", 0),
-      opt("text_column", OptType::String, "sentence", "header name of the text column"),
-      opt("label_column", OptType::String, "label", "header name of the label column"),
-      opt("label_type", OptType::String, "auto",
+      gf::make_option("text_column", OptType::String, "sentence", "header name of the text column"),
+      gf::make_option("label_column", OptType::String, "label", "header name of the label column"),
+      gf::make_option("label_type", OptType::String, "auto",
           "int: labels must be integers; string: any text; auto: int when the first label is one",
           -kInf, kInf, {"auto", "int", "string"}),
-      opt("tokenizer", OptType::String, "word",
+      gf::make_option("tokenizer", OptType::String, "word",
           "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train", -kInf,
           kInf, {"char", "word"}),
-      opt("lowercase", OptType::Bool, "true", "lower-case ASCII letters before tokenising"),
-      opt("split_punct", OptType::Bool, "false", "word: ASCII punctuation marks become own tokens"),
-      opt("strip_html", OptType::Bool, "false", "replace short tags such as <br /> by a space"),
-      opt("min_freq", OptType::Int, "1", "word: keep words seen at least this often in train", 1),
-      opt("max_vocab", OptType::Int, "0", "word: vocabulary size cap incl. <pad>,<unk> (0 = none)",
+      gf::make_option("lowercase", OptType::Bool, "true", "lower-case ASCII letters before tokenising"),
+      gf::make_option("split_punct", OptType::Bool, "false", "word: ASCII punctuation marks become own tokens"),
+      gf::make_option("strip_html", OptType::Bool, "false", "replace short tags such as <br /> by a space"),
+      gf::make_option("min_freq", OptType::Int, "1", "word: keep words seen at least this often in train", 1),
+      gf::make_option("max_vocab", OptType::Int, "0", "word: vocabulary size cap incl. <pad>,<unk> (0 = none)",
           0),
-      opt("max_len", OptType::Int, "512", "truncate each text to this many tokens (0 = no limit)",
+      gf::make_option("max_len", OptType::Int, "512", "truncate each text to this many tokens (0 = no limit)",
           0),
-      opt("subsample", OptType::Int, "0",
+      gf::make_option("subsample", OptType::Int, "0",
           "keep a seeded random subset of this many rows per file "
           "(0 = all)",
           0),
-      opt("class_names", OptType::StringList, "[]",
+      gf::make_option("class_names", OptType::StringList, "[]",
           "display names of the classes in label order (integers ascending, else sorted)"),
   };
 }

@@ -99,6 +99,12 @@ struct OptionSpec {
 };
 using OptionSpecs = std::vector<OptionSpec>;
 
+/// One declared option; an empty default makes it required.
+OptionSpec make_option(std::string name, OptType type, std::string default_value, std::string doc,
+                       double min = -std::numeric_limits<double>::infinity(),
+                       double max = std::numeric_limits<double>::infinity(),
+                       std::vector<std::string> choices = {});
+
 /// Validated options of one component instance.
 class Options {
  public:
