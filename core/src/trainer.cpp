@@ -457,6 +457,7 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
 
   auto t0 = std::chrono::steady_clock::now();
   auto win_t0 = t0;
+  auto last_draw = t0;
   long steps_this_run = 0;
   if (!flags.quiet)
     std::cout << "training " << name_ << ": " << ts.steps << " steps, batch " << B << ", "
@@ -610,6 +611,20 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
     double elapsed = std::chrono::duration<double>(now - t0).count();
     steps_this_run++;
     auto heads = model_->heads_per_block();
+    // terminal: a progress bar redrawn at most ten times a second from the current window
+    if (tty && (std::chrono::duration<double>(now - last_draw).count() > 0.1 || step == ts.steps)) {
+      last_draw = now;
+      double rate = steps_this_run / std::max(1e-9, elapsed);
+      double frac = static_cast<double>(step) / ts.steps;
+      int filled = static_cast<int>(frac * 24);
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "[%s%s] %ld/%ld | loss %.4f | acc %.3f | %.2f steps/s | heads %s | ETA %s",
+                    std::string(filled, '#').c_str(), std::string(24 - filled, '.').c_str(), step,
+                    ts.steps, s.win_loss / std::max(1.0, s.win_count),
+                    s.win_correct / std::max(1.0, s.win_count), rate, heads_str(heads).c_str(),
+                    fmt_duration((ts.steps - step) / std::max(1e-9, rate)).c_str());
+      std::cerr << "\r\033[K" << buf << std::flush;
+    }
     if (step % ts.log_every == 0 || step == ts.steps) {
       double wdt = std::chrono::duration<double>(now - win_t0).count();
       json j = {{"step", step},
@@ -632,8 +647,7 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
       line.precision(2);
       line << rate << " steps/s | heads " << heads_str(heads) << " | ETA "
            << fmt_duration((ts.steps - step) / std::max(1e-9, rate));
-      if (tty) std::cerr << "\r\033[K" << line.str() << std::flush;
-      else if (!flags.quiet) std::cout << line.str() << "\n" << std::flush;
+      if (!tty && !flags.quiet) std::cout << line.str() << "\n" << std::flush;
       s.win_loss = s.win_correct = s.win_count = s.win_tokens = 0;
       win_t0 = now;
     }
