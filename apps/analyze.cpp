@@ -166,18 +166,30 @@ int cmd_analyze(const std::vector<std::string>& args) {
   if (fs::exists(events)) {
     std::ifstream in(events);
     std::string line;
-    json summary, grows = json::array(), prunes = json::array();
+    json summary, grows = json::array(), prunes = json::array(), trace = json::array();
     while (std::getline(in, line)) {
       try {
         json e = json::parse(line);
         std::string type = e.value("type", "");
         if (type == "summary") summary = e;
+        // INCRT's Lyapunov functional W_t at every growth check
+        if (type == "check" && e.contains("W_t") &&
+            e["W_t"].is_number())
+          trace.push_back({e.value("step", 0.0), e["W_t"].get<double>(), e.value("heads", 0.0)});
         if (e.value("policy", "") == "growth" && type != "check") grows.push_back(e.value("step", 0L));
         if (e.value("policy", "") == "pruning" && type != "check") prunes.push_back(e.value("step", 0L));
       } catch (...) {
       }
     }
     out["run"] = {{"events", events.string()}, {"growth_steps", grows}, {"prune_steps", prunes}};
+    if (!trace.empty()) {
+      // at most 40 evenly spaced points of [step, W_t, heads]
+      json thin = json::array();
+      size_t every = (trace.size() + 39) / 40;
+      for (size_t k = 0; k < trace.size(); k += every) thin.push_back(trace[k]);
+      if ((trace.size() - 1) % every) thin.push_back(trace.back());
+      out["run"]["lyapunov_trace_step_W_heads"] = thin;
+    }
     if (!summary.is_null()) out["run"]["summary"] = summary;
   }
   if (vm.count("json")) {
