@@ -1,8 +1,8 @@
 // growformer analyze: per-block analysis of a trained checkpoint (each attention
 // plugin reports what its mechanism claims: HKT levels, INCRT geometry, ...),
 // plus the growth and pruning summary recorded in the run's events.
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -63,8 +63,9 @@ int cmd_analyze(const std::vector<std::string>& args) {
   auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o, p, args, &help);
   if (help) return 0;
   if (batches < 1) throw UsageError("--data-batches must be >= 1");
-  auto ex = gf::experiment_from_checkpoint(ck, paths);
-  ex->load_weights(ck);
+  gf::Checkpoint loaded = gf::load_checkpoint(ck);
+  auto ex = gf::experiment_from_checkpoint(loaded, ck, paths);
+  ex->load_weights(loaded, ck);
   const auto& split = ex->data().val.empty() ? ex->data().train : ex->data().val;
   auto blocks = ex->model().blocks();
   json out = {{"checkpoint", ck}, {"blocks", json::array()}};

@@ -115,8 +115,9 @@ int cmd_eval(const std::vector<std::string>& args) {
   auto vm = parse("growformer eval CHECKPOINT [--split val|test] [--json]", o, p, args, &help);
   if (help) return 0;
   if (split != "val" && split != "test") throw UsageError("--split must be val or test");
-  auto ex = gf::experiment_from_checkpoint(ck, paths);
-  ex->load_weights(ck);
+  gf::Checkpoint loaded = gf::load_checkpoint(ck);
+  auto ex = gf::experiment_from_checkpoint(loaded, ck, paths);
+  ex->load_weights(loaded, ck);
   const auto& data = split == "val" ? ex->data().val : ex->data().test;
   if (data.empty()) throw gf::RuntimeError("the " + split + " split is empty");
   gf::EvalResult r = ex->evaluate(data, 0);
@@ -371,8 +372,7 @@ const char* kTopUsage =
 }
 
 int main(int argc, char** argv) {
-  std::string blas_note = gf::select_blas_kernels(argc, argv);
-  (void)blas_note;
+  gf::select_blas_kernels(argc, argv);  // may re-execute the program; see blas.hpp
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kTopUsage;

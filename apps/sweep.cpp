@@ -116,10 +116,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
       j.name = (name.empty() ? "job" : name) + "__seed" + std::to_string(seed);
       jobs.push_back(j);
     }
-  for (auto& j : jobs) {  // validate every config up front (cheap parts only)
-    gf::ConfigNode c = load_config(base, j.overrides);
-    (void)c;
-  }
+  // every override must apply (a malformed value or a path through a scalar fails here, before
+  // any job runs); unknown keys are caught when each job builds its experiment
+  for (auto& j : jobs) load_config(base, j.overrides);
   fs::create_directories(out_dir);
   json rows = json::array();
   std::cout << "sweep " << so.get_string("name") << ": " << jobs.size() << " jobs -> " << out_dir << "\n";

@@ -594,10 +594,8 @@ std::string Options::where(const std::string& name) const {
 }
 
 void Options::fail(const std::string& name, const std::string& msg) const {
-  const Value& v = find(name);
   std::string p = path_.empty() ? name : path_ + "." + name;
   throw ConfigError(where(name) + ": `" + p + "`: " + msg);
-  (void)v;
 }
 
 std::string Options::resolve_path(const std::string& p) const {

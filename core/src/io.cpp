@@ -316,6 +316,19 @@ int base_code(uint8_t mask) {
 
 }  // namespace
 
+OptionSpecs KmerTokenizer::options() {
+  const double inf = std::numeric_limits<double>::infinity();
+  return {
+      make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
+      make_option("stride", OptType::Int, "1", "step between k-mer starts (stride k = non-overlapping)",
+                  1),
+      make_option("ambiguous", OptType::String, "token",
+                  "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
+                  "random compatible base)",
+                  -inf, inf, {"token", "skip", "error", "resolve"}),
+  };
+}
+
 KmerTokenizer::KmerTokenizer(int k, int stride, Ambiguous ambiguous)
     : k_(k), stride_(stride), ambiguous_(ambiguous) {
   if (k < 1 || k > 10)

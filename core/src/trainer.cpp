@@ -1,6 +1,5 @@
 #include "growformer/trainer.hpp"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -160,12 +159,6 @@ void truncate_jsonl(const std::string& path, long max_step) {
   for (auto& l : keep) out << l << "\n";
 }
 
-[[maybe_unused]] double peak_rss_mb() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;
-}
-
 }  // namespace
 
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths)
@@ -293,8 +286,9 @@ void Experiment::save(const std::string& path, long step) {
   save_checkpoint(path, ck);
 }
 
-void Experiment::load_weights(const std::string& path) {
-  Checkpoint ck = load_checkpoint(path);
+void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
+
+void Experiment::load_weights(const Checkpoint& ck, const std::string& path) {
   auto it = ck.metadata.find("architecture");
   if (it == ck.metadata.end()) throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
   json arch;
@@ -327,8 +321,8 @@ void Experiment::load_weights(const std::string& path) {
 }
 
 long Experiment::restore(const std::string& path) {
-  load_weights(path);
   Checkpoint ck = load_checkpoint(path);
+  load_weights(ck, path);
   std::map<std::string, Tensor> ot;
   for (auto& [k, t] : ck.tensors)
     if (k.rfind("optim.", 0) == 0) ot[k.substr(6)] = t;
@@ -429,7 +423,7 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
     if (ts.schedule == "linear") return lo + (peak - lo) * (1 - p);
     return lo + (peak - lo) * 0.5 * (1 + std::cos(M_PI * p));
   };
-  auto view_for = [&](long step, Rng* rng, const Batch* probe_batch) {
+  auto view_for = [&](long step, Rng* rng) {
     TrainView v;
     v.step = static_cast<size_t>(step);
     v.total_steps = static_cast<size_t>(ts.steps);
@@ -441,14 +435,13 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
       bv.block = blocks[i];
       v.blocks.push_back(bv);
     }
-    (void)probe_batch;
     return v;
   };
 
   if (start_step == 0) {
-    TrainView v = view_for(0, &s.growth_rng, nullptr);
+    TrainView v = view_for(0, &s.growth_rng);
     growth_->on_start(v);
-    TrainView vp = view_for(0, &s.pruning_rng, nullptr);
+    TrainView vp = view_for(0, &s.pruning_rng);
     pruning_->on_start(vp);
   }
   bool need_probe = growth_->needs_probe() || pruning_->needs_probe();
@@ -486,7 +479,8 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
     for (auto* b : blocks) b->set_capture(check && need_probe);
 
     // ---- forward / backward ----
-    for (auto& [n, p] : model_->named_parameters()) const_cast<Var&>(p).zero_grad();
+    auto params = model_->named_parameters();
+    for (auto& [n, p] : params) const_cast<Var&>(p).zero_grad();
     Var logits = model_->forward(batch, true, &s.dropout_rng);
     Var loss = ops::cross_entropy(logits, batch.labels);
     float lv = loss.value()[0];
@@ -505,12 +499,11 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
     }
     backward(loss);
     if (need_masks) {
-      TrainView v = view_for(step, &s.growth_rng, nullptr);
+      TrainView v = view_for(step, &s.growth_rng);
       if (growth_->needs_head_mask_grads()) growth_->after_backward(v);
-      TrainView vp = view_for(step, &s.pruning_rng, nullptr);
+      TrainView vp = view_for(step, &s.pruning_rng);
       if (pruning_->needs_head_mask_grads()) pruning_->after_backward(vp);
     }
-    auto params = model_->named_parameters();
     if (ts.clip > 0) {
       double sq = 0;
       for (auto& [n, p] : params)
@@ -541,29 +534,32 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
 
     // ---- growth and pruning ----
     if (check) {
+      // block inputs of this batch with their masks, built once for every policy and view
       std::vector<Tensor> probes(blocks.size());
       std::vector<std::vector<uint8_t>> probe_valid(blocks.size());
+      for (size_t i = 0; need_probe && i < blocks.size(); ++i) {
+        probes[i] = blocks[i]->captured_input();
+        if (!probes[i].defined()) continue;
+        size_t T = probes[i].dim(1);
+        probe_valid[i].assign(batch.batch * T, 1);
+        size_t off = T - batch.seq;  // 1 with a CLS slot
+        for (size_t r = 0; r < batch.batch; ++r)
+          for (size_t t = 0; t < batch.seq; ++t)
+            probe_valid[i][r * T + t + off] = batch.valid[r * batch.seq + t];
+      }
       auto fill = [&](TrainView& v) {
-        for (size_t i = 0; i < blocks.size(); ++i) {
-          if (!need_probe) continue;
-          probes[i] = blocks[i]->captured_input();
-          if (!probes[i].defined()) continue;
-          size_t T = probes[i].dim(1);
-          probe_valid[i].assign(batch.batch * T, 1);
-          size_t off = T - batch.seq;  // 1 with a CLS slot
-          for (size_t r = 0; r < batch.batch; ++r)
-            for (size_t t = 0; t < batch.seq; ++t)
-              probe_valid[i][r * T + t + off] = batch.valid[r * batch.seq + t];
-          v.blocks[i].probe = &probes[i];
-          v.blocks[i].probe_valid = &probe_valid[i];
-        }
+        for (size_t i = 0; i < blocks.size(); ++i)
+          if (probes[i].defined()) {
+            v.blocks[i].probe = &probes[i];
+            v.blocks[i].probe_valid = &probe_valid[i];
+          }
       };
       std::vector<std::string> before;
       for (auto& [n, p] : params) before.push_back(n);
       for (int which = 0; which < 2; ++which) {
         GrowthPolicy& pol = which == 0 ? *growth_ : *pruning_;
         Rng* rng = which == 0 ? &s.growth_rng : &s.pruning_rng;
-        TrainView v = view_for(step, rng, &batch);
+        TrainView v = view_for(step, rng);
         fill(v);
         std::vector<Edit> edits = pol.check(v);
         for (Edit& e : edits) {
@@ -590,7 +586,7 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
           // both policies hear of every edit (growth must know which heads pruning removed)
           for (int other = 0; other < 2; ++other) {
             GrowthPolicy& p2 = other == 0 ? *growth_ : *pruning_;
-            TrainView v2 = view_for(step, other == 0 ? &s.growth_rng : &s.pruning_rng, &batch);
+            TrainView v2 = view_for(step, other == 0 ? &s.growth_rng : &s.pruning_rng);
             fill(v2);
             p2.edited(e, new_id, v2);
           }
@@ -724,7 +720,11 @@ int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags
 
 std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
                                                        const std::vector<std::string>& plugin_paths) {
-  Checkpoint ck = load_checkpoint(path);
+  return experiment_from_checkpoint(load_checkpoint(path), path, plugin_paths);
+}
+
+std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& ck, const std::string& path,
+                                                       const std::vector<std::string>& plugin_paths) {
   auto it = ck.metadata.find("config");
   if (it == ck.metadata.end())
     throw RuntimeError(path + ": not a growformer checkpoint (no embedded config)");

@@ -280,7 +280,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
 
 gf::OptionSpecs specs() {
   using gf::OptType;
-  return {
+  gf::OptionSpecs out = {
       gf::make_option("fasta", OptType::String, "", "FASTA or FASTA.gz of the genomes"),
       gf::make_option("metadata", OptType::String, "", "TSV with a header: one row per genome"),
       gf::make_option("id_column", OptType::String, "strain", "metadata column holding the FASTA id"),
@@ -294,12 +294,6 @@ gf::OptionSpecs specs() {
       gf::make_option("missing", OptType::String, "skip",
           "metadata ids absent from the FASTA: skip (counted) or error", -kInf, kInf,
           {"skip", "error"}),
-      gf::make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
-      gf::make_option("stride", OptType::Int, "1", "step between k-mer starts (k = non-overlapping)", 1),
-      gf::make_option("ambiguous", OptType::String, "token",
-          "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
-          "random compatible base)",
-          -kInf, kInf, {"token", "skip", "error", "resolve"}),
       gf::make_option("region_start", OptType::Int, "~", "1-based first base of the region on each record", 1),
       gf::make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
       gf::make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
@@ -309,6 +303,8 @@ gf::OptionSpecs specs() {
       gf::make_option("test_ratio", OptType::Float, "0.1", "share of each class held out as test", 0.0, 0.9),
       gf::make_option("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
   };
+  for (auto& o : gf::KmerTokenizer::options()) out.push_back(o);
+  return out;
 }
 
 void register_components(gf::Registry& r) {

@@ -312,7 +312,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
 
 gf::OptionSpecs specs() {
   using gf::OptType;
-  return {
+  gf::OptionSpecs out = {
       gf::make_option("reference", OptType::String, "", "reference genome FASTA (first record is used)"),
       gf::make_option("clades_tsv", OptType::String, "",
           "Nextstrain clades TSV: clade gene site alt; `nuc POS BASE` and `clade PARENT` rows"),
@@ -327,17 +327,13 @@ gf::OptionSpecs specs() {
       gf::make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
       gf::make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
       gf::make_option("gff", OptType::String, "~", "GFF annotation for gene"),
-      gf::make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
-      gf::make_option("stride", OptType::Int, "1", "step between k-mer starts", 1),
-      gf::make_option("ambiguous", OptType::String, "token",
-          "k-mers touching N: token (<amb>), skip, error, "
-          "resolve",
-          -kInf, kInf, {"token", "skip", "error", "resolve"}),
       gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)", 0),
       gf::make_option("val_ratio", OptType::Float, "0.1", "share of each clade held out as val", 0.0, 0.9),
       gf::make_option("test_ratio", OptType::Float, "0.1", "share of each clade held out as test", 0.0, 0.9),
       gf::make_option("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
   };
+  for (auto& o : gf::KmerTokenizer::options()) out.push_back(o);
+  return out;
 }
 
 void register_components(gf::Registry& r) {

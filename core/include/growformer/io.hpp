@@ -105,6 +105,8 @@ Ambiguous parse_ambiguous(const std::string& s);
 class KmerTokenizer {
  public:
   KmerTokenizer(int k, int stride, Ambiguous ambiguous);
+  /// The options every k-mer dataset declares: `k`, `stride`, `ambiguous`.
+  static OptionSpecs options();
   size_t vocab_size() const;
   /// Token text per id (for DataSplits::vocab).
   std::vector<std::string> vocab() const;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
 #include "growformer/growth.hpp"
@@ -55,6 +56,7 @@ class Experiment {
   EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0);
   /// Restores model structure and parameters (and, with optimizer, its state) from a checkpoint.
   void load_weights(const std::string& checkpoint_path);
+  void load_weights(const Checkpoint& checkpoint, const std::string& path);
 
   Registry& registry() { return *registry_; }
   Model& model() { return *model_; }
@@ -89,6 +91,10 @@ class Experiment {
 
 /// Loads a checkpoint's embedded config and rebuilds the experiment around it.
 std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
+                                                       const std::vector<std::string>& plugin_paths);
+/// The same from a checkpoint already read (then `load_weights(checkpoint, path)` reads nothing).
+std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& checkpoint,
+                                                       const std::string& path,
                                                        const std::vector<std::string>& plugin_paths);
 
 /// Set by SIGINT/SIGTERM: the loop saves a checkpoint and stops after the current step.
