@@ -13,38 +13,6 @@
 
 namespace gf {
 
-namespace kernels {
-// The hottest loop of attention: an AVX2+FMA clone is chosen at load time where the CPU has it.
-__attribute__((target_clones("avx2,fma", "default"))) bool softmax_row(float* row, size_t n, const uint8_t* valid) {
-  float mx = -INFINITY;
-  bool any = false;
-  for (size_t j = 0; j < n; ++j)
-    if (!valid || valid[j]) {
-      mx = std::max(mx, row[j]);
-      any = true;
-    }
-  if (!any) {
-    std::memset(row, 0, n * sizeof(float));
-    return false;
-  }
-  float s = 0.0f;
-  for (size_t j = 0; j < n; ++j) {
-    float e = fast_exp(row[j] - mx);
-    row[j] = e;
-    s += e;
-  }
-  if (valid) {
-    s = 0.0f;
-    for (size_t j = 0; j < n; ++j) {
-      row[j] = valid[j] ? row[j] : 0.0f;
-      s += row[j];
-    }
-  }
-  float inv = 1.0f / s;
-  for (size_t j = 0; j < n; ++j) row[j] *= inv;
-  return true;
-}
-}  // namespace kernels
 
 namespace ops {
 
@@ -55,6 +23,10 @@ namespace {
 }
 
 size_t last_dim(const Var& x) { return x.shape().empty() ? 1 : x.shape().back(); }
+
+// Elementwise kernels split into blocks of a fixed size (a multiple of every SIMD width).
+constexpr size_t kBlock = 1 << 14;
+size_t fixed_blocks(size_t n) { return (n + kBlock - 1) / kBlock; }
 
 }  // namespace
 
@@ -299,13 +271,29 @@ Var add_scalar(const Var& a, float s) {
 }
 
 Var gelu(const Var& x) {
-  return unary(
-      x, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); },
-      [](float v, float) {
-        float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
-        float pdf = 0.3989422804014327f * std::exp(-0.5f * v * v);
-        return cdf + v * pdf;
+  Tensor y = Tensor::empty(x.shape());
+  size_t n = x.size();
+  const float* X = x.value().data();
+  // fixed 16 Ki blocks: which elements take the vector path never depends on the thread count
+  parallel_for(fixed_blocks(n), [&](size_t c) {
+    size_t b = c * kBlock, e = std::min(n, b + kBlock);
+    kernels::gelu(X + b, y.data() + b, e - b);
+  });
+  Var r = make_result(std::move(y), {&x});
+  if (r.requires_grad()) {
+    Var xx = x, rr = r;
+    record([xx, rr, n]() mutable {
+      const Tensor& g = rr.grad();
+      if (!g.defined()) return;
+      float* gx = xx.grad_buf().data();
+      const float* X = xx.value().data();
+      parallel_for(fixed_blocks(n), [&](size_t c) {
+        size_t b = c * kBlock, e = std::min(n, b + kBlock);
+        kernels::gelu_grad(X + b, g.data() + b, gx + b, e - b);
       });
+    });
+  }
+  return r;
 }
 
 Var sigmoid(const Var& x) {
@@ -815,6 +803,44 @@ Var cross_entropy(const Var& logits, const std::vector<int32_t>& labels) {
 }
 
 // ---------------------------------------------------------------------------
+// Streaming attention: tiles of `br` query rows see all (causal: all earlier) keys;
+// only the row log-sum-exp (B x T) is kept, and the backward pass recomputes each
+// tile's probabilities from it. Scratch is O(br x T) per thread, never O(T^2).
+namespace {
+
+struct AttnGeom {
+  size_t B, T, dk, dv, br;
+  float scale;
+  bool causal;
+  const uint8_t* valid;  // (B*T) or null
+};
+
+// Per-thread scratch buffers, grown on demand and kept between calls.
+std::vector<float>& scratch(int which, size_t n) {
+  thread_local std::vector<float> bufs[3];
+  if (bufs[which].size() < n) bufs[which].resize(n);
+  return bufs[which];
+}
+
+// S (r x jmax, ld jmax) = scale q[i0:i0+r] k[0:jmax]^T with masked entries at -inf.
+void attn_scores(const AttnGeom& g, const float* Qb, const float* Kb, const uint8_t* vb, size_t i0,
+                 size_t r, size_t jmax, float* S) {
+  sgemm(false, true, r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, Kb, g.dk, 0.0f, S, jmax);
+  // padded keys: add -inf (built once per tile, and only when a key is padded)
+  std::vector<float>& bias = scratch(2, jmax);
+  bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
+  if (padded)
+    for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
+  for (size_t a = 0; a < r; ++a) {
+    float* row = S + a * jmax;
+    if (padded) kernels::axpy(row, bias.data(), jmax, 1.0f);
+    if (g.causal)
+      for (size_t j = i0 + a + 1; j < jmax; ++j) row[j] = -INFINITY;
+  }
+}
+
+}  // namespace
+
 Var attention(const Var& q, const Var& k, const Var& v, float scale, const AttentionMask& mask) {
   if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape().size() != 3)
     shape_error("attention", "q, k, v must be (B, T, d)");
@@ -823,36 +849,46 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
     shape_error("attention", "q " + shape_str(q.shape()) + " k " + shape_str(k.shape()) + " v " +
                                  shape_str(v.shape()));
   if (mask.key_valid && mask.key_valid->size() != B * T) shape_error("attention", "mask size");
-  Tensor P = Tensor::empty({B, T, T});
+  AttnGeom g{B, T, dk, dv, std::max<size_t>(1, kernels::attention_block_rows()), scale, mask.causal,
+             mask.key_valid ? mask.key_valid->data() : nullptr};
+  size_t tiles = (T + g.br - 1) / g.br;
   Tensor out = Tensor::empty({B, T, dv});
+  Tensor lse = Tensor::empty({B, T});  // log-sum-exp per row; +inf marks a row with no valid key
   const float* Q = q.value().data();
   const float* K = k.value().data();
   const float* V = v.value().data();
-  const uint8_t* valid = mask.key_valid ? mask.key_valid->data() : nullptr;
-  bool causal = mask.causal;
-  parallel_for(B, [&](size_t b) {
-    float* Pb = P.data() + b * T * T;
-    sgemm(false, true, T, T, dk, scale, Q + b * T * dk, dk, K + b * T * dk, dk, 0.0f, Pb, T);
-    std::vector<uint8_t> rowmask;
-    const uint8_t* vb = valid ? valid + b * T : nullptr;
-    if (causal) rowmask.resize(T);
-    for (size_t i = 0; i < T; ++i) {
-      const uint8_t* m = vb;
-      if (causal) {
-        for (size_t j = 0; j < T; ++j) rowmask[j] = (j <= i) && (!vb || vb[j]);
-        m = rowmask.data();
+  // Every (sample, tile) is independent: the split does not change any result.
+  parallel_for(B * tiles, [&](size_t task) {
+    size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
+    size_t jmax = g.causal ? i0 + r : T;
+    float* S = scratch(0, r * jmax).data();
+    attn_scores(g, Q + b * T * dk, K + b * T * dk, g.valid ? g.valid + b * T : nullptr, i0, r, jmax,
+                S);
+    for (size_t a = 0; a < r; ++a) {
+      float* row = S + a * jmax;
+      float mx = kernels::row_max(row, jmax);
+      if (mx == -INFINITY) {
+        std::memset(row, 0, jmax * sizeof(float));
+        lse[b * T + i0 + a] = INFINITY;
+        continue;
       }
-      kernels::softmax_row(Pb + i * T, T, m);
+      float sum = kernels::exp_shift_sum(row, jmax, mx);
+      kernels::scale_row(row, jmax, 1.0f / sum);
+      lse[b * T + i0 + a] = mx + std::log(sum);
     }
-    sgemm(false, false, T, dv, T, 1.0f, Pb, T, V + b * T * dv, dv, 0.0f, out.data() + b * T * dv,
-          dv);
+    sgemm(false, false, r, dv, jmax, 1.0f, S, jmax, V + b * T * dv, dv, 0.0f,
+          out.data() + (b * T + i0) * dv, dv);
   });
   Var r = make_result(std::move(out), {&q, &k, &v});
   if (r.requires_grad()) {
     Var qq = q, kk = k, vv = v, rr = r;
-    record([qq, kk, vv, rr, P, B, T, dk, dv, scale]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
+    // the caller's mask may be gone by the backward pass: keep a copy
+    auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;
+    g.valid = keep ? keep->data() : nullptr;
+    record([qq, kk, vv, rr, lse, g, tiles, keep]() mutable {
+      const Tensor& gr = rr.grad();
+      if (!gr.defined()) return;
+      const size_t B = g.B, T = g.T, dk = g.dk, dv = g.dv;
       float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
       float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
       float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
@@ -860,27 +896,35 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
       const float* K = kk.value().data();
       const float* V = vv.value().data();
       const float* O = rr.value().data();
+      // One task per sample: its tiles run in order, so dK and dV sum in a fixed order.
       parallel_for(B, [&](size_t b) {
-        const float* Pb = P.data() + b * T * T;
-        const float* G = g.data() + b * T * dv;
-        if (gv) sgemm(true, false, T, dv, T, 1.0f, Pb, T, G, dv, 1.0f, gv + b * T * dv, dv);
-        if (!gq && !gk) return;
-        Tensor dS = Tensor::empty({T, T});
-        // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
-        sgemm(false, true, T, T, dv, 1.0f, G, dv, V + b * T * dv, dv, 0.0f, dS.data(), T);
-        for (size_t i = 0; i < T; ++i) {
-          float dot = 0;
-          const float* gi = G + i * dv;
-          const float* oi = O + b * T * dv + i * dv;
-          for (size_t j = 0; j < dv; ++j) dot += gi[j] * oi[j];
-          float* ds = dS.data() + i * T;
-          const float* pr = Pb + i * T;
-          for (size_t j = 0; j < T; ++j) ds[j] = pr[j] * (ds[j] - dot) * scale;
+        const float* Qb = Q + b * T * dk;
+        const float* Kb = K + b * T * dk;
+        const float* Vb = V + b * T * dv;
+        const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
+        for (size_t t = 0; t < tiles; ++t) {
+          size_t i0 = t * g.br, r = std::min(g.br, T - i0);
+          size_t jmax = g.causal ? i0 + r : T;
+          const float* G = gr.data() + (b * T + i0) * dv;
+          float* P = scratch(0, r * jmax).data();
+          float* dS = scratch(1, r * jmax).data();
+          attn_scores(g, Qb, Kb, vb, i0, r, jmax, P);
+          for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
+          if (gv) sgemm(true, false, jmax, dv, r, 1.0f, P, jmax, G, dv, 1.0f, gv + b * T * dv, dv);
+          if (!gq && !gk) continue;
+          // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+          sgemm(false, true, r, jmax, dv, 1.0f, G, dv, Vb, dv, 0.0f, dS, jmax);
+          for (size_t a = 0; a < r; ++a) {
+            float dot = kernels::dot(G + a * dv, O + (b * T + i0 + a) * dv, dv);
+            kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
+          }
+          if (gq)
+            sgemm(false, false, r, dk, jmax, 1.0f, dS, jmax, Kb, dk, 1.0f,
+                  gq + (b * T + i0) * dk, dk);
+          if (gk)
+            sgemm(true, false, jmax, dk, r, 1.0f, dS, jmax, Qb + i0 * dk, dk, 1.0f,
+                  gk + b * T * dk, dk);
         }
-        if (gq) sgemm(false, false, T, dk, T, 1.0f, dS.data(), T, K + b * T * dk, dk, 1.0f,
-                      gq + b * T * dk, dk);
-        if (gk) sgemm(true, false, T, dk, T, 1.0f, dS.data(), T, Q + b * T * dk, dk, 1.0f,
-                      gk + b * T * dk, dk);
       });
     });
   }

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace gf {
 namespace kernels {
@@ -32,6 +34,42 @@ inline float fast_exp(float x) {
 /// In-place softmax of one row of length n; entries with valid[j] == 0 get 0.
 /// Returns false when no entry is valid (the row is then all zeros).
 bool softmax_row(float* row, size_t n, const uint8_t* valid);
+
+// ---- vectorised row kernels --------------------------------------------------
+// Written once with xsimd and compiled for SSE2, AVX2+FMA and AVX-512F; the widest
+// set this CPU has is chosen at load time (GROWFORMER_SIMD=sse2|avx2|avx512 picks a
+// narrower one). Results depend on the set (summation order), never on the thread count.
+
+/// max_j x[j] (-inf when n == 0).
+float row_max(const float* x, size_t n);
+/// x[j] = exp(x[j] - shift); returns sum_j x[j].
+float exp_shift_sum(float* x, size_t n, float shift);
+/// x[j] = exp(x[j] - shift).
+void exp_shift(float* x, size_t n, float shift);
+/// x[j] *= s.
+void scale_row(float* x, size_t n, float s);
+/// ds[j] = p[j] * (ds[j] - dot) * s: the softmax backward of one row.
+void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s);
+/// sum_j a[j] b[j].
+float dot(const float* a, const float* b, size_t n);
+/// y[j] += a x[j].
+void axpy(float* y, const float* x, size_t n, float a);
+/// y[j] = x[j] Phi(x[j]) (exact GELU).
+void gelu(const float* x, float* y, size_t n);
+/// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j])).
+void gelu_grad(const float* x, const float* g, float* gx, size_t n);
+
+/// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
+std::string simd_name();
+std::vector<std::string> simd_available();
+/// Switches the instruction set (tests compare them); false when the CPU lacks it.
+bool set_simd(const std::string& name);
+
+/// Query rows per tile of the streaming attention kernels (default 128); the HKT
+/// kernel rounds it up to a multiple of its coarsest block. Tests set small values
+/// to exercise many tiles.
+size_t attention_block_rows();
+void set_attention_block_rows(size_t rows);
 
 }  // namespace kernels
 }  // namespace gf

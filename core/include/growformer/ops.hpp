@@ -76,8 +76,10 @@ struct AttentionMask {
   bool causal = false;
 };
 /// Fused scaled dot-product attention: q, k (B, T, dk), v (B, T, dv) ->
-/// softmax(q k^T * scale + mask) v, (B, T, dv). Threads over the batch;
-/// keeps the probabilities for the backward pass.
+/// softmax(q k^T * scale + mask) v, (B, T, dv). Streaming: tiles of query rows
+/// (kernels::attention_block_rows) against all keys; keeps only each row's
+/// log-sum-exp (B x T) and recomputes the probabilities in the backward pass, so
+/// memory is O(B T) plus O(rows x T) scratch per thread. A row with no valid key gives 0.
 Var attention(const Var& q, const Var& k, const Var& v, float scale, const AttentionMask& mask);
 
 }  // namespace ops

@@ -1,0 +1,102 @@
+// Run-time choice of the vectorised row kernels (core/src/simd/) and the row
+// softmax built on them.
+#include "growformer/kernels.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "simd/row_kernels.hpp"
+
+namespace gf {
+namespace kernels {
+
+namespace {
+
+bool cpu_can(const std::string& name) {
+  auto av = xsimd::available_architectures();
+  if (name == "sse2") return av.sse2;
+  if (name == "avx2") return av.fma3_avx2;
+  if (name == "avx512") return av.avx512f && av.avx512dq;
+  return false;
+}
+
+simd::RowKernels table_for(const std::string& name) {
+  if (name == "avx512") return simd::row_kernels_avx512();
+  if (name == "avx2") return simd::row_kernels_avx2();
+  return simd::row_kernels_sse2();
+}
+
+std::string best_available() {
+  auto all = simd_available();
+  return all.empty() ? "sse2" : all.back();
+}
+
+simd::RowKernels& active() {
+  static simd::RowKernels k = [] {
+    std::string want = best_available();
+    if (const char* env = std::getenv("GROWFORMER_SIMD"))
+      if (cpu_can(env)) want = env;
+    return table_for(want);
+  }();
+  return k;
+}
+
+size_t g_block_rows = 128;
+
+}  // namespace
+
+std::vector<std::string> simd_available() {
+  std::vector<std::string> out;
+  for (const char* n : {"sse2", "avx2", "avx512"})
+    if (cpu_can(n)) out.push_back(n);
+  return out;
+}
+
+std::string simd_name() { return active().name; }
+
+bool set_simd(const std::string& name) {
+  if (name == "best") {
+    active() = table_for(best_available());
+    return true;
+  }
+  if (!cpu_can(name)) return false;
+  active() = table_for(name);
+  return true;
+}
+
+size_t attention_block_rows() { return g_block_rows; }
+void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? 128 : rows; }
+
+float row_max(const float* x, size_t n) { return active().max(x, n); }
+float exp_shift_sum(float* x, size_t n, float shift) { return active().exp_shift_sum(x, n, shift); }
+void exp_shift(float* x, size_t n, float shift) { active().exp_shift(x, n, shift); }
+void scale_row(float* x, size_t n, float s) { active().scale(x, n, s); }
+void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s) {
+  active().softmax_grad(ds, p, n, dot, s);
+}
+float dot(const float* a, const float* b, size_t n) { return active().dot(a, b, n); }
+void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
+void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
+void gelu_grad(const float* x, const float* g, float* gx, size_t n) {
+  active().gelu_grad(x, g, gx, n);
+}
+
+bool softmax_row(float* row, size_t n, const uint8_t* valid) {
+  if (valid)
+    for (size_t j = 0; j < n; ++j)
+      if (!valid[j]) row[j] = -INFINITY;
+  float mx = row_max(row, n);
+  if (mx == -INFINITY) {  // nothing valid: an all-zero row (NaN scores propagate)
+    std::memset(row, 0, n * sizeof(float));
+    return false;
+  }
+  float s = exp_shift_sum(row, n, mx);
+  scale_row(row, n, 1.0f / s);
+  return true;
+}
+
+}  // namespace kernels
+}  // namespace gf

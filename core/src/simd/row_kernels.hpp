@@ -1,0 +1,41 @@
+// The table of vectorised row kernels, one instance per instruction set. Each
+// instance is compiled in its own translation unit with that set's flags
+// (row_kernels_<isa>.cpp) and chosen at run time by the CPU (core/src/kernels.cpp).
+#pragma once
+
+#include <cstddef>
+
+namespace gf {
+namespace kernels {
+namespace simd {
+
+struct RowKernels {
+  const char* name;
+  size_t width;  // floats per register
+  /// max_j x[j]; -inf when n == 0
+  float (*max)(const float* x, size_t n);
+  /// x[j] = exp(x[j] - shift); returns the sum of the new x
+  float (*exp_shift_sum)(float* x, size_t n, float shift);
+  /// x[j] = exp(x[j] - shift)
+  void (*exp_shift)(float* x, size_t n, float shift);
+  /// x[j] *= s
+  void (*scale)(float* x, size_t n, float s);
+  /// ds[j] = p[j] * (ds[j] - dot) * s   (softmax backward)
+  void (*softmax_grad)(float* ds, const float* p, size_t n, float dot, float s);
+  /// sum_j a[j] b[j]
+  float (*dot)(const float* a, const float* b, size_t n);
+  /// y += a * x
+  void (*axpy)(float* y, const float* x, size_t n, float a);
+  /// y[j] = x[j] Phi(x[j])   (exact GELU)
+  void (*gelu)(const float* x, float* y, size_t n);
+  /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j]))
+  void (*gelu_grad)(const float* x, const float* g, float* gx, size_t n);
+};
+
+RowKernels row_kernels_sse2();
+RowKernels row_kernels_avx2();
+RowKernels row_kernels_avx512();
+
+}  // namespace simd
+}  // namespace kernels
+}  // namespace gf

@@ -1,0 +1,208 @@
+// The vectorised row kernels (every instruction set this CPU has) against plain
+// double-precision loops, and the streaming attention kernel against a
+// composition of core ops, finite differences, many tiles and thread counts.
+#include <cmath>
+#include <limits>
+
+#include "growformer/kernels.hpp"
+#include "growformer/ops.hpp"
+#include "growformer/parallel.hpp"
+#include "testing.hpp"
+
+using namespace gf;
+using gf_test::randn;
+using gf_test::weighted_sum;
+
+namespace {
+
+// Restores the instruction set, tile size and thread count when a test ends.
+struct KernelSettings {
+  std::string simd = kernels::simd_name();
+  size_t rows = kernels::attention_block_rows();
+  size_t threads = num_threads();
+  ~KernelSettings() {
+    kernels::set_simd(simd);
+    kernels::set_attention_block_rows(rows);
+    set_num_threads(threads);
+  }
+};
+
+std::vector<float> values(size_t n, uint64_t seed, float std = 2.0f) {
+  return randn({n}, seed, std).to_vector();
+}
+
+}  // namespace
+
+TEST_CASE("row kernels: every instruction set against double loops, odd lengths") {
+  KernelSettings keep;
+  REQUIRE(!kernels::simd_available().empty());
+  CHECK(kernels::set_simd("no-such-set") == false);
+  for (const std::string& isa : kernels::simd_available()) {
+    REQUIRE(kernels::set_simd(isa));
+    CHECK(kernels::simd_name() == isa);
+    for (size_t n : {0, 1, 3, 7, 8, 15, 16, 17, 33, 100}) {
+      CAPTURE(isa);
+      CAPTURE(n);
+      auto x = values(n, n + 1), y = values(n, n + 2), g = values(n, n + 3);
+      double mx = -INFINITY, dt = 0;
+      for (size_t j = 0; j < n; ++j) {
+        mx = std::max<double>(mx, x[j]);
+        dt += static_cast<double>(x[j]) * y[j];
+      }
+      CHECK(kernels::row_max(x.data(), n) == static_cast<float>(mx));
+      CHECK(kernels::dot(x.data(), y.data(), n) == doctest::Approx(dt).epsilon(1e-5).scale(1.0));
+      auto e = x;
+      float s = kernels::exp_shift_sum(e.data(), n, 0.5f);
+      double sref = 0;
+      for (size_t j = 0; j < n; ++j) {
+        double ej = std::exp(static_cast<double>(x[j]) - 0.5);
+        sref += ej;
+        CHECK(e[j] == doctest::Approx(ej).epsilon(2e-6));
+      }
+      CHECK(s == doctest::Approx(sref).epsilon(1e-5));
+      auto ds = y;
+      kernels::softmax_grad_row(ds.data(), x.data(), n, 0.25f, 3.0f);
+      auto ax = y;
+      kernels::axpy(ax.data(), x.data(), n, -1.5f);
+      std::vector<float> ge(n), gg(y);
+      kernels::gelu(x.data(), ge.data(), n);
+      kernels::gelu_grad(x.data(), g.data(), gg.data(), n);
+      for (size_t j = 0; j < n; ++j) {
+        double xj = x[j];
+        CHECK(ds[j] == doctest::Approx(xj * (y[j] - 0.25) * 3.0).epsilon(1e-5));
+        CHECK(ax[j] == doctest::Approx(y[j] - 1.5 * xj).epsilon(1e-5));
+        double cdf = 0.5 * (1.0 + std::erf(xj / std::sqrt(2.0)));
+        double pdf = std::exp(-0.5 * xj * xj) / std::sqrt(2.0 * M_PI);
+        CHECK(ge[j] == doctest::Approx(xj * cdf).epsilon(1e-5).scale(1e-6));
+        CHECK(gg[j] == doctest::Approx(y[j] + g[j] * (cdf + xj * pdf)).epsilon(1e-5).scale(1.0));
+      }
+    }
+    // -inf gives exactly 0, NaN propagates, huge arguments do not overflow to NaN
+    std::vector<float> z{-INFINITY, 0.0f, -INFINITY, 1.0f, -200.0f, -INFINITY, 2.0f, 0.5f, -INFINITY};
+    float s = kernels::exp_shift_sum(z.data(), z.size(), 2.0f);
+    CHECK(z[0] == 0.0f);
+    CHECK(z[5] == 0.0f);
+    CHECK(z[8] == 0.0f);
+    CHECK(z[4] == 0.0f);
+    CHECK(std::isfinite(s));
+    std::vector<float> nan(20, 1.0f);
+    nan[3] = std::numeric_limits<float>::quiet_NaN();
+    nan[17] = std::numeric_limits<float>::quiet_NaN();
+    kernels::exp_shift(nan.data(), nan.size(), 0.0f);
+    CHECK(std::isnan(nan[3]));
+    CHECK(std::isnan(nan[17]));
+    CHECK(nan[0] == doctest::Approx(std::exp(1.0)));
+  }
+}
+
+TEST_CASE("softmax_row: masked entries are 0, a row with nothing valid is all 0") {
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    std::vector<float> row{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    std::vector<uint8_t> valid{1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1};
+    REQUIRE(kernels::softmax_row(row.data(), row.size(), valid.data()));
+    double z = 0;
+    for (size_t j = 0; j < 11; ++j) z += valid[j] ? std::exp(j + 1.0 - 11.0) : 0.0;
+    for (size_t j = 0; j < 11; ++j)
+      CHECK(row[j] == doctest::Approx(valid[j] ? std::exp(j + 1.0 - 11.0) / z : 0.0).epsilon(1e-5));
+    std::vector<uint8_t> none(11, 0);
+    CHECK_FALSE(kernels::softmax_row(row.data(), row.size(), none.data()));
+    for (float v : row) CHECK(v == 0.0f);
+  }
+}
+
+namespace {
+
+// softmax(q k^T * s + mask) v from generic ops; the mask is -1e30 (which underflows to
+// an exact 0 probability, as the streaming kernel's -inf does).
+Var attention_reference(const Var& q, const Var& k, const Var& v, float scale,
+                        const std::vector<uint8_t>& valid, bool causal) {
+  size_t B = q.dim(0), T = q.dim(1);
+  Tensor mask({B, T, T}, 0.0f);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < T; ++i)
+      for (size_t j = 0; j < T; ++j)
+        if (!valid[b * T + j] || (causal && j > i)) mask[(b * T + i) * T + j] = -1e30f;
+  Var s = ops::add(ops::scale(ops::matmul(q, k, false, true), scale), constant(mask));
+  return ops::matmul(ops::softmax(s), v);
+}
+
+}  // namespace
+
+TEST_CASE("streaming attention: many tiles, padding, causal against core ops") {
+  KernelSettings keep;
+  size_t B = 3, T = 11, dk = 5, dv = 4;
+  std::vector<uint8_t> valid(B * T, 1);
+  for (size_t t = 7; t < T; ++t) valid[T + t] = 0;  // sample 1 has 7 tokens
+  valid[2 * T + 3] = 0;                             // sample 2: a padded key inside
+  for (size_t rows : {1, 3, 4, 128})
+    for (bool causal : {false, true}) {
+      CAPTURE(rows);
+      CAPTURE(causal);
+      kernels::set_attention_block_rows(rows);
+      std::vector<Var> a, r;
+      for (uint64_t seed : {1, 2, 3}) {
+        Tensor t = randn({B, T, seed == 3 ? dv : dk}, seed);
+        a.push_back(parameter(t.clone()));
+        r.push_back(parameter(t.clone()));
+      }
+      std::vector<uint8_t> caller_mask = valid;
+      Var ya = ops::attention(a[0], a[1], a[2], 0.6f, {&caller_mask, causal});
+      std::fill(caller_mask.begin(), caller_mask.end(), 0);  // the op must have kept its own copy
+      backward(weighted_sum(ya));
+      Var yr = attention_reference(r[0], r[1], r[2], 0.6f, valid, causal);
+      backward(weighted_sum(yr));
+      for (size_t i = 0; i < ya.size(); ++i)
+        REQUIRE(ya.value()[i] == doctest::Approx(yr.value()[i]).epsilon(1e-5).scale(1e-6));
+      for (size_t n = 0; n < 3; ++n)
+        for (size_t i = 0; i < a[n].size(); ++i) {
+          CAPTURE(n);
+          REQUIRE(a[n].grad()[i] == doctest::Approx(r[n].grad()[i]).epsilon(1e-4).scale(1e-2));
+        }
+    }
+}
+
+TEST_CASE("streaming attention: finite differences across tiles; a sample with no valid key") {
+  KernelSettings keep;
+  kernels::set_attention_block_rows(2);
+  size_t B = 2, T = 5, dk = 3, dv = 2;
+  std::vector<uint8_t> valid{1, 1, 0, 1, 1, 0, 0, 0, 0, 0};  // sample 1 is all padding
+  for (bool causal : {false, true})
+    gf_test::check_gradients(
+        [&](const std::vector<Var>& v) {
+          return weighted_sum(ops::attention(v[0], v[1], v[2], 0.8f, {&valid, causal}));
+        },
+        {randn({B, T, dk}, 7), randn({B, T, dk}, 8), randn({B, T, dv}, 9)});
+  Var q = parameter(randn({B, T, dk}, 1)), k = parameter(randn({B, T, dk}, 2)),
+      v = parameter(randn({B, T, dv}, 3));
+  Var y = ops::attention(q, k, v, 1.0f, {&valid, false});
+  backward(weighted_sum(y));
+  for (size_t i = T * dv; i < 2 * T * dv; ++i) CHECK(y.value()[i] == 0.0f);
+  for (size_t i = T * dk; i < 2 * T * dk; ++i) {
+    CHECK(q.grad()[i] == 0.0f);
+    CHECK(k.grad()[i] == 0.0f);
+  }
+}
+
+TEST_CASE("streaming attention: identical bits with 1 and 2 threads, any tile split") {
+  KernelSettings keep;
+  size_t B = 3, T = 37, dk = 8, dv = 8;
+  std::vector<uint8_t> valid(B * T, 1);
+  for (size_t t = 30; t < T; ++t) valid[t] = 0;
+  std::vector<std::vector<float>> runs;
+  for (size_t threads : {1, 2}) {
+    set_num_threads(threads);
+    kernels::set_attention_block_rows(8);
+    Var q = parameter(randn({B, T, dk}, 1)), k = parameter(randn({B, T, dk}, 2)),
+        v = parameter(randn({B, T, dv}, 3));
+    Var y = ops::attention(q, k, v, 0.35f, {&valid, true});
+    backward(weighted_sum(y));
+    std::vector<float> all = y.value().to_vector();
+    for (const Var* x : {&q, &k, &v})
+      for (float g : x->grad().to_vector()) all.push_back(g);
+    runs.push_back(all);
+  }
+  REQUIRE(runs[0].size() == runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
+}
