@@ -13,6 +13,8 @@
 #include "../plugins/attn_hkt/hkt_attend.hpp"
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
+#include "growformer/kernels.hpp"
+#include "growformer/parallel.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/registry.hpp"
 #include "growformer/rng.hpp"
@@ -92,7 +94,7 @@ Var run_reference(const OpCase& c, const std::vector<Var>& in) {
   return ops::matmul(ops::softmax(ops::add(S, gf::constant(mask))), in[2 * c.L]);
 }
 
-void compare_with_reference(const OpCase& c) {
+void compare_with_reference_once(const OpCase& c) {
   auto inputs = op_inputs(c, false, 3);
   std::vector<Var> a, r;
   for (auto& t : inputs) {
@@ -115,6 +117,17 @@ void compare_with_reference(const OpCase& c) {
   }
 }
 
+void compare_with_reference(const OpCase& c) {
+  // one tile, and tiles of the coarsest block (many tiles, the last one short)
+  size_t keep_rows = gf::kernels::attention_block_rows();
+  for (size_t rows : {size_t{128}, size_t{1}}) {
+    CAPTURE(rows);
+    gf::kernels::set_attention_block_rows(rows);
+    compare_with_reference_once(c);
+  }
+  gf::kernels::set_attention_block_rows(keep_rows);
+}
+
 }  // namespace
 
 TEST_CASE("hkt fused op: forward and gradients equal a composition of core ops") {
@@ -130,6 +143,20 @@ TEST_CASE("hkt fused op: forward and gradients equal a composition of core ops")
     c.valid.assign(c.B * c.T, 1);
     for (size_t t = 6; t < 10; ++t) c.valid[c.T + t] = 0;  // second sample has 6 tokens
     compare_with_reference(c);
+  }
+  SUBCASE("causal with padding, T=23, tiles of 4 and 8 rows") {
+    c.T = 23;
+    c.causal = true;
+    c.valid.assign(c.B * c.T, 1);
+    for (size_t t = 17; t < 23; ++t) c.valid[t] = 0;
+    c.valid[c.T + 2] = 0;
+    compare_with_reference(c);
+    size_t keep_rows = gf::kernels::attention_block_rows();
+    gf::kernels::set_attention_block_rows(8);
+    compare_with_reference_once(c);
+    c.causal = false;
+    compare_with_reference_once(c);
+    gf::kernels::set_attention_block_rows(keep_rows);
   }
   SUBCASE("causal with padding, stride 2, T=9") {
     c.T = 9;
@@ -151,10 +178,40 @@ TEST_CASE("hkt fused op: finite-difference gradients (T not divisible by s^l)") 
       c.valid.assign(c.B * c.T, 1);
       c.valid[c.T + 6] = 0;
       c.valid[c.T + 5] = 0;
+      size_t keep_rows = gf::kernels::attention_block_rows();
+      gf::kernels::set_attention_block_rows(1);  // two tiles of 4 rows
       gf_test::check_gradients(
           [&](const std::vector<Var>& in) { return gf_test::weighted_sum(run_fused(c, in)); },
           op_inputs(c, per_sample, 11), 1e-2, 2e-2);
+      gf::kernels::set_attention_block_rows(keep_rows);
     }
+}
+
+TEST_CASE("hkt fused op: identical bits with 1 and 2 threads") {
+  size_t keep_threads = gf::num_threads(), keep_rows = gf::kernels::attention_block_rows();
+  OpCase c;
+  c.B = 3;
+  c.T = 29;
+  c.causal = true;
+  c.valid.assign(c.B * c.T, 1);
+  for (size_t t = 20; t < 29; ++t) c.valid[c.T + t] = 0;
+  std::vector<std::vector<float>> runs;
+  for (size_t threads : {1, 2}) {
+    gf::set_num_threads(threads);
+    gf::kernels::set_attention_block_rows(8);
+    std::vector<Var> in;
+    for (auto& t : op_inputs(c, true, 21)) in.push_back(gf::parameter(t));
+    Var y = run_fused(c, in);
+    gf::backward(gf_test::weighted_sum(y));
+    std::vector<float> all = y.value().to_vector();
+    for (auto& x : in)
+      for (float g : x.grad().to_vector()) all.push_back(g);
+    runs.push_back(all);
+  }
+  gf::set_num_threads(keep_threads);
+  gf::kernels::set_attention_block_rows(keep_rows);
+  REQUIRE(runs[0].size() == runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
 
 TEST_CASE("hkt fused op: one level is plain scaled dot-product attention") {

@@ -5,28 +5,25 @@
 //   S_ij = sum_l lambda_l * scale * q_l[i / s^l] . k_l[j / s^l]     (up(S_l) via the index map)
 //   P    = softmax_j(S + mask),   out = P v
 //
-// Level 0 scores go straight into the T x T probability buffer by one GEMM; the
-// coarse T_l x T_l products are small GEMMs that are added through the index
-// map, so no T x T copy per level is ever made. Backward reduces dS into each
-// level's grid by summing blocks.
+// Streaming: tiles of query rows (a multiple of the coarsest block s^(L-1)) see all
+// (causal: all earlier) keys. A tile's level-0 scores come from one GEMM; each coarse
+// level adds its (tile blocks x T_l) product through the index map, so no T x T matrix
+// is ever made. Only the row log-sum-exp (B x T) is kept; the backward pass recomputes
+// each tile's probabilities, and reduces dS into each level's grid by summing blocks.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <growformer/autograd.hpp>
+#include <growformer/blas.hpp>
 #include <growformer/kernels.hpp>
 #include <growformer/parallel.hpp>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
-#if __has_include(<growformer/blas.hpp>)
-#include <growformer/blas.hpp>
-#define GF_HKT_HAVE_BLAS 1
-#else
-#define GF_HKT_HAVE_BLAS 0
-#endif
 
 namespace gf_hkt {
 
@@ -54,29 +51,8 @@ namespace detail {
 // C (m x n, ldc) = alpha * op(A) op(B) + beta * C, row-major.
 inline void gemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float* a,
                  size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
-#if GF_HKT_HAVE_BLAS
   gf::sgemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
             static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-#else
-  // Fallback: i-p-j loop order so the innermost loop streams rows of B and C.
-  for (size_t i = 0; i < m; ++i) {
-    float* ci = c + i * ldc;
-    if (beta == 0.0f)
-      std::fill(ci, ci + n, 0.0f);
-    else if (beta != 1.0f)
-      for (size_t j = 0; j < n; ++j) ci[j] *= beta;
-    for (size_t p = 0; p < k; ++p) {
-      float av = alpha * (ta ? a[p * lda + i] : a[i * lda + p]);
-      if (av == 0.0f) continue;
-      if (!tb) {
-        const float* bp = b + p * ldb;
-        for (size_t j = 0; j < n; ++j) ci[j] += av * bp[j];
-      } else {
-        for (size_t j = 0; j < n; ++j) ci[j] += av * b[j * ldb + p];
-      }
-    }
-  }
-#endif
 }
 
 inline void softmax_logits(const float* z, size_t n, float* out) {
@@ -87,11 +63,67 @@ inline void softmax_logits(const float* z, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] /= s;
 }
 
+// Per-thread scratch, grown on demand and kept between calls.
+inline std::vector<float>& scratch(int which, size_t n) {
+  thread_local std::vector<float> bufs[5];
+  if (bufs[which].size() < n) bufs[which].resize(n);
+  return bufs[which];
+}
+
+// Everything a tile needs, shared by the forward and the backward pass.
+struct Geom {
+  size_t B, T, L, dk, dv, br;
+  std::vector<size_t> Tl, blk;
+  float scale;
+  bool causal;
+  const uint8_t* valid;  // (B*T) or null
+  size_t tiles() const { return (T + br - 1) / br; }
+};
+
+// Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax): S (r x jmax),
+// masked entries -inf. `up` is scratch of length T.
+inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
+                        const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S) {
+  const size_t T = g.T, dk = g.dk;
+  gemm(false, true, r, jmax, dk, lb[0] * g.scale, q[0].value().data() + (b * T + i0) * dk, dk,
+       k[0].value().data() + b * T * dk, dk, 0.0f, S, jmax);
+  float* up = scratch(2, T).data();
+  for (size_t l = 1; l < g.L; ++l) {
+    const size_t n = g.Tl[l], bs = g.blk[l];
+    const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs;  // tile rows cover whole blocks
+    float* sl = scratch(3, (I1 - I0) * n).data();
+    gemm(false, true, I1 - I0, n, dk, lb[l] * g.scale, q[l].value().data() + (b * n + I0) * dk,
+         dk, k[l].value().data() + b * n * dk, dk, 0.0f, sl, n);
+    for (size_t I = I0; I < I1; ++I) {
+      // The rows of block I share S_l[I, :]: expand it once, add it to each row's usable prefix.
+      const float* sr = sl + (I - I0) * n;
+      const size_t i1 = std::min(i0 + r, (I + 1) * bs);
+      const size_t lim_max = g.causal ? std::min(jmax, causal_blocks(i1 - 1, bs) * bs) : jmax;
+      for (size_t J = 0; J * bs < lim_max; ++J)
+        std::fill(up + J * bs, up + std::min(lim_max, (J + 1) * bs), sr[J]);
+      for (size_t i = I * bs; i < i1; ++i) {
+        const size_t lim = g.causal ? std::min(jmax, causal_blocks(i, bs) * bs) : jmax;
+        gf::kernels::axpy(S + (i - i0) * jmax, up, lim, 1.0f);
+      }
+    }
+  }
+  const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
+  float* bias = scratch(4, T).data();
+  const bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
+  if (padded)
+    for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
+  for (size_t a = 0; a < r; ++a) {
+    float* row = S + a * jmax;
+    if (padded) gf::kernels::axpy(row, bias, jmax, 1.0f);
+    if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
+  }
+}
+
 }  // namespace detail
 
 /// q[l], k[l]: (B, T_l, d_k); v: (B, T, d_v); logits: (L) shared or (B, L) per sample
 /// (lambda = softmax(logits)). Returns (B, T, d_v). Gradients reach every q_l, k_l, v
-/// and the logits.
+/// and the logits. A query row with no valid key gives 0.
 inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
                           const gf::Var& v, const gf::Var& logits, const FusedSpec& spec) {
   const size_t L = q.size();
@@ -100,16 +132,19 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   if (spec.stride < 2 && L > 1) throw std::invalid_argument("hkt_attend: stride must be >= 2");
   const size_t B = v.dim(0), T = v.dim(1), dv = v.dim(2);
   const size_t dk = q[0].shape().size() == 3 ? q[0].dim(2) : 0;
-  std::vector<size_t> Tl(L), blk(L);
+  detail::Geom g;
+  g.B = B, g.T = T, g.L = L, g.dk = dk, g.dv = dv;
+  g.Tl.resize(L);
+  g.blk.resize(L);
   for (size_t l = 0; l < L; ++l) {
-    blk[l] = l == 0 ? 1 : blk[l - 1] * spec.stride;
-    Tl[l] = (T + blk[l] - 1) / blk[l];
+    g.blk[l] = l == 0 ? 1 : g.blk[l - 1] * spec.stride;
+    g.Tl[l] = (T + g.blk[l] - 1) / g.blk[l];
     for (const gf::Var* x : {&q[l], &k[l]}) {
       const auto& s = x->shape();
-      if (s.size() != 3 || s[0] != B || s[1] != Tl[l] || s[2] != dk)
+      if (s.size() != 3 || s[0] != B || s[1] != g.Tl[l] || s[2] != dk)
         throw std::invalid_argument("hkt_attend: level " + std::to_string(l) + " q/k has shape " +
                                     gf::shape_str(s) + ", expected (" + std::to_string(B) + ", " +
-                                    std::to_string(Tl[l]) + ", " + std::to_string(dk) + ")");
+                                    std::to_string(g.Tl[l]) + ", " + std::to_string(dk) + ")");
     }
   }
   const bool per_sample = logits.shape().size() == 2;
@@ -118,6 +153,14 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
                                 gf::shape_str(logits.shape()));
   if (spec.key_valid && spec.key_valid->size() != B * T)
     throw std::invalid_argument("hkt_attend: key_valid must have B*T entries");
+  // Tiles hold whole blocks of the coarsest level.
+  const size_t top = g.blk[L - 1];
+  g.br = std::max<size_t>(1, (gf::kernels::attention_block_rows() + top - 1) / top) * top;
+  g.scale = spec.scale;
+  g.causal = spec.causal;
+  // the caller's mask may be gone by the backward pass: keep a copy
+  auto keep = spec.key_valid ? std::make_shared<std::vector<uint8_t>>(*spec.key_valid) : nullptr;
+  g.valid = keep ? keep->data() : nullptr;
 
   // lambda per sample (B, L)
   std::vector<float> lam(B * L);
@@ -125,50 +168,28 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     detail::softmax_logits(logits.value().data() + (per_sample ? b * L : 0), L, lam.data() + b * L);
 
   gf::Tensor out = gf::Tensor::empty({B, T, dv});
-  gf::Tensor P = gf::Tensor::empty({B, T, T});  // probabilities, kept for backward
-  const float scale = spec.scale;
-  const bool causal = spec.causal;
-  const uint8_t* kv = spec.key_valid ? spec.key_valid->data() : nullptr;
-
-  gf::parallel_for(B, [&](size_t b) {
-    const float* lb = lam.data() + b * L;
-    float* pb = P.data() + b * T * T;
-    // Level 0 straight into P.
-    detail::gemm(false, true, T, T, dk, lb[0] * scale, q[0].value().data() + b * T * dk, dk,
-                 k[0].value().data() + b * T * dk, dk, 0.0f, pb, T);
-    // Coarse levels: small T_l x T_l products, added through the index map.
-    std::vector<float> sl;
-    for (size_t l = 1; l < L; ++l) {
-      const size_t n = Tl[l], bs = blk[l];
-      sl.resize(n * n);
-      detail::gemm(false, true, n, n, dk, lb[l] * scale, q[l].value().data() + b * n * dk, dk,
-                   k[l].value().data() + b * n * dk, dk, 0.0f, sl.data(), n);
-      // The rows of one block I share S_l[I, :]: expand it to length T once per block,
-      // then each row is one contiguous (vectorisable) add over the usable prefix.
-      std::vector<float> up(T);
-      for (size_t I = 0; I < n; ++I) {
-        const float* sr = sl.data() + I * n;
-        for (size_t J = 0; J < n; ++J)
-          std::fill(up.begin() + J * bs, up.begin() + std::min(T, (J + 1) * bs), sr[J]);
-        const size_t i1 = std::min(T, (I + 1) * bs);
-        for (size_t i = I * bs; i < i1; ++i) {
-          const size_t lim = causal ? std::min(T, causal_blocks(i, bs) * bs) : T;
-          float* row = pb + i * T;
-          for (size_t j = 0; j < lim; ++j) row[j] += up[j];
-        }
+  gf::Tensor lse = gf::Tensor::empty({B, T});  // +inf marks a row with no valid key
+  const size_t tiles = g.tiles();
+  // Every (sample, tile) is independent: the split does not change any result.
+  gf::parallel_for(B * tiles, [&](size_t task) {
+    const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
+    const size_t jmax = g.causal ? i0 + r : T;
+    float* S = detail::scratch(0, r * jmax).data();
+    detail::tile_scores(g, q, k, lam.data() + b * L, b, i0, r, jmax, S);
+    for (size_t a = 0; a < r; ++a) {
+      float* row = S + a * jmax;
+      const float mx = gf::kernels::row_max(row, jmax);
+      if (mx == -INFINITY) {
+        std::fill(row, row + jmax, 0.0f);
+        lse[b * T + i0 + a] = INFINITY;
+        continue;
       }
+      const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
+      gf::kernels::scale_row(row, jmax, 1.0f / sum);
+      lse[b * T + i0 + a] = mx + std::log(sum);
     }
-    // Mask and softmax, row by row.
-    const uint8_t* kvb = kv ? kv + b * T : nullptr;
-    for (size_t i = 0; i < T; ++i) {
-      float* row = pb + i * T;
-      const size_t jend = causal ? i + 1 : T;
-      // Entries past jend (causal) are zero, like masked keys.
-      gf::kernels::softmax_row(row, jend, kvb);
-      std::fill(row + jend, row + T, 0.0f);
-    }
-    detail::gemm(false, false, T, dv, T, 1.0f, pb, T, v.value().data() + b * T * dv, dv, 0.0f,
-                 out.data() + b * T * dv, dv);
+    detail::gemm(false, false, r, dv, jmax, 1.0f, S, jmax, v.value().data() + b * T * dv, dv, 0.0f,
+                 out.data() + (b * T + i0) * dv, dv);
   });
 
   // Any input with a gradient makes the result require one.
@@ -184,81 +205,87 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   gf::Var res = gf::make_result(std::move(out), {any});
   if (!res.requires_grad()) return res;
 
-  gf::record([res, q, k, v, logits, P, lam, Tl, blk, per_sample, scale, causal, B, T, dv, dk,
-              L]() mutable {
+  gf::record([res, q, k, v, logits, lse, lam, g, keep, per_sample]() mutable {
     if (!res.grad().defined()) return;
-    const float* g = res.grad().data();
+    const size_t B = g.B, T = g.T, L = g.L, dk = g.dk, dv = g.dv, tiles = g.tiles();
+    const float* gr = res.grad().data();
     std::vector<float*> gq(L, nullptr), gk(L, nullptr);
     for (size_t l = 0; l < L; ++l) {
       if (q[l].requires_grad()) gq[l] = q[l].node()->grad_buf().data();
       if (k[l].requires_grad()) gk[l] = k[l].node()->grad_buf().data();
     }
     float* gv = v.requires_grad() ? v.node()->grad_buf().data() : nullptr;
-    std::vector<float> dlam(B * L, 0.0f);
+    std::vector<double> dlam(B * L, 0.0);
 
+    // One task per sample: its tiles run in order, so every sum has a fixed order.
     gf::parallel_for(B, [&](size_t b) {
       const float* lb = lam.data() + b * L;
-      const float* pb = P.data() + b * T * T;
-      const float* gob = g + b * T * dv;
       const float* vb = v.value().data() + b * T * dv;
-      // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)) in place; rowsum(P * dP) = dO_i . out_i.
-      gf::Tensor dsbuf = gf::Tensor::empty({T, T});  // pooled, no zero fill
-      float* ds = dsbuf.data();
       const float* ob = res.value().data() + b * T * dv;
-      detail::gemm(false, true, T, T, dv, 1.0f, gob, dv, vb, dv, 0.0f, ds, T);
-      for (size_t i = 0; i < T; ++i) {
-        const float* pr = pb + i * T;
-        float* dr = ds + i * T;
-        float rs = 0.0f;
-        for (size_t c = 0; c < dv; ++c) rs += gob[i * dv + c] * ob[i * dv + c];
-        for (size_t j = 0; j < T; ++j) dr[j] = pr[j] * (dr[j] - rs);
-      }
-      if (gv)  // dV = P^T dO (each sample owns its slice)
-        detail::gemm(true, false, T, dv, T, 1.0f, pb, T, gob, dv, 1.0f, gv + b * T * dv, dv);
-
-      // Per level: dS_l (the blocks of dS summed), then G = dS_l k_l.
-      // dq_l = c_l G, dk_l = c_l dS_l^T q_l, d lambda_l = scale * sum_I q_l[I] . G[I].
-      std::vector<float> dsl, G;
-      for (size_t l = 0; l < L; ++l) {
-        const size_t n = Tl[l], bs = blk[l];
-        const float* dsp;
-        if (l == 0) {
-          dsp = ds;
-        } else {
-          // Sum the rows of block I first (contiguous adds), then fold columns into blocks.
-          dsl.assign(n * n, 0.0f);
-          std::vector<float> acc(T);
-          for (size_t I = 0; I < n; ++I) {
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            const size_t i1 = std::min(T, (I + 1) * bs);
-            for (size_t i = I * bs; i < i1; ++i) {
-              const size_t lim = causal ? std::min(T, causal_blocks(i, bs) * bs) : T;
-              const float* dr = ds + i * T;
-              for (size_t j = 0; j < lim; ++j) acc[j] += dr[j];
+      std::vector<float> dsl, G, acc(T);
+      for (size_t t = 0; t < tiles; ++t) {
+        const size_t i0 = t * g.br, r = std::min(g.br, T - i0);
+        const size_t jmax = g.causal ? i0 + r : T;
+        const float* gob = gr + (b * T + i0) * dv;
+        float* P = detail::scratch(0, r * jmax).data();
+        float* ds = detail::scratch(1, r * jmax).data();
+        detail::tile_scores(g, q, k, lb, b, i0, r, jmax, P);
+        for (size_t a = 0; a < r; ++a)
+          gf::kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
+        if (gv)  // dV = P^T dO
+          detail::gemm(true, false, jmax, dv, r, 1.0f, P, jmax, gob, dv, 1.0f, gv + b * T * dv, dv);
+        // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = dO_i . out_i.
+        detail::gemm(false, true, r, jmax, dv, 1.0f, gob, dv, vb, dv, 0.0f, ds, jmax);
+        for (size_t a = 0; a < r; ++a) {
+          const float rs = gf::kernels::dot(gob + a * dv, ob + (i0 + a) * dv, dv);
+          gf::kernels::softmax_grad_row(ds + a * jmax, P + a * jmax, jmax, rs, 1.0f);
+        }
+        // Per level: dS_l (this tile's blocks of dS summed), then G = dS_l k_l.
+        // dq_l = c_l G, dk_l = c_l dS_l^T q_l, d lambda_l = scale * sum_I q_l[I] . G[I].
+        for (size_t l = 0; l < L; ++l) {
+          const size_t n = g.Tl[l], bs = g.blk[l];
+          const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs, nI = I1 - I0;
+          const float* dsp;
+          size_t ncols, ld;
+          if (l == 0) {
+            dsp = ds, ncols = jmax, ld = jmax;
+          } else {
+            // Sum the rows of block I first (contiguous adds), then fold columns into blocks.
+            ncols = (jmax + bs - 1) / bs;
+            ld = ncols;
+            dsl.assign(nI * ncols, 0.0f);
+            for (size_t I = I0; I < I1; ++I) {
+              const size_t i1 = std::min(i0 + r, (I + 1) * bs);
+              const size_t lim_max =
+                  g.causal ? std::min(jmax, causal_blocks(i1 - 1, bs) * bs) : jmax;
+              std::fill(acc.begin(), acc.begin() + lim_max, 0.0f);
+              for (size_t i = I * bs; i < i1; ++i) {
+                const size_t lim = g.causal ? std::min(jmax, causal_blocks(i, bs) * bs) : jmax;
+                gf::kernels::axpy(acc.data(), ds + (i - i0) * jmax, lim, 1.0f);
+              }
+              float* out_row = dsl.data() + (I - I0) * ncols;
+              for (size_t J = 0; J * bs < lim_max; ++J) {
+                float sum = 0.0f;
+                for (size_t j = J * bs, j1 = std::min(lim_max, (J + 1) * bs); j < j1; ++j)
+                  sum += acc[j];
+                out_row[J] = sum;
+              }
             }
-            float* out_row = dsl.data() + I * n;
-            for (size_t J = 0; J < n; ++J) {
-              float sum = 0.0f;
-              for (size_t j = J * bs, j1 = std::min(T, (J + 1) * bs); j < j1; ++j) sum += acc[j];
-              out_row[J] += sum;
-            }
+            dsp = dsl.data();
           }
-          dsp = dsl.data();
+          const float c = lb[l] * g.scale;
+          const float* qb = q[l].value().data() + (b * n + I0) * dk;
+          const float* kb = k[l].value().data() + b * n * dk;
+          G.resize(nI * dk);
+          detail::gemm(false, false, nI, dk, ncols, 1.0f, dsp, ld, kb, dk, 0.0f, G.data(), dk);
+          double dl = 0.0;
+          for (size_t x = 0; x < nI * dk; ++x) dl += static_cast<double>(qb[x]) * G[x];
+          dlam[b * L + l] += dl * g.scale;
+          if (gq[l]) gf::kernels::axpy(gq[l] + (b * n + I0) * dk, G.data(), nI * dk, c);
+          if (gk[l])
+            detail::gemm(true, false, ncols, dk, nI, c, dsp, ld, qb, dk, 1.0f,
+                         gk[l] + b * n * dk, dk);
         }
-        const float c = lb[l] * scale;
-        const float* qb = q[l].value().data() + b * n * dk;
-        const float* kb = k[l].value().data() + b * n * dk;
-        G.resize(n * dk);
-        detail::gemm(false, false, n, dk, n, 1.0f, dsp, n, kb, dk, 0.0f, G.data(), dk);
-        double dl = 0.0;
-        for (size_t x = 0; x < n * dk; ++x) dl += static_cast<double>(qb[x]) * G[x];
-        dlam[b * L + l] = static_cast<float>(dl) * scale;
-        if (gq[l]) {
-          float* gqb = gq[l] + b * n * dk;
-          for (size_t x = 0; x < n * dk; ++x) gqb[x] += c * G[x];
-        }
-        if (gk[l])
-          detail::gemm(true, false, n, dk, n, c, dsp, n, qb, dk, 1.0f, gk[l] + b * n * dk, dk);
       }
     });
 
@@ -267,11 +294,11 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       float* gz = logits.node()->grad_buf().data();
       for (size_t b = 0; b < B; ++b) {
         const float* lb = lam.data() + b * L;
-        const float* db = dlam.data() + b * L;
-        float dot = 0.0f;
+        const double* db = dlam.data() + b * L;
+        double dot = 0.0;
         for (size_t l = 0; l < L; ++l) dot += lb[l] * db[l];
         float* gzb = gz + (per_sample ? b * L : 0);
-        for (size_t l = 0; l < L; ++l) gzb[l] += lb[l] * (db[l] - dot);
+        for (size_t l = 0; l < L; ++l) gzb[l] += static_cast<float>(lb[l] * (db[l] - dot));
       }
     }
   });
