@@ -10,6 +10,7 @@
 #include "growformer/growth.hpp"
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"
+#include "growformer/structure_editor.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -107,7 +108,7 @@ double number(const gf::Event& e, const std::string& name) {
   return 0.0;
 }
 
-/// Drives one policy over one block like the trainer does.
+/// Drives one policy over one block through the trainer's structure editor.
 struct Driver {
   std::shared_ptr<gf::GrowthPolicy> policy;
   FakeBlock* block;
@@ -117,33 +118,20 @@ struct Driver {
   size_t step = 0;
   size_t every = 10;
   size_t grows = 0, prunes = 0;
+  std::vector<gf::Probe> probes;
 
-  gf::TrainView view() {
-    gf::TrainView v;
-    v.step = step;
-    v.total_steps = 100000;
-    v.blocks.push_back({0, block, &probe, nullptr});
-    v.rng = &rng;
-    v.events = &sink;
-    return v;
+  gf::StructureEditor editor() {
+    probes = {gf::Probe{probe, {}}};
+    gf::StructureEditor ed({block}, {{policy.get(), &rng, "growth"}}, &sink, 100000);
+    ed.set_probes(&probes);
+    return ed;
   }
-  void start() { policy->on_start(view()); }
+  gf::TrainView view() { return editor().view(step, 0); }
+  void start() { editor().on_start(); }
   std::vector<gf::Edit> check() {
     step += every;
-    gf::TrainView v = view();
-    std::vector<gf::Edit> edits = policy->check(v);
-    for (const gf::Edit& e : edits) {
-      int id = -1;
-      if (e.kind == gf::Edit::Kind::AddHead) {
-        id = block->add_head(e.init, rng, step);
-        ++grows;
-      } else {
-        block->remove_head(e.head_id);
-        ++prunes;
-      }
-      sink.emit(e.cause);
-      policy->edited(e, id, v);
-    }
+    std::vector<gf::Edit> edits = editor().check(step);
+    for (const gf::Edit& e : edits) ++(e.kind == gf::Edit::Kind::AddHead ? grows : prunes);
     return edits;
   }
   std::vector<gf::Event> of_type(const std::string& t) const {
@@ -619,7 +607,7 @@ TEST_CASE("mha: magnitude and head_importance prune a head whose output map is z
     CHECK(policy->needs_head_mask_grads() == (rule == "head_importance"));
     gf::TrainView view;
     view.step = 10;
-    view.blocks.push_back({0, block.get(), nullptr, nullptr});
+    view.blocks.push_back({0, block.get(), nullptr});
     policy->on_start(view);
     gf::ForwardContext ctx;
     ctx.training = true;
@@ -651,12 +639,12 @@ TEST_CASE("mha + directional_energy: a zeroed head is pruned, the trained ones s
   gf::Var wq = *heads[2].head->w_q(0);
   wq.value().zero();
   auto policy = pruning("plugin: directional_energy\ncalibration_checks: 2\npatience: 2\ngrace: 0\n");
-  gf::Tensor probe = anisotropic_probe(3, 6, d, 5);
+  gf::Probe probe{anisotropic_probe(3, 6, d, 5), {}};
   std::vector<int> removed;
   for (size_t step = 10; step <= 60; step += 10) {
     gf::TrainView view;
     view.step = step;
-    view.blocks.push_back({0, block.get(), &probe, nullptr});
+    view.blocks.push_back({0, block.get(), &probe});
     for (const gf::Edit& e : policy->check(view)) {
       block->remove_head(e.head_id);
       removed.push_back(e.head_id);

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "growformer/config.hpp"
+#include "growformer/errors.hpp"
 
 namespace gf {
 

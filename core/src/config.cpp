@@ -11,9 +11,6 @@
 
 namespace gf {
 
-ConfigError::~ConfigError() = default;
-RuntimeError::~RuntimeError() = default;
-
 // ---------------------------------------------------------------------------
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   auto lower = [](std::string s) {

@@ -1,29 +1,26 @@
 #include "growformer/trainer.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "growformer/batch_sampler.hpp"
 #include "growformer/blas.hpp"
 #include "growformer/checkpoint.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/parallel.hpp"
+#include "growformer/structure_editor.hpp"
 #include "growformer/version.hpp"
 
 namespace gf {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
 std::atomic<bool> g_interrupted{false};
@@ -89,80 +86,8 @@ OptionSpecs Experiment::options() {
   };
 }
 
-// ---------------------------------------------------------------------------
-struct Experiment::State {
-  long step = 0;
-  Rng dropout_rng, growth_rng, pruning_rng;
-  double best_val = -1;
-  long best_step = -1;
-  // training window since the last log line
-  double win_loss = 0, win_correct = 0, win_count = 0, win_tokens = 0;
-  // data order cache
-  long perm_epoch = -1;
-  std::vector<size_t> perm;
-};
-
-namespace {
-
-class JsonlSink : public EventSink {
- public:
-  std::ofstream* out = nullptr;
-  long step = 0;
-  void emit(const Event& e) override {
-    if (!out) return;
-    json j;
-    j["step"] = step;
-    j["type"] = e.type;
-    if (e.block >= 0) j["block"] = e.block;
-    if (e.head >= 0) j["head"] = e.head;
-    for (auto& [k, v] : e.numbers) j[k] = std::isfinite(v) ? json(v) : json(nullptr);
-    for (auto& [k, v] : e.strings) j[k] = v;
-    for (auto& [k, v] : e.lists) j[k] = v;
-    *out << j.dump() << "\n";
-    out->flush();
-  }
-};
-
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  long t = static_cast<long>(s + 0.5);
-  std::ostringstream o;
-  if (t >= 3600) o << t / 3600 << "h" << (t % 3600) / 60 << "m";
-  else if (t >= 60) o << t / 60 << "m" << t % 60 << "s";
-  else o << t << "s";
-  return o.str();
-}
-
-std::string heads_str(const std::vector<size_t>& h) {
-  std::string s = "[";
-  for (size_t i = 0; i < h.size(); ++i) s += (i ? "," : "") + std::to_string(h[i]);
-  return s + "]";
-}
-
-// Keeps only the lines whose "step" is <= max_step (resume rewinds the logs to the checkpoint).
-void truncate_jsonl(const std::string& path, long max_step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::vector<std::string> keep;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      json j = json::parse(line);
-      if (j.value("step", 0L) <= max_step && j.value("split", "") != "test") keep.push_back(line);
-    } catch (...) {
-      // a torn last line from a crash: drop it
-    }
-  }
-  in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (auto& l : keep) out << l << "\n";
-}
-
-}  // namespace
-
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths)
-    : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()), st_(std::make_unique<State>()) {
+    : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
   Options top(cfg_, options(), "the configuration");
   name_ = top.get_string("name");
   if (name_.empty() || name_.find('/') != std::string::npos)
@@ -178,7 +103,11 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   settings_ = TrainSettings(to);
   ConfigNode opt_node = top.get_node("optimizer");
   optimizer_ = registry_->create_optimizer(opt_node);
-  lr_ = opt_node.has("lr") ? opt_node.child("lr").as_float() : 1e-3;
+  schedule_.peak = opt_node.has("lr") ? opt_node.child("lr").as_float() : 1e-3;
+  schedule_.warmup = settings_.warmup;
+  schedule_.steps = settings_.steps;
+  schedule_.kind = settings_.schedule;
+  schedule_.min_ratio = settings_.min_lr_ratio;
   growth_ = registry_->create_growth(top.get_node("growth"));
   pruning_ = registry_->create_pruning(top.get_node("pruning"));
 
@@ -191,63 +120,32 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
                                    *registry_, seed_);
   cfg_.check_all_consumed();
-
-  st_->dropout_rng = Rng(seed_, "dropout");
-  st_->growth_rng = Rng(seed_, "growth");
-  st_->pruning_rng = Rng(seed_, "pruning");
+  state_ = TrainerState(seed_);
 }
 
 Experiment::~Experiment() = default;
 
 Batch Experiment::make_batch(const std::vector<Example>& split,
                              const std::vector<size_t>& idx) const {
-  Batch b;
-  b.batch = idx.size();
-  size_t cap = model_->max_tokens();
-  size_t T = 1;
-  for (size_t i : idx) T = std::max(T, std::min(cap, split[i].tokens.size()));
-  b.seq = T;
-  b.ids.assign(b.batch * T, data_.pad_id);
-  b.valid.assign(b.batch * T, 0);
-  b.labels.resize(b.batch);
-  for (size_t r = 0; r < idx.size(); ++r) {
-    const Example& e = split[idx[r]];
-    size_t n = std::min(T, e.tokens.size());
-    for (size_t t = 0; t < n; ++t) {
-      b.ids[r * T + t] = e.tokens[t];
-      b.valid[r * T + t] = 1;
-    }
-    if (n == 0) b.valid[r * T] = 1;  // an empty sequence still pools one (pad) position
-    b.labels[r] = e.label;
-  }
-  return b;
+  return gf::make_batch(split, idx, model_->max_tokens(), data_.pad_id);
 }
 
 EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batches) {
   NoGradGuard ng;
   EvalResult r;
-  size_t B = static_cast<size_t>(settings_.batch_size);
   double loss = 0;
   size_t correct = 0;
-  long batches = 0;
-  for (size_t start = 0; start < split.size(); start += B) {
-    if (max_batches > 0 && batches >= max_batches) break;
+  for (const auto& idx : sequential_batches(split.size(), settings_.batch_size, max_batches)) {
     if (g_interrupted)
       throw RuntimeError("interrupted during evaluation; checkpoints written so far are intact");
-    std::vector<size_t> idx;
-    for (size_t i = start; i < std::min(split.size(), start + B); ++i) idx.push_back(i);
     Batch b = make_batch(split, idx);
     Var logits = model_->forward(b, false, nullptr);
     Var l = ops::cross_entropy(logits, b.labels);
     loss += static_cast<double>(l.value()[0]) * idx.size();
-    size_t C = logits.dim(1);
-    for (size_t i = 0; i < idx.size(); ++i) {
-      const float* row = logits.value().data() + i * C;
-      size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
-      correct += static_cast<int32_t>(arg) == b.labels[i];
-    }
+    TrainWindow hits;
+    hits.add(logits, b, 0.f);
+    correct += static_cast<size_t>(hits.correct);
     r.examples += idx.size();
-    batches++;
   }
   clear_tape();
   if (r.examples) {
@@ -257,465 +155,236 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
   return r;
 }
 
-void Experiment::save(const std::string& path, long step) {
-  Checkpoint ck;
-  for (auto& [n, p] : model_->named_parameters()) ck.tensors["model." + n] = p.value();
-  for (auto& [n, t] : optimizer_->state_tensors()) ck.tensors["optim." + n] = t;
-  json opt_scalars = optimizer_->state_scalars();
-  json arch = json::array();
-  for (auto* b : model_->blocks()) arch.push_back(b->save_structure());
-  State& s = *st_;
-  json trainer = {{"step", step},
-                  {"best_val", s.best_val},
-                  {"best_step", s.best_step},
-                  {"win", {s.win_loss, s.win_correct, s.win_count, s.win_tokens}},
-                  {"rng",
-                   {{s.dropout_rng.state(), s.dropout_rng.increment()},
-                    {s.growth_rng.state(), s.growth_rng.increment()},
-                    {s.pruning_rng.state(), s.pruning_rng.increment()}}}};
-  ck.metadata["format"] = "growformer-checkpoint-1";
-  ck.metadata["growformer_version"] = GROWFORMER_VERSION;
-  ck.metadata["config"] = cfg_.dump();
-  ck.metadata["config_dir"] = cfg_.base_dir();
-  ck.metadata["architecture"] = arch.dump();
-  ck.metadata["heads"] = json(model_->heads_per_block()).dump();
-  ck.metadata["optimizer_scalars"] = opt_scalars.dump();
-  ck.metadata["trainer"] = trainer.dump();
-  ck.metadata["growth_state"] = growth_->save_state();
-  ck.metadata["pruning_state"] = pruning_->save_state();
-  save_checkpoint(path, ck);
+TrainingParts Experiment::parts() {
+  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_};
 }
+
+void Experiment::save(const std::string& path) { save_checkpoint(path, make_training_checkpoint(parts())); }
 
 void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
 
 void Experiment::load_weights(const Checkpoint& ck, const std::string& path) {
-  auto it = ck.metadata.find("architecture");
-  if (it == ck.metadata.end()) throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
-  json arch;
-  try {
-    arch = json::parse(it->second);
-  } catch (const std::exception& e) {
-    throw RuntimeError(path + ": corrupt architecture record: " + e.what());
-  }
-  auto blocks = model_->blocks();
-  if (!arch.is_array() || arch.size() != blocks.size())
-    throw RuntimeError(path + ": the checkpoint has " + std::to_string(arch.size()) +
-                       " blocks but the model has " + std::to_string(blocks.size()));
-  for (size_t i = 0; i < blocks.size(); ++i) blocks[i]->restore_structure(arch[i].get<std::string>());
-  auto params = model_->named_parameters();
-  for (auto& [n, p] : params) {
-    auto t = ck.tensors.find("model." + n);
-    if (t == ck.tensors.end())
-      throw RuntimeError(path + ": parameter `" + n + "` is missing from the checkpoint");
-    if (t->second.shape() != p.value().shape())
-      throw RuntimeError(path + ": parameter `" + n + "` has shape " + shape_str(t->second.shape()) +
-                         " in the checkpoint but " + shape_str(p.value().shape()) + " in the model");
-    std::copy(t->second.data(), t->second.data() + t->second.size(), const_cast<Var&>(p).value().data());
-  }
-  for (auto& [k, t] : ck.tensors)
-    if (k.rfind("model.", 0) == 0) {
-      bool found = false;
-      for (auto& [n, p] : params) found = found || ("model." + n) == k;
-      if (!found) throw RuntimeError(path + ": checkpoint tensor `" + k + "` matches no parameter");
-    }
-}
-
-long Experiment::restore(const std::string& path) {
-  Checkpoint ck = load_checkpoint(path);
-  load_weights(ck, path);
-  std::map<std::string, Tensor> ot;
-  for (auto& [k, t] : ck.tensors)
-    if (k.rfind("optim.", 0) == 0) ot[k.substr(6)] = t;
-  std::map<std::string, double> os;
-  json tj;
-  try {
-    json osj = json::parse(ck.metadata.at("optimizer_scalars"));
-    for (auto it = osj.begin(); it != osj.end(); ++it) os[it.key()] = it->get<double>();
-    tj = json::parse(ck.metadata.at("trainer"));
-  } catch (const std::exception& e) {
-    throw RuntimeError(path + ": corrupt trainer state in checkpoint: " + e.what());
-  }
-  optimizer_->load_state(ot, os);
-  State& s = *st_;
-  s.step = tj.at("step").get<long>();
-  s.best_val = tj.at("best_val").get<double>();
-  s.best_step = tj.at("best_step").get<long>();
-  auto w = tj.at("win");
-  s.win_loss = w[0];
-  s.win_correct = w[1];
-  s.win_count = w[2];
-  s.win_tokens = w[3];
-  auto r = tj.at("rng");
-  s.dropout_rng.restore(r[0][0], r[0][1]);
-  s.growth_rng.restore(r[1][0], r[1][1]);
-  s.pruning_rng.restore(r[2][0], r[2][1]);
-  growth_->load_state(ck.metadata["growth_state"]);
-  pruning_->load_state(ck.metadata["pruning_state"]);
-  return s.step;
+  restore_model(ck, path, *model_);
 }
 
 int Experiment::train(const RunFlags& flags) {
-  std::string dir = flags.run_dir;
-  if (dir.empty()) {
-    dir = (fs::path("runs") / name_).string();
-    if (fs::exists(dir)) {
-      for (int i = 2;; ++i) {
-        std::string cand = dir + "-" + std::to_string(i);
-        if (!fs::exists(cand)) {
-          dir = cand;
-          break;
-        }
-      }
-    }
-  } else if (fs::exists(dir) && !fs::is_empty(dir)) {
-    throw ConfigError(dir + ": the run directory exists and is not empty (choose another "
-                      "--run-dir, or `growformer resume " + dir + "`)");
-  }
-  fs::create_directories(fs::path(dir) / "checkpoints");
+  RunDir dir = RunDir::create(flags.run_dir, name_);
   {
-    std::ofstream out(fs::path(dir) / "config.resolved.yaml");
+    std::ofstream out(dir.resolved_config());
     out << "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
     out << cfg_.dump();
   }
   {
-    json lock = json::array();
+    nlohmann::json lock = nlohmann::json::array();
     for (auto& l : registry_->libraries())
       lock.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path},
                       {"checksum", l.sha256}});
-    std::ofstream out(fs::path(dir) / "plugins.lock");
+    std::ofstream out(dir.plugins_lock());
     out << lock.dump(2) << "\n";
   }
-  std::ofstream(fs::path(dir) / "metrics.jsonl", std::ios::trunc);
-  std::ofstream(fs::path(dir) / "events.jsonl", std::ios::trunc);
+  dir.reset_logs();
   return run_loop(dir, 0, flags);
 }
 
-int Experiment::resume(const std::string& dir, const RunFlags& flags) {
-  std::string ck = (fs::path(dir) / "checkpoints" / "last.safetensors").string();
-  long step = restore(ck);
-  truncate_jsonl((fs::path(dir) / "metrics.jsonl").string(), step);
-  truncate_jsonl((fs::path(dir) / "events.jsonl").string(), step);
-  if (!flags.quiet) std::cout << "resuming " << dir << " at step " << step << "\n";
+int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
+  RunDir dir(run_dir);
+  std::string ck = dir.last_checkpoint();
+  long step = restore_training(load_checkpoint(ck), ck, parts());
+  dir.rewind_logs(step);
+  if (!flags.quiet) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
   return run_loop(dir, step, flags);
 }
 
-int Experiment::run_loop(const std::string& dir, long start_step, const RunFlags& flags) {
-  State& s = *st_;
-  const TrainSettings& ts = settings_;
-  std::ofstream metrics((fs::path(dir) / "metrics.jsonl").string(), std::ios::app);
-  std::ofstream events_out((fs::path(dir) / "events.jsonl").string(), std::ios::app);
-  JsonlSink sink;
-  sink.out = &events_out;
-  std::string last_ck = (fs::path(dir) / "checkpoints" / "last.safetensors").string();
-  std::string best_ck = (fs::path(dir) / "checkpoints" / "best.safetensors").string();
-  bool tty = isatty(2) && !flags.quiet;
-  auto blocks = model_->blocks();
-  size_t B = static_cast<size_t>(ts.batch_size);
-  size_t N = data_.train.size();
+namespace {
+/// Majority-class accuracy on the first SEEN examples of TEST, the class counted on TRAIN.
+double majority_class_accuracy(const std::vector<Example>& train, const std::vector<Example>& test,
+                               size_t num_classes, size_t seen) {
+  std::vector<size_t> counts(num_classes, 0);
+  for (auto& e : train) counts[e.label]++;
+  size_t major = std::max_element(counts.begin(), counts.end()) - counts.begin();
+  size_t hit = 0;
+  seen = std::min(test.size(), seen);
+  for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
+  return static_cast<double>(hit) / std::max<size_t>(1, seen);
+}
+}  // namespace
 
-  auto lr_at = [&](long step) {
-    double peak = lr_;
-    if (ts.warmup > 0 && step <= ts.warmup) return peak * step / ts.warmup;
-    if (ts.schedule == "constant") return peak;
-    double span = std::max<long>(1, ts.steps - ts.warmup);
-    double p = std::min(1.0, static_cast<double>(step - ts.warmup) / span);
-    double lo = peak * ts.min_lr_ratio;
-    if (ts.schedule == "linear") return lo + (peak - lo) * (1 - p);
-    return lo + (peak - lo) * 0.5 * (1 + std::cos(M_PI * p));
-  };
-  auto view_for = [&](long step, Rng* rng) {
-    TrainView v;
-    v.step = static_cast<size_t>(step);
-    v.total_steps = static_cast<size_t>(ts.steps);
-    v.rng = rng;
-    v.events = &sink;
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      BlockView bv;
-      bv.index = i;
-      bv.block = blocks[i];
-      v.blocks.push_back(bv);
-    }
-    return v;
-  };
-
-  if (start_step == 0) {
-    TrainView v = view_for(0, &s.growth_rng);
-    growth_->on_start(v);
-    TrainView vp = view_for(0, &s.pruning_rng);
-    pruning_->on_start(vp);
+// ---------------------------------------------------------------------------
+// One run of the training loop: the parts it drives and the named stages of a step.
+class Experiment::Loop {
+ public:
+  Loop(Experiment& ex, const RunDir& dir, const RunFlags& flags)
+      : ex_(ex),
+        ts_(ex.settings_),
+        st_(ex.state_),
+        dir_(dir),
+        flags_(flags),
+        report_(dir, ts_.steps, flags.quiet),
+        sampler_(ex.seed_, ex.data_.train.size(), static_cast<size_t>(ts_.batch_size)),
+        blocks_(ex.model_->blocks()),
+        editor_(blocks_,
+                {{ex.growth_.get(), &st_.growth_rng, "growth"},
+                 {ex.pruning_.get(), &st_.pruning_rng, "pruning"}},
+                &report_.events(), static_cast<size_t>(ts_.steps)) {
+    editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
+    need_probe_ = editor_.needs_probe();
+    need_masks_ = editor_.needs_head_mask_grads();
+    for (auto* b : blocks_) b->set_head_masks(need_masks_);
   }
-  bool need_probe = growth_->needs_probe() || pruning_->needs_probe();
-  bool need_masks = growth_->needs_head_mask_grads() || pruning_->needs_head_mask_grads();
-  for (auto* b : blocks) b->set_head_masks(need_masks);
 
-  auto t0 = std::chrono::steady_clock::now();
-  auto win_t0 = t0;
-  auto last_draw = t0;
-  long steps_this_run = 0;
-  if (!flags.quiet)
-    std::cout << "training " << name_ << ": " << ts.steps << " steps, batch " << B << ", "
-              << N << " training examples, " << model_->num_parameters() << " parameters, "
-              << num_threads() << " threads, BLAS " << blas_kernel_name() << "\n  run directory "
-              << dir << "\n";
-
-  for (long step = start_step + 1; step <= ts.steps; ++step) {
-    sink.step = step;
-    // ---- batch (a pure function of the step: resume sees the same data) ----
-    std::vector<size_t> idx(B);
-    for (size_t i = 0; i < B; ++i) {
-      size_t sample = static_cast<size_t>(step - 1) * B + i;
-      long epoch = static_cast<long>(sample / N);
-      if (epoch != s.perm_epoch) {
-        s.perm.resize(N);
-        for (size_t j = 0; j < N; ++j) s.perm[j] = j;
-        Rng r(seed_, "data_order." + std::to_string(epoch));
-        for (size_t j = N; j > 1; --j) std::swap(s.perm[j - 1], s.perm[r.below(j)]);
-        s.perm_epoch = epoch;
-      }
-      idx[i] = s.perm[sample % N];
+  /// Trains from START_STEP + 1 to the end or a stop; returns the exit status.
+  int run(long start_step) {
+    if (start_step == 0) editor_.on_start();
+    report_.start(banner());
+    for (long step = start_step + 1; step <= ts_.steps; ++step) {
+      report_.begin_step(step);
+      Batch batch = ex_.make_batch(ex_.data_.train, sampler_.indices(step));
+      bool check = step % ts_.check_every == 0;
+      capture_probes(check && need_probe_);
+      NamedParams params = ex_.model_->named_parameters();
+      Var logits = forward_backward(batch, params, step);
+      float lr = update(params, step);
+      if (check) check_structure(batch, step);
+      report_.end_step(step, st_.window, ex_.model_->heads_per_block());
+      log_and_validate(step, lr);
+      if (checkpoint_or_stop(step)) return interrupted_status();
     }
-    Batch batch = make_batch(data_.train, idx);
-    bool check = step % ts.check_every == 0;
-    for (auto* b : blocks) b->set_capture(check && need_probe);
+    report_.end_bar();
+    final_test();
+    report_.summary(ts_.steps, ex_.growth_->summary(), ex_.pruning_->summary());
+    report_.say("run directory: " + dir_.root() + "\n");
+    return 0;
+  }
 
-    // ---- forward / backward ----
-    auto params = model_->named_parameters();
-    for (auto& [n, p] : params) const_cast<Var&>(p).zero_grad();
-    Var logits = model_->forward(batch, true, &s.dropout_rng);
+ private:
+  std::string banner() const {
+    std::ostringstream o;
+    o << "training " << ex_.name_ << ": " << ts_.steps << " steps, batch " << ts_.batch_size << ", "
+      << ex_.data_.train.size() << " training examples, " << ex_.model_->num_parameters()
+      << " parameters, " << num_threads() << " threads, BLAS " << blas_kernel_name()
+      << "\n  run directory " << dir_.root() << "\n";
+    return o.str();
+  }
+
+  void capture_probes(bool on) {
+    for (auto* b : blocks_) b->set_capture(on);
+  }
+
+  /// Zeroes the gradients, runs the forward and backward passes, adds the step to the
+  /// training window; RuntimeError (after a "nan_loss" event) on a non-finite loss.
+  Var forward_backward(const Batch& batch, NamedParams& params, long step) {
+    for (auto& [n, p] : params) p.zero_grad();
+    Var logits = ex_.model_->forward(batch, true, &st_.dropout_rng);
     Var loss = ops::cross_entropy(logits, batch.labels);
     float lv = loss.value()[0];
-    if (!std::isfinite(lv)) {
-      clear_tape();
-      Event e;
-      e.type = "nan_loss";
-      e.numbers = {{"lr", lr_at(step)}};
-      sink.emit(e);
-      if (tty) std::cerr << "\n";
-      throw RuntimeError("non-finite loss (" + std::to_string(lv) + ") at step " +
-                         std::to_string(step) + " of " + dir +
-                         (fs::exists(last_ck) ? "; the last good checkpoint is " + last_ck
-                                              : "; no checkpoint was written yet") +
-                         ". Lower optimizer.lr or set train.clip");
-    }
+    if (!std::isfinite(lv)) fail_non_finite(lv, step);
     backward(loss);
-    if (need_masks) {
-      TrainView v = view_for(step, &s.growth_rng);
-      if (growth_->needs_head_mask_grads()) growth_->after_backward(v);
-      TrainView vp = view_for(step, &s.pruning_rng);
-      if (pruning_->needs_head_mask_grads()) pruning_->after_backward(vp);
-    }
-    if (ts.clip > 0) {
-      double sq = 0;
-      for (auto& [n, p] : params)
-        if (p.grad().defined())
-          for (size_t i = 0; i < p.grad().size(); ++i) sq += double(p.grad()[i]) * p.grad()[i];
-      double norm = std::sqrt(sq);
-      if (norm > ts.clip) {
-        float f = static_cast<float>(ts.clip / norm);
-        for (auto& [n, p] : params)
-          if (p.grad().defined()) {
-            Tensor& g = const_cast<Var&>(p).grad_buf();
-            for (size_t i = 0; i < g.size(); ++i) g[i] *= f;
-          }
-      }
-    }
-    float lr = static_cast<float>(lr_at(step));
-    optimizer_->step(params, lr);
-
-    // ---- statistics ----
-    size_t C = logits.dim(1);
-    for (size_t i = 0; i < B; ++i) {
-      const float* row = logits.value().data() + i * C;
-      s.win_correct += static_cast<int32_t>(std::max_element(row, row + C) - row) == batch.labels[i];
-    }
-    s.win_loss += lv * B;
-    s.win_count += B;
-    for (auto v : batch.valid) s.win_tokens += v;
-
-    // ---- growth and pruning ----
-    if (check) {
-      // block inputs of this batch with their masks, built once for every policy and view
-      std::vector<Tensor> probes(blocks.size());
-      std::vector<std::vector<uint8_t>> probe_valid(blocks.size());
-      for (size_t i = 0; need_probe && i < blocks.size(); ++i) {
-        probes[i] = blocks[i]->captured_input();
-        if (!probes[i].defined()) continue;
-        size_t T = probes[i].dim(1);
-        probe_valid[i].assign(batch.batch * T, 1);
-        size_t off = T - batch.seq;  // 1 with a CLS slot
-        for (size_t r = 0; r < batch.batch; ++r)
-          for (size_t t = 0; t < batch.seq; ++t)
-            probe_valid[i][r * T + t + off] = batch.valid[r * batch.seq + t];
-      }
-      auto fill = [&](TrainView& v) {
-        for (size_t i = 0; i < blocks.size(); ++i)
-          if (probes[i].defined()) {
-            v.blocks[i].probe = &probes[i];
-            v.blocks[i].probe_valid = &probe_valid[i];
-          }
-      };
-      std::vector<std::string> before;
-      for (auto& [n, p] : params) before.push_back(n);
-      for (int which = 0; which < 2; ++which) {
-        GrowthPolicy& pol = which == 0 ? *growth_ : *pruning_;
-        Rng* rng = which == 0 ? &s.growth_rng : &s.pruning_rng;
-        TrainView v = view_for(step, rng);
-        fill(v);
-        std::vector<Edit> edits = pol.check(v);
-        for (Edit& e : edits) {
-          if (e.block >= blocks.size())
-            throw RuntimeError("a growth or pruning policy asked to edit block " +
-                               std::to_string(e.block) + " of " + std::to_string(blocks.size()));
-          AttentionBlock* blk = blocks[e.block];
-          int new_id = -1;
-          Event ev = e.cause;
-          ev.block = static_cast<long>(e.block);
-          if (e.kind == Edit::Kind::AddHead) {
-            new_id = blk->add_head(e.init, *rng, static_cast<size_t>(step));
-            ev.type = ev.type.empty() ? "grow" : ev.type;
-            ev.head = new_id;
-          } else {
-            blk->remove_head(e.head_id);
-            ev.type = ev.type.empty() ? "prune" : ev.type;
-            ev.head = e.head_id;
-          }
-          auto hpb = model_->heads_per_block();
-          ev.lists.push_back({"heads", std::vector<double>(hpb.begin(), hpb.end())});
-          ev.strings.push_back({"policy", which == 0 ? "growth" : "pruning"});
-          sink.emit(ev);
-          // both policies hear of every edit (growth must know which heads pruning removed)
-          for (int other = 0; other < 2; ++other) {
-            GrowthPolicy& p2 = other == 0 ? *growth_ : *pruning_;
-            TrainView v2 = view_for(step, other == 0 ? &s.growth_rng : &s.pruning_rng);
-            fill(v2);
-            p2.edited(e, new_id, v2);
-          }
-        }
-      }
-      // optimizer state follows the parameters by name
-      std::vector<std::string> after;
-      for (auto& [n, p] : model_->named_parameters()) after.push_back(n);
-      std::vector<std::string> removed;
-      for (auto& n : before)
-        if (std::find(after.begin(), after.end(), n) == after.end()) removed.push_back(n);
-      if (!removed.empty()) optimizer_->forget(removed);
-      for (auto* b : blocks) b->set_capture(false);
-    }
-
-    // ---- logging, validation, checkpoints ----
-    auto now = std::chrono::steady_clock::now();
-    double elapsed = std::chrono::duration<double>(now - t0).count();
-    steps_this_run++;
-    auto heads = model_->heads_per_block();
-    // terminal: a progress bar redrawn at most ten times a second from the current window
-    if (tty && (std::chrono::duration<double>(now - last_draw).count() > 0.1 || step == ts.steps)) {
-      last_draw = now;
-      double rate = steps_this_run / std::max(1e-9, elapsed);
-      double frac = static_cast<double>(step) / ts.steps;
-      int filled = static_cast<int>(frac * 24);
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "[%s%s] %ld/%ld | loss %.4f | acc %.3f | %.2f steps/s | heads %s | ETA %s",
-                    std::string(filled, '#').c_str(), std::string(24 - filled, '.').c_str(), step,
-                    ts.steps, s.win_loss / std::max(1.0, s.win_count),
-                    s.win_correct / std::max(1.0, s.win_count), rate, heads_str(heads).c_str(),
-                    fmt_duration((ts.steps - step) / std::max(1e-9, rate)).c_str());
-      std::cerr << "\r\033[K" << buf << std::flush;
-    }
-    if (step % ts.log_every == 0 || step == ts.steps) {
-      double wdt = std::chrono::duration<double>(now - win_t0).count();
-      json j = {{"step", step},
-                {"split", "train"},
-                {"loss", s.win_loss / std::max(1.0, s.win_count)},
-                {"accuracy", s.win_correct / std::max(1.0, s.win_count)},
-                {"lr", lr},
-                {"heads", heads},
-                {"tokens_per_s", wdt > 0 ? s.win_tokens / wdt : 0.0},
-                {"elapsed_s", elapsed}};
-      metrics << j.dump() << "\n";
-      metrics.flush();
-      double rate = steps_this_run / std::max(1e-9, elapsed);
-      std::ostringstream line;
-      line << "step " << step << "/" << ts.steps << " | loss " << std::fixed;
-      line.precision(4);
-      line << j["loss"].get<double>() << " | acc ";
-      line.precision(3);
-      line << j["accuracy"].get<double>() << " | ";
-      line.precision(2);
-      line << rate << " steps/s | heads " << heads_str(heads) << " | ETA "
-           << fmt_duration((ts.steps - step) / std::max(1e-9, rate));
-      if (!tty && !flags.quiet) std::cout << line.str() << "\n" << std::flush;
-      s.win_loss = s.win_correct = s.win_count = s.win_tokens = 0;
-      win_t0 = now;
-    }
-    bool do_eval = (ts.eval_every > 0 && step % ts.eval_every == 0) || step == ts.steps;
-    if (do_eval && !data_.val.empty()) {
-      EvalResult r = evaluate(data_.val, ts.eval_batches);
-      json j = {{"step", step},         {"split", "val"},      {"loss", r.loss},
-                {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
-                {"tokens_per_s", nullptr}, {"elapsed_s", elapsed}};
-      metrics << j.dump() << "\n";
-      metrics.flush();
-      if (tty) std::cerr << "\r\033[K";
-      if (!flags.quiet)
-        std::cout << "  val @ " << step << ": loss " << r.loss << ", accuracy " << r.accuracy
-                  << "\n" << std::flush;
-      if (r.accuracy > s.best_val) {
-        s.best_val = r.accuracy;
-        s.best_step = step;
-        save(best_ck, step);
-      }
-    }
-    bool do_ck = (ts.checkpoint_every > 0 ? step % ts.checkpoint_every == 0 : do_eval) ||
-                 step == ts.steps;
-    bool stop = g_interrupted || (flags.stop_after >= 0 && step >= flags.stop_after);
-    if (do_ck || stop) save(last_ck, step);
-    if (stop && step < ts.steps) {
-      if (tty) std::cerr << "\n";
-      std::cout << "stopped at step " << step << "; checkpoint " << last_ck
-                << "\ncontinue with: growformer resume " << dir << "\n";
-      return g_interrupted ? 130 : 0;
-    }
+    if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
+    st_.window.add(logits, batch, lv);
+    return logits;
   }
-  if (tty) std::cerr << "\n";
 
-  // ---- final test ----
-  std::string which = "last";
-  if (settings_.test_on == "best" && fs::exists(best_ck)) {
-    load_weights(best_ck);
-    which = "best (step " + std::to_string(s.best_step) + ")";
-  }
-  const auto& test = data_.test.empty() ? data_.val : data_.test;
-  std::string test_name = data_.test.empty() ? "val" : "test";
-  if (!test.empty()) {
-    EvalResult r = evaluate(test, settings_.test_batches);
-    std::vector<size_t> counts(data_.num_classes, 0);
-    for (auto& e : data_.train) counts[e.label]++;
-    size_t major = std::max_element(counts.begin(), counts.end()) - counts.begin();
-    size_t hit = 0, seen = std::min(test.size(), r.examples);
-    for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
-    double majority = static_cast<double>(hit) / std::max<size_t>(1, seen);
-    json j = {{"step", ts.steps},       {"split", "test"},        {"loss", r.loss},
-              {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", model_->heads_per_block()},
-              {"model", which},         {"majority_class_accuracy", majority},
-              {"evaluated_on", test_name}, {"tokens_per_s", nullptr},
-              {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
-    metrics << j.dump() << "\n";
-    if (!flags.quiet) {
-      std::cout << "test (" << test_name << " split, " << which << " model): accuracy " << r.accuracy
-                << ", loss " << r.loss << "; majority class " << majority << "\n";
-    }
-  }
-  json summary_g = growth_->summary(), summary_p = pruning_->summary();
-  if (!summary_g.empty() || !summary_p.empty()) {
+  [[noreturn]] void fail_non_finite(float lv, long step) {
+    clear_tape();
     Event e;
-    e.type = "summary";
-    for (auto& [k, v] : growth_->summary()) e.numbers.push_back({"growth." + k, v});
-    for (auto& [k, v] : pruning_->summary()) e.numbers.push_back({"pruning." + k, v});
-    sink.step = ts.steps;
-    sink.emit(e);
+    e.type = "nan_loss";
+    e.numbers = {{"lr", ex_.schedule_.at(step)}};
+    report_.events().emit(e);
+    report_.end_bar();
+    std::string last = dir_.last_checkpoint();
+    throw RuntimeError("non-finite loss (" + std::to_string(lv) + ") at step " + std::to_string(step) +
+                       " of " + dir_.root() +
+                       (fs::exists(last) ? "; the last good checkpoint is " + last
+                                         : "; no checkpoint was written yet") +
+                       ". Lower optimizer.lr or set train.clip");
   }
-  if (!flags.quiet) std::cout << "run directory: " << dir << "\n";
-  return 0;
+
+  /// Clips the gradients and takes one optimizer step at the schedule's rate; returns the rate.
+  float update(NamedParams& params, long step) {
+    clip_gradients(params, ts_.clip);
+    float lr = static_cast<float>(ex_.schedule_.at(step));
+    ex_.optimizer_->step(params, lr);
+    return lr;
+  }
+
+  /// Growth and pruning on this step's probes; the edits are applied before the next step.
+  void check_structure(const Batch& batch, long step) {
+    std::vector<Probe> probes(blocks_.size());
+    for (size_t i = 0; need_probe_ && i < blocks_.size(); ++i)
+      probes[i] = make_probe(blocks_[i]->captured_input(), batch.valid, batch.seq);
+    editor_.set_probes(&probes);
+    editor_.check(static_cast<size_t>(step));
+    editor_.set_probes(nullptr);
+    capture_probes(false);
+  }
+
+  void log_and_validate(long step, float lr) {
+    auto heads = ex_.model_->heads_per_block();
+    if (step % ts_.log_every == 0 || step == ts_.steps) {
+      report_.train(step, st_.window, lr, heads);
+      st_.window.clear();
+    }
+    validated_ = (ts_.eval_every > 0 && step % ts_.eval_every == 0) || step == ts_.steps;
+    if (!validated_ || ex_.data_.val.empty()) return;
+    EvalResult r = ex_.evaluate(ex_.data_.val, ts_.eval_batches);
+    report_.validation(step, r, heads);
+    if (r.accuracy > st_.best_val) {
+      st_.best_val = r.accuracy;
+      st_.best_step = step;
+      st_.step = step;
+      ex_.save(dir_.best_checkpoint());
+    }
+  }
+
+  /// Writes checkpoints/last when due or stopping; true when the run stops here.
+  bool checkpoint_or_stop(long step) {
+    bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
+               step == ts_.steps;
+    bool stop = g_interrupted || (flags_.stop_after >= 0 && step >= flags_.stop_after);
+    st_.step = step;
+    if (due || stop) ex_.save(dir_.last_checkpoint());
+    if (!stop || step >= ts_.steps) return false;
+    report_.end_bar();
+    report_.say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
+                    "\ncontinue with: growformer resume " + dir_.root() + "\n",
+                true);
+    return true;
+  }
+
+  int interrupted_status() const { return g_interrupted ? 130 : 0; }
+
+  void final_test() {
+    std::string which = "last";
+    if (ts_.test_on == "best" && fs::exists(dir_.best_checkpoint())) {
+      ex_.load_weights(dir_.best_checkpoint());
+      which = "best (step " + std::to_string(st_.best_step) + ")";
+    }
+    const DataSplits& d = ex_.data_;
+    const auto& test = d.test.empty() ? d.val : d.test;
+    if (test.empty()) return;
+    TestReport t;
+    t.result = ex_.evaluate(test, ts_.test_batches);
+    t.model = which;
+    t.evaluated_on = d.test.empty() ? "val" : "test";
+    t.majority_class_accuracy = majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
+    report_.test(ts_.steps, t, ex_.model_->heads_per_block());
+  }
+
+  Experiment& ex_;
+  const TrainSettings& ts_;
+  TrainerState& st_;
+  const RunDir& dir_;
+  const RunFlags& flags_;
+  Reporter report_;
+  BatchSampler sampler_;
+  std::vector<AttentionBlock*> blocks_;
+  StructureEditor editor_;
+  bool need_probe_ = false, need_masks_ = false, validated_ = false;
+};
+
+int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
+  Loop loop(*this, dir, flags);
+  return loop.run(start_step);
 }
 
 std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,

@@ -90,7 +90,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     std::vector<gf::Edit> edits;
     for (const gf::BlockView& bv : view.blocks) {
       if (!bv.block || !bv.block->can_edit_heads()) continue;
-      if (!bv.probe || !bv.probe->defined())
+      if (!bv.probe || !bv.probe->input.defined())
         throw gf::RuntimeError("incrt_geometric: the trainer gave no probe for block " +
                                std::to_string(bv.index) + " (needs_probe() is true)");
       BlockState& st = blocks_[bv.index];
@@ -259,7 +259,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
                    std::vector<gf::Edit>& edits) {
     gf::AttentionBlock& block = *bv.block;
     const std::vector<gf::HeadInfo> heads = block.heads();
-    const size_t d = bv.probe->dim(2);
+    const size_t d = bv.probe->input.dim(2);
     st.heads = heads.size();
     if (!st.started) {
       st.tracker.reset(d, rng_, st.q);
@@ -290,7 +290,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     }
     size_t ntok = 0;
     const Mat c =
-        gf::incrt::gram_from_probe(*bv.probe, bv.probe_valid, first_sequence_, normalize_c_, &ntok);
+        gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_, normalize_c_, &ntok);
     const Mat a = gf::incrt::residual_matrix(c, ma, st.q);
     const double a_norm = gf::incrt::frobenius(a);
 

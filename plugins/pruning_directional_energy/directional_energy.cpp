@@ -110,7 +110,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     std::vector<gf::Edit> edits;
     for (const gf::BlockView& bv : view.blocks) {
       if (!bv.block || !bv.block->can_edit_heads()) continue;
-      if (!bv.probe || !bv.probe->defined())
+      if (!bv.probe || !bv.probe->input.defined())
         throw gf::RuntimeError("directional_energy: the trainer gave no probe for block " +
                                std::to_string(bv.index) + " (needs_probe() is true)");
       check_block(view, bv, blocks_[bv.index], edits);
@@ -183,8 +183,8 @@ class DirectionalEnergy : public gf::GrowthPolicy {
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, PruneBlockState& st,
                    std::vector<gf::Edit>& edits) {
     const std::vector<gf::HeadInfo> heads = bv.block->heads();
-    const size_t d = bv.probe->dim(2);
-    const Mat c = gf::incrt::gram_from_probe(*bv.probe, bv.probe_valid, first_sequence_,
+    const size_t d = bv.probe->input.dim(2);
+    const Mat c = gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_,
                                              normalize_c_);
     std::vector<Mat> cm;
     Mat ma(d);

@@ -13,19 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "growformer/errors.hpp"
+
 namespace gf {
-
-/// A configuration or usage error: the program exits with status 2.
-struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-  ~ConfigError() override;  // out of line: the vtable lives in the core, not in each plugin
-};
-
-/// A runtime failure the user can act on (bad data, corrupt checkpoint, NaN): exit 1.
-struct RuntimeError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-  ~RuntimeError() override;
-};
 
 /// Closest candidate by edit distance, or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

@@ -36,13 +36,23 @@ struct Edit {
   Event cause;       // logged with the edit
 };
 
+/// One block's input (after its layer norm) on a training batch, (B, T, d), with its key mask
+/// (B*T entries, 1 = a real token or the CLS slot; empty = every position is real).
+struct Probe {
+  Tensor input;
+  std::vector<uint8_t> valid;
+  const std::vector<uint8_t>* mask() const { return valid.empty() ? nullptr : &valid; }
+};
+
+/// The probe of a block input CAPTURED (B, T, d) on a batch whose token mask is TOKEN_VALID
+/// (B*SEQ); positions in front of the tokens (a CLS slot, T - SEQ of them) count as real.
+Probe make_probe(const Tensor& captured, const std::vector<uint8_t>& token_valid, size_t seq);
+
 struct BlockView {
   size_t index = 0;
   AttentionBlock* block = nullptr;
-  /// Block input (after its layer norm) of the last training batch when probes were
-  /// requested: (B, T, d); with its key mask.
-  const Tensor* probe = nullptr;
-  const std::vector<uint8_t>* probe_valid = nullptr;
+  /// The block's probe of the last training batch when a policy asked for probes, else null.
+  const Probe* probe = nullptr;
 };
 
 struct TrainView {

@@ -24,6 +24,8 @@ class Optimizer {
                           const std::map<std::string, double>& scalars) = 0;
 };
 
-struct OptimizerBuild {};
+/// Scales every gradient so that their global norm is at most MAX_NORM (0 = off); returns
+/// the norm before clipping (0 when off).
+double clip_gradients(NamedParams& params, double max_norm);
 
 }  // namespace gf

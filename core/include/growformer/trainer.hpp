@@ -1,6 +1,8 @@
-// An experiment: everything a config builds (registry, data, model, optimizer,
-// growth and pruning), the training loop, evaluation, checkpoints and the run
-// directory. The command-line program is a thin layer over this.
+// An experiment: everything a config builds (registry, data, model, optimizer, growth and
+// pruning) and the training loop that drives the parts: the run directory (run_dir.hpp), the
+// batch sampler (batch_sampler.hpp), the learning-rate schedule (schedule.hpp), the structure
+// editor (structure_editor.hpp), the trainer state and checkpoint layout (trainer_state.hpp)
+// and the reporter (reporter.hpp). The command-line program is a thin layer over this.
 #pragma once
 
 #include <map>
@@ -15,6 +17,10 @@
 #include "growformer/model.hpp"
 #include "growformer/optimizer.hpp"
 #include "growformer/registry.hpp"
+#include "growformer/reporter.hpp"
+#include "growformer/run_dir.hpp"
+#include "growformer/schedule.hpp"
+#include "growformer/trainer_state.hpp"
 
 namespace gf {
 
@@ -26,11 +32,6 @@ struct TrainSettings {
   long check_every = 50, checkpoint_every = 0, eval_batches = 0, test_batches = 0;
   double clip = 1.0, min_lr_ratio = 0.0;
   std::string schedule = "cosine", test_on = "best";
-};
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-  size_t examples = 0;
 };
 
 struct RunFlags {
@@ -68,12 +69,14 @@ class Experiment {
   /// A padded batch of examples [idx...] truncated to the model's positions.
   Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx) const;
 
-  struct State;
+  /// The learning-rate schedule of the run (peak from optimizer.lr, shape from train).
+  const LrSchedule& schedule() const { return schedule_; }
 
  private:
-  int run_loop(const std::string& dir, long start_step, const RunFlags& flags);
-  void save(const std::string& path, long step);
-  long restore(const std::string& path);
+  class Loop;
+  int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
+  void save(const std::string& path);
+  TrainingParts parts();
 
   ConfigNode cfg_;
   std::string name_;
@@ -85,8 +88,8 @@ class Experiment {
   std::shared_ptr<Optimizer> optimizer_;
   std::shared_ptr<GrowthPolicy> growth_, pruning_;
   TrainSettings settings_;
-  double lr_ = 1e-3;
-  std::unique_ptr<State> st_;
+  LrSchedule schedule_;
+  TrainerState state_;
 };
 
 /// Loads a checkpoint's embedded config and rebuilds the experiment around it.

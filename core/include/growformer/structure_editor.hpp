@@ -1,0 +1,63 @@
+// The structure editor: runs the growth and pruning policies' hooks, applies the edits they
+// return to the blocks, logs each edit, tells every policy of it and makes the optimizer
+// forget the parameters an edit removed. Usable alone (a test drives policies through it
+// exactly as training does).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "growformer/growth.hpp"
+#include "growformer/module.hpp"
+#include "growformer/optimizer.hpp"
+
+namespace gf {
+
+class StructureEditor {
+ public:
+  /// A policy with its own random stream; ROLE ("growth", "pruning") is logged with its edits.
+  struct Policy {
+    GrowthPolicy* policy = nullptr;
+    Rng* rng = nullptr;
+    std::string role;
+  };
+
+  /// BLOCKS are edited in place; EVENTS receives one line per edit (may be null).
+  StructureEditor(std::vector<AttentionBlock*> blocks, std::vector<Policy> policies,
+                  EventSink* events, size_t total_steps);
+
+  /// With both set, a check drops the optimizer state of every parameter of MODEL it removed.
+  void set_optimizer(const Module* model, Optimizer* optimizer);
+  /// Probes (one per block; undefined tensors are skipped) the next views carry; null = none.
+  void set_probes(const std::vector<Probe>* probes) { probes_ = probes; }
+
+  bool needs_probe() const;
+  bool needs_head_mask_grads() const;
+  void on_start();
+  /// After the backward pass of STEP: the policies that asked for head-mask gradients.
+  void after_backward(size_t step);
+  /// A structure check at STEP: each policy in turn checks, and its edits are applied at once.
+  /// Returns the edits applied, in order.
+  std::vector<Edit> check(size_t step);
+  /// Applies one edit of policy P at STEP: edits the block, logs it, tells every policy.
+  /// Returns the new head's id for AddHead, -1 for RemoveHead.
+  int apply(const Edit& e, size_t p, size_t step);
+
+  /// What policy P sees at STEP.
+  TrainView view(size_t step, size_t p) const;
+
+ private:
+  std::vector<AttentionBlock*> blocks_;
+  std::vector<Policy> policies_;
+  EventSink* events_ = nullptr;
+  size_t total_steps_ = 0;
+  const std::vector<Probe>* probes_ = nullptr;
+  const Module* model_ = nullptr;
+  Optimizer* optimizer_ = nullptr;
+};
+
+/// Drops the optimizer state of the names in BEFORE that MODEL no longer has.
+void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,
+                    const Module& model);
+
+}  // namespace gf

@@ -1,0 +1,62 @@
+// What a training run carries from step to step (and across a resume), and the layout of a
+// training checkpoint: which tensors and metadata entries it holds and how they are read back.
+#pragma once
+
+#include <string>
+
+#include "growformer/checkpoint.hpp"
+#include "growformer/config.hpp"
+#include "growformer/growth.hpp"
+#include "growformer/model.hpp"
+#include "growformer/optimizer.hpp"
+#include "growformer/rng.hpp"
+
+namespace gf {
+
+/// Training loss and accuracy summed since the last log line.
+struct TrainWindow {
+  double loss = 0, correct = 0, count = 0, tokens = 0;
+  /// Adds a step: its logits (B, C), the batch and the batch's mean loss.
+  void add(const Var& logits, const Batch& batch, float mean_loss);
+  double mean_loss() const;
+  double accuracy() const;
+  void clear() { *this = TrainWindow{}; }
+};
+
+struct TrainerState {
+  TrainerState() = default;
+  /// Fresh streams of SEED.
+  explicit TrainerState(uint64_t seed);
+  long step = 0;
+  double best_val = -1;  // best validation accuracy so far (-1 = none yet)
+  long best_step = -1;
+  TrainWindow window;
+  Rng dropout_rng, growth_rng, pruning_rng;
+
+  /// The state as the checkpoint's "trainer" entry (JSON text), and back. Fields are listed
+  /// once (trainer_state.cpp) for both directions.
+  std::string to_json() const;
+  /// RuntimeError naming WHERE when the text is not a complete trainer state.
+  void from_json(const std::string& text, const std::string& where);
+};
+
+/// The parts of a run a training checkpoint holds.
+struct TrainingParts {
+  const ConfigNode* config = nullptr;
+  Model* model = nullptr;
+  Optimizer* optimizer = nullptr;
+  GrowthPolicy* growth = nullptr;
+  GrowthPolicy* pruning = nullptr;
+  TrainerState* state = nullptr;
+};
+
+/// A checkpoint of every part at STATE.step ("model.<param>", "optim.<state>" tensors; config,
+/// architecture, heads, optimizer scalars, trainer state and policy states as metadata).
+Checkpoint make_training_checkpoint(const TrainingParts& parts);
+/// Recreates MODEL's structure from the checkpoint and copies every parameter; RuntimeError
+/// naming PATH on a missing, extra or misshapen parameter.
+void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
+/// Restores every part (the model too) from a training checkpoint; returns its step.
+long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& parts);
+
+}  // namespace gf

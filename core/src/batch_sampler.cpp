@@ -1,0 +1,65 @@
+#include "growformer/batch_sampler.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "growformer/rng.hpp"
+
+namespace gf {
+
+BatchSampler::BatchSampler(uint64_t seed, size_t num_examples, size_t batch_size)
+    : seed_(seed), n_(num_examples), batch_(batch_size) {}
+
+std::vector<size_t> BatchSampler::indices(long step) {
+  std::vector<size_t> idx(batch_);
+  for (size_t i = 0; i < batch_; ++i) {
+    size_t sample = static_cast<size_t>(step - 1) * batch_ + i;
+    long epoch = static_cast<long>(sample / n_);
+    if (epoch != epoch_) {
+      perm_.resize(n_);
+      for (size_t j = 0; j < n_; ++j) perm_[j] = j;
+      Rng r(seed_, "data_order." + std::to_string(epoch));
+      for (size_t j = n_; j > 1; --j) std::swap(perm_[j - 1], perm_[r.below(j)]);
+      epoch_ = epoch;
+    }
+    idx[i] = perm_[sample % n_];
+  }
+  return idx;
+}
+
+Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx,
+                 size_t max_tokens, int32_t pad_id) {
+  Batch b;
+  b.batch = idx.size();
+  size_t T = 1;
+  for (size_t i : idx) T = std::max(T, std::min(max_tokens, split[i].tokens.size()));
+  b.seq = T;
+  b.ids.assign(b.batch * T, pad_id);
+  b.valid.assign(b.batch * T, 0);
+  b.labels.resize(b.batch);
+  for (size_t r = 0; r < idx.size(); ++r) {
+    const Example& e = split[idx[r]];
+    size_t n = std::min(T, e.tokens.size());
+    for (size_t t = 0; t < n; ++t) {
+      b.ids[r * T + t] = e.tokens[t];
+      b.valid[r * T + t] = 1;
+    }
+    if (n == 0) b.valid[r * T] = 1;  // an empty sequence still pools one (pad) position
+    b.labels[r] = e.label;
+  }
+  return b;
+}
+
+std::vector<std::vector<size_t>> sequential_batches(size_t num_examples, size_t batch_size,
+                                                    long max_batches) {
+  std::vector<std::vector<size_t>> out;
+  for (size_t start = 0; start < num_examples; start += batch_size) {
+    if (max_batches > 0 && static_cast<long>(out.size()) >= max_batches) break;
+    std::vector<size_t> idx;
+    for (size_t i = start; i < std::min(num_examples, start + batch_size); ++i) idx.push_back(i);
+    out.push_back(std::move(idx));
+  }
+  return out;
+}
+
+}  // namespace gf

@@ -1,0 +1,8 @@
+#include "growformer/errors.hpp"
+
+namespace gf {
+
+ConfigError::~ConfigError() = default;
+RuntimeError::~RuntimeError() = default;
+
+}  // namespace gf

@@ -1,0 +1,166 @@
+#include "growformer/reporter.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace gf {
+
+using json = nlohmann::json;
+
+class Reporter::Sink : public EventSink {
+ public:
+  explicit Sink(const std::string& path) : out(path, std::ios::app) {}
+  std::ofstream out;
+  long step = 0;
+  void emit(const Event& e) override {
+    json j;
+    j["step"] = step;
+    j["type"] = e.type;
+    if (e.block >= 0) j["block"] = e.block;
+    if (e.head >= 0) j["head"] = e.head;
+    for (auto& [k, v] : e.numbers) j[k] = std::isfinite(v) ? json(v) : json(nullptr);
+    for (auto& [k, v] : e.strings) j[k] = v;
+    for (auto& [k, v] : e.lists) j[k] = v;
+    out << j.dump() << "\n";
+    out.flush();
+  }
+};
+
+namespace {
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  long t = static_cast<long>(s + 0.5);
+  std::ostringstream o;
+  if (t >= 3600) o << t / 3600 << "h" << (t % 3600) / 60 << "m";
+  else if (t >= 60) o << t / 60 << "m" << t % 60 << "s";
+  else o << t << "s";
+  return o.str();
+}
+
+std::string heads_str(const std::vector<size_t>& h) {
+  std::string s = "[";
+  for (size_t i = 0; i < h.size(); ++i) s += (i ? "," : "") + std::to_string(h[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Reporter::Reporter(const RunDir& dir, long total_steps, bool quiet)
+    : quiet_(quiet),
+      tty_(isatty(2) && !quiet),
+      total_steps_(total_steps),
+      metrics_(dir.metrics(), std::ios::app),
+      sink_(std::make_unique<Sink>(dir.events())) {
+  t0_ = window_t0_ = last_draw_ = now_ = Clock::now();
+}
+
+Reporter::~Reporter() = default;
+
+EventSink& Reporter::events() { return *sink_; }
+
+void Reporter::start(const std::string& banner) {
+  say(banner);
+  t0_ = window_t0_ = last_draw_ = now_ = Clock::now();
+}
+
+void Reporter::begin_step(long step) { sink_->step = step; }
+
+double Reporter::elapsed() const { return std::chrono::duration<double>(now_ - t0_).count(); }
+
+void Reporter::end_step(long step, const TrainWindow& w, const std::vector<size_t>& heads) {
+  now_ = Clock::now();
+  steps_this_run_++;
+  if (!tty_ || !(std::chrono::duration<double>(now_ - last_draw_).count() > 0.1 || step == total_steps_))
+    return;
+  last_draw_ = now_;
+  double rate = steps_this_run_ / std::max(1e-9, elapsed());
+  int filled = static_cast<int>(static_cast<double>(step) / total_steps_ * 24);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "[%s%s] %ld/%ld | loss %.4f | acc %.3f | %.2f steps/s | heads %s | ETA %s",
+                std::string(filled, '#').c_str(), std::string(24 - filled, '.').c_str(), step,
+                total_steps_, w.mean_loss(), w.accuracy(), rate, heads_str(heads).c_str(),
+                fmt_duration((total_steps_ - step) / std::max(1e-9, rate)).c_str());
+  std::cerr << "\r\033[K" << buf << std::flush;
+}
+
+void Reporter::train(long step, const TrainWindow& w, double lr, const std::vector<size_t>& heads) {
+  double wdt = std::chrono::duration<double>(now_ - window_t0_).count();
+  json j = {{"step", step},
+            {"split", "train"},
+            {"loss", w.mean_loss()},
+            {"accuracy", w.accuracy()},
+            {"lr", static_cast<float>(lr)},
+            {"heads", heads},
+            {"tokens_per_s", wdt > 0 ? w.tokens / wdt : 0.0},
+            {"elapsed_s", elapsed()}};
+  metrics_ << j.dump() << "\n";
+  metrics_.flush();
+  window_t0_ = now_;
+  if (tty_ || quiet_) return;
+  double rate = steps_this_run_ / std::max(1e-9, elapsed());
+  std::ostringstream line;
+  line << "step " << step << "/" << total_steps_ << " | loss " << std::fixed;
+  line.precision(4);
+  line << w.mean_loss() << " | acc ";
+  line.precision(3);
+  line << w.accuracy() << " | ";
+  line.precision(2);
+  line << rate << " steps/s | heads " << heads_str(heads) << " | ETA "
+       << fmt_duration((total_steps_ - step) / std::max(1e-9, rate));
+  std::cout << line.str() << "\n" << std::flush;
+}
+
+void Reporter::validation(long step, const EvalResult& r, const std::vector<size_t>& heads) {
+  json j = {{"step", step},         {"split", "val"},      {"loss", r.loss},
+            {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
+            {"tokens_per_s", nullptr}, {"elapsed_s", elapsed()}};
+  metrics_ << j.dump() << "\n";
+  metrics_.flush();
+  if (tty_) std::cerr << "\r\033[K";
+  std::ostringstream line;
+  line << "  val @ " << step << ": loss " << r.loss << ", accuracy " << r.accuracy << "\n";
+  say(line.str());
+}
+
+void Reporter::test(long step, const TestReport& t, const std::vector<size_t>& heads) {
+  const EvalResult& r = t.result;
+  json j = {{"step", step},         {"split", "test"},        {"loss", r.loss},
+            {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
+            {"model", t.model},         {"majority_class_accuracy", t.majority_class_accuracy},
+            {"evaluated_on", t.evaluated_on}, {"tokens_per_s", nullptr},
+            {"elapsed_s", std::chrono::duration<double>(Clock::now() - t0_).count()}};
+  metrics_ << j.dump() << "\n";
+  metrics_.flush();
+  std::ostringstream line;
+  line << "test (" << t.evaluated_on << " split, " << t.model << " model): accuracy " << r.accuracy
+       << ", loss " << r.loss << "; majority class " << t.majority_class_accuracy << "\n";
+  say(line.str());
+}
+
+void Reporter::summary(long step, const std::map<std::string, double>& growth,
+                       const std::map<std::string, double>& pruning) {
+  if (growth.empty() && pruning.empty()) return;
+  Event e;
+  e.type = "summary";
+  for (auto& [k, v] : growth) e.numbers.push_back({"growth." + k, v});
+  for (auto& [k, v] : pruning) e.numbers.push_back({"pruning." + k, v});
+  sink_->step = step;
+  sink_->emit(e);
+}
+
+void Reporter::say(const std::string& text, bool always) {
+  if (quiet_ && !always) return;
+  std::cout << text << std::flush;
+}
+
+void Reporter::end_bar() {
+  if (tty_) std::cerr << "\n";
+}
+
+}  // namespace gf

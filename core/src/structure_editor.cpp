@@ -1,0 +1,123 @@
+#include "growformer/structure_editor.hpp"
+
+#include <algorithm>
+
+#include "growformer/errors.hpp"
+
+namespace gf {
+
+StructureEditor::StructureEditor(std::vector<AttentionBlock*> blocks, std::vector<Policy> policies,
+                                 EventSink* events, size_t total_steps)
+    : blocks_(std::move(blocks)),
+      policies_(std::move(policies)),
+      events_(events),
+      total_steps_(total_steps) {}
+
+void StructureEditor::set_optimizer(const Module* model, Optimizer* optimizer) {
+  model_ = model;
+  optimizer_ = optimizer;
+}
+
+bool StructureEditor::needs_probe() const {
+  return std::any_of(policies_.begin(), policies_.end(),
+                     [](const Policy& p) { return p.policy->needs_probe(); });
+}
+
+bool StructureEditor::needs_head_mask_grads() const {
+  return std::any_of(policies_.begin(), policies_.end(),
+                     [](const Policy& p) { return p.policy->needs_head_mask_grads(); });
+}
+
+TrainView StructureEditor::view(size_t step, size_t p) const {
+  TrainView v;
+  v.step = step;
+  v.total_steps = total_steps_;
+  v.rng = policies_[p].rng;
+  v.events = events_;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    BlockView bv;
+    bv.index = i;
+    bv.block = blocks_[i];
+    if (probes_ && i < probes_->size() && (*probes_)[i].input.defined()) bv.probe = &(*probes_)[i];
+    v.blocks.push_back(bv);
+  }
+  return v;
+}
+
+void StructureEditor::on_start() {
+  for (size_t p = 0; p < policies_.size(); ++p) policies_[p].policy->on_start(view(0, p));
+}
+
+void StructureEditor::after_backward(size_t step) {
+  for (size_t p = 0; p < policies_.size(); ++p)
+    if (policies_[p].policy->needs_head_mask_grads()) policies_[p].policy->after_backward(view(step, p));
+}
+
+std::vector<Edit> StructureEditor::check(size_t step) {
+  std::vector<std::string> before;
+  if (model_ && optimizer_)
+    for (auto& [n, p] : model_->named_parameters()) before.push_back(n);
+  std::vector<Edit> applied;
+  for (size_t p = 0; p < policies_.size(); ++p)
+    for (Edit& e : policies_[p].policy->check(view(step, p))) {
+      apply(e, p, step);
+      applied.push_back(std::move(e));
+    }
+  if (model_ && optimizer_) forget_removed(*optimizer_, before, *model_);
+  return applied;
+}
+
+int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
+  if (e.block >= blocks_.size())
+    throw RuntimeError("a growth or pruning policy asked to edit block " + std::to_string(e.block) +
+                       " of " + std::to_string(blocks_.size()));
+  AttentionBlock* blk = blocks_[e.block];
+  int new_id = -1;
+  Event ev = e.cause;
+  ev.block = static_cast<long>(e.block);
+  if (e.kind == Edit::Kind::AddHead) {
+    new_id = blk->add_head(e.init, *policies_[p].rng, step);
+    ev.type = ev.type.empty() ? "grow" : ev.type;
+    ev.head = new_id;
+  } else {
+    blk->remove_head(e.head_id);
+    ev.type = ev.type.empty() ? "prune" : ev.type;
+    ev.head = e.head_id;
+  }
+  std::vector<double> heads;
+  for (auto* b : blocks_) heads.push_back(static_cast<double>(b->num_heads()));
+  ev.lists.push_back({"heads", heads});
+  ev.strings.push_back({"policy", policies_[p].role});
+  if (events_) events_->emit(ev);
+  // every policy hears of every edit (growth must know which heads pruning removed)
+  for (size_t q = 0; q < policies_.size(); ++q) policies_[q].policy->edited(e, new_id, view(step, q));
+  return new_id;
+}
+
+void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,
+                    const Module& model) {
+  std::vector<std::string> after;
+  for (auto& [n, p] : model.named_parameters()) after.push_back(n);
+  std::vector<std::string> removed;
+  for (auto& n : before)
+    if (std::find(after.begin(), after.end(), n) == after.end()) removed.push_back(n);
+  if (!removed.empty()) optimizer.forget(removed);
+}
+
+}  // namespace gf
+
+namespace gf {
+
+Probe make_probe(const Tensor& captured, const std::vector<uint8_t>& token_valid, size_t seq) {
+  Probe p;
+  p.input = captured;
+  if (!captured.defined()) return p;
+  size_t B = captured.dim(0), T = captured.dim(1);
+  size_t off = T - seq;  // 1 with a CLS slot
+  p.valid.assign(B * T, 1);
+  for (size_t r = 0; r < B; ++r)
+    for (size_t t = 0; t < seq; ++t) p.valid[r * T + t + off] = token_valid[r * seq + t];
+  return p;
+}
+
+}  // namespace gf

@@ -1,0 +1,163 @@
+#include "growformer/trainer_state.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "growformer/errors.hpp"
+#include "growformer/version.hpp"
+
+namespace gf {
+
+using json = nlohmann::json;
+
+void TrainWindow::add(const Var& logits, const Batch& batch, float mean_loss) {
+  size_t C = logits.dim(1);
+  for (size_t i = 0; i < batch.batch; ++i) {
+    const float* row = logits.value().data() + i * C;
+    correct += static_cast<int32_t>(std::max_element(row, row + C) - row) == batch.labels[i];
+  }
+  loss += mean_loss * batch.batch;
+  count += batch.batch;
+  for (auto v : batch.valid) tokens += v;
+}
+
+double TrainWindow::mean_loss() const { return loss / std::max(1.0, count); }
+double TrainWindow::accuracy() const { return correct / std::max(1.0, count); }
+
+TrainerState::TrainerState(uint64_t seed)
+    : dropout_rng(seed, "dropout"), growth_rng(seed, "growth"), pruning_rng(seed, "pruning") {}
+
+// JSON forms of the state's compound fields
+void to_json(json& j, const TrainWindow& w) { j = {w.loss, w.correct, w.count, w.tokens}; }
+void from_json(const json& j, TrainWindow& w) {
+  w = TrainWindow{j.at(0).get<double>(), j.at(1).get<double>(), j.at(2).get<double>(),
+                  j.at(3).get<double>()};
+}
+void to_json(json& j, const Rng& r) { j = {r.state(), r.increment()}; }
+void from_json(const json& j, Rng& r) { r.restore(j.at(0).get<uint64_t>(), j.at(1).get<uint64_t>()); }
+
+namespace {
+/// The one list of the trainer state's fields and their names in the checkpoint.
+template <class State, class F>
+void each_field(State& s, F&& f) {
+  f("step", s.step);
+  f("best_val", s.best_val);
+  f("best_step", s.best_step);
+  f("win", s.window);
+  f("rng", std::forward_as_tuple(s.dropout_rng, s.growth_rng, s.pruning_rng));
+}
+}  // namespace
+
+std::string TrainerState::to_json() const {
+  json j;
+  each_field(*this, [&](const char* name, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>,
+                                 std::tuple<const Rng&, const Rng&, const Rng&>>)
+      j[name] = {std::get<0>(v), std::get<1>(v), std::get<2>(v)};
+    else
+      j[name] = v;
+  });
+  return j.dump();
+}
+
+void TrainerState::from_json(const std::string& text, const std::string& where) {
+  try {
+    json j = json::parse(text);
+    each_field(*this, [&](const char* name, auto&& v) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::tuple<Rng&, Rng&, Rng&>>) {
+        const json& r = j.at(name);
+        std::get<0>(v) = r.at(0).get<Rng>();
+        std::get<1>(v) = r.at(1).get<Rng>();
+        std::get<2>(v) = r.at(2).get<Rng>();
+      } else {
+        j.at(name).get_to(v);
+      }
+    });
+  } catch (const std::exception& e) {
+    throw RuntimeError(where + ": corrupt trainer state in checkpoint: " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------
+Checkpoint make_training_checkpoint(const TrainingParts& p) {
+  Checkpoint ck;
+  for (auto& [n, v] : p.model->named_parameters()) ck.tensors["model." + n] = v.value();
+  for (auto& [n, t] : p.optimizer->state_tensors()) ck.tensors["optim." + n] = t;
+  json arch = json::array();
+  for (auto* b : p.model->blocks()) arch.push_back(b->save_structure());
+  ck.metadata["format"] = "growformer-checkpoint-1";
+  ck.metadata["growformer_version"] = GROWFORMER_VERSION;
+  ck.metadata["config"] = p.config->dump();
+  ck.metadata["config_dir"] = p.config->base_dir();
+  ck.metadata["architecture"] = arch.dump();
+  ck.metadata["heads"] = json(p.model->heads_per_block()).dump();
+  ck.metadata["optimizer_scalars"] = json(p.optimizer->state_scalars()).dump();
+  ck.metadata["trainer"] = p.state->to_json();
+  ck.metadata["growth_state"] = p.growth->save_state();
+  ck.metadata["pruning_state"] = p.pruning->save_state();
+  return ck;
+}
+
+void restore_model(const Checkpoint& ck, const std::string& path, Model& model) {
+  auto it = ck.metadata.find("architecture");
+  if (it == ck.metadata.end()) throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
+  json arch;
+  try {
+    arch = json::parse(it->second);
+  } catch (const std::exception& e) {
+    throw RuntimeError(path + ": corrupt architecture record: " + e.what());
+  }
+  auto blocks = model.blocks();
+  if (!arch.is_array() || arch.size() != blocks.size())
+    throw RuntimeError(path + ": the checkpoint has " + std::to_string(arch.size()) +
+                       " blocks but the model has " + std::to_string(blocks.size()));
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i]->restore_structure(arch[i].get<std::string>());
+  auto params = model.named_parameters();
+  for (auto& [n, p] : params) {
+    auto t = ck.tensors.find("model." + n);
+    if (t == ck.tensors.end())
+      throw RuntimeError(path + ": parameter `" + n + "` is missing from the checkpoint");
+    if (t->second.shape() != p.value().shape())
+      throw RuntimeError(path + ": parameter `" + n + "` has shape " + shape_str(t->second.shape()) +
+                         " in the checkpoint but " + shape_str(p.value().shape()) + " in the model");
+    Var v = p;
+    std::copy(t->second.data(), t->second.data() + t->second.size(), v.value().data());
+  }
+  for (auto& [k, t] : ck.tensors)
+    if (k.rfind("model.", 0) == 0) {
+      bool found = false;
+      for (auto& [n, p] : params) found = found || ("model." + n) == k;
+      if (!found) throw RuntimeError(path + ": checkpoint tensor `" + k + "` matches no parameter");
+    }
+}
+
+long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& p) {
+  restore_model(ck, path, *p.model);
+  std::map<std::string, Tensor> ot;
+  for (auto& [k, t] : ck.tensors)
+    if (k.rfind("optim.", 0) == 0) ot[k.substr(6)] = t;
+  std::map<std::string, double> os;
+  auto entry = [&](const char* key) -> const std::string& {
+    auto it = ck.metadata.find(key);
+    if (it == ck.metadata.end())
+      throw RuntimeError(path + ": corrupt trainer state in checkpoint: no `" + key + "` entry");
+    return it->second;
+  };
+  try {
+    json osj = json::parse(entry("optimizer_scalars"));
+    for (auto it = osj.begin(); it != osj.end(); ++it) os[it.key()] = it->get<double>();
+  } catch (const json::exception& e) {
+    throw RuntimeError(path + ": corrupt trainer state in checkpoint: " + e.what());
+  }
+  p.state->from_json(entry("trainer"), path);
+  p.optimizer->load_state(ot, os);
+  auto policy_state = [&](const char* key) {
+    auto it = ck.metadata.find(key);
+    return it == ck.metadata.end() ? std::string() : it->second;
+  };
+  p.growth->load_state(policy_state("growth_state"));
+  p.pruning->load_state(policy_state("pruning_state"));
+  return p.state->step;
+}
+
+}  // namespace gf
