@@ -206,3 +206,51 @@ TEST_CASE("streaming attention: identical bits with 1 and 2 threads, any tile sp
   REQUIRE(runs[0].size() == runs[1].size());
   for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
+
+TEST_CASE("short-dimension products: every instruction set against double loops") {
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (size_t m : {1, 4, 7})
+      for (size_t n : {1, 9, 40})
+        for (size_t d : {1, 5, 16, 19}) {
+          CAPTURE(isa);
+          CAPTURE(m);
+          CAPTURE(n);
+          CAPTURE(d);
+          // padded leading dimensions catch stride mistakes
+          size_t lda = d + 2, ldb = n + 3, ldc = n + 1, ldx = n + 2, ldy = d + 1, ldcd = d + 3;
+          auto a = values(m * lda, 1), bt = values(d * ldb, 2), c0 = values(m * ldc, 3);
+          auto x = values(m * ldx, 4), y = values(n * ldy, 5), y2 = values(m * ldy, 6);
+          auto cn = values(m * ldcd, 7), ct = values(n * ldcd, 8);
+          auto c = c0, cnd = cn, ctd = ct;
+          kernels::gemm_short_k(m, n, d, 0.7f, a.data(), lda, bt.data(), ldb, c.data(), ldc);
+          kernels::gemm_acc_nd(m, n, d, -1.3f, x.data(), ldx, y.data(), ldy, cnd.data(), ldcd);
+          kernels::gemm_acc_tnd(m, n, d, 0.4f, x.data(), ldx, y2.data(), ldy, ctd.data(), ldcd);
+          for (size_t i = 0; i < m; ++i)
+            for (size_t j = 0; j < n; ++j) {
+              double s = 0;
+              for (size_t p = 0; p < d; ++p) s += static_cast<double>(a[i * lda + p]) * bt[p * ldb + j];
+              REQUIRE(c[i * ldc + j] == doctest::Approx(0.7 * s).epsilon(1e-5).scale(1.0));
+            }
+          for (size_t i = 0; i < m; ++i)
+            for (size_t j = n; j + 1 < ldc; ++j) REQUIRE(c[i * ldc + j] == c0[i * ldc + j]);
+          for (size_t i = 0; i < m; ++i)
+            for (size_t e = 0; e < ldcd; ++e) {
+              double s = 0;
+              if (e < d)
+                for (size_t j = 0; j < n; ++j) s += static_cast<double>(x[i * ldx + j]) * y[j * ldy + e];
+              REQUIRE(cnd[i * ldcd + e] ==
+                      doctest::Approx(cn[i * ldcd + e] - 1.3 * s).epsilon(1e-5).scale(1.0));
+            }
+          for (size_t j = 0; j < n; ++j)
+            for (size_t e = 0; e < ldcd; ++e) {
+              double s = 0;
+              if (e < d)
+                for (size_t i = 0; i < m; ++i) s += static_cast<double>(x[i * ldx + j]) * y2[i * ldy + e];
+              REQUIRE(ctd[j * ldcd + e] ==
+                      doctest::Approx(ct[j * ldcd + e] + 0.4 * s).epsilon(1e-5).scale(1.0));
+            }
+        }
+  }
+}

@@ -44,7 +44,15 @@ simd::RowKernels& active() {
   return k;
 }
 
-size_t g_block_rows = 128;
+size_t default_block_rows() {
+  if (const char* env = std::getenv("GROWFORMER_ATTN_ROWS")) {
+    long v = std::atol(env);
+    if (v > 0) return static_cast<size_t>(v);
+  }
+  return 128;
+}
+
+size_t g_block_rows = default_block_rows();
 
 }  // namespace
 
@@ -68,7 +76,7 @@ bool set_simd(const std::string& name) {
 }
 
 size_t attention_block_rows() { return g_block_rows; }
-void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? 128 : rows; }
+void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? default_block_rows() : rows; }
 
 float row_max(const float* x, size_t n) { return active().max(x, n); }
 float exp_shift_sum(float* x, size_t n, float shift) { return active().exp_shift_sum(x, n, shift); }
@@ -82,6 +90,19 @@ void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, 
 void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
 void gelu_grad(const float* x, const float* g, float* gx, size_t n) {
   active().gelu_grad(x, g, gx, n);
+}
+
+void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                  const float* bt, size_t ldb, float* c, size_t ldc) {
+  active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc);
+}
+void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                 const float* y, size_t ldy, float* c, size_t ldc) {
+  active().gemm_acc_nd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
+}
+void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                  const float* y, size_t ldy, float* c, size_t ldc) {
+  active().gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 
 bool softmax_row(float* row, size_t n, const uint8_t* valid) {

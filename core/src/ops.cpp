@@ -817,15 +817,22 @@ struct AttnGeom {
 
 // Per-thread scratch buffers, grown on demand and kept between calls.
 std::vector<float>& scratch(int which, size_t n) {
-  thread_local std::vector<float> bufs[3];
+  thread_local std::vector<float> bufs[5];
   if (bufs[which].size() < n) bufs[which].resize(n);
   return bufs[which];
 }
 
-// S (r x jmax, ld jmax) = scale q[i0:i0+r] k[0:jmax]^T with masked entries at -inf.
-void attn_scores(const AttnGeom& g, const float* Qb, const float* Kb, const uint8_t* vb, size_t i0,
+// xt (d x T) = x^T for x (T x d).
+void transpose_into(const float* x, size_t T, size_t d, float* xt) {
+  for (size_t t = 0; t < T; ++t)
+    for (size_t c = 0; c < d; ++c) xt[c * T + t] = x[t * d + c];
+}
+
+// S (r x jmax, ld jmax) = scale q[i0:i0+r] k[0:jmax]^T with masked entries at -inf;
+// KTb is k^T (dk x T) of this sample.
+void attn_scores(const AttnGeom& g, const float* Qb, const float* KTb, const uint8_t* vb, size_t i0,
                  size_t r, size_t jmax, float* S) {
-  sgemm(false, true, r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, Kb, g.dk, 0.0f, S, jmax);
+  kernels::gemm_short_k(r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb, g.T, S, jmax);
   // padded keys: add -inf (built once per tile, and only when a key is padded)
   std::vector<float>& bias = scratch(2, jmax);
   bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
@@ -841,6 +848,8 @@ void attn_scores(const AttnGeom& g, const float* Qb, const float* Kb, const uint
 
 }  // namespace
 
+// The head widths d_k, d_v are short (16 at d 64 with 4 heads): every product below has
+// one short dimension and runs in registers (kernels::gemm_*), without BLAS packing.
 Var attention(const Var& q, const Var& k, const Var& v, float scale, const AttentionMask& mask) {
   if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape().size() != 3)
     shape_error("attention", "q, k, v must be (B, T, d)");
@@ -852,18 +861,20 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
   AttnGeom g{B, T, dk, dv, std::max<size_t>(1, kernels::attention_block_rows()), scale, mask.causal,
              mask.key_valid ? mask.key_valid->data() : nullptr};
   size_t tiles = (T + g.br - 1) / g.br;
-  Tensor out = Tensor::empty({B, T, dv});
+  Tensor out(Shape{B, T, dv}, 0.0f);
   Tensor lse = Tensor::empty({B, T});  // log-sum-exp per row; +inf marks a row with no valid key
   const float* Q = q.value().data();
   const float* K = k.value().data();
   const float* V = v.value().data();
+  Tensor KT = Tensor::empty({B, dk, T});
+  parallel_for(B, [&](size_t b) { transpose_into(K + b * T * dk, T, dk, KT.data() + b * dk * T); });
   // Every (sample, tile) is independent: the split does not change any result.
   parallel_for(B * tiles, [&](size_t task) {
     size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
     size_t jmax = g.causal ? i0 + r : T;
     float* S = scratch(0, r * jmax).data();
-    attn_scores(g, Q + b * T * dk, K + b * T * dk, g.valid ? g.valid + b * T : nullptr, i0, r, jmax,
-                S);
+    attn_scores(g, Q + b * T * dk, KT.data() + b * dk * T, g.valid ? g.valid + b * T : nullptr, i0,
+                r, jmax, S);
     for (size_t a = 0; a < r; ++a) {
       float* row = S + a * jmax;
       float mx = kernels::row_max(row, jmax);
@@ -876,8 +887,8 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
       kernels::scale_row(row, jmax, 1.0f / sum);
       lse[b * T + i0 + a] = mx + std::log(sum);
     }
-    sgemm(false, false, r, dv, jmax, 1.0f, S, jmax, V + b * T * dv, dv, 0.0f,
-          out.data() + (b * T + i0) * dv, dv);
+    kernels::gemm_acc_nd(r, jmax, dv, 1.0f, S, jmax, V + b * T * dv, dv,
+                         out.data() + (b * T + i0) * dv, dv);
   });
   Var r = make_result(std::move(out), {&q, &k, &v});
   if (r.requires_grad()) {
@@ -900,30 +911,31 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
       parallel_for(B, [&](size_t b) {
         const float* Qb = Q + b * T * dk;
         const float* Kb = K + b * T * dk;
-        const float* Vb = V + b * T * dv;
         const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
+        float* KTb = scratch(3, dk * T).data();
+        float* VTb = scratch(4, dv * T).data();
+        transpose_into(Kb, T, dk, KTb);
+        transpose_into(V + b * T * dv, T, dv, VTb);
         for (size_t t = 0; t < tiles; ++t) {
           size_t i0 = t * g.br, r = std::min(g.br, T - i0);
           size_t jmax = g.causal ? i0 + r : T;
           const float* G = gr.data() + (b * T + i0) * dv;
           float* P = scratch(0, r * jmax).data();
           float* dS = scratch(1, r * jmax).data();
-          attn_scores(g, Qb, Kb, vb, i0, r, jmax, P);
+          attn_scores(g, Qb, KTb, vb, i0, r, jmax, P);
           for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
-          if (gv) sgemm(true, false, jmax, dv, r, 1.0f, P, jmax, G, dv, 1.0f, gv + b * T * dv, dv);
+          if (gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, gv + b * T * dv, dv);
           if (!gq && !gk) continue;
           // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
-          sgemm(false, true, r, jmax, dv, 1.0f, G, dv, Vb, dv, 0.0f, dS, jmax);
+          kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
           for (size_t a = 0; a < r; ++a) {
             float dot = kernels::dot(G + a * dv, O + (b * T + i0 + a) * dv, dv);
             kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
           }
           if (gq)
-            sgemm(false, false, r, dk, jmax, 1.0f, dS, jmax, Kb, dk, 1.0f,
-                  gq + (b * T + i0) * dk, dk);
+            kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, Kb, dk, gq + (b * T + i0) * dk, dk);
           if (gk)
-            sgemm(true, false, jmax, dk, r, 1.0f, dS, jmax, Qb + i0 * dk, dk, 1.0f,
-                  gk + b * T * dk, dk);
+            kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, Qb + i0 * dk, dk, gk + b * T * dk, dk);
         }
       });
     });

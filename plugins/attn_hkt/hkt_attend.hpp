@@ -65,7 +65,7 @@ inline void softmax_logits(const float* z, size_t n, float* out) {
 
 // Per-thread scratch, grown on demand and kept between calls.
 inline std::vector<float>& scratch(int which, size_t n) {
-  thread_local std::vector<float> bufs[5];
+  thread_local std::vector<float> bufs[7];
   if (bufs[which].size() < n) bufs[which].resize(n);
   return bufs[which];
 }
@@ -80,13 +80,21 @@ struct Geom {
   size_t tiles() const { return (T + br - 1) / br; }
 };
 
+// xt (d x T) = x^T for x (T x d).
+inline void transpose_into(const float* x, size_t T, size_t d, float* xt) {
+  for (size_t t = 0; t < T; ++t)
+    for (size_t c = 0; c < d; ++c) xt[c * T + t] = x[t * d + c];
+}
+
 // Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax): S (r x jmax),
-// masked entries -inf. `up` is scratch of length T.
+// masked entries -inf. k0t is k_0^T (d_k x T) of this sample.
 inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
-                        const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S) {
+                        const float* k0t, const float* lb, size_t b, size_t i0, size_t r,
+                        size_t jmax, float* S) {
   const size_t T = g.T, dk = g.dk;
-  gemm(false, true, r, jmax, dk, lb[0] * g.scale, q[0].value().data() + (b * T + i0) * dk, dk,
-       k[0].value().data() + b * T * dk, dk, 0.0f, S, jmax);
+  // level 0 (the short d_k dimension in registers, see kernels::gemm_short_k)
+  gf::kernels::gemm_short_k(r, jmax, dk, lb[0] * g.scale, q[0].value().data() + (b * T + i0) * dk,
+                            dk, k0t, T, S, jmax);
   float* up = scratch(2, T).data();
   for (size_t l = 1; l < g.L; ++l) {
     const size_t n = g.Tl[l], bs = g.blk[l];
@@ -167,15 +175,19 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   for (size_t b = 0; b < B; ++b)
     detail::softmax_logits(logits.value().data() + (per_sample ? b * L : 0), L, lam.data() + b * L);
 
-  gf::Tensor out = gf::Tensor::empty({B, T, dv});
+  gf::Tensor out(gf::Shape{B, T, dv}, 0.0f);
   gf::Tensor lse = gf::Tensor::empty({B, T});  // +inf marks a row with no valid key
   const size_t tiles = g.tiles();
+  gf::Tensor k0t = gf::Tensor::empty({B, dk, T});
+  gf::parallel_for(B, [&](size_t b) {
+    detail::transpose_into(k[0].value().data() + b * T * dk, T, dk, k0t.data() + b * dk * T);
+  });
   // Every (sample, tile) is independent: the split does not change any result.
   gf::parallel_for(B * tiles, [&](size_t task) {
     const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
     const size_t jmax = g.causal ? i0 + r : T;
     float* S = detail::scratch(0, r * jmax).data();
-    detail::tile_scores(g, q, k, lam.data() + b * L, b, i0, r, jmax, S);
+    detail::tile_scores(g, q, k, k0t.data() + b * dk * T, lam.data() + b * L, b, i0, r, jmax, S);
     for (size_t a = 0; a < r; ++a) {
       float* row = S + a * jmax;
       const float mx = gf::kernels::row_max(row, jmax);
@@ -188,8 +200,8 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       gf::kernels::scale_row(row, jmax, 1.0f / sum);
       lse[b * T + i0 + a] = mx + std::log(sum);
     }
-    detail::gemm(false, false, r, dv, jmax, 1.0f, S, jmax, v.value().data() + b * T * dv, dv, 0.0f,
-                 out.data() + (b * T + i0) * dv, dv);
+    gf::kernels::gemm_acc_nd(r, jmax, dv, 1.0f, S, jmax, v.value().data() + b * T * dv, dv,
+                             out.data() + (b * T + i0) * dv, dv);
   });
 
   // Any input with a gradient makes the result require one.
@@ -223,19 +235,23 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       const float* vb = v.value().data() + b * T * dv;
       const float* ob = res.value().data() + b * T * dv;
       std::vector<float> dsl, G, acc(T);
+      float* k0t = detail::scratch(5, dk * T).data();
+      float* vt = detail::scratch(6, dv * T).data();
+      detail::transpose_into(k[0].value().data() + b * T * dk, T, dk, k0t);
+      detail::transpose_into(vb, T, dv, vt);
       for (size_t t = 0; t < tiles; ++t) {
         const size_t i0 = t * g.br, r = std::min(g.br, T - i0);
         const size_t jmax = g.causal ? i0 + r : T;
         const float* gob = gr + (b * T + i0) * dv;
         float* P = detail::scratch(0, r * jmax).data();
         float* ds = detail::scratch(1, r * jmax).data();
-        detail::tile_scores(g, q, k, lb, b, i0, r, jmax, P);
+        detail::tile_scores(g, q, k, k0t, lb, b, i0, r, jmax, P);
         for (size_t a = 0; a < r; ++a)
           gf::kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
         if (gv)  // dV = P^T dO
-          detail::gemm(true, false, jmax, dv, r, 1.0f, P, jmax, gob, dv, 1.0f, gv + b * T * dv, dv);
+          gf::kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, gob, dv, gv + b * T * dv, dv);
         // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = dO_i . out_i.
-        detail::gemm(false, true, r, jmax, dv, 1.0f, gob, dv, vb, dv, 0.0f, ds, jmax);
+        gf::kernels::gemm_short_k(r, jmax, dv, 1.0f, gob, dv, vt, T, ds, jmax);
         for (size_t a = 0; a < r; ++a) {
           const float rs = gf::kernels::dot(gob + a * dv, ob + (i0 + a) * dv, dv);
           gf::kernels::softmax_grad_row(ds + a * jmax, P + a * jmax, jmax, rs, 1.0f);
@@ -276,15 +292,13 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
           const float c = lb[l] * g.scale;
           const float* qb = q[l].value().data() + (b * n + I0) * dk;
           const float* kb = k[l].value().data() + b * n * dk;
-          G.resize(nI * dk);
-          detail::gemm(false, false, nI, dk, ncols, 1.0f, dsp, ld, kb, dk, 0.0f, G.data(), dk);
+          G.assign(nI * dk, 0.0f);
+          gf::kernels::gemm_acc_nd(nI, ncols, dk, 1.0f, dsp, ld, kb, dk, G.data(), dk);
           double dl = 0.0;
           for (size_t x = 0; x < nI * dk; ++x) dl += static_cast<double>(qb[x]) * G[x];
           dlam[b * L + l] += dl * g.scale;
           if (gq[l]) gf::kernels::axpy(gq[l] + (b * n + I0) * dk, G.data(), nI * dk, c);
-          if (gk[l])
-            detail::gemm(true, false, ncols, dk, nI, c, dsp, ld, qb, dk, 1.0f,
-                         gk[l] + b * n * dk, dk);
+          if (gk[l]) gf::kernels::gemm_acc_tnd(nI, ncols, dk, c, dsp, ld, qb, dk, gk[l] + b * n * dk, dk);
         }
       }
     });

@@ -59,6 +59,18 @@ void gelu(const float* x, float* y, size_t n);
 /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j])).
 void gelu_grad(const float* x, const float* g, float* gx, size_t n);
 
+/// Products with one short dimension d (a head's width, d_k or d_v), row-major, computed
+/// in registers without packing; each output element is summed in a fixed order.
+/// C (m x n) = alpha A (m x d) Bt (d x n).
+void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                  const float* bt, size_t ldb, float* c, size_t ldc);
+/// C (m x d) += alpha X (m x n) Y (n x d).
+void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                 const float* y, size_t ldy, float* c, size_t ldc);
+/// C (n x d) += alpha X^T Y, X (m x n), Y (m x d).
+void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                  const float* y, size_t ldy, float* c, size_t ldc);
+
 /// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
 std::string simd_name();
 std::vector<std::string> simd_available();

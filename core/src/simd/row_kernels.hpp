@@ -30,6 +30,16 @@ struct RowKernels {
   void (*gelu)(const float* x, float* y, size_t n);
   /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j]))
   void (*gelu_grad)(const float* x, const float* g, float* gx, size_t n);
+  // Products with one short dimension d (a head's width), row-major, no packing:
+  /// C (m x n) = alpha A (m x d) Bt (d x n)
+  void (*gemm_short_k)(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                       const float* bt, size_t ldb, float* c, size_t ldc);
+  /// C (m x d) += alpha X (m x n) Y (n x d)
+  void (*gemm_acc_nd)(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                      const float* y, size_t ldy, float* c, size_t ldc);
+  /// C (n x d) += alpha X^T Y with X (m x n), Y (m x d)
+  void (*gemm_acc_tnd)(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                       const float* y, size_t ldy, float* c, size_t ldc);
 };
 
 RowKernels row_kernels_sse2();

@@ -122,10 +122,109 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n) {
   }
 }
 
+// ---- products with one short dimension ------------------------------------------
+// Register tiles of R rows x NC vectors; the short dimension d is walked in chunks of
+// NC * W columns, its remainder (d % W) by scalar loops.
+
+template <size_t R, size_t NC>
+inline void short_k_tile(size_t i, size_t j, size_t d, float alpha, const float* a, size_t lda,
+                         const float* bt, size_t ldb, float* c, size_t ldc) {
+  B acc[R][NC];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
+  for (size_t p = 0; p < d; ++p) {
+    B bv[NC];
+    for (size_t v = 0; v < NC; ++v) bv[v] = B::load_unaligned(bt + p * ldb + j + v * W);
+    for (size_t r = 0; r < R; ++r) {
+      B av(a[(i + r) * lda + p]);
+      for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(av, bv[v], acc[r][v]);
+    }
+  }
+  B al(alpha);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NC; ++v) (acc[r][v] * al).store_unaligned(c + (i + r) * ldc + j + v * W);
+}
+
+template <size_t R>
+inline void short_k_rows(size_t i, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                         const float* bt, size_t ldb, float* c, size_t ldc) {
+  size_t j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) short_k_tile<R, 2>(i, j, d, alpha, a, lda, bt, ldb, c, ldc);
+  for (; j + W <= n; j += W) short_k_tile<R, 1>(i, j, d, alpha, a, lda, bt, ldb, c, ldc);
+  for (; j < n; ++j)
+    for (size_t r = 0; r < R; ++r) {
+      float s = 0.0f;
+      for (size_t p = 0; p < d; ++p) s += a[(i + r) * lda + p] * bt[p * ldb + j];
+      c[(i + r) * ldc + j] = alpha * s;
+    }
+}
+
+void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                    const float* bt, size_t ldb, float* c, size_t ldc) {
+  size_t i = 0;
+  for (; i + 4 <= m; i += 4) short_k_rows<4>(i, n, d, alpha, a, lda, bt, ldb, c, ldc);
+  for (; i < m; ++i) short_k_rows<1>(i, n, d, alpha, a, lda, bt, ldb, c, ldc);
+}
+
+// C[rows] (R x NC*W at column c0) += alpha sum_q X[row r, q] Y[q, c0:...]; with TRANS the
+// rows of C are columns of X: C[j + r] += alpha sum_q X[q, j + r] Y[q, c0:...].
+template <size_t R, size_t NC, bool TRANS>
+inline void acc_tile(size_t i, size_t c0, size_t len, float alpha, const float* x, size_t ldx,
+                     const float* y, size_t ldy, float* c, size_t ldc) {
+  B acc[R][NC];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
+  for (size_t q = 0; q < len; ++q) {
+    B yv[NC];
+    for (size_t v = 0; v < NC; ++v) yv[v] = B::load_unaligned(y + q * ldy + c0 + v * W);
+    for (size_t r = 0; r < R; ++r) {
+      B xv(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]);
+      for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(xv, yv[v], acc[r][v]);
+    }
+  }
+  B al(alpha);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NC; ++v) {
+      float* cp = c + (i + r) * ldc + c0 + v * W;
+      xsimd::fma(al, acc[r][v], B::load_unaligned(cp)).store_unaligned(cp);
+    }
+}
+
+template <size_t R, bool TRANS>
+inline void acc_rows(size_t i, size_t len, size_t d, float alpha, const float* x, size_t ldx,
+                     const float* y, size_t ldy, float* c, size_t ldc) {
+  size_t c0 = 0;
+  for (; c0 + 2 * W <= d; c0 += 2 * W)
+    acc_tile<R, 2, TRANS>(i, c0, len, alpha, x, ldx, y, ldy, c, ldc);
+  for (; c0 + W <= d; c0 += W) acc_tile<R, 1, TRANS>(i, c0, len, alpha, x, ldx, y, ldy, c, ldc);
+  for (; c0 < d; ++c0)
+    for (size_t r = 0; r < R; ++r) {
+      float s = 0.0f;
+      for (size_t q = 0; q < len; ++q)
+        s += (TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]) * y[q * ldy + c0];
+      c[(i + r) * ldc + c0] += alpha * s;
+    }
+}
+
+void k_gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                   const float* y, size_t ldy, float* c, size_t ldc) {
+  size_t i = 0;
+  for (; i + 4 <= m; i += 4) acc_rows<4, false>(i, n, d, alpha, x, ldx, y, ldy, c, ldc);
+  for (; i < m; ++i) acc_rows<1, false>(i, n, d, alpha, x, ldx, y, ldy, c, ldc);
+}
+
+void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                    const float* y, size_t ldy, float* c, size_t ldc) {
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) acc_rows<4, true>(j, m, d, alpha, x, ldx, y, ldy, c, ldc);
+  for (; j < n; ++j) acc_rows<1, true>(j, m, d, alpha, x, ldx, y, ldy, c, ldc);
+}
+
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_scale,
-          k_softmax_grad, k_dot, k_axpy, k_gelu,         k_gelu_grad};
+          k_softmax_grad, k_dot, k_axpy, k_gelu,         k_gelu_grad,
+          k_gemm_short_k, k_gemm_acc_nd, k_gemm_acc_tnd};
 }
 
 }  // namespace
