@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <growformer/autograd.hpp>
 #include <growformer/blas.hpp>
+#include <growformer/kernels.hpp>
 #include <growformer/model.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/parallel.hpp>
@@ -29,6 +31,8 @@ namespace {
 
 struct BenchResult {
   double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
+  double matmul_gflop_per_step = 0;  // matrix-product work of one training step
+  double eval_ms = 0, eval_tokens_per_s = 0;  // forward only, no tape
   size_t params = 0;
   double final_loss = 0;
 };
@@ -58,7 +62,9 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
   }
   std::vector<double> times;
   float loss_v = 0;
+  uint64_t flops0 = 0;
   for (long i = 0; i < warmup + steps; ++i) {
+    if (i == warmup) flops0 = gf::matmul_flops();
     auto t0 = std::chrono::steady_clock::now();
     auto params = model.named_parameters();
     for (auto& [n, p] : params) const_cast<gf::Var&>(p).zero_grad();
@@ -71,6 +77,21 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     if (i >= warmup) times.push_back(ms);
   }
   BenchResult r;
+  r.matmul_gflop_per_step = static_cast<double>(gf::matmul_flops() - flops0) / steps / 1e9;
+  // Evaluation throughput: the same batches, forward only, no tape.
+  std::vector<double> etimes;
+  {
+    gf::NoGradGuard no_grad;
+    for (long i = 0; i < warmup + steps; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      gf::Var logits = model.forward(pool[i % pool.size()], false, nullptr);
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= warmup) etimes.push_back(ms);
+    }
+  }
+  r.eval_ms = median(etimes);
+  r.eval_tokens_per_s = batch * seq / (r.eval_ms / 1e3);
   r.median_ms = median(times);
   r.min_ms = *std::min_element(times.begin(), times.end());
   r.max_ms = *std::max_element(times.begin(), times.end());
@@ -157,7 +178,9 @@ int cmd_bench(const std::vector<std::string>& args) {
               [](const BenchResult& a, const BenchResult& b) { return a.median_ms < b.median_ms; });
     return rs[rs.size() / 2];
   };
+  const double peak = gf::sgemm_peak_gflops();
   BenchResult main_r = measure(model_node);
+  const double gflops = main_r.matmul_gflop_per_step / (main_r.median_ms / 1e3);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   std::string attn = model_node.child("attention").child("plugin").as_string();
@@ -171,6 +194,15 @@ int cmd_bench(const std::vector<std::string>& args) {
               {"threads", gf::num_threads()},
               {"blas_kernels", gf::blas_selection_note()},
               {"blas_core", gf::blas_kernel_name()},
+              {"cpu", gf::cpu_model_name()},
+              {"simd", gf::kernels::simd_name()},
+              {"sgemm_peak_gflops", peak},
+              {"matmul_gflop_per_step", main_r.matmul_gflop_per_step},
+              {"matmul_gflops", gflops},
+              {"percent_of_sgemm_peak", 100.0 * gflops / peak},
+              {"eval_ms_per_batch_median", main_r.eval_ms},
+              {"eval_tokens_per_s", main_r.eval_tokens_per_s},
+              {"eval_to_train_tokens_ratio", main_r.eval_tokens_per_s / main_r.tokens_per_s},
               {"steps", steps},
               {"warmup", warmup},
               {"repeats", repeats},
@@ -243,11 +275,18 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   std::printf("bench %s: attention %s, batch %zu x seq %zu, %zu threads\n", config.c_str(),
               attn.c_str(), batch, seq, gf::num_threads());
-  std::printf("  BLAS kernels: %s\n", gf::blas_selection_note().c_str());
+  std::printf("  CPU: %s; BLAS kernels: %s; SIMD kernels: %s\n", gf::cpu_model_name().c_str(),
+              gf::blas_selection_note().c_str(), gf::kernels::simd_name().c_str());
   std::printf("  training step: median %.1f ms (min %.1f, max %.1f) over %ld steps x %ld repeats\n",
               main_r.median_ms, main_r.min_ms, main_r.max_ms, steps, repeats);
   std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", main_r.tokens_per_s,
               main_r.params, ru.ru_maxrss / 1024.0);
+  std::printf("  matrix work %.2f GFLOP/step = %.1f GFLOP/s, %.0f%% of this machine's SGEMM peak "
+              "(%.0f GFLOP/s with %zu threads)\n",
+              main_r.matmul_gflop_per_step, gflops, 100.0 * gflops / peak, peak, gf::num_threads());
+  std::printf("  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
+              "the training step's\n",
+              main_r.eval_ms, main_r.eval_tokens_per_s, main_r.eval_tokens_per_s / main_r.tokens_per_s);
   if (out.contains("ratio_to_compare")) {
     std::printf("  %s step: median %.1f ms; ratio %s / %s = %.3f\n", compare.c_str(),
                 out["compare_ms_per_step_median"].get<double>(), attn.c_str(), compare.c_str(),

@@ -7,6 +7,7 @@
 #include <growformer/data_stats.hpp>
 #include <growformer/listops.hpp>
 #include <growformer/trainer.hpp>
+#include <growformer/kernels.hpp>
 #include <growformer/version.hpp>
 
 #include <boost/program_options.hpp>
@@ -379,7 +380,9 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "--version") {
-    std::cout << "growformer " GROWFORMER_VERSION "\nBLAS kernels: " << gf::blas_selection_note()
+    std::cout << "growformer " GROWFORMER_VERSION "\nCPU: " << gf::cpu_model_name()
+              << "\nBLAS kernels: " << gf::blas_selection_note()
+              << "\nSIMD kernels: " << gf::kernels::simd_name()
               << "\nABI " << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
     return 0;
   }

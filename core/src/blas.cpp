@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,9 +27,17 @@ void openblas_set_num_threads(int);
 
 namespace gf {
 
+namespace {
+std::atomic<uint64_t> g_flops{0};
+}
+
+uint64_t matmul_flops() { return g_flops.load(std::memory_order_relaxed); }
+void add_matmul_flops(uint64_t flops) { g_flops.fetch_add(flops, std::memory_order_relaxed); }
+
 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
+  add_matmul_flops(2ull * m * n * k);
   if (k == 0) {
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
@@ -91,6 +101,38 @@ double blas_self_test_error() {
       }
   }
   return worst;
+}
+
+double sgemm_peak_gflops() {
+  const int n = 1024;
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>((i * 7) % 13) / 13.0f - 0.5f;
+    b[i] = static_cast<float>((i * 11) % 17) / 17.0f - 0.5f;
+  }
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    sgemm_rows(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);  // the first one warms up
+  }
+  return best;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) {
+        std::string s = line.substr(p + 1);
+        s.erase(0, s.find_first_not_of(' '));
+        return s;
+      }
+    }
+  return "unknown";
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "growformer/blas.hpp"
 #include "simd/row_kernels.hpp"
 
 namespace gf {
@@ -94,14 +95,17 @@ void gelu_grad(const float* x, const float* g, float* gx, size_t n) {
 
 void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
                   const float* bt, size_t ldb, float* c, size_t ldc) {
+  add_matmul_flops(2ull * m * n * d);
   active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc);
 }
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                  const float* y, size_t ldy, float* c, size_t ldc) {
+  add_matmul_flops(2ull * m * n * d);
   active().gemm_acc_nd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc) {
+  add_matmul_flops(2ull * m * n * d);
   active().gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 

@@ -2,6 +2,7 @@
 // kernel selection that runs before OpenBLAS initialises.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gf {
@@ -31,5 +32,15 @@ std::string blas_selection_note();
 
 /// Max |C_blas - C_naive| of a small random product (self-test).
 double blas_self_test_error();
+
+/// Matrix-product FLOPs (2 m n k per product) done so far by sgemm, sgemm_rows and the
+/// short-dimension kernels (kernels::gemm_*), process-wide; bench divides by step time.
+uint64_t matmul_flops();
+void add_matmul_flops(uint64_t flops);
+/// SGEMM GFLOP/s of this machine with the pool's thread count: the best of a few
+/// 1024 x 1024 x 1024 products split over the pool like sgemm_rows (about half a second).
+double sgemm_peak_gflops();
+/// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+std::string cpu_model_name();
 
 }  // namespace gf
