@@ -86,6 +86,57 @@ inline void transpose_into(const float* x, size_t T, size_t d, float* xt) {
     for (size_t c = 0; c < d; ++c) xt[c * T + t] = x[t * d + c];
 }
 
+// up[j] = sr[j / bs] for j < lim: each coarse score repeated over its block. Strides 2
+// and 4 have constant-width loops the compiler vectorises.
+template <size_t BS>
+inline void expand_fixed(const float* sr, size_t n, float* up) {
+  for (size_t J = 0; J < n; ++J)
+    for (size_t t = 0; t < BS; ++t) up[J * BS + t] = sr[J];
+}
+inline void expand_blocks(const float* sr, size_t bs, size_t lim, float* up) {
+  const size_t full = lim / bs;
+  if (bs == 2)
+    expand_fixed<2>(sr, full, up);
+  else if (bs == 4)
+    expand_fixed<4>(sr, full, up);
+  else if (bs == 8)
+    expand_fixed<8>(sr, full, up);
+  else
+    for (size_t J = 0; J < full; ++J) std::fill(up + J * bs, up + (J + 1) * bs, sr[J]);
+  std::fill(up + full * bs, up + lim, sr[full < (lim + bs - 1) / bs ? full : 0]);
+}
+
+// out[J] = sum of acc[j] over block J, for the blocks that start before lim (the last
+// one may be cut at lim): the transpose of expand_blocks.
+template <size_t BS>
+inline void fold_fixed(const float* acc, size_t n, float* out) {
+  for (size_t J = 0; J < n; ++J) {
+    float sum = 0.0f;
+    for (size_t t = 0; t < BS; ++t) sum += acc[J * BS + t];
+    out[J] = sum;
+  }
+}
+inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
+  const size_t full = lim / bs;
+  if (bs == 2)
+    fold_fixed<2>(acc, full, out);
+  else if (bs == 4)
+    fold_fixed<4>(acc, full, out);
+  else if (bs == 8)
+    fold_fixed<8>(acc, full, out);
+  else
+    for (size_t J = 0; J < full; ++J) {
+      float sum = 0.0f;
+      for (size_t j = J * bs; j < (J + 1) * bs; ++j) sum += acc[j];
+      out[J] = sum;
+    }
+  if (full * bs < lim) {
+    float sum = 0.0f;
+    for (size_t j = full * bs; j < lim; ++j) sum += acc[j];
+    out[full] = sum;
+  }
+}
+
 // Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax): S (r x jmax),
 // masked entries -inf. k0t is k_0^T (d_k x T) of this sample.
 inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
@@ -107,8 +158,7 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const std:
       const float* sr = sl + (I - I0) * n;
       const size_t i1 = std::min(i0 + r, (I + 1) * bs);
       const size_t lim_max = g.causal ? std::min(jmax, causal_blocks(i1 - 1, bs) * bs) : jmax;
-      for (size_t J = 0; J * bs < lim_max; ++J)
-        std::fill(up + J * bs, up + std::min(lim_max, (J + 1) * bs), sr[J]);
+      expand_blocks(sr, bs, lim_max, up);
       for (size_t i = I * bs; i < i1; ++i) {
         const size_t lim = g.causal ? std::min(jmax, causal_blocks(i, bs) * bs) : jmax;
         gf::kernels::axpy(S + (i - i0) * jmax, up, lim, 1.0f);
@@ -279,13 +329,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
                 const size_t lim = g.causal ? std::min(jmax, causal_blocks(i, bs) * bs) : jmax;
                 gf::kernels::axpy(acc.data(), ds + (i - i0) * jmax, lim, 1.0f);
               }
-              float* out_row = dsl.data() + (I - I0) * ncols;
-              for (size_t J = 0; J * bs < lim_max; ++J) {
-                float sum = 0.0f;
-                for (size_t j = J * bs, j1 = std::min(lim_max, (J + 1) * bs); j < j1; ++j)
-                  sum += acc[j];
-                out_row[J] = sum;
-              }
+              detail::fold_blocks(acc.data(), bs, lim_max, dsl.data() + (I - I0) * ncols);
             }
             dsp = dsl.data();
           }
