@@ -13,7 +13,6 @@
 
 namespace gf {
 
-
 namespace ops {
 
 namespace {
@@ -24,6 +23,29 @@ namespace {
 
 size_t last_dim(const Var& x) { return x.shape().empty() ? 1 : x.shape().back(); }
 
+template <class F>
+Var finish_with(Var r, F bwd) {
+  if (r.requires_grad())
+    record([r, bwd]() mutable {
+      const Tensor& g = r.grad();
+      if (g.defined()) bwd(g, r.value());
+    });
+  return r;
+}
+
+// The shared ending of every op: the result `y` of `inputs` and, when it needs a
+// gradient, a tape entry that runs bwd(g, y) with the result's gradient g (skipped when
+// no gradient reached the result). Each op is then its maths only.
+template <class F>
+Var finish(Tensor y, std::initializer_list<const Var*> inputs, F bwd) {
+  return finish_with(make_result(std::move(y), inputs), std::move(bwd));
+}
+/// The same for ops over a list of inputs: `requires` says whether any needs a gradient.
+template <class F>
+Var finish(Tensor y, bool requires, F bwd) {
+  return finish_with(Var(std::move(y), requires && grad_enabled()), std::move(bwd));
+}
+
 // Elementwise kernels split into blocks of a fixed size (a multiple of every SIMD width).
 constexpr size_t kBlock = 1 << 14;
 size_t fixed_blocks(size_t n) { return (n + kBlock - 1) / kBlock; }
@@ -32,7 +54,8 @@ size_t fixed_blocks(size_t n) { return (n + kBlock - 1) / kBlock; }
 
 // ---------------------------------------------------------------------------
 Var linear(const Var& x, const Var& w, const Var* bias) {
-  if (w.shape().size() != 2) shape_error("linear", "weight must be 2-D, got " + shape_str(w.shape()));
+  if (w.shape().size() != 2)
+    shape_error("linear", "weight must be 2-D, got " + shape_str(w.shape()));
   size_t in = w.dim(0), out = w.dim(1);
   if (last_dim(x) != in)
     shape_error("linear", "input " + shape_str(x.shape()) + " vs weight " + shape_str(w.shape()));
@@ -45,26 +68,21 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
   }
   sgemm_rows(false, false, m, out, in, 1.0f, x.value().data(), in, w.value().data(), out,
              bias ? 1.0f : 0.0f, y.data(), out);
-  Var r = make_result(std::move(y), {&x, &w, bias});
-  if (r.requires_grad()) {
-    Var xx = x, ww = w, bb = bias ? *bias : Var(), rr = r;
-    record([xx, ww, bb, rr, m, in, out]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      if (xx.requires_grad())
-        sgemm_rows(false, true, m, in, out, 1.0f, g.data(), out, ww.value().data(), out, 1.0f,
-                   xx.grad_buf().data(), in);
-      if (ww.requires_grad())
-        sgemm_rows(true, false, in, out, m, 1.0f, xx.value().data(), in, g.data(), out, 1.0f,
-                   ww.grad_buf().data(), out);
-      if (bb.defined() && bb.requires_grad()) {
-        float* gb = bb.grad_buf().data();
-        for (size_t i = 0; i < m; ++i)
-          for (size_t j = 0; j < out; ++j) gb[j] += g[i * out + j];
-      }
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), m, in, out](const Tensor& g,
+                                                                         const Tensor&) mutable {
+    if (xx.requires_grad())
+      sgemm_rows(false, true, m, in, out, 1.0f, g.data(), out, ww.value().data(), out, 1.0f,
+                 xx.grad_buf().data(), in);
+    if (ww.requires_grad())
+      sgemm_rows(true, false, in, out, m, 1.0f, xx.value().data(), in, g.data(), out, 1.0f,
+                 ww.grad_buf().data(), out);
+    if (bb.defined() && bb.requires_grad()) {
+      float* gb = bb.grad_buf().data();
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < out; ++j) gb[j] += g[i * out + j];
+    }
+  };
+  return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }
 
 Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
@@ -91,46 +109,37 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   parallel_for(batch, [&](size_t i) {
     sgemm(ta, tb, m, n, k, 1.0f, A + i * sa, ak, B + i * sb, bn, 0.0f, Y + i * m * n, n);
   });
-  Var r = make_result(std::move(y), {&a, &b});
-  if (r.requires_grad()) {
-    Var aa = a, bb = b, rr = r;
-    record([aa, bb, rr, ta, tb, m, n, k, ak, bn, batch, sa, sb]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      const float* G = g.data();
-      if (aa.requires_grad()) {
-        float* GA = aa.grad_buf().data();
-        const float* B = bb.value().data();
-        parallel_for(batch, [&](size_t i) {
-          // dA = G op(B)^T  (or its transpose when ta)
-          if (!ta)
-            sgemm(false, !tb, m, k, n, 1.0f, G + i * m * n, n, B + i * sb, bn, 1.0f, GA + i * sa,
-                  ak);
-          else
-            sgemm(tb, true, k, m, n, 1.0f, B + i * sb, bn, G + i * m * n, n, 1.0f, GA + i * sa,
-                  ak);
-        });
-      }
-      if (bb.requires_grad()) {
-        float* GB = bb.grad_buf().data();
-        const float* A = aa.value().data();
-        // a shared 2-D b accumulates over the batch: serial for determinism
-        auto one = [&](size_t i) {
-          if (!tb)
-            sgemm(!ta, false, k, n, m, 1.0f, A + i * sa, ak, G + i * m * n, n, 1.0f, GB + i * sb,
-                  bn);
-          else
-            sgemm(true, ta, n, k, m, 1.0f, G + i * m * n, n, A + i * sa, ak, 1.0f, GB + i * sb,
-                  bn);
-        };
-        if (sb == 0)
-          for (size_t i = 0; i < batch; ++i) one(i);
+  auto grad_fn = [aa = a, bb = b, ta, tb, m, n, k, ak, bn, batch, sa, sb](const Tensor& g,
+                                                                          const Tensor&) mutable {
+    const float* G = g.data();
+    if (aa.requires_grad()) {
+      float* GA = aa.grad_buf().data();
+      const float* B = bb.value().data();
+      parallel_for(batch, [&](size_t i) {
+        // dA = G op(B)^T  (or its transpose when ta)
+        if (!ta)
+          sgemm(false, !tb, m, k, n, 1.0f, G + i * m * n, n, B + i * sb, bn, 1.0f, GA + i * sa, ak);
         else
-          parallel_for(batch, one);
-      }
-    });
-  }
-  return r;
+          sgemm(tb, true, k, m, n, 1.0f, B + i * sb, bn, G + i * m * n, n, 1.0f, GA + i * sa, ak);
+      });
+    }
+    if (bb.requires_grad()) {
+      float* GB = bb.grad_buf().data();
+      const float* A = aa.value().data();
+      // a shared 2-D b accumulates over the batch: serial for determinism
+      auto one = [&](size_t i) {
+        if (!tb)
+          sgemm(!ta, false, k, n, m, 1.0f, A + i * sa, ak, G + i * m * n, n, 1.0f, GB + i * sb, bn);
+        else
+          sgemm(true, ta, n, k, m, 1.0f, G + i * m * n, n, A + i * sa, ak, 1.0f, GB + i * sb, bn);
+      };
+      if (sb == 0)
+        for (size_t i = 0; i < batch; ++i) one(i);
+      else
+        parallel_for(batch, one);
+    }
+  };
+  return finish(std::move(y), {&a, &b}, grad_fn);
 }
 
 // ---------------------------------------------------------------------------
@@ -149,26 +158,20 @@ Var add(const Var& a, const Var& b) {
     for (size_t i = 0; i < rows; ++i)
       for (size_t j = 0; j < d; ++j) y[i * d + j] += B[j];
   }
-  Var r = make_result(std::move(y), {&a, &b});
-  if (r.requires_grad()) {
-    Var aa = a, bb = b, rr = r;
-    record([aa, bb, rr, same, d]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      if (aa.requires_grad()) aa.grad_buf().add_(g);
-      if (bb.requires_grad()) {
-        if (same) {
-          bb.grad_buf().add_(g);
-        } else {
-          float* gb = bb.grad_buf().data();
-          size_t rows = g.size() / d;
-          for (size_t i = 0; i < rows; ++i)
-            for (size_t j = 0; j < d; ++j) gb[j] += g[i * d + j];
-        }
+  auto grad_fn = [aa = a, bb = b, same, d](const Tensor& g, const Tensor&) mutable {
+    if (aa.requires_grad()) aa.grad_buf().add_(g);
+    if (bb.requires_grad()) {
+      if (same) {
+        bb.grad_buf().add_(g);
+      } else {
+        float* gb = bb.grad_buf().data();
+        size_t rows = g.size() / d;
+        for (size_t i = 0; i < rows; ++i)
+          for (size_t j = 0; j < d; ++j) gb[j] += g[i * d + j];
       }
-    });
-  }
-  return r;
+    }
+  };
+  return finish(std::move(y), {&a, &b}, grad_fn);
 }
 
 Var sub(const Var& a, const Var& b) {
@@ -176,20 +179,14 @@ Var sub(const Var& a, const Var& b) {
   Tensor y = a.value().clone();
   auto yx = xflat(y);
   yx -= xflat(b.value());
-  Var r = make_result(std::move(y), {&a, &b});
-  if (r.requires_grad()) {
-    Var aa = a, bb = b, rr = r;
-    record([aa, bb, rr]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      if (aa.requires_grad()) aa.grad_buf().add_(g);
-      if (bb.requires_grad()) {
-        auto gb = xflat(bb.grad_buf());
-        gb -= xflat(g);
-      }
-    });
-  }
-  return r;
+  auto grad_fn = [aa = a, bb = b](const Tensor& g, const Tensor&) mutable {
+    if (aa.requires_grad()) aa.grad_buf().add_(g);
+    if (bb.requires_grad()) {
+      auto gb = xflat(bb.grad_buf());
+      gb -= xflat(g);
+    }
+  };
+  return finish(std::move(y), {&a, &b}, grad_fn);
 }
 
 Var mul(const Var& a, const Var& b) {
@@ -204,37 +201,31 @@ Var mul(const Var& a, const Var& b) {
     auto yx = xflat(y);
     yx = xflat(a.value()) * xflat(b.value());
   }
-  Var r = make_result(std::move(y), {&a, &b});
-  if (r.requires_grad()) {
-    Var aa = a, bb = b, rr = r;
-    record([aa, bb, rr, scalar]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      size_t n = g.size();
-      if (scalar) {
-        float s = bb.value()[0];
-        if (aa.requires_grad()) {
-          float* ga = aa.grad_buf().data();
-          for (size_t i = 0; i < n; ++i) ga[i] += g[i] * s;
-        }
-        if (bb.requires_grad()) {
-          double acc = 0;
-          for (size_t i = 0; i < n; ++i) acc += static_cast<double>(g[i]) * aa.value()[i];
-          bb.grad_buf()[0] += static_cast<float>(acc);
-        }
-        return;
-      }
+  auto grad_fn = [aa = a, bb = b, scalar](const Tensor& g, const Tensor&) mutable {
+    size_t n = g.size();
+    if (scalar) {
+      float s = bb.value()[0];
       if (aa.requires_grad()) {
         float* ga = aa.grad_buf().data();
-        for (size_t i = 0; i < n; ++i) ga[i] += g[i] * bb.value()[i];
+        for (size_t i = 0; i < n; ++i) ga[i] += g[i] * s;
       }
       if (bb.requires_grad()) {
-        float* gb = bb.grad_buf().data();
-        for (size_t i = 0; i < n; ++i) gb[i] += g[i] * aa.value()[i];
+        double acc = 0;
+        for (size_t i = 0; i < n; ++i) acc += static_cast<double>(g[i]) * aa.value()[i];
+        bb.grad_buf()[0] += static_cast<float>(acc);
       }
-    });
-  }
-  return r;
+      return;
+    }
+    if (aa.requires_grad()) {
+      float* ga = aa.grad_buf().data();
+      for (size_t i = 0; i < n; ++i) ga[i] += g[i] * bb.value()[i];
+    }
+    if (bb.requires_grad()) {
+      float* gb = bb.grad_buf().data();
+      for (size_t i = 0; i < n; ++i) gb[i] += g[i] * aa.value()[i];
+    }
+  };
+  return finish(std::move(y), {&a, &b}, grad_fn);
 }
 
 namespace {
@@ -246,28 +237,24 @@ Var unary(const Var& x, F f, DF df) {
   float* Y = y.data();
   size_t n = x.size();
   for (size_t i = 0; i < n; ++i) Y[i] = f(X[i]);
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr, df, n]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      const float* X = xx.value().data();
-      const float* Y = rr.value().data();
-      for (size_t i = 0; i < n; ++i) gx[i] += g[i] * df(X[i], Y[i]);
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, df, n](const Tensor& g, const Tensor& res) mutable {
+    float* gx = xx.grad_buf().data();
+    const float* X = xx.value().data();
+    const float* Y = res.data();
+    for (size_t i = 0; i < n; ++i) gx[i] += g[i] * df(X[i], Y[i]);
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 }  // namespace
 
 Var scale(const Var& a, float s) {
-  return unary(a, [s](float x) { return x * s; }, [s](float, float) { return s; });
+  return unary(
+      a, [s](float x) { return x * s; }, [s](float, float) { return s; });
 }
 
 Var add_scalar(const Var& a, float s) {
-  return unary(a, [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
+  return unary(
+      a, [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
 }
 
 Var gelu(const Var& x) {
@@ -279,21 +266,15 @@ Var gelu(const Var& x) {
     size_t b = c * kBlock, e = std::min(n, b + kBlock);
     kernels::gelu(X + b, y.data() + b, e - b);
   });
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr, n]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      const float* X = xx.value().data();
-      parallel_for(fixed_blocks(n), [&](size_t c) {
-        size_t b = c * kBlock, e = std::min(n, b + kBlock);
-        kernels::gelu_grad(X + b, g.data() + b, gx + b, e - b);
-      });
+  auto grad_fn = [xx = x, n](const Tensor& g, const Tensor&) mutable {
+    float* gx = xx.grad_buf().data();
+    const float* X = xx.value().data();
+    parallel_for(fixed_blocks(n), [&](size_t c) {
+      size_t b = c * kBlock, e = std::min(n, b + kBlock);
+      kernels::gelu_grad(X + b, g.data() + b, gx + b, e - b);
     });
-  }
-  return r;
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 
 Var sigmoid(const Var& x) {
@@ -326,17 +307,12 @@ Var dropout(const Var& x, float p, Rng& rng) {
 Var sum(const Var& x) {
   double s = 0;
   for (size_t i = 0; i < x.size(); ++i) s += x.value()[i];
-  Var r = make_result(Tensor::scalar(static_cast<float>(s)), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr]() mutable {
-      if (!rr.grad().defined()) return;
-      float g = rr.grad()[0];
-      float* gx = xx.grad_buf().data();
-      for (size_t i = 0; i < xx.size(); ++i) gx[i] += g;
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x](const Tensor& g, const Tensor&) mutable {
+    float g0 = g[0];
+    float* gx = xx.grad_buf().data();
+    for (size_t i = 0; i < xx.size(); ++i) gx[i] += g0;
+  };
+  return finish(Tensor::scalar(static_cast<float>(s)), {&x}, grad_fn);
 }
 
 Var mean(const Var& x) { return scale(sum(x), 1.0f / static_cast<float>(x.size())); }
@@ -347,23 +323,17 @@ Var softmax(const Var& x) {
   parallel_chunks(rows, 64, [&](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) kernels::softmax_row(y.data() + i * d, d, nullptr);
   });
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr, d, rows]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      const float* Y = rr.value().data();
-      for (size_t i = 0; i < rows; ++i) {
-        double dot = 0;
-        for (size_t j = 0; j < d; ++j) dot += static_cast<double>(g[i * d + j]) * Y[i * d + j];
-        for (size_t j = 0; j < d; ++j)
-          gx[i * d + j] += Y[i * d + j] * (g[i * d + j] - static_cast<float>(dot));
-      }
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, d, rows](const Tensor& g, const Tensor& res) mutable {
+    float* gx = xx.grad_buf().data();
+    const float* Y = res.data();
+    for (size_t i = 0; i < rows; ++i) {
+      double dot = 0;
+      for (size_t j = 0; j < d; ++j) dot += static_cast<double>(g[i * d + j]) * Y[i * d + j];
+      for (size_t j = 0; j < d; ++j)
+        gx[i * d + j] += Y[i * d + j] * (g[i * d + j] - static_cast<float>(dot));
+    }
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float eps) {
@@ -390,52 +360,47 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float eps) {
       for (size_t j = 0; j < d; ++j) yi[j] = (xi[j] - mu) * rs * G[j] + Bt[j];
     }
   });
-  Var r = make_result(std::move(y), {&x, &gamma, &beta});
-  if (r.requires_grad()) {
-    Var xx = x, gg = gamma, bb = beta, rr = r;
-    record([xx, gg, bb, rr, stats, d, rows]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      const float* X = xx.value().data();
-      const float* G = gg.value().data();
-      if (xx.requires_grad()) {
-        float* gx = xx.grad_buf().data();
-        parallel_chunks(rows, 256, [&](size_t b, size_t e) {
-          for (size_t i = b; i < e; ++i) {
-            float mu = stats[i * 2], rs = stats[i * 2 + 1];
-            const float* xi = X + i * d;
-            const float* gi = g.data() + i * d;
-            float s1 = 0, s2 = 0;
-            for (size_t j = 0; j < d; ++j) {
-              float xh = (xi[j] - mu) * rs;
-              float gy = gi[j] * G[j];
-              s1 += gy;
-              s2 += gy * xh;
-            }
-            s1 /= d;
-            s2 /= d;
-            for (size_t j = 0; j < d; ++j) {
-              float xh = (xi[j] - mu) * rs;
-              gx[i * d + j] += rs * (gi[j] * G[j] - s1 - xh * s2);
-            }
-          }
-        });
-      }
-      if (gg.requires_grad() || bb.requires_grad()) {
-        float* ggam = gg.requires_grad() ? gg.grad_buf().data() : nullptr;
-        float* gbet = bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-        for (size_t i = 0; i < rows; ++i) {
+  auto grad_fn = [xx = x, gg = gamma, bb = beta, stats, d, rows](const Tensor& g,
+                                                                 const Tensor&) mutable {
+    const float* X = xx.value().data();
+    const float* G = gg.value().data();
+    if (xx.requires_grad()) {
+      float* gx = xx.grad_buf().data();
+      parallel_chunks(rows, 256, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
           float mu = stats[i * 2], rs = stats[i * 2 + 1];
+          const float* xi = X + i * d;
+          const float* gi = g.data() + i * d;
+          float s1 = 0, s2 = 0;
           for (size_t j = 0; j < d; ++j) {
-            float gi = g[i * d + j];
-            if (ggam) ggam[j] += gi * (X[i * d + j] - mu) * rs;
-            if (gbet) gbet[j] += gi;
+            float xh = (xi[j] - mu) * rs;
+            float gy = gi[j] * G[j];
+            s1 += gy;
+            s2 += gy * xh;
+          }
+          s1 /= d;
+          s2 /= d;
+          for (size_t j = 0; j < d; ++j) {
+            float xh = (xi[j] - mu) * rs;
+            gx[i * d + j] += rs * (gi[j] * G[j] - s1 - xh * s2);
           }
         }
+      });
+    }
+    if (gg.requires_grad() || bb.requires_grad()) {
+      float* ggam = gg.requires_grad() ? gg.grad_buf().data() : nullptr;
+      float* gbet = bb.requires_grad() ? bb.grad_buf().data() : nullptr;
+      for (size_t i = 0; i < rows; ++i) {
+        float mu = stats[i * 2], rs = stats[i * 2 + 1];
+        for (size_t j = 0; j < d; ++j) {
+          float gi = g[i * d + j];
+          if (ggam) ggam[j] += gi * (X[i * d + j] - mu) * rs;
+          if (gbet) gbet[j] += gi;
+        }
       }
-    });
-  }
-  return r;
+    }
+  };
+  return finish(std::move(y), {&x, &gamma, &beta}, grad_fn);
 }
 
 // ---------------------------------------------------------------------------
@@ -451,21 +416,15 @@ Var embedding(const std::vector<int32_t>& ids, size_t batch, size_t seq, const V
                                    std::to_string(vocab));
     std::memcpy(y.data() + i * d, W + static_cast<size_t>(id) * d, d * sizeof(float));
   }
-  Var r = make_result(std::move(y), {&table});
-  if (r.requires_grad()) {
-    Var tt = table, rr = r;
-    auto idv = std::make_shared<std::vector<int32_t>>(ids);
-    record([tt, rr, idv, d]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gw = tt.grad_buf().data();
-      for (size_t i = 0; i < idv->size(); ++i) {
-        float* row = gw + static_cast<size_t>((*idv)[i]) * d;
-        for (size_t j = 0; j < d; ++j) row[j] += g[i * d + j];
-      }
-    });
-  }
-  return r;
+  auto grad_fn = [tt = table, idv = std::make_shared<std::vector<int32_t>>(ids), d](
+                     const Tensor& g, const Tensor&) mutable {
+    float* gw = tt.grad_buf().data();
+    for (size_t i = 0; i < idv->size(); ++i) {
+      float* row = gw + static_cast<size_t>((*idv)[i]) * d;
+      for (size_t j = 0; j < d; ++j) row[j] += g[i * d + j];
+    }
+  };
+  return finish(std::move(y), {&table}, grad_fn);
 }
 
 Var add_positions(const Var& x, const Var& pos) {
@@ -477,21 +436,15 @@ Var add_positions(const Var& x, const Var& pos) {
   const float* P = pos.value().data();
   for (size_t b = 0; b < B; ++b)
     for (size_t i = 0; i < T * d; ++i) y[b * T * d + i] += P[i];
-  Var r = make_result(std::move(y), {&x, &pos});
-  if (r.requires_grad()) {
-    Var xx = x, pp = pos, rr = r;
-    record([xx, pp, rr, B, T, d]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      if (xx.requires_grad()) xx.grad_buf().add_(g);
-      if (pp.requires_grad()) {
-        float* gp = pp.grad_buf().data();
-        for (size_t b = 0; b < B; ++b)
-          for (size_t i = 0; i < T * d; ++i) gp[i] += g[b * T * d + i];
-      }
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, pp = pos, B, T, d](const Tensor& g, const Tensor&) mutable {
+    if (xx.requires_grad()) xx.grad_buf().add_(g);
+    if (pp.requires_grad()) {
+      float* gp = pp.grad_buf().data();
+      for (size_t b = 0; b < B; ++b)
+        for (size_t i = 0; i < T * d; ++i) gp[i] += g[b * T * d + i];
+    }
+  };
+  return finish(std::move(y), {&x, &pos}, grad_fn);
 }
 
 Var prepend(const Var& x, const Var& v) {
@@ -502,24 +455,18 @@ Var prepend(const Var& x, const Var& v) {
     std::memcpy(y.data() + b * (T + 1) * d, v.value().data(), d * 4);
     std::memcpy(y.data() + b * (T + 1) * d + d, x.value().data() + b * T * d, T * d * 4);
   }
-  Var r = make_result(std::move(y), {&x, &v});
-  if (r.requires_grad()) {
-    Var xx = x, vv = v, rr = r;
-    record([xx, vv, rr, B, T, d]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      for (size_t b = 0; b < B; ++b) {
-        const float* gb = g.data() + b * (T + 1) * d;
-        if (vv.requires_grad())
-          for (size_t j = 0; j < d; ++j) vv.grad_buf()[j] += gb[j];
-        if (xx.requires_grad()) {
-          float* gx = xx.grad_buf().data() + b * T * d;
-          for (size_t i = 0; i < T * d; ++i) gx[i] += gb[d + i];
-        }
+  auto grad_fn = [xx = x, vv = v, B, T, d](const Tensor& g, const Tensor&) mutable {
+    for (size_t b = 0; b < B; ++b) {
+      const float* gb = g.data() + b * (T + 1) * d;
+      if (vv.requires_grad())
+        for (size_t j = 0; j < d; ++j) vv.grad_buf()[j] += gb[j];
+      if (xx.requires_grad()) {
+        float* gx = xx.grad_buf().data() + b * T * d;
+        for (size_t i = 0; i < T * d; ++i) gx[i] += gb[d + i];
       }
-    });
-  }
-  return r;
+    }
+  };
+  return finish(std::move(y), {&x, &v}, grad_fn);
 }
 
 Var masked_mean_pool(const Var& x, const std::vector<uint8_t>& mask) {
@@ -538,22 +485,16 @@ Var masked_mean_pool(const Var& x, const std::vector<uint8_t>& mask) {
     inv[b] = cnt ? 1.0f / cnt : 0.0f;
     for (size_t j = 0; j < d; ++j) y[b * d + j] *= inv[b];
   }
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    auto m = std::make_shared<std::vector<uint8_t>>(mask);
-    record([xx, rr, m, inv, B, T, d]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      for (size_t b = 0; b < B; ++b)
-        for (size_t t = 0; t < T; ++t) {
-          if (!m->empty() && !(*m)[b * T + t]) continue;
-          for (size_t j = 0; j < d; ++j) gx[(b * T + t) * d + j] += g[b * d + j] * inv[b];
-        }
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, m = std::make_shared<std::vector<uint8_t>>(mask), inv, B, T, d](
+                     const Tensor& g, const Tensor&) mutable {
+    float* gx = xx.grad_buf().data();
+    for (size_t b = 0; b < B; ++b)
+      for (size_t t = 0; t < T; ++t) {
+        if (!m->empty() && !(*m)[b * T + t]) continue;
+        for (size_t j = 0; j < d; ++j) gx[(b * T + t) * d + j] += g[b * d + j] * inv[b];
+      }
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 
 Var select_position(const Var& x, size_t t) {
@@ -562,18 +503,12 @@ Var select_position(const Var& x, size_t t) {
   Tensor y = Tensor::empty({B, d});
   for (size_t b = 0; b < B; ++b)
     std::memcpy(y.data() + b * d, x.value().data() + (b * T + t) * d, d * 4);
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr, B, T, d, t]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      for (size_t b = 0; b < B; ++b)
-        for (size_t j = 0; j < d; ++j) gx[(b * T + t) * d + j] += g[b * d + j];
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, B, T, d, t](const Tensor& g, const Tensor&) mutable {
+    float* gx = xx.grad_buf().data();
+    for (size_t b = 0; b < B; ++b)
+      for (size_t j = 0; j < d; ++j) gx[(b * T + t) * d + j] += g[b * d + j];
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 
 Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t stride) {
@@ -598,60 +533,49 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
       }
     }
   });
-  Var r = make_result(std::move(y), {&x, &w, bias});
-  if (r.requires_grad()) {
-    Var xx = x, ww = w, bb = bias ? *bias : Var(), rr = r;
-    record([xx, ww, bb, rr, B, T, C, K, To, stride]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      const float* X = xx.value().data();
-      const float* W = ww.value().data();
-      float* gx = xx.requires_grad() ? xx.grad_buf().data() : nullptr;
-      if (gx)
-        parallel_for(B, [&](size_t b) {
-          for (size_t to = 0; to < To; ++to) {
-            const float* gr = g.data() + (b * To + to) * C;
-            for (size_t j = 0; j < K; ++j) {
-              long ti =
-                  static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
-              if (ti < 0 || ti >= static_cast<long>(T)) continue;
-              float* gxr = gx + (b * T + ti) * C;
-              for (size_t c = 0; c < C; ++c) gxr[c] += W[c * K + j] * gr[c];
-            }
-          }
-        });
-      float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
-      float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-      for (size_t b = 0; b < B; ++b)
+  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), B, T, C, K, To, stride](
+                     const Tensor& g, const Tensor&) mutable {
+    const float* X = xx.value().data();
+    const float* W = ww.value().data();
+    float* gx = xx.requires_grad() ? xx.grad_buf().data() : nullptr;
+    if (gx)
+      parallel_for(B, [&](size_t b) {
         for (size_t to = 0; to < To; ++to) {
           const float* gr = g.data() + (b * To + to) * C;
-          if (gb)
-            for (size_t c = 0; c < C; ++c) gb[c] += gr[c];
-          if (!gw) continue;
           for (size_t j = 0; j < K; ++j) {
             long ti =
                 static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
             if (ti < 0 || ti >= static_cast<long>(T)) continue;
-            const float* xr = X + (b * T + ti) * C;
-            for (size_t c = 0; c < C; ++c) gw[c * K + j] += gr[c] * xr[c];
+            float* gxr = gx + (b * T + ti) * C;
+            for (size_t c = 0; c < C; ++c) gxr[c] += W[c * K + j] * gr[c];
           }
         }
-    });
-  }
-  return r;
+      });
+    float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
+    float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
+    for (size_t b = 0; b < B; ++b)
+      for (size_t to = 0; to < To; ++to) {
+        const float* gr = g.data() + (b * To + to) * C;
+        if (gb)
+          for (size_t c = 0; c < C; ++c) gb[c] += gr[c];
+        if (!gw) continue;
+        for (size_t j = 0; j < K; ++j) {
+          long ti =
+              static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
+          if (ti < 0 || ti >= static_cast<long>(T)) continue;
+          const float* xr = X + (b * T + ti) * C;
+          for (size_t c = 0; c < C; ++c) gw[c * K + j] += gr[c] * xr[c];
+        }
+      }
+  };
+  return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }
 
 // ---------------------------------------------------------------------------
 Var reshape(const Var& x, Shape shape) {
   Tensor y = x.value().reshaped(std::move(shape));
-  Var r = make_result(y, {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr]() mutable {
-      if (rr.grad().defined()) xx.grad_buf().add_(rr.grad());
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x](const Tensor& g, const Tensor&) mutable { xx.grad_buf().add_(g); };
+  return finish(y, {&x}, grad_fn);
 }
 
 Var transpose_last2(const Var& x) {
@@ -665,19 +589,13 @@ Var transpose_last2(const Var& x) {
   for (size_t b = 0; b < batch; ++b)
     for (size_t i = 0; i < m; ++i)
       for (size_t j = 0; j < n; ++j) y[b * m * n + j * m + i] = X[b * m * n + i * n + j];
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr, m, n, batch]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      for (size_t b = 0; b < batch; ++b)
-        for (size_t i = 0; i < m; ++i)
-          for (size_t j = 0; j < n; ++j) gx[b * m * n + i * n + j] += g[b * m * n + j * m + i];
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, m, n, batch](const Tensor& g, const Tensor&) mutable {
+    float* gx = xx.grad_buf().data();
+    for (size_t b = 0; b < batch; ++b)
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) gx[b * m * n + i * n + j] += g[b * m * n + j * m + i];
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 
 Var slice_last(const Var& x, size_t begin, size_t end) {
@@ -689,18 +607,12 @@ Var slice_last(const Var& x, size_t begin, size_t end) {
   Tensor y = Tensor::empty(os);
   for (size_t i = 0; i < rows; ++i)
     std::memcpy(y.data() + i * w, x.value().data() + i * d + begin, w * 4);
-  Var r = make_result(std::move(y), {&x});
-  if (r.requires_grad()) {
-    Var xx = x, rr = r;
-    record([xx, rr, rows, d, w, begin]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      float* gx = xx.grad_buf().data();
-      for (size_t i = 0; i < rows; ++i)
-        for (size_t j = 0; j < w; ++j) gx[i * d + begin + j] += g[i * w + j];
-    });
-  }
-  return r;
+  auto grad_fn = [xx = x, rows, d, w, begin](const Tensor& g, const Tensor&) mutable {
+    float* gx = xx.grad_buf().data();
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < w; ++j) gx[i * d + begin + j] += g[i * w + j];
+  };
+  return finish(std::move(y), {&x}, grad_fn);
 }
 
 Var concat_last(const std::vector<Var>& xs) {
@@ -723,26 +635,20 @@ Var concat_last(const std::vector<Var>& xs) {
   }
   bool req = false;
   for (auto& x : xs) req = req || x.requires_grad();
-  Var r(std::move(y), req && grad_enabled());
-  if (r.requires_grad()) {
-    auto ins = std::make_shared<std::vector<Var>>(xs);
-    Var rr = r;
-    record([ins, rr, rows, total]() mutable {
-      const Tensor& g = rr.grad();
-      if (!g.defined()) return;
-      size_t off = 0;
-      for (auto& x : *ins) {
-        size_t w = last_dim(x);
-        if (x.requires_grad()) {
-          float* gx = x.grad_buf().data();
-          for (size_t i = 0; i < rows; ++i)
-            for (size_t j = 0; j < w; ++j) gx[i * w + j] += g[i * total + off + j];
-        }
-        off += w;
+  auto grad_fn = [ins = std::make_shared<std::vector<Var>>(xs), rows, total](
+                     const Tensor& g, const Tensor&) mutable {
+    size_t off = 0;
+    for (auto& x : *ins) {
+      size_t w = last_dim(x);
+      if (x.requires_grad()) {
+        float* gx = x.grad_buf().data();
+        for (size_t i = 0; i < rows; ++i)
+          for (size_t j = 0; j < w; ++j) gx[i * w + j] += g[i * total + off + j];
       }
-    });
-  }
-  return r;
+      off += w;
+    }
+  };
+  return finish(std::move(y), req, grad_fn);
 }
 
 Var sum_all(const std::vector<Var>& xs) {
@@ -754,17 +660,12 @@ Var sum_all(const std::vector<Var>& xs) {
   }
   bool req = false;
   for (auto& x : xs) req = req || x.requires_grad();
-  Var r(std::move(y), req && grad_enabled());
-  if (r.requires_grad()) {
-    auto ins = std::make_shared<std::vector<Var>>(xs);
-    Var rr = r;
-    record([ins, rr]() mutable {
-      if (!rr.grad().defined()) return;
-      for (auto& x : *ins)
-        if (x.requires_grad()) x.grad_buf().add_(rr.grad());
-    });
-  }
-  return r;
+  auto grad_fn = [ins = std::make_shared<std::vector<Var>>(xs)](const Tensor& g,
+                                                                const Tensor&) mutable {
+    for (auto& x : *ins)
+      if (x.requires_grad()) x.grad_buf().add_(g);
+  };
+  return finish(std::move(y), req, grad_fn);
 }
 
 // ---------------------------------------------------------------------------
@@ -777,8 +678,8 @@ Var cross_entropy(const Var& logits, const std::vector<int32_t>& labels) {
     float* row = p.data() + b * C;
     int32_t y = labels[b];
     if (y < 0 || static_cast<size_t>(y) >= C)
-      shape_error("cross_entropy", "label " + std::to_string(y) + " outside [0, " +
-                                       std::to_string(C) + ")");
+      shape_error("cross_entropy",
+                  "label " + std::to_string(y) + " outside [0, " + std::to_string(C) + ")");
     float mx = *std::max_element(row, row + C);
     double s = 0;
     for (size_t c = 0; c < C; ++c) s += std::exp(static_cast<double>(row[c] - mx));
@@ -786,20 +687,15 @@ Var cross_entropy(const Var& logits, const std::vector<int32_t>& labels) {
     loss += lse - row[y];
     for (size_t c = 0; c < C; ++c) row[c] = static_cast<float>(std::exp(row[c] - lse));
   }
-  Var r = make_result(Tensor::scalar(static_cast<float>(loss / B)), {&logits});
-  if (r.requires_grad()) {
-    Var ll = logits, rr = r;
-    auto lab = std::make_shared<std::vector<int32_t>>(labels);
-    record([ll, rr, p, lab, B, C]() mutable {
-      if (!rr.grad().defined()) return;
-      float g = rr.grad()[0] / B;
-      float* gl = ll.grad_buf().data();
-      for (size_t b = 0; b < B; ++b)
-        for (size_t c = 0; c < C; ++c)
-          gl[b * C + c] += g * (p[b * C + c] - (static_cast<int32_t>(c) == (*lab)[b] ? 1.0f : 0.0f));
-    });
-  }
-  return r;
+  auto grad_fn = [ll = logits, p, lab = std::make_shared<std::vector<int32_t>>(labels), B, C](
+                     const Tensor& g, const Tensor&) mutable {
+    float g0 = g[0] / B;
+    float* gl = ll.grad_buf().data();
+    for (size_t b = 0; b < B; ++b)
+      for (size_t c = 0; c < C; ++c)
+        gl[b * C + c] += g0 * (p[b * C + c] - (static_cast<int32_t>(c) == (*lab)[b] ? 1.0f : 0.0f));
+  };
+  return finish(Tensor::scalar(static_cast<float>(loss / B)), {&logits}, grad_fn);
 }
 
 // ---------------------------------------------------------------------------
@@ -858,7 +754,13 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
     shape_error("attention", "q " + shape_str(q.shape()) + " k " + shape_str(k.shape()) + " v " +
                                  shape_str(v.shape()));
   if (mask.key_valid && mask.key_valid->size() != B * T) shape_error("attention", "mask size");
-  AttnGeom g{B, T, dk, dv, std::max<size_t>(1, kernels::attention_block_rows()), scale, mask.causal,
+  AttnGeom g{B,
+             T,
+             dk,
+             dv,
+             std::max<size_t>(1, kernels::attention_block_rows()),
+             scale,
+             mask.causal,
              mask.key_valid ? mask.key_valid->data() : nullptr};
   size_t tiles = (T + g.br - 1) / g.br;
   Tensor out(Shape{B, T, dv}, 0.0f);
@@ -890,57 +792,52 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
     kernels::gemm_acc_nd(r, jmax, dv, 1.0f, S, jmax, V + b * T * dv, dv,
                          out.data() + (b * T + i0) * dv, dv);
   });
-  Var r = make_result(std::move(out), {&q, &k, &v});
-  if (r.requires_grad()) {
-    Var qq = q, kk = k, vv = v, rr = r;
-    // the caller's mask may be gone by the backward pass: keep a copy
-    auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;
-    g.valid = keep ? keep->data() : nullptr;
-    record([qq, kk, vv, rr, lse, g, tiles, keep]() mutable {
-      const Tensor& gr = rr.grad();
-      if (!gr.defined()) return;
-      const size_t B = g.B, T = g.T, dk = g.dk, dv = g.dv;
-      float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
-      float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
-      float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
-      const float* Q = qq.value().data();
-      const float* K = kk.value().data();
-      const float* V = vv.value().data();
-      const float* O = rr.value().data();
-      // One task per sample: its tiles run in order, so dK and dV sum in a fixed order.
-      parallel_for(B, [&](size_t b) {
-        const float* Qb = Q + b * T * dk;
-        const float* Kb = K + b * T * dk;
-        const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
-        float* KTb = scratch(3, dk * T).data();
-        float* VTb = scratch(4, dv * T).data();
-        transpose_into(Kb, T, dk, KTb);
-        transpose_into(V + b * T * dv, T, dv, VTb);
-        for (size_t t = 0; t < tiles; ++t) {
-          size_t i0 = t * g.br, r = std::min(g.br, T - i0);
-          size_t jmax = g.causal ? i0 + r : T;
-          const float* G = gr.data() + (b * T + i0) * dv;
-          float* P = scratch(0, r * jmax).data();
-          float* dS = scratch(1, r * jmax).data();
-          attn_scores(g, Qb, KTb, vb, i0, r, jmax, P);
-          for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
-          if (gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, gv + b * T * dv, dv);
-          if (!gq && !gk) continue;
-          // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
-          kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
-          for (size_t a = 0; a < r; ++a) {
-            float dot = kernels::dot(G + a * dv, O + (b * T + i0 + a) * dv, dv);
-            kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
-          }
-          if (gq)
-            kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, Kb, dk, gq + (b * T + i0) * dk, dk);
-          if (gk)
-            kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, Qb + i0 * dk, dk, gk + b * T * dk, dk);
+  // the caller's mask may be gone by the backward pass: keep a copy
+  auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;
+  g.valid = keep ? keep->data() : nullptr;
+  auto grad_fn = [qq = q, kk = k, vv = v, lse, g, tiles, keep](const Tensor& gr,
+                                                               const Tensor& res) mutable {
+    const size_t B = g.B, T = g.T, dk = g.dk, dv = g.dv;
+    float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
+    float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
+    float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
+    const float* Q = qq.value().data();
+    const float* K = kk.value().data();
+    const float* V = vv.value().data();
+    const float* O = res.data();
+    // One task per sample: its tiles run in order, so dK and dV sum in a fixed order.
+    parallel_for(B, [&](size_t b) {
+      const float* Qb = Q + b * T * dk;
+      const float* Kb = K + b * T * dk;
+      const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
+      float* KTb = scratch(3, dk * T).data();
+      float* VTb = scratch(4, dv * T).data();
+      transpose_into(Kb, T, dk, KTb);
+      transpose_into(V + b * T * dv, T, dv, VTb);
+      for (size_t t = 0; t < tiles; ++t) {
+        size_t i0 = t * g.br, r = std::min(g.br, T - i0);
+        size_t jmax = g.causal ? i0 + r : T;
+        const float* G = gr.data() + (b * T + i0) * dv;
+        float* P = scratch(0, r * jmax).data();
+        float* dS = scratch(1, r * jmax).data();
+        attn_scores(g, Qb, KTb, vb, i0, r, jmax, P);
+        for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
+        if (gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, gv + b * T * dv, dv);
+        if (!gq && !gk) continue;
+        // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+        kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
+        for (size_t a = 0; a < r; ++a) {
+          float dot = kernels::dot(G + a * dv, O + (b * T + i0 + a) * dv, dv);
+          kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
         }
-      });
+        if (gq)
+          kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, Kb, dk, gq + (b * T + i0) * dk, dk);
+        if (gk)
+          kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, Qb + i0 * dk, dk, gk + b * T * dk, dk);
+      }
     });
-  }
-  return r;
+  };
+  return finish(std::move(out), {&q, &k, &v}, grad_fn);
 }
 
 }  // namespace ops
