@@ -190,6 +190,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
 }
 
 int cmd_config(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "usage: growformer config check CONFIG [--set KEY=VALUE]...\n";
+    return 0;
+  }
   if (args.empty() || args[0] != "check")
     throw UsageError("usage: growformer config check CONFIG [--set KEY=VALUE]...");
   po::options_description o("config check options");
@@ -216,6 +220,10 @@ int cmd_data(const std::vector<std::string>& args) {
   std::string usage =
       "growformer data listops-check FILE\n       growformer data stats CONFIG [--set KEY=VALUE]... [--json]";
   if (args.empty()) throw UsageError("usage: " + usage);
+  if (args[0] == "--help" || args[0] == "-h") {
+    std::cout << "usage: " << usage << "\n";
+    return 0;
+  }
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "listops-check") {
     po::options_description o("listops-check options");
@@ -369,7 +377,8 @@ const char* kTopUsage =
     "  bench CONFIG [--steps N] [--torch-ref PATH]\n"
     "  sweep SWEEP.yaml\n"
     "  data listops-check FILE | data stats CONFIG [--json]\n\n"
-    "exit status: 0 success, 2 usage or configuration error, 1 runtime failure\n";
+    "exit status: 0 success, 2 usage, configuration or input-data error, 1 runtime failure,\n"
+    "130 training stopped by Ctrl-C or SIGTERM (with a checkpoint to resume from)\n";
 }
 
 int main(int argc, char** argv) {
@@ -401,23 +410,24 @@ int main(int argc, char** argv) {
       std::vector<std::string> names;
       for (auto& [k, v] : table) names.push_back(k);
       std::string dym = gf::did_you_mean(cmd, names);
-      std::cerr << "growformer: unknown command `" << cmd << "`"
+      std::cerr << "growformer: unknown command `" << gf::printable(cmd) << "`"
                 << (dym.empty() ? "" : "; did you mean `" + dym + "`?") << "\n\n"
                 << kTopUsage;
       return 2;
     }
     return it->second(rest);
   } catch (const gfapp::UsageError& e) {
-    std::cerr << "growformer " << cmd << ": " << e.what() << "\n";
+    std::cerr << "growformer " << gf::printable(cmd) << ": " << gf::printable(e.what()) << "\n";
     return 2;
   } catch (const gf::ConfigError& e) {
-    std::cerr << "growformer " << cmd << ": configuration error: " << e.what() << "\n";
+    std::cerr << "growformer " << gf::printable(cmd) << ": configuration error: "
+              << gf::printable(e.what()) << "\n";
     return 2;
   } catch (const gf::RuntimeError& e) {
-    std::cerr << "growformer " << cmd << ": error: " << e.what() << "\n";
+    std::cerr << "growformer " << gf::printable(cmd) << ": error: " << gf::printable(e.what()) << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "growformer " << cmd << ": error: " << e.what() << "\n";
+    std::cerr << "growformer " << gf::printable(cmd) << ": error: " << gf::printable(e.what()) << "\n";
     return 1;
   }
 }

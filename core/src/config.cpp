@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 namespace gf {
 
@@ -44,6 +46,58 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return "";
 }
 
+std::string printable(const std::string& s, size_t max_line) {
+  std::string out;
+  out.reserve(std::min(s.size(), size_t{1} << 16));
+  size_t line_bytes = 0, skipped = 0;
+  auto flush_skipped = [&]() {
+    if (skipped) out += "... (" + std::to_string(skipped) + " more bytes)";
+    skipped = 0;
+  };
+  auto emit = [&](const std::string& piece, size_t raw) {
+    if (line_bytes >= max_line) {
+      skipped += raw;
+      return;
+    }
+    out += piece;
+    line_bytes += raw;
+  };
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\n') {
+      flush_skipped();
+      out += '\n';
+      line_bytes = 0;
+      ++i;
+      continue;
+    }
+    // length of a valid UTF-8 sequence starting here (0 = invalid)
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len > 1) {
+      if (i + len > s.size()) len = 0;
+      for (size_t k = 1; len && k < len; ++k)
+        if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) len = 0;
+      if (len == 2 && c < 0xC2) len = 0;  // overlong
+    }
+    if (len == 1 && (c >= 0x20 && c != 0x7f)) {
+      emit(std::string(1, static_cast<char>(c)), 1);
+    } else if (len == 1 && c == '\t') {
+      emit("\t", 1);
+    } else if (len > 1) {
+      emit(s.substr(i, len), len);
+      i += len;
+      continue;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      emit(buf, 1);
+    }
+    ++i;
+  }
+  flush_skipped();
+  return out;
+}
+
 namespace {
 
 struct Doc {
@@ -71,20 +125,72 @@ std::string mark_str(const Doc& doc, const YAML::Mark& m) {
   return o.str();
 }
 
-void check_duplicates(const Doc& doc, const YAML::Node& n, const std::string& path) {
+// Aliases make the document a graph: `x: &a [*a]` is a cycle and nine aliases nested nine deep
+// expand to 10^9 nodes. Every walk over a document (here, the unconsumed-key check, dumps) visits
+// aliased nodes once per reference, so the expansion is bounded here, before any of them runs.
+constexpr size_t kMaxConfigDepth = 64;
+constexpr size_t kMaxConfigNodes = 200000;
+
+void check_duplicates(const Doc& doc, const YAML::Node& n, const std::string& path, size_t depth,
+                      size_t& visited) {
+  if (++visited > kMaxConfigNodes)
+    throw ConfigError(mark_str(doc, n.Mark()) + ": the configuration expands to more than " +
+                      std::to_string(kMaxConfigNodes) +
+                      " values (aliases referring to aliases?); write it out without them");
+  if (depth > kMaxConfigDepth)
+    throw ConfigError(mark_str(doc, n.Mark()) + ": `" + path.substr(0, 200) +
+                      "...` is nested more than " + std::to_string(kMaxConfigDepth) +
+                      " levels deep (an alias that refers to itself?)");
   if (n.IsMap()) {
     std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
+      if (!it->first.IsScalar())
+        throw ConfigError(mark_str(doc, it->first.Mark()) + ": a key under `" + path +
+                          "` is a list or mapping; keys must be plain names");
       std::string key = it->first.Scalar();
       if (!seen.insert(key).second)
         throw ConfigError(mark_str(doc, it->first.Mark()) + ": duplicate key `" +
                           join(path, key) + "` (each key may appear once in a mapping)");
-      check_duplicates(doc, it->second, join(path, key));
+      check_duplicates(doc, it->second, join(path, key), depth + 1, visited);
     }
   } else if (n.IsSequence()) {
     size_t i = 0;
     for (auto it = n.begin(); it != n.end(); ++it, ++i)
-      check_duplicates(doc, *it, path + "[" + std::to_string(i) + "]");
+      check_duplicates(doc, *it, path + "[" + std::to_string(i) + "]", depth + 1, visited);
+  }
+}
+
+void check_duplicates(const Doc& doc, const YAML::Node& n) {
+  size_t visited = 0;
+  check_duplicates(doc, n, "", 0, visited);
+}
+
+// yaml-cpp parses nested flow collections recursively: bound the nesting before parsing.
+void check_nesting(const std::string& text, const std::string& file) {
+  size_t depth = 0, line = 1;
+  char quote = 0;
+  bool comment = false;
+  for (char c : text) {
+    if (c == '\n') {
+      ++line;
+      comment = false;
+      if (quote == '\'') quote = 0;  // no multi-line single-quoted scalars in configs
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '"' || c == '\'') quote = c;
+    else if (c == '#') comment = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxConfigDepth)
+        throw ConfigError(file + ":" + std::to_string(line) + ": brackets nested more than " +
+                          std::to_string(kMaxConfigDepth) + " levels deep");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
   }
 }
 
@@ -107,15 +213,24 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   auto doc = std::make_shared<Doc>();
   doc->file = name.empty() ? "<string>" : name;
   doc->base_dir = base_dir;
+  // a UTF-8 byte order mark is not part of the document
+  std::string_view body(text);
+  if (body.rfind("\xEF\xBB\xBF", 0) == 0) body.remove_prefix(3);
+  check_nesting(std::string(body), doc->file);
+  std::vector<YAML::Node> docs;
   try {
-    doc->root = YAML::Load(text);
+    docs = YAML::LoadAll(std::string(body));
   } catch (const YAML::Exception& e) {
     throw ConfigError(mark_str(*doc, e.mark) + ": malformed YAML: " + e.msg);
   }
+  if (docs.size() > 1)
+    throw ConfigError(mark_str(*doc, docs[1].Mark()) + ": a second YAML document (after `---`); a "
+                      "configuration is one document");
+  if (!docs.empty()) doc->root = docs[0];
   if (!doc->root.IsDefined() || doc->root.IsNull()) doc->root = YAML::Node(YAML::NodeType::Map);
   if (!doc->root.IsMap())
     throw ConfigError(doc->file + ": the top level must be a mapping of keys");
-  check_duplicates(*doc, doc->root, "");
+  check_duplicates(*doc, doc->root);
   auto impl = std::make_shared<Impl>();
   impl->doc = doc;
   impl->node = doc->root;
@@ -127,6 +242,13 @@ ConfigNode ConfigNode::load_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) throw ConfigError(path + ": no such configuration file");
+  if (fs::is_directory(path, ec))
+    throw ConfigError(path + ": is a directory, expected a YAML configuration file");
+  constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
+  std::uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxConfigBytes)
+    throw ConfigError(path + ": " + std::to_string(size) + " bytes is too large for a "
+                      "configuration file (at most 16 MiB)");
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot read the configuration file");
   std::stringstream ss;
@@ -142,11 +264,13 @@ void ConfigNode::apply_override(const std::string& assignment) {
     throw ConfigError("--set " + assignment + ": expected KEY=VALUE (e.g. train.steps=100)");
   std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   YAML::Node parsed;
+  check_nesting(value, "--set " + key);
   try {
     parsed = YAML::Load(value);
   } catch (const YAML::Exception& e) {
     throw ConfigError("--set " + assignment + ": malformed value: " + e.msg);
   }
+  check_duplicates(*impl_->doc, parsed);
   std::vector<std::string> parts;
   std::stringstream ss(key);
   std::string part;
@@ -264,7 +388,7 @@ void ConfigNode::fail(const std::string& msg) const {
 }
 
 std::string ConfigNode::as_string() const {
-  if (!valid()) fail("missing value");
+  if (!valid() || impl_->node.IsNull()) fail("missing value");
   if (!impl_->node.IsScalar()) fail("expected a single value, found a " +
                                     std::string(impl_->node.IsMap() ? "mapping" : "list"));
   mark_consumed();

@@ -238,12 +238,17 @@ std::pair<size_t, size_t> gff_gene_region(const std::string& path, const std::st
       names.push_back(value);
       if (value == gene) {
         size_t start = 0, end = 0;
-        try {
-          start = std::stoul(f[3]);
-          end = std::stoul(f[4]);
-        } catch (const std::exception&) {
-          data_error(path, in.line_number(), "gene `" + gene + "` has non-numeric start/end");
-        }
+        // plain decimal positions only: stoul would read "-1" as 2^64 - 1
+        auto position = [&](const std::string& t, size_t& out) {
+          if (t.empty() || t.size() > 15 ||
+              t.find_first_not_of("0123456789") != std::string::npos)
+            data_error(path, in.line_number(),
+                       "gene `" + gene + "`: start/end `" + t.substr(0, 20) +
+                           "` is not a position (a number from 1)");
+          out = std::stoul(t);
+        };
+        position(f[3], start);
+        position(f[4], end);
         if (start < 1 || end < start) {
           data_error(path, in.line_number(), "gene `" + gene + "` has an empty range");
         }
@@ -321,7 +326,7 @@ OptionSpecs KmerTokenizer::options() {
   return {
       make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
       make_option("stride", OptType::Int, "1", "step between k-mer starts (stride k = non-overlapping)",
-                  1),
+                  1, 1e9),
       make_option("ambiguous", OptType::String, "token",
                   "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
                   "random compatible base)",

@@ -1,6 +1,7 @@
 #include "growformer/trainer_state.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "growformer/errors.hpp"
@@ -76,6 +77,17 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
   } catch (const std::exception& e) {
     throw RuntimeError(where + ": corrupt trainer state in checkpoint: " + e.what());
   }
+  // values a damaged or edited checkpoint could carry: refused, never trained on
+  auto bad = [&](const std::string& what) {
+    throw RuntimeError(where + ": invalid checkpoint: trainer " + what);
+  };
+  if (step < 0) bad("step " + std::to_string(step) + " is negative");
+  if (best_step < -1 || best_step > step)
+    bad("best_step " + std::to_string(best_step) + " is not in [-1, " + std::to_string(step) + "]");
+  for (double v : {best_val, window.loss, window.correct, window.count, window.tokens})
+    if (!std::isfinite(v)) bad("state holds a non-finite number");
+  if (window.count < 0 || window.correct < 0 || window.correct > window.count)
+    bad("window counts are inconsistent");
 }
 
 // ---------------------------------------------------------------------------
@@ -120,6 +132,10 @@ void restore_model(const Checkpoint& ck, const std::string& path, Model& model) 
     if (t->second.shape() != p.value().shape())
       throw RuntimeError(path + ": parameter `" + n + "` has shape " + shape_str(t->second.shape()) +
                          " in the checkpoint but " + shape_str(p.value().shape()) + " in the model");
+    for (size_t i = 0; i < t->second.size(); ++i)
+      if (!std::isfinite(t->second[i]))
+        throw RuntimeError(path + ": parameter `" + n + "` holds a non-finite value (" +
+                           std::to_string(t->second[i]) + " at element " + std::to_string(i) + ")");
     Var v = p;
     std::copy(t->second.data(), t->second.data() + t->second.size(), v.value().data());
   }
@@ -150,7 +166,16 @@ long restore_training(const Checkpoint& ck, const std::string& path, const Train
     throw RuntimeError(path + ": corrupt trainer state in checkpoint: " + e.what());
   }
   p.state->from_json(entry("trainer"), path);
-  p.optimizer->load_state(ot, os);
+  ConfigNode steps_node = p.config->child("train").child("steps");
+  long steps = steps_node.is_scalar() ? steps_node.as_int() : p.state->step;
+  if (p.state->step > steps)
+    throw RuntimeError(path + ": invalid checkpoint: trainer step " + std::to_string(p.state->step) +
+                       " is beyond the run's " + std::to_string(steps) + " steps");
+  try {
+    p.optimizer->load_state(ot, os, p.model->named_parameters());
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(path + ": invalid checkpoint: " + e.what());
+  }
   auto policy_state = [&](const char* key) {
     auto it = ck.metadata.find(key);
     return it == ck.metadata.end() ? std::string() : it->second;

@@ -62,6 +62,13 @@ Idx read_idx(const std::string& path, uint8_t want_ndim) {
     const uint8_t* p = b.data() + 4 + 4 * i;
     uint32_t d = (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
     idx.dims.push_back(d);
+    // checked product: dimensions whose product exceeds the file can never match it
+    if (d != 0 && total > (b.size() - header) / d) {
+      gf::data_error(path, 0,
+                     "IDX size mismatch: the header promises more data than the file holds (dimension " +
+                         std::to_string(i + 1) + " is " + std::to_string(d) + ", the file has " +
+                         std::to_string(b.size() - header) + " data bytes; truncated or corrupt)");
+    }
     total *= d;
   }
   if (b.size() != header + total) {

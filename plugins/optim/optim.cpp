@@ -16,6 +16,22 @@ bool decays(const std::string& filter, const std::string& name, const Var& p) {
   return p.shape().size() >= 2;  // "matrices": weights, not biases/norms/vectors
 }
 
+// A saved state tensor must belong to a parameter of the model, with its shape, and be finite.
+void check_state_tensor(const char* opt, const std::string& key, const Tensor& t,
+                        const NamedParams& params, const std::string& param) {
+  const Var* p = nullptr;
+  for (const auto& [n, v] : params)
+    if (n == param) p = &v;
+  if (!p)
+    throw RuntimeError(std::string(opt) + " state `" + key + "` names no parameter of the model");
+  if (t.shape() != p->value().shape())
+    throw RuntimeError(std::string(opt) + " state `" + key + "` has shape " + shape_str(t.shape()) +
+                       " but parameter `" + param + "` has shape " + shape_str(p->value().shape()));
+  for (size_t i = 0; i < t.size(); ++i)
+    if (!std::isfinite(t[i]))
+      throw RuntimeError(std::string(opt) + " state `" + key + "` holds a non-finite value");
+}
+
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const Options& o)
@@ -55,11 +71,17 @@ class Sgd : public Optimizer {
     return out;
   }
   std::map<std::string, double> state_scalars() const override { return {}; }
-  void load_state(const std::map<std::string, Tensor>& t,
-                  const std::map<std::string, double>&) override {
+  void load_state(const std::map<std::string, Tensor>& t, const std::map<std::string, double>&,
+                  const NamedParams& params) override {
     buf_.clear();
-    for (const auto& [k, v] : t)
-      if (k.rfind("momentum.", 0) == 0) buf_[k.substr(9)] = v.clone();
+    std::map<std::string, Tensor> loaded;
+    for (const auto& [k, v] : t) {
+      if (k.rfind("momentum.", 0) != 0)
+        throw RuntimeError("sgd state: unknown entry `" + k + "` in the checkpoint");
+      check_state_tensor("sgd", k, v, params, k.substr(9));
+      loaded[k.substr(9)] = v.clone();
+    }
+    buf_ = std::move(loaded);
   }
 
  private:
@@ -121,17 +143,32 @@ class AdamW : public Optimizer {
     for (const auto& [n, s] : st_) out["t." + n] = static_cast<double>(s.t);
     return out;
   }
-  void load_state(const std::map<std::string, Tensor>& t,
-                  const std::map<std::string, double>& sc) override {
+  void load_state(const std::map<std::string, Tensor>& t, const std::map<std::string, double>& sc,
+                  const NamedParams& params) override {
     st_.clear();
+    std::map<std::string, State> loaded;
     for (const auto& [k, v] : sc) {
-      if (k.rfind("t.", 0) != 0) continue;
+      if (k.rfind("t.", 0) != 0)
+        throw RuntimeError("adamw state: unknown scalar `" + k + "` in the checkpoint");
       std::string n = k.substr(2);
       auto m = t.find("m." + n), vv = t.find("v." + n);
       if (m == t.end() || vv == t.end())
         throw RuntimeError("adamw state for `" + n + "` is incomplete in the checkpoint");
-      st_[n] = State{m->second.clone(), vv->second.clone(), static_cast<long>(v)};
+      if (!(v >= 1 && v <= 1e15) || std::floor(v) != v)
+        throw RuntimeError("adamw state for `" + n + "`: step count " + std::to_string(v) +
+                           " is not a positive integer");
+      check_state_tensor("adamw", m->first, m->second, params, n);
+      check_state_tensor("adamw", vv->first, vv->second, params, n);
+      for (size_t i = 0; i < vv->second.size(); ++i)
+        if (vv->second[i] < 0)
+          throw RuntimeError("adamw state `" + vv->first + "` has a negative second moment");
+      loaded[n] = State{m->second.clone(), vv->second.clone(), static_cast<long>(v)};
     }
+    for (const auto& [k, v] : t) {
+      bool known = (k.rfind("m.", 0) == 0 || k.rfind("v.", 0) == 0) && loaded.count(k.substr(2));
+      if (!known) throw RuntimeError("adamw state: unexpected entry `" + k + "` in the checkpoint");
+    }
+    st_ = std::move(loaded);
   }
 
  private:

@@ -20,6 +20,10 @@ namespace gf {
 /// Closest candidate by edit distance, or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
+/// `s` made safe to print in a message: control bytes and invalid UTF-8 as \xNN (newlines and
+/// tabs kept), and every line longer than `max_line` bytes cut with "... (N more bytes)".
+std::string printable(const std::string& s, size_t max_line = 1000);
+
 /// A node of a loaded configuration document.
 class ConfigNode {
  public:

@@ -11,7 +11,11 @@ namespace gf {
 namespace kernels {
 
 /// exp(x) for x in [-87, 88] to about 2 ulp; branch-free so loops over arrays vectorise.
+/// NaN in gives NaN out (the polynomial runs on 0 so that no NaN reaches an integer conversion).
 inline float fast_exp(float x) {
+  const float in = x;
+  const bool nan = !(x == x);
+  x = nan ? 0.0f : x;
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   float fx = x * 1.44269504088896341f + 0.5f;
   float n = static_cast<float>(static_cast<int32_t>(fx) - (fx < 0.0f ? 1 : 0));
@@ -28,7 +32,7 @@ inline float fast_exp(float x) {
   int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  return nan ? in : y * scale;
 }
 
 /// In-place softmax of one row of length n; entries with valid[j] == 0 get 0.

@@ -20,8 +20,12 @@ class Optimizer {
   /// Named state tensors ("m.<param>", ...) and scalar state for checkpoints.
   virtual std::map<std::string, Tensor> state_tensors() const = 0;
   virtual std::map<std::string, double> state_scalars() const = 0;
+  /// Restores state saved by state_tensors/state_scalars for the model's `params`. Throws
+  /// RuntimeError when a state entry names no parameter, has another shape than its parameter,
+  /// holds a non-finite value, or is incomplete; the optimizer is left empty then.
   virtual void load_state(const std::map<std::string, Tensor>& tensors,
-                          const std::map<std::string, double>& scalars) = 0;
+                          const std::map<std::string, double>& scalars,
+                          const NamedParams& params) = 0;
 };
 
 /// Scales every gradient so that their global norm is at most MAX_NORM (0 = off); returns

@@ -1,6 +1,8 @@
 // The registry of components by kind and name, and the plugin loader.
 #pragma once
 
+#include <cstdint>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -75,6 +77,10 @@ class Registry {
   /// Loads one library; throws RuntimeError (load failure, ABI or fingerprint
   /// mismatch, missing entry point, duplicate component, throwing callback).
   void load_library(const std::string& path);
+  /// Checks that `bytes` is a shared library this process can map (ELF class, byte order,
+  /// machine and type; program and section headers and every segment inside the file) and that
+  /// it defines the plugin entry point as a function. Empty when it is, else the reason.
+  static std::string check_library_image(const uint8_t* bytes, size_t size);
   /// Loads every library in the given directories (first occurrence of a file name wins);
   /// failures are kept in failures() and reported when a component is not found.
   void load_directories(const std::vector<std::string>& dirs);

@@ -1,0 +1,452 @@
+// Bad input and faults: crafted checkpoints, IDX files, YAML aliases, plugin files, a full
+// disk, and the command line's answers to them. Every fixture is generated here.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "growformer/checkpoint.hpp"
+#include "growformer/config.hpp"
+#include "growformer/io.hpp"
+#include "growformer/kernels.hpp"
+#include "growformer/optimizer.hpp"
+#include "growformer/trainer.hpp"
+#include "testing.hpp"
+
+using namespace gf;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using gf_test::TempDir;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+struct Cli {
+  int status;
+  std::string output;
+};
+Cli run_cli(const std::string& args, const std::string& env = "") {
+  TempDir d;
+  std::string out = d.file("out.txt");
+  std::string cmd = env + " " + std::string(GF_BIN) + " " + args + " > " + out + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), ss.str()};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+const char* kTiny = R"(name: tiny
+seed: 3
+threads: 1
+data: {plugin: listops, train_size: 64, val_size: 16, test_size: 16, min_length: 4,
+       max_length: 12, max_depth: 2, max_args: 3}
+model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}
+optimizer: {plugin: adamw, lr: 0.003}
+train: {steps: 6, batch_size: 8, warmup: 1, eval_every: 3, log_every: 3, check_every: 3}
+)";
+
+// a finished tiny run in dir; returns its last checkpoint
+std::string tiny_run(const std::string& dir) {
+  Experiment ex(ConfigNode::load_string(kTiny, "tiny.yaml"), {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.run_dir = dir;
+  f.quiet = true;
+  REQUIRE(ex.train(f) == 0);
+  return dir + "/checkpoints/last.safetensors";
+}
+
+// a checkpoint with its trainer header edited and re-saved (so the checksum is right)
+void edit_and_save(const std::string& path, const std::function<void(Checkpoint&)>& edit) {
+  Checkpoint ck = load_checkpoint(path);
+  edit(ck);
+  save_checkpoint(path, ck);
+}
+
+// a raw safetensors file with the given header and data, without a checksum
+std::string raw_checkpoint(const json& header, const std::string& data) {
+  std::string h = header.dump();
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  return s + h + data;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ checkpoints
+
+TEST_CASE("checkpoint: a directory is refused as a checkpoint") {
+  TempDir d;
+  CHECK(has(error_of([&] { load_checkpoint(d.path.string()); }), "a directory"));
+  Cli c = run_cli("eval " + d.path.string());
+  CHECK(c.status == 1);
+  CHECK(has(c.output, "a directory"));
+}
+
+TEST_CASE("checkpoint: a flipped bit anywhere is caught by the checksum") {
+  TempDir d;
+  std::string ck = tiny_run(d.file("run"));
+  std::string bytes = read_text(ck);
+  for (size_t at : {bytes.size() - 5, bytes.size() / 2}) {
+    std::string b = bytes;
+    b[at] = static_cast<char>(b[at] ^ 0x10);
+    write_text(d.file("flip.safetensors"), b);
+    CHECK(has(error_of([&] { load_checkpoint(d.file("flip.safetensors")); }), "checksum mismatch"));
+  }
+  // an edited header (a digit of the step changed) is caught too
+  size_t p = bytes.find("\\\"step\\\":");
+  REQUIRE(p != std::string::npos);
+  std::string b = bytes;
+  b[p + 9] = b[p + 9] == '1' ? '2' : '1';
+  write_text(d.file("edit.safetensors"), b);
+  CHECK(has(error_of([&] { load_checkpoint(d.file("edit.safetensors")); }), "checksum"));
+  // no checksum at all
+  write_text(d.file("none.safetensors"),
+             raw_checkpoint({{"__metadata__", json::object()}}, ""));
+  CHECK(has(error_of([&] { load_checkpoint(d.file("none.safetensors")); }), "no checksum"));
+}
+
+TEST_CASE("checkpoint: shapes whose element count overflows, gaps and trailing bytes") {
+  TempDir d;
+  auto with_sum = [&](json header, const std::string& data) {
+    // put a correct checksum in, so that only the structural checks can refuse it
+    header["__metadata__"] = {{"checksum", "crc32:00000000"}};
+    std::string raw = raw_checkpoint(header, data);
+    std::string path = d.file("x.safetensors");
+    write_text(path, raw);
+    std::string e = error_of([&] { load_checkpoint(path); });
+    REQUIRE(has(e, "checksum mismatch"));
+    // recompute as the loader does: CRC-32 of the header without the entry, then the data
+    // the loader names the content's checksum in its message
+    size_t at = e.find("content crc32:");
+    REQUIRE(at != std::string::npos);
+    uint32_t crc = static_cast<uint32_t>(std::stoul(e.substr(at + 14, 8), nullptr, 16));
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "crc32:%08x", crc);
+    header["__metadata__"]["checksum"] = buf;
+    write_text(path, raw_checkpoint(header, data));
+    return error_of([&] { load_checkpoint(path); });
+  };
+  // [2^62, 4] floats with no data: the element count wraps to 0
+  json big = {{"w", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}};
+  CHECK(has(with_sum(big, ""), "more elements than the file"));
+  json neg = {{"w", {{"dtype", "F32"}, {"shape", {-1, 4}}, {"data_offsets", {0, 16}}}}};
+  CHECK(has(with_sum(neg, std::string(16, '\0')), "not a size"));
+  json gap = {{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {4, 8}}}}};
+  CHECK(has(with_sum(gap, std::string(8, '\0')), "gap"));
+  json trailing = {{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}};
+  CHECK(has(with_sum(trailing, std::string(12, '\0')), "after the last tensor"));
+  json ok = {{"w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}};
+  CHECK(with_sum(ok, std::string(8, '\0')) == "(no error)");
+}
+
+TEST_CASE("checkpoint: NaN weights, a negative step and short optimizer state are refused") {
+  TempDir d;
+  std::string ck = tiny_run(d.file("run"));
+  std::string name = "model.layers.0.mlp.fc1.w";
+  REQUIRE(load_checkpoint(ck).tensors.count(name));
+
+  fs::copy_file(ck, d.file("nan.safetensors"));
+  edit_and_save(d.file("nan.safetensors"), [&](Checkpoint& c) { c.tensors[name][3] = NAN; });
+  Cli e = run_cli("eval " + d.file("nan.safetensors"));
+  CHECK(e.status == 1);
+  CHECK(has(e.output, "non-finite"));
+
+  for (auto [trainer_edit, message] : std::vector<std::pair<std::function<void(json&)>, std::string>>{
+           {[](json& t) { t["step"] = -100; }, "trainer step -100"},
+           {[](json& t) { t["best_step"] = 99; }, "best_step 99"},
+           {[](json& t) { t["rng"] = json::array(); }, "corrupt trainer state"}}) {
+    std::string run = d.file("run_t");
+    fs::remove_all(run);
+    fs::copy(d.file("run"), run, fs::copy_options::recursive);
+    edit_and_save(run + "/checkpoints/last.safetensors", [&](Checkpoint& c) {
+      json t = json::parse(c.metadata["trainer"]);
+      trainer_edit(t);
+      c.metadata["trainer"] = t.dump();
+    });
+    std::string metrics = read_text(run + "/metrics.jsonl");
+    Cli r = run_cli("resume " + run + " --quiet");
+    CHECK(r.status == 1);
+    CHECK(has(r.output, message));
+    CHECK(read_text(run + "/metrics.jsonl") == metrics);  // nothing dropped
+  }
+
+  // AdamW m and v of shape [1] for a [d, 4d] weight: an out-of-bounds read before the fix
+  std::string run = d.file("run_m");
+  fs::copy(d.file("run"), run, fs::copy_options::recursive);
+  edit_and_save(run + "/checkpoints/last.safetensors", [&](Checkpoint& c) {
+    c.tensors["optim.m." + name.substr(6)] = Tensor({1}, 0.0f);
+    c.tensors["optim.v." + name.substr(6)] = Tensor({1}, 0.0f);
+  });
+  Cli r = run_cli("resume " + run + " --quiet");
+  CHECK(r.status == 1);
+  CHECK(has(r.output, "has shape (1) but parameter"));
+}
+
+TEST_CASE("optimizers: load_state checks every state entry against the parameters") {
+  Registry& reg = gf_test::registry();
+  NamedParams params{{"w", parameter(Tensor({2, 3}, 1.0f))}};
+  auto adamw = reg.create_optimizer(ConfigNode::load_string("plugin: adamw"));
+  CHECK(has(error_of([&] {
+              adamw->load_state({{"m.w", Tensor({1}, 0.f)}, {"v.w", Tensor({1}, 0.f)}}, {{"t.w", 3}},
+                                params);
+            }),
+            "has shape (1) but parameter `w` has shape (2, 3)"));
+  CHECK(has(error_of([&] {
+              adamw->load_state({{"m.q", Tensor({2, 3}, 0.f)}, {"v.q", Tensor({2, 3}, 0.f)}},
+                                {{"t.q", 3}}, params);
+            }),
+            "names no parameter"));
+  CHECK(has(error_of([&] {
+              adamw->load_state({{"m.w", Tensor({2, 3}, 0.f)}, {"v.w", Tensor({2, 3}, 0.f)}},
+                                {{"t.w", -4}}, params);
+            }),
+            "not a positive integer"));
+  adamw->load_state({{"m.w", Tensor({2, 3}, 0.f)}, {"v.w", Tensor({2, 3}, 0.f)}}, {{"t.w", 3}},
+                    params);
+  CHECK(adamw->state_tensors().size() == 2);
+  auto sgd = reg.create_optimizer(ConfigNode::load_string("plugin: sgd"));
+  CHECK(has(error_of([&] { sgd->load_state({{"momentum.w", Tensor({6}, 0.f)}}, {}, params); }),
+            "has shape (6)"));
+}
+
+TEST_CASE("checkpoint: a full disk leaves no temporary and the previous file intact") {
+  TempDir d;
+  std::string path = d.file("c.safetensors");
+  Checkpoint small;
+  small.tensors["w"] = Tensor({4}, 1.0f);
+  save_checkpoint(path, small);
+  std::string before = read_text(path);
+  Checkpoint big;
+  big.tensors["w"] = Tensor({1 << 16}, 2.0f);
+  // a file-size limit makes write() fail with EFBIG, as a full disk fails with ENOSPC
+  struct rlimit old {};
+  getrlimit(RLIMIT_FSIZE, &old);
+  struct rlimit lim = old;
+  lim.rlim_cur = 4096;
+  auto prev = signal(SIGXFSZ, SIG_IGN);
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  std::string e = error_of([&] { save_checkpoint(path, big); });
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, prev);
+  CHECK(has(e, "write failed"));
+  CHECK(has(e, "untouched"));
+  size_t files = 0;
+  for (auto& ent : fs::directory_iterator(d.path)) files += ent.path() != fs::path(path);
+  CHECK(files == 0);
+  CHECK(read_text(path) == before);
+}
+
+TEST_CASE("checkpoint: concurrent writers use distinct temporary files") {
+  TempDir d;
+  std::string path = d.file("c.safetensors");
+  Checkpoint a;
+  a.tensors["w"] = Tensor({1 << 14}, 1.0f);
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0; i < 20; ++i) save_checkpoint(path, a);
+    _exit(0);
+  }
+  std::string err;
+  for (int i = 0; i < 20; ++i) {
+    try {
+      save_checkpoint(path, a);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(err.empty());
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(load_checkpoint(path).tensors.at("w").size() == (1u << 14));
+}
+
+// ------------------------------------------------------------------ data readers
+
+TEST_CASE("idx: dimensions whose product wraps around are refused") {
+  TempDir d;
+  auto be32 = [](uint32_t v) {
+    return std::string{char(v >> 24), char((v >> 16) & 255), char((v >> 8) & 255), char(v & 255)};
+  };
+  write_file(d.file("img"), be32(0x803) + be32(4) + be32(1u << 31) + be32(1u << 31));
+  write_file(d.file("lab"), be32(0x801) + be32(4) + std::string(4, '\1'));
+  std::string cfg = "plugin: idx_images\ndownsample: 3\ntrain_images: " + d.file("img") +
+                    "\ntrain_labels: " + d.file("lab") + "\ntest_images: " + d.file("img") +
+                    "\ntest_labels: " + d.file("lab") + "\n";
+  std::string e = gf_test::error_of([&] {
+    gf_test::registry().create_dataset(ConfigNode::load_string(cfg), DatasetBuild{1})->load();
+  });
+  CHECK(has(e, "promises more data than the file holds"));
+}
+
+TEST_CASE("gff: a negative or non-numeric position is refused") {
+  TempDir d;
+  write_file(d.file("a.gff"), "chr\tsrc\tgene\t10\t-1\t.\t+\t.\tName=S\n");
+  CHECK(has(gf_test::error_of([&] { gff_gene_region(d.file("a.gff"), "S"); }), "not a position"));
+  write_file(d.file("b.gff"), "chr\tsrc\tgene\t10\t20\t.\t+\t.\tName=S\n");
+  CHECK(gff_gene_region(d.file("b.gff"), "S") == std::pair<size_t, size_t>{10, 20});
+}
+
+TEST_CASE("k-mer stride 1e12 is out of range, not a negative number") {
+  ConfigNode n = ConfigNode::load_string("stride: 1e12");
+  std::string e = gf_test::error_of([&] { Options o(n, KmerTokenizer::options(), "kmers"); });
+  CHECK(has(e, "out of range"));
+  CHECK(!has(e, "-"));
+}
+
+// ------------------------------------------------------------------ YAML
+
+TEST_CASE("yaml: recursive aliases, alias bombs, deep nesting, second documents, BOM") {
+  CHECK(has(gf_test::error_of([] { ConfigNode::load_string("x: &a [*a]\n"); }), "nested more than"));
+  CHECK(has(gf_test::error_of([] { ConfigNode::load_string("x: &a {y: *a}\n"); }),
+            "nested more than"));
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) bomb += std::string(j ? ", " : "") + "*a" + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(has(gf_test::error_of([&] { ConfigNode::load_string(bomb); }), "expands to more than"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  CHECK(has(gf_test::error_of([] { ConfigNode::load_string(std::string(5000, '[')); }),
+            "nested more than"));
+  CHECK(has(gf_test::error_of([] { ConfigNode::load_string("a: 1\n---\nb: 2\n"); }),
+            "second YAML document"));
+  ConfigNode bom = ConfigNode::load_string("\xEF\xBB\xBFseed: 4\n");
+  CHECK(bom.has("seed"));
+  CHECK(has(gf_test::error_of([] {
+              ConfigNode n = ConfigNode::load_string("a: 1\n");
+              n.apply_override("b=&x [*x]");
+            }),
+            "nested more than"));
+}
+
+TEST_CASE("yaml: an empty --set value and a directory as config") {
+  ConfigNode n = ConfigNode::load_string("train: {steps: 3}\n");
+  n.apply_override("train.steps=");
+  std::string e = gf_test::error_of([&] { n.child("train").child("steps").as_int(); });
+  CHECK(has(e, "missing value"));
+  CHECK(!has(e, "list"));
+  TempDir d;
+  CHECK(has(gf_test::error_of([&] { ConfigNode::load_file(d.path.string()); }), "is a directory"));
+  Cli c = run_cli("config check " + d.path.string());
+  CHECK(c.status == 2);
+  CHECK(has(c.output, "is a directory"));
+}
+
+TEST_CASE("cli: a self-referencing alias in a config or checkpoint is a clean error") {
+  TempDir d;
+  write_text(d.file("loop.yaml"), "name: x\nseed: &a [*a]\n");
+  for (const char* cmd : {"config check", "train"}) {
+    Cli c = run_cli(std::string(cmd) + " " + d.file("loop.yaml") +
+                    (std::string(cmd) == "train" ? " --run-dir " + d.file("r") : ""));
+    CHECK(c.status == 2);
+    INFO(c.output);
+    CHECK(has(c.output, "nested more than"));
+  }
+  std::string ck = tiny_run(d.file("run"));
+  edit_and_save(ck, [](Checkpoint& c) { c.metadata["config"] = "name: x\nseed: &a [*a]\n"; });
+  for (const char* cmd : {"eval", "analyze"}) {
+    Cli c = run_cli(std::string(cmd) + " " + ck);
+    CHECK(c.status == 2);
+    CHECK(has(c.output, "nested more than"));
+  }
+}
+
+// ------------------------------------------------------------------ plugins
+
+TEST_CASE("plugins: a truncated library or an entry point that is data never reaches dlopen") {
+  TempDir d;
+  std::string src = std::string(GF_PLUGIN_DIR) + "/libgf_growth_none.so";
+  std::string bytes = read_text(src);
+  write_text(d.file("libgf_truncated.so"), bytes.substr(0, bytes.size() / 3));
+  fs::copy_file(std::string(GF_BROKEN_PLUGIN_DIR) + "/libgf_broken_int_entry.so",
+                d.file("libgf_int_entry.so"));
+  Registry r;
+  std::string e1 = error_of([&] { r.load_library(d.file("libgf_truncated.so")); });
+  CHECK(has(e1, "truncated"));
+  std::string e2 = error_of([&] { r.load_library(d.file("libgf_int_entry.so")); });
+  CHECK(has(e2, "is not a function"));
+  // commands that do not need them still work, and each failure is listed once
+  std::string env = "GROWFORMER_PLUGIN_PATH=" + d.path.string() + ":" + d.path.string();
+  Cli list = run_cli("plugins list --plugin-path " + d.path.string(), env);
+  CHECK(list.status == 0);
+  size_t count = 0;
+  for (size_t p = list.output.find("libgf_truncated.so"); p != std::string::npos;
+       p = list.output.find("libgf_truncated.so", p + 1))
+    ++count;
+  INFO(list.output);
+  CHECK(count == 1);
+  write_text(d.file("tiny.yaml"), kTiny);
+  Cli check = run_cli("config check " + d.file("tiny.yaml"), env);
+  CHECK(check.status == 0);
+  // every ELF header field the check reads, corrupted in turn, is refused without a crash
+  for (size_t at : {4, 5, 16, 18, 32, 40, 54, 56, 58, 60}) {
+    std::string b = bytes;
+    b[at] = static_cast<char>(b[at] ^ 0x7f);
+    CHECK(!Registry::check_library_image(reinterpret_cast<const uint8_t*>(b.data()), b.size())
+               .empty());
+  }
+  CHECK(Registry::check_library_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())
+            .empty());
+}
+
+// ------------------------------------------------------------------ messages, kernels
+
+TEST_CASE("messages: raw bytes are escaped and huge names cut") {
+  CHECK(printable(std::string("a\x01\xff") + "b\n\tc") == "a\\x01\\xffb\n\tc");
+  CHECK(printable("caf\xc3\xa9") == "caf\xc3\xa9");
+  std::string huge = printable(std::string(50 << 20, 'x'));
+  CHECK(huge.size() < 1100);
+  CHECK(has(huge, "more bytes"));
+  TempDir d;
+  Cli c = run_cli("config check " + d.file(std::string("no\x01pe") + std::string(3000, 'y')));
+  CHECK(c.status == 2);
+  CHECK(has(c.output, "no\\x01pe"));
+  CHECK(c.output.size() < 3000);
+}
+
+TEST_CASE("cli: config --help and data --help succeed") {
+  CHECK(run_cli("config --help").status == 0);
+  CHECK(run_cli("data --help").status == 0);
+}
+
+TEST_CASE("fast_exp: NaN gives NaN without an undefined integer conversion") {
+  CHECK(std::isnan(kernels::fast_exp(NAN)));
+  CHECK(std::isnan(kernels::fast_exp(-NAN)));
+  CHECK(kernels::fast_exp(0.0f) == doctest::Approx(1.0f));
+  float row[3] = {0.0f, NAN, 1.0f};
+  kernels::softmax_row(row, 3, nullptr);
+  CHECK(std::isnan(row[0]));
+}
