@@ -213,8 +213,8 @@ struct RecordingOptimizer : gf::Optimizer {
   }
   std::map<std::string, gf::Tensor> state_tensors() const override { return {}; }
   std::map<std::string, double> state_scalars() const override { return {}; }
-  void load_state(const std::map<std::string, gf::Tensor>&,
-                  const std::map<std::string, double>&) override {}
+  void load_state(const std::map<std::string, gf::Tensor>&, const std::map<std::string, double>&,
+                  const gf::NamedParams&) override {}
 };
 
 }  // namespace
