@@ -27,5 +27,7 @@ gf::ConfigNode load_config(const std::string& path, const std::vector<std::strin
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_analyze(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
+int cmd_predict(const std::vector<std::string>& args);
 
 }  // namespace gfapp

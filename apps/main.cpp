@@ -103,38 +103,6 @@ int cmd_resume(const std::vector<std::string>& args) {
   return ex->resume(dir, f);
 }
 
-int cmd_eval(const std::vector<std::string>& args) {
-  po::options_description o("eval options");
-  std::string ck, split = "test";
-  std::vector<std::string> paths;
-  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
-      "split", po::value(&split), "val | test")("json", "print JSON")(
-      "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("checkpoint", 1);
-  bool help;
-  auto vm = parse("growformer eval CHECKPOINT [--split val|test] [--json]", o, p, args, &help);
-  if (help) return 0;
-  if (split != "val" && split != "test") throw UsageError("--split must be val or test");
-  gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  auto ex = gf::experiment_from_checkpoint(loaded, ck, paths);
-  ex->load_weights(loaded, ck);
-  const auto& data = split == "val" ? ex->data().val : ex->data().test;
-  if (data.empty()) throw gf::RuntimeError("the " + split + " split is empty");
-  gf::EvalResult r = ex->evaluate(data, 0);
-  if (vm.count("json")) {
-    std::cout << json({{"checkpoint", ck}, {"split", split}, {"loss", r.loss},
-                       {"accuracy", r.accuracy}, {"examples", r.examples},
-                       {"heads", ex->model().heads_per_block()}})
-                     .dump()
-              << "\n";
-  } else {
-    std::cout << split << ": accuracy " << r.accuracy << ", loss " << r.loss << " on "
-              << r.examples << " examples\n";
-  }
-  return 0;
-}
-
 int cmd_inspect(const std::vector<std::string>& args) {
   po::options_description o("inspect options");
   std::string ck;
@@ -369,7 +337,8 @@ const char* kTopUsage =
     "commands:\n"
     "  train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]\n"
     "  resume RUN_DIR\n"
-    "  eval CHECKPOINT [--split val|test] [--json]\n"
+    "  eval CHECKPOINT [--split val|test|train|all] [--set data.KEY=VALUE]... [--data CONFIG] [--json]\n"
+    "  predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] [--bad-records fail|skip]\n"
     "  plugins [list | describe NAME] [--json]\n"
     "  config check CONFIG [--set KEY=VALUE]...\n"
     "  inspect CHECKPOINT\n"
@@ -403,6 +372,7 @@ int main(int argc, char** argv) {
       {"config", gfapp::cmd_config},   {"data", gfapp::cmd_data},
       {"plugins", gfapp::cmd_plugins}, {"bench", gfapp::cmd_bench},
       {"analyze", gfapp::cmd_analyze}, {"sweep", gfapp::cmd_sweep},
+      {"predict", gfapp::cmd_predict},
   };
   auto it = table.find(cmd);
   try {

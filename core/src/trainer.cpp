@@ -86,7 +86,35 @@ OptionSpecs Experiment::options() {
   };
 }
 
-Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths)
+namespace {
+uint64_t vocab_fingerprint(const std::vector<std::string>& vocab) {
+  std::string all;
+  for (auto& v : vocab) all += v + '\n';
+  return hash_name(all);
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+}  // namespace
+
+std::string Experiment::data_record() const {
+  json tok = data_.tokenizer.empty() ? json(nullptr) : json::parse(data_.tokenizer, nullptr, false);
+  if (tok.is_discarded()) tok = data_.tokenizer;
+  return json({{"plugin", data_plugin_},
+               {"vocab_size", data_.vocab_size},
+               {"vocab_fingerprint", std::to_string(vocab_fingerprint(data_.vocab))},
+               {"pad_id", data_.pad_id},
+               {"num_classes", data_.num_classes},
+               {"class_names", data_.class_names},
+               {"tokenizer", tok}})
+      .dump();
+}
+
+Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
+                       const std::string& data_record)
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
   Options top(cfg_, options(), "the configuration");
   name_ = top.get_string("name");
@@ -111,8 +139,39 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   growth_ = registry_->create_growth(top.get_node("growth"));
   pruning_ = registry_->create_pruning(top.get_node("pruning"));
 
-  auto dataset = registry_->create_dataset(top.get_node("data"), DatasetBuild{seed_});
+  ConfigNode data_node = top.get_node("data");
+  data_plugin_ = data_node.has("plugin") ? data_node.child("plugin").as_string() : "";
+  json saved;
+  DatasetBuild build{seed_, ""};
+  if (!data_record.empty()) {
+    saved = json::parse(data_record, nullptr, false);
+    if (saved.is_discarded() || !saved.is_object())
+      throw RuntimeError("the checkpoint's data record is corrupt");
+    if (saved.value("plugin", "") != data_plugin_)
+      throw ConfigError("data: the checkpoint was trained on dataset `" +
+                        saved.value("plugin", std::string("?")) + "`, not `" + data_plugin_ +
+                        "`: its tokens and classes cannot match");
+    if (saved.contains("tokenizer") && !saved["tokenizer"].is_null())
+      build.tokenizer = saved["tokenizer"].is_string() ? saved["tokenizer"].get<std::string>()
+                                                       : saved["tokenizer"].dump();
+  }
+  auto dataset = registry_->create_dataset(data_node, build);
   data_ = dataset->load();
+  if (!saved.is_null()) {
+    auto names = saved.value("class_names", std::vector<std::string>{});
+    if (saved.value("num_classes", size_t(0)) != data_.num_classes || names != data_.class_names)
+      throw ConfigError("data: the data has " + std::to_string(data_.num_classes) + " classes (" +
+                        join_names(data_.class_names) + ") but the checkpoint was trained on " +
+                        std::to_string(saved.value("num_classes", size_t(0))) + " (" +
+                        join_names(names) + ")");
+    if (saved.value("vocab_size", size_t(0)) != data_.vocab_size ||
+        saved.value("vocab_fingerprint", std::string()) !=
+            std::to_string(vocab_fingerprint(data_.vocab)))
+      throw ConfigError("data: the data's vocabulary (" + std::to_string(data_.vocab_size) +
+                        " tokens) is not the checkpoint's (" +
+                        std::to_string(saved.value("vocab_size", size_t(0))) +
+                        " tokens): tokenizer options differ");
+  }
   if (data_.train.empty()) throw ConfigError("data: the training split is empty");
   if (data_.num_classes < 2)
     throw ConfigError("data: the dataset has " + std::to_string(data_.num_classes) +
@@ -159,7 +218,11 @@ TrainingParts Experiment::parts() {
   return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_};
 }
 
-void Experiment::save(const std::string& path) { save_checkpoint(path, make_training_checkpoint(parts())); }
+void Experiment::save(const std::string& path) {
+  Checkpoint ck = make_training_checkpoint(parts());
+  ck.metadata["data"] = data_record();  // the tokenizer, so eval and predict tokenise as training
+  save_checkpoint(path, ck);
+}
 
 void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
 
@@ -401,7 +464,9 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& ck, con
   // relative data paths resolve against the original config's folder
   ConfigNode cfg = ConfigNode::load_string(it->second, path + " (embedded config)",
                                            dir == ck.metadata.end() ? "" : dir->second);
-  return std::make_unique<Experiment>(cfg, plugin_paths);
+  auto data = ck.metadata.find("data");  // absent in checkpoints written before it was saved
+  return std::make_unique<Experiment>(cfg, plugin_paths,
+                                      data == ck.metadata.end() ? "" : data->second);
 }
 
 }  // namespace gf

@@ -2,6 +2,7 @@
 // metadata TSV that labels each record; k-mer tokens over an optional region,
 // class filters, and a stratified train/val/test split by seed.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -35,7 +37,35 @@ struct Settings {
   size_t max_len = 0;
   double val_ratio = 0.1, test_ratio = 0.1;
   uint64_t seed = 0;
+  std::string ambiguous_name = "token";
+  // a tokenizer saved with a checkpoint (DatasetBuild::tokenizer)
+  bool restored = false;
+  std::vector<std::string> classes;
 };
+
+// The saved tokenizer fixes the k-mer settings, the region and the classes.
+void restore(Settings& s, const std::string& state) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(state);
+    if (j.value("plugin", "") != "fasta_variants")
+      throw gf::ConfigError("fasta_variants: the checkpoint's tokenizer belongs to dataset `" +
+                            j.value("plugin", std::string("?")) + "`, not fasta_variants");
+    s.k = j.at("k").get<int>();
+    s.stride = j.at("stride").get<int>();
+    s.ambiguous_name = j.at("ambiguous").get<std::string>();
+    s.ambiguous = gf::parse_ambiguous(s.ambiguous_name);
+    s.region_start = j.at("region").at(0).get<size_t>();
+    s.region_end = j.at("region").at(1).get<size_t>();
+    s.gene.clear();
+    s.max_len = j.at("max_len").get<size_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.classes = j.at("classes").get<std::vector<std::string>>();
+    s.other_name = j.at("other_name").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw gf::ConfigError(std::string("fasta_variants: corrupt saved tokenizer: ") + e.what());
+  }
+  s.restored = true;
+}
 
 class FastaVariants : public gf::Dataset {
  public:
@@ -59,7 +89,7 @@ class FastaVariants : public gf::Dataset {
   gf::DataSplits load() override {
     region_start_ = s_.region_start;
     region_end_ = s_.region_end;
-    if (!s_.gene.empty()) {
+    if (!s_.gene.empty() && !s_.restored) {
       auto r = gf::gff_gene_region(s_.gff, s_.gene);
       region_start_ = r.first;
       region_end_ = r.second;
@@ -156,11 +186,28 @@ class FastaVariants : public gf::Dataset {
       maps_to[kv.first] = target;
     }
     std::vector<std::string> names;
+    if (s_.restored) {  // the checkpoint's classes; an unknown label joins `other` if it exists
+      bool has_other = std::find(s_.classes.begin(), s_.classes.end(), s_.other_name) !=
+                       s_.classes.end();
+      std::string known;
+      for (const auto& c : s_.classes) known += (known.empty() ? "" : ", ") + c;
+      for (auto& kv : maps_to) {
+        if (std::find(s_.classes.begin(), s_.classes.end(), kv.first) != s_.classes.end())
+          kv.second = kv.first;
+        else if (has_other)
+          kv.second = s_.other_name;
+        else
+          throw gf::ConfigError("fasta_variants: " + s_.metadata + ": class `" + kv.first +
+                                "` is not one of the checkpoint's classes (" + known + ")");
+      }
+      names = s_.classes;
+    }
     for (const auto& kv : maps_to) {
+      if (s_.restored) break;
       bool grouped = s_.other == "group" && kv.second == s_.other_name;
       if (!kv.second.empty() && !grouped) names.push_back(kv.second);
     }
-    if (any_other) names.push_back(s_.other_name);  // the grouped class goes last
+    if (any_other && !s_.restored) names.push_back(s_.other_name);  // the grouped class goes last
     names.erase(std::unique(names.begin(), names.end()), names.end());
     if (names.size() < 2) {
       throw gf::ConfigError("fasta_variants: the class filters leave " +
@@ -233,7 +280,110 @@ class FastaVariants : public gf::Dataset {
       }
     }
     loaded_ = true;
+    d.tokenizer = nlohmann::json({{"plugin", "fasta_variants"},
+                                  {"k", s_.k},
+                                  {"stride", s_.stride},
+                                  {"ambiguous", s_.ambiguous_name},
+                                  {"region", {region_start_, region_end_}},
+                                  {"max_len", s_.max_len},
+                                  {"seed", s_.seed},
+                                  {"classes", names},
+                                  {"other_name", s_.other_name}})
+                      .dump();
     return d;
+  }
+
+  // Prediction input: a FASTA file (plain or gzip), read record by record; the record's region
+  // and k-mers as in training.
+  std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
+    if (!s_.restored && !s_.gene.empty()) {
+      auto r = gf::gff_gene_region(s_.gff, s_.gene);
+      region_start_ = r.first;
+      region_end_ = r.second;
+    } else if (s_.restored || region_end_ == 0) {
+      region_start_ = s_.region_start;
+      region_end_ = s_.region_end;
+    }
+    class Reader : public gf::RecordReader {
+     public:
+      Reader(const Settings& s, size_t start, size_t end, const std::string& path)
+          : s_(s), start_(start), end_(end), in_(path), tok_(s.k, s.stride, s.ambiguous) {}
+      bool next(gf::Record& r) override {
+        std::string line;
+        std::string id, seq;
+        size_t header_line = 0;
+        if (!pending_.empty()) {
+          line.swap(pending_);
+          header_line = pending_line_;
+        } else {
+          while (true) {
+            if (!in_.next(line)) {
+              if (!seen_any_) gf::data_error(in_.path(), 0, "no FASTA records");
+              return false;
+            }
+            if (line.empty() || line[0] == ';') continue;
+            if (line[0] != '>')
+              gf::data_error(in_.path(), in_.line_number(),
+                             "sequence data before the first '>' header: is this a FASTA file?");
+            header_line = in_.line_number();
+            break;
+          }
+        }
+        seen_any_ = true;
+        size_t b = 1;
+        while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+        size_t e = b;
+        while (e < line.size() && !std::isspace(static_cast<unsigned char>(line[e]))) ++e;
+        id = line.substr(b, e - b);
+        while (in_.next(line)) {
+          if (line.empty() || line[0] == ';') continue;
+          if (line[0] == '>') {
+            pending_ = line;
+            pending_line_ = in_.line_number();
+            break;
+          }
+          for (char c : line)
+            if (!std::isspace(static_cast<unsigned char>(c)))
+              seq.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+        }
+        r = gf::Record();
+        r.line = header_line;
+        r.id = id.empty() ? "line" + std::to_string(header_line) : id;
+        if (id.empty()) {
+          r.error = "FASTA header without an id";
+          return true;
+        }
+        if (seq.empty()) {
+          r.error = "FASTA record `" + id + "` has no sequence";
+          return true;
+        }
+        size_t start = end_ ? start_ - 1 : 0;
+        size_t end = end_ ? std::min(end_, seq.size()) : seq.size();
+        std::string where = in_.path() + ":" + std::to_string(header_line) + ": record `" + id + "`";
+        try {
+          if (start < end)
+            r.tokens = tok_.tokenize(seq, start, end, s_.max_len, where, s_.seed ^ gf::hash_name(id));
+        } catch (const gf::ConfigError& err) {
+          r.error = err.what();
+          r.tokens.clear();
+          return true;
+        }
+        if (r.tokens.empty())
+          r.error = "no k-mer in the region (record length " + std::to_string(seq.size()) + ", region " +
+                    std::to_string(start + 1) + ".." + std::to_string(end_ ? end_ : seq.size()) + ")";
+        return true;
+      }
+
+     private:
+      const Settings& s_;
+      size_t start_, end_;
+      gf::LineReader in_;
+      gf::KmerTokenizer tok_;
+      std::string pending_;
+      size_t pending_line_ = 0;
+      bool seen_any_ = false;
+    };
+    return std::make_unique<Reader>(s_, region_start_, region_end_, path);
   }
 
  private:
@@ -256,7 +406,8 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.missing = o.get_string("missing");
   s.k = static_cast<int>(o.get_int("k"));
   s.stride = static_cast<int>(o.get_int("stride"));
-  s.ambiguous = gf::parse_ambiguous(o.get_string("ambiguous"));
+  s.ambiguous_name = o.get_string("ambiguous");
+  s.ambiguous = gf::parse_ambiguous(s.ambiguous_name);
   bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
   if (has_start != has_end)
     o.fail(has_start ? "region_end" : "region_start", "give both region_start and region_end");
@@ -275,6 +426,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.val_ratio = o.get_float("val_ratio");
   s.test_ratio = o.get_float("test_ratio");
   s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  if (!b.tokenizer.empty()) restore(s, b.tokenizer);
   return std::make_unique<FastaVariants>(std::move(s));
 }
 

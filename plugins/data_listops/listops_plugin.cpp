@@ -125,7 +125,45 @@ class ListOpsDataset : public gf::Dataset {
     }
     for (auto* s : splits)
       for (const auto& e : *s) d.max_len = std::max(d.max_len, e.tokens.size());
+    d.tokenizer = "{\"plugin\":\"listops\"}";  // the vocabulary is fixed
     return d;
+  }
+
+  // Prediction input: one expression per line, or the TSV forms the dataset reads (`Source<TAB>
+  // Target` with that header, or `label<TAB>expression`); the id is the line number.
+  std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
+    class Reader : public gf::RecordReader {
+     public:
+      explicit Reader(const std::string& path) : in_(path) {}
+      bool next(gf::Record& r) override {
+        std::string line;
+        do {
+          if (!in_.next(line)) return false;
+          if (in_.line_number() == 1 && line == "Source\tTarget") line.clear();
+        } while (line.find_first_not_of(" \t") == std::string::npos);
+        r = gf::Record();
+        r.line = in_.line_number();
+        r.id = std::to_string(r.line);
+        std::string expr = line;
+        size_t tab = line.find('\t');
+        if (tab != std::string::npos) {  // the column that holds brackets or more than a digit
+          std::string a = line.substr(0, tab), b = line.substr(tab + 1);
+          expr = a.find('[') != std::string::npos || a.size() > 2 ? a : b;
+        }
+        try {
+          r.tokens = lo::tokenize(expr);
+        } catch (const gf::RuntimeError& err) {
+          r.error = err.what();
+          return true;
+        }
+        if (r.tokens.empty()) r.error = "empty expression";
+        return true;
+      }
+
+     private:
+      gf::LineReader in_;
+    };
+    return std::make_unique<Reader>(path);
   }
 
   std::string describe() const override {

@@ -16,6 +16,7 @@
 #include <growformer/rng.hpp>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -47,7 +48,35 @@ struct Settings {
   bool lowercase = true, split_punct = false, strip_html = false;
   int64_t min_freq = 1, max_vocab = 0, max_len = 0, subsample = 0;
   std::vector<std::string> class_names;  // display names by class id (empty = the labels)
+  // a tokenizer saved with a checkpoint (DatasetBuild::tokenizer): its vocabulary and labels
+  bool restored = false;
+  bool label_int = false;
+  std::vector<std::string> labels, vocab;
 };
+
+// The saved tokenizer decides everything that shapes the tokens and labels, so new data is
+// tokenised exactly as the training data was.
+void restore(Settings& s, const std::string& state) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(state);
+    if (j.value("plugin", "") != "text_tsv")
+      throw gf::ConfigError("text_tsv: the checkpoint's tokenizer belongs to dataset `" +
+                            j.value("plugin", std::string("?")) + "`, not text_tsv");
+    s.tokenizer = j.at("tokenizer").get<std::string>();
+    s.lowercase = j.at("lowercase").get<bool>();
+    s.split_punct = j.at("split_punct").get<bool>();
+    s.strip_html = j.at("strip_html").get<bool>();
+    s.max_len = j.at("max_len").get<int64_t>();
+    s.label_int = j.at("label_int").get<bool>();
+    s.labels = j.at("labels").get<std::vector<std::string>>();
+    s.class_names = j.at("class_names").get<std::vector<std::string>>();
+    if (s.tokenizer == "word") s.vocab = j.at("vocab").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw gf::ConfigError(std::string("text_tsv: corrupt saved tokenizer: ") + e.what());
+  }
+  s.restored = true;
+}
 
 bool parse_int(const std::string& s, long long& v) {
   if (s.empty()) return false;
@@ -156,12 +185,81 @@ class TextTsv : public gf::Dataset {
     emit(train, d.train, index, d);
     emit(val, d.val, index, d);
     emit(test, d.test, index, d);
+    nlohmann::json state = {{"plugin", "text_tsv"},          {"tokenizer", s_.tokenizer},
+                            {"lowercase", s_.lowercase},     {"split_punct", s_.split_punct},
+                            {"strip_html", s_.strip_html},   {"max_len", s_.max_len},
+                            {"label_int", label_int_},       {"labels", labels_},
+                            {"class_names", d.class_names}};
+    if (s_.tokenizer == "word") state["vocab"] = d.vocab;
+    d.tokenizer = state.dump();
     return d;
+  }
+
+  // Prediction input: a TSV with a header holding text_column; the id is column `id` when
+  // present, else the line number. Other columns (a label, say) are ignored.
+  std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
+    if (!s_.restored && s_.tokenizer == "word")
+      throw gf::ConfigError("text_tsv: word tokens need the vocabulary saved in a checkpoint");
+    class Reader : public gf::RecordReader {
+     public:
+      Reader(const Settings& s, const std::string& path) : s_(s), in_(path) {
+        std::string line;
+        if (!in_.next(line)) gf::data_error(path, 1, "empty file: expected a header row");
+        header_ = gf::TsvHeader(gf::split_fields(line), path);
+        text_col_ = header_.index(s_.text_column, "text_column");
+        for (size_t i = 0; i < header_.size(); ++i)
+          if (header_.columns()[i] == "id") id_col_ = static_cast<long>(i);
+        for (size_t i = 0; i < s_.vocab.size(); ++i)
+          if (i >= 2) index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
+      }
+      bool next(gf::Record& r) override {
+        std::string line;
+        do {
+          if (!in_.next(line)) return false;
+        } while (line.empty());
+        r = gf::Record();
+        r.line = in_.line_number();
+        auto fields = gf::split_fields(line);
+        r.id = id_col_ >= 0 && static_cast<size_t>(id_col_) < fields.size()
+                   ? fields[static_cast<size_t>(id_col_)]
+                   : std::to_string(r.line);
+        if (fields.size() != header_.size()) {
+          r.error = "expected " + std::to_string(header_.size()) +
+                    " tab-separated fields (as the header), found " + std::to_string(fields.size());
+          return true;
+        }
+        std::string text = preprocess(std::move(fields[text_col_]), s_);
+        size_t max_len = static_cast<size_t>(s_.max_len);
+        if (s_.tokenizer == "char") {
+          size_t n = max_len ? std::min(max_len, text.size()) : text.size();
+          for (size_t i = 0; i < n; ++i)
+            r.tokens.push_back(2 + static_cast<unsigned char>(text[i]));
+        } else {
+          for (const auto& w : split_words(text, s_.split_punct, max_len)) {
+            auto t = index_.find(w);
+            r.tokens.push_back(t == index_.end() ? kUnk : t->second);
+          }
+        }
+        if (r.tokens.empty()) r.tokens.push_back(kUnk);  // as in training
+        return true;
+      }
+
+     private:
+      const Settings& s_;
+      gf::LineReader in_;
+      gf::TsvHeader header_;
+      size_t text_col_ = 0;
+      long id_col_ = -1;
+      std::unordered_map<std::string, int32_t> index_;
+    };
+    return std::make_unique<Reader>(s_, path);
   }
 
  private:
   Settings s_;
   std::map<std::string, int32_t> class_of_;
+  std::vector<std::string> labels_;  // label spellings by class id
+  bool label_int_ = false;
 
   FileRows read_file(const std::string& path) {
     FileRows f;
@@ -234,10 +332,13 @@ class TextTsv : public gf::Dataset {
 
   void map_labels(FileRows& train, FileRows& val, FileRows& test, gf::DataSplits& d) {
     bool as_int = s_.label_type == "int";
-    if (s_.label_type == "auto") {
+    if (s_.restored) {
+      as_int = s_.label_int;
+    } else if (s_.label_type == "auto") {
       long long v;
       as_int = parse_int(train.rows.front().label, v);
     }
+    label_int_ = as_int;
     if (as_int) {  // "01" and "1" name the same class
       for (auto* f : {&train, &val, &test}) {
         for (auto& r : f->rows) {
@@ -252,6 +353,13 @@ class TextTsv : public gf::Dataset {
         }
       }
     }
+    if (s_.restored) {  // the checkpoint's classes, in its order
+      for (size_t i = 0; i < s_.labels.size(); ++i) class_of_[s_.labels[i]] = static_cast<int32_t>(i);
+      labels_ = s_.labels;
+      d.class_names = s_.class_names;
+      d.num_classes = s_.labels.size();
+      return;
+    }
     std::vector<std::string> names;
     for (const auto& r : train.rows) names.push_back(r.label);
     std::sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
@@ -259,6 +367,7 @@ class TextTsv : public gf::Dataset {
     });
     names.erase(std::unique(names.begin(), names.end()), names.end());
     for (size_t i = 0; i < names.size(); ++i) class_of_[names[i]] = static_cast<int32_t>(i);
+    labels_ = names;
     d.class_names = names;
     d.num_classes = names.size();
     if (d.num_classes < 2) {
@@ -279,6 +388,11 @@ class TextTsv : public gf::Dataset {
   }
 
   void build_vocab(const FileRows& train, gf::DataSplits& d) {
+    if (s_.restored) {
+      d.vocab = s_.vocab;
+      d.vocab_size = d.vocab.size();
+      return;
+    }
     std::unordered_map<std::string, size_t> freq;
     for (const auto& r : train.rows) {
       for (const auto& w : r.words) ++freq[w];
@@ -304,8 +418,12 @@ class TextTsv : public gf::Dataset {
     for (auto& r : f.rows) {
       auto it = class_of_.find(r.label);
       if (it == class_of_.end()) {
+        std::string known;
+        for (const auto& l : labels_) known += (known.empty() ? "" : ", ") + l;
         gf::data_error(f.path, r.line,
-                       "label `" + r.label + "` does not occur in the training split");
+                       "label `" + r.label + "` " +
+                           (s_.restored ? "is not one of the checkpoint's classes (" + known + ")"
+                                        : std::string("does not occur in the training split")));
       }
       gf::Example e;
       e.label = it->second;
@@ -353,6 +471,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.subsample = o.get_int("subsample");
   s.class_names = o.get_string_list("class_names");
   if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
+  if (!b.tokenizer.empty()) restore(s, b.tokenizer);
   return std::make_unique<TextTsv>(std::move(s));
 }
 

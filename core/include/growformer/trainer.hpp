@@ -46,8 +46,11 @@ class Experiment {
   /// Top-level config keys and their meaning.
   static OptionSpecs options();
   /// Builds everything from a config (overrides already applied). Throws ConfigError /
-  /// RuntimeError with locations; builds nothing on disk.
-  Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths);
+  /// RuntimeError with locations; builds nothing on disk. `data_record` is a checkpoint's
+  /// "data" metadata (data_record()): the dataset then tokenises with the saved tokenizer, and
+  /// data whose plugin, classes or vocabulary differ from the checkpoint's is refused.
+  Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
+             const std::string& data_record = "");
   ~Experiment();
 
   /// Trains into a fresh run directory; returns the exit status.
@@ -62,6 +65,9 @@ class Experiment {
   Registry& registry() { return *registry_; }
   Model& model() { return *model_; }
   const DataSplits& data() const { return data_; }
+  /// The data's plugin, classes, vocabulary size and fingerprint, and the plugin's tokenizer
+  /// state, as JSON (saved in checkpoints as metadata "data").
+  std::string data_record() const;
   const TrainSettings& settings() const { return settings_; }
   const ConfigNode& config() const { return cfg_; }
   std::string name() const { return name_; }
@@ -79,7 +85,7 @@ class Experiment {
   TrainingParts parts();
 
   ConfigNode cfg_;
-  std::string name_;
+  std::string name_, data_plugin_;
   uint64_t seed_ = 0;
   size_t threads_ = 0;
   std::unique_ptr<Registry> registry_;

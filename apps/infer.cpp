@@ -1,0 +1,333 @@
+// growformer eval and predict: a trained checkpoint on its own data, on other data tokenised
+// with the checkpoint's saved tokenizer, or on unlabelled records.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <growformer/autograd.hpp>
+#include <growformer/checkpoint.hpp>
+#include <growformer/classification.hpp>
+#include <growformer/ops.hpp>
+#include <growformer/parallel.hpp>
+#include <growformer/trainer.hpp>
+
+#include "commands.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace gfapp {
+
+namespace {
+
+// The checkpoint's experiment, its data changed by `--set data.KEY=VALUE` or replaced by the
+// `data` section of another config; the dataset tokenises with the checkpoint's tokenizer.
+std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, const std::string& path,
+                                                      const std::vector<std::string>& plugin_paths,
+                                                      const std::vector<std::string>& data_sets,
+                                                      const std::string& data_config) {
+  auto cfg_text = ck.metadata.find("config");
+  if (cfg_text == ck.metadata.end())
+    throw gf::RuntimeError(path + ": not a growformer checkpoint (no embedded config)");
+  auto record = ck.metadata.find("data");
+  bool changed = !data_sets.empty() || !data_config.empty();
+  if (changed && record == ck.metadata.end())
+    throw gf::ConfigError(path + ": the checkpoint has no saved tokenizer (it was written before "
+                                 "tokenizers were saved), so other data cannot be tokenised as in "
+                                 "training; `growformer resume` it once, or re-train");
+  auto dir = ck.metadata.find("config_dir");
+  std::string base = dir == ck.metadata.end() ? "" : dir->second;
+  gf::ConfigNode data_node;
+  if (!data_config.empty()) {
+    gf::ConfigNode other = gf::ConfigNode::load_file(data_config);
+    data_node = other.has("data") ? other.child("data") : other;
+    if (!data_node.is_map() || !data_node.has("plugin"))
+      throw gf::ConfigError(data_config + ": expected a `data:` section (or a data mapping) with a "
+                                          "`plugin` key");
+    base = fs::absolute(data_config).parent_path().string();  // its relative paths
+  }
+  gf::ConfigNode cfg =
+      gf::ConfigNode::load_string(cfg_text->second, path + " (embedded config)", base);
+  if (!data_config.empty()) cfg.apply_override("data=" + data_node.dump());
+  for (const std::string& s : data_sets) {
+    if (s.rfind("data.", 0) != 0)
+      throw UsageError("--set " + s + ": only data.KEY=VALUE can change (the model is the checkpoint's)");
+    // a path given on the command line is relative to the current directory
+    auto eq = s.find('=');
+    std::string value = eq == std::string::npos ? "" : s.substr(eq + 1);
+    if (!value.empty() && fs::path(value).is_relative() && fs::exists(value))
+      cfg.apply_override(s.substr(0, eq + 1) + fs::absolute(value).string());
+    else
+      cfg.apply_override(s);
+  }
+  auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
+                                             record == ck.metadata.end() ? "" : record->second);
+  ex->load_weights(ck, path);
+  return ex;
+}
+
+// Logits of a batch of examples as class probabilities (row-major, n x C).
+std::vector<double> probabilities(const gf::Var& logits) {
+  size_t n = logits.dim(0), C = logits.dim(1);
+  std::vector<double> p(n * C);
+  for (size_t i = 0; i < n; ++i) {
+    const float* row = logits.value().data() + i * C;
+    double mx = *std::max_element(row, row + C), sum = 0;
+    for (size_t c = 0; c < C; ++c) sum += p[i * C + c] = std::exp(double(row[c]) - mx);
+    for (size_t c = 0; c < C; ++c) p[i * C + c] /= sum;
+  }
+  return p;
+}
+
+std::string fixed(double v, int digits) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+int cmd_eval(const std::vector<std::string>& args) {
+  po::options_description o("eval options");
+  std::string ck, split = "test", data_config;
+  std::vector<std::string> paths, sets;
+  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
+      "split", po::value(&split), "val | test | train | all")(
+      "set", po::value(&sets)->composing(),
+      "change the data: data.KEY=VALUE (repeatable; e.g. data.test=FILE)")(
+      "data", po::value(&data_config), "evaluate on the `data:` section of this config")(
+      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("checkpoint", 1);
+  bool help;
+  auto vm = parse("growformer eval CHECKPOINT [--split val|test|train|all] [--set data.KEY=VALUE]... "
+                  "[--data CONFIG] [--json]",
+                  o, p, args, &help);
+  if (help) return 0;
+  if (split != "val" && split != "test" && split != "train" && split != "all")
+    throw UsageError("--split must be val, test, train or all");
+  gf::Checkpoint loaded = gf::load_checkpoint(ck);
+  auto ex = checkpoint_experiment(loaded, ck, paths, sets, data_config);
+  const gf::DataSplits& d = ex->data();
+  std::vector<const gf::Example*> rows;
+  for (auto* s : {&d.train, &d.val, &d.test}) {
+    const char* name = s == &d.train ? "train" : s == &d.val ? "val" : "test";
+    if (split == "all" || split == name)
+      for (auto& e : *s) rows.push_back(&e);
+  }
+  if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
+
+  // the batches of Experiment::evaluate, so loss and accuracy are the figures training logs
+  size_t C = d.num_classes, B = static_cast<size_t>(ex->settings().batch_size);
+  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
+  std::vector<gf::Example> chunk;
+  std::vector<size_t> idx;
+  double loss = 0;
+  {
+    gf::NoGradGuard ng;
+    for (size_t start = 0; start < rows.size(); start += B) {
+      size_t n = std::min(B, rows.size() - start);
+      chunk.clear();
+      idx.clear();
+      for (size_t i = 0; i < n; ++i) {
+        chunk.push_back(*rows[start + i]);
+        idx.push_back(i);
+      }
+      gf::Batch b = ex->make_batch(chunk, idx);
+      gf::Var logits = ex->model().forward(b, false, nullptr);
+      gf::Var l = gf::ops::cross_entropy(logits, b.labels);
+      loss += static_cast<double>(l.value()[0]) * n;
+      for (size_t i = 0; i < n; ++i) {
+        const float* row = logits.value().data() + i * C;
+        size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
+        confusion[static_cast<size_t>(b.labels[i])][arg]++;
+      }
+      gf::clear_tape();
+    }
+  }
+  gf::ClassificationReport r = gf::classification_report(confusion);
+  loss /= static_cast<double>(rows.size());
+  std::vector<std::string> names = d.class_names;
+  for (size_t c = names.size(); c < C; ++c) names.push_back(std::to_string(c));
+  if (vm.count("json")) {
+    json classes = json::array();
+    for (size_t c = 0; c < C; ++c)
+      classes.push_back({{"name", names[c]}, {"precision", r.classes[c].precision},
+                         {"recall", r.classes[c].recall}, {"f1", r.classes[c].f1},
+                         {"support", r.classes[c].support}});
+    std::cout << json({{"checkpoint", ck}, {"split", split}, {"loss", loss},
+                       {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
+                       {"examples", r.examples}, {"classes", classes},
+                       {"confusion", r.confusion}, {"heads", ex->model().heads_per_block()}})
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  std::cout << split << ": accuracy " << fixed(r.accuracy, 4) << ", loss " << fixed(loss, 4)
+            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << r.examples << " examples\n";
+  size_t w = 5;
+  for (auto& n : names) w = std::max(w, n.size());
+  std::cout << "\n" << std::string(w - 5, ' ') << "class  precision  recall      f1  support\n";
+  for (size_t c = 0; c < C; ++c) {
+    std::printf("%*s  %9.4f  %6.4f  %6.4f  %7zu\n", static_cast<int>(w), names[c].c_str(),
+                r.classes[c].precision, r.classes[c].recall, r.classes[c].f1, r.classes[c].support);
+  }
+  std::fflush(stdout);
+  std::cout << "\nconfusion matrix (rows: true class, columns: predicted class, in the order above)\n";
+  for (size_t t = 0; t < C; ++t) {
+    std::printf("%*s ", static_cast<int>(w), names[t].c_str());
+    for (size_t q = 0; q < C; ++q) std::printf(" %6zu", confusion[t][q]);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+int cmd_predict(const std::vector<std::string>& args) {
+  po::options_description o("predict options");
+  std::string ck, input, out_path, format = "tsv", bad = "fail";
+  std::vector<std::string> paths;
+  long batch = 0, threads = -1;
+  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
+      "input", po::value(&input)->required(),
+      "records: TSV with the text column (text_tsv), FASTA (fasta_variants), expressions (listops)")(
+      "out", po::value(&out_path), "output file (default: standard output)")(
+      "format", po::value(&format), "tsv | jsonl")(
+      "bad-records", po::value(&bad), "fail: stop at the first bad record; skip: report and go on")(
+      "batch-size", po::value(&batch), "records per batch (default: the training batch size)")(
+      "threads", po::value(&threads), "worker threads (default: the run's setting; 0 = all cores)")(
+      "quiet,q", "no progress output")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+  po::positional_options_description p;
+  p.add("checkpoint", 1).add("input", 1);
+  bool help;
+  auto vm = parse("growformer predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] "
+                  "[--bad-records fail|skip]",
+                  o, p, args, &help);
+  if (help) return 0;
+  if (format != "tsv" && format != "jsonl") throw UsageError("--format must be tsv or jsonl");
+  if (bad != "fail" && bad != "skip") throw UsageError("--bad-records must be fail or skip");
+  if (batch < 0) throw UsageError("--batch-size must be positive");
+  if (!fs::exists(input)) throw gf::ConfigError(input + ": no such input file");
+  gf::Checkpoint loaded = gf::load_checkpoint(ck);
+  auto record = loaded.metadata.find("data");
+  if (record == loaded.metadata.end())
+    throw gf::ConfigError(ck + ": the checkpoint has no saved tokenizer (it was written before "
+                               "tokenizers were saved); `growformer resume` it once, or re-train");
+  auto ex = checkpoint_experiment(loaded, ck, paths, {}, "");
+  if (threads >= 0) gf::set_num_threads(static_cast<size_t>(threads));
+  json rec = json::parse(record->second);
+  std::string tok = rec["tokenizer"].is_null() ? "" : rec["tokenizer"].is_string() ? rec["tokenizer"].get<std::string>() : rec["tokenizer"].dump();
+  gf::DatasetBuild build{ex->seed(), tok};
+  auto dataset = ex->registry().create_dataset(ex->config().child("data"), build);
+  auto reader = dataset->open_records(input);
+
+  const gf::DataSplits& d = ex->data();
+  size_t C = d.num_classes, B = batch > 0 ? static_cast<size_t>(batch)
+                                           : static_cast<size_t>(ex->settings().batch_size);
+  std::vector<std::string> names = d.class_names;
+  for (size_t c = names.size(); c < C; ++c) names.push_back(std::to_string(c));
+  std::ofstream file;
+  if (!out_path.empty()) {
+    file.open(out_path);
+    if (!file) throw gf::RuntimeError(out_path + ": cannot write");
+  }
+  std::ostream& out = out_path.empty() ? std::cout : file;
+  if (format == "tsv") {
+    out << "id\tpredicted";
+    for (auto& n : names) out << "\tp_" << n;
+    out << "\n";
+  }
+  bool progress = !vm.count("quiet") && isatty(2);
+  auto t0 = std::chrono::steady_clock::now();
+  auto last_draw = t0;
+  size_t done = 0, skipped = 0;
+  std::vector<gf::Record> pending;
+  std::vector<gf::Example> chunk;
+  std::vector<size_t> idx;
+  auto flush = [&]() {
+    if (pending.empty()) return;
+    chunk.clear();
+    idx.clear();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      gf::Example e;
+      e.tokens = std::move(pending[i].tokens);
+      chunk.push_back(std::move(e));
+      idx.push_back(i);
+    }
+    std::vector<double> prob;
+    {
+      gf::NoGradGuard ng;
+      gf::Batch b = ex->make_batch(chunk, idx);
+      prob = probabilities(ex->model().forward(b, false, nullptr));
+      gf::clear_tape();
+    }
+    char buf[32];
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const double* row = prob.data() + i * C;
+      size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
+      if (format == "tsv") {
+        std::string id = pending[i].id;
+        std::replace(id.begin(), id.end(), '\t', ' ');
+        out << id << "\t" << names[arg];
+        for (size_t c = 0; c < C; ++c) {
+          std::snprintf(buf, sizeof buf, "%.6g", row[c]);
+          out << "\t" << buf;
+        }
+        out << "\n";
+      } else {
+        json pr = json::object();
+        for (size_t c = 0; c < C; ++c) pr[names[c]] = row[c];
+        out << json({{"id", pending[i].id}, {"line", pending[i].line}, {"predicted", names[arg]},
+                     {"probabilities", pr}})
+                   .dump()
+            << "\n";
+      }
+    }
+    done += pending.size();
+    pending.clear();
+    auto now = std::chrono::steady_clock::now();
+    if (progress && std::chrono::duration<double>(now - last_draw).count() > 0.1) {
+      last_draw = now;
+      double secs = std::chrono::duration<double>(now - t0).count();
+      std::fprintf(stderr, "\r\033[Kpredict: %zu records, %.1f records/s%s", done,
+                   done / std::max(1e-9, secs),
+                   skipped ? (", " + std::to_string(skipped) + " bad skipped").c_str() : "");
+    }
+  };
+  gf::Record r;
+  while (reader->next(r)) {
+    if (!r.error.empty()) {
+      std::string msg = input + ":" + std::to_string(r.line) + ": record `" + r.id + "`: " + r.error;
+      if (bad == "fail")
+        throw gf::ConfigError(msg + " (--bad-records skip to go on without it)");
+      if (progress) std::cerr << "\r\033[K";
+      std::cerr << "skipped: " << msg << "\n";
+      ++skipped;
+      continue;
+    }
+    pending.push_back(std::move(r));
+    if (pending.size() >= B) flush();
+  }
+  flush();
+  out.flush();
+  if (!out) throw gf::RuntimeError((out_path.empty() ? "standard output" : out_path) + ": write failed");
+  if (progress) std::cerr << "\r\033[K";
+  if (!vm.count("quiet"))
+    std::cerr << "predict: " << done << " records" << (skipped ? ", " + std::to_string(skipped) + " bad skipped" : "")
+              << (out_path.empty() ? "" : " -> " + out_path) << "\n";
+  return 0;
+}
+
+}  // namespace gfapp
