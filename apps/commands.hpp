@@ -29,5 +29,6 @@ int cmd_analyze(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_predict(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 
 }  // namespace gfapp

@@ -341,6 +341,7 @@ const char* kTopUsage =
     "  predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] [--bad-records fail|skip]\n"
     "  plugins [list | describe NAME] [--json]\n"
     "  config check CONFIG [--set KEY=VALUE]...\n"
+    "  report RUN_DIR... [--out DIR]\n"
     "  inspect CHECKPOINT\n"
     "  analyze CHECKPOINT [--data-batches N] [--json]\n"
     "  bench CONFIG [--steps N] [--torch-ref PATH]\n"
@@ -372,7 +373,7 @@ int main(int argc, char** argv) {
       {"config", gfapp::cmd_config},   {"data", gfapp::cmd_data},
       {"plugins", gfapp::cmd_plugins}, {"bench", gfapp::cmd_bench},
       {"analyze", gfapp::cmd_analyze}, {"sweep", gfapp::cmd_sweep},
-      {"predict", gfapp::cmd_predict},
+      {"predict", gfapp::cmd_predict}, {"report", gfapp::cmd_report},
   };
   auto it = table.find(cmd);
   try {

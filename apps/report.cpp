@@ -1,0 +1,575 @@
+// growformer report: one self-contained HTML page (figures inlined as SVG, no network) of one
+// run, of several runs, or of a sweep directory. Figures are drawn by gnuplot (Debian's
+// gnuplot-nox) as SVG files, which are kept beside the page.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include <growformer/config.hpp>
+#include <growformer/version.hpp>
+
+#include "commands.hpp"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace gfapp {
+
+namespace {
+
+struct Run {
+  std::string dir, name;
+  std::vector<json> train, val, events;
+  json test;  // null when the run has no final test line
+  std::string config, plugins;
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// One JSON object per line; a line that is not one is an error naming file and line.
+std::vector<json> read_jsonl(const fs::path& p) {
+  std::vector<json> out;
+  std::ifstream in(p);
+  if (!in) throw gf::RuntimeError(p.string() + ": cannot read");
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw gf::RuntimeError(p.string() + ":" + std::to_string(n) + ": corrupt line (not a JSON object): " +
+                             line.substr(0, 60) + (line.size() > 60 ? "..." : ""));
+    if (!j.contains("step") || !j["step"].is_number())
+      throw gf::RuntimeError(p.string() + ":" + std::to_string(n) + ": corrupt line (no numeric `step`)");
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+bool is_run(const fs::path& d) { return fs::is_regular_file(d / "metrics.jsonl"); }
+
+Run load_run(const fs::path& d) {
+  Run r;
+  r.dir = d.string();
+  r.name = d.filename().string();
+  if (r.name.empty() || r.name == ".") r.name = fs::absolute(d).lexically_normal().filename().string();
+  for (auto& j : read_jsonl(d / "metrics.jsonl")) {
+    std::string split = j.value("split", "");
+    if (split == "train") r.train.push_back(j);
+    else if (split == "val") r.val.push_back(j);
+    else if (split == "test") r.test = j;
+  }
+  if (fs::exists(d / "events.jsonl")) r.events = read_jsonl(d / "events.jsonl");
+  if (fs::exists(d / "config.resolved.yaml")) r.config = read_text(d / "config.resolved.yaml");
+  if (fs::exists(d / "plugins.lock")) r.plugins = read_text(d / "plugins.lock");
+  return r;
+}
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string num(double v, int digits = 4) {
+  if (!std::isfinite(v)) return "-";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.*g", digits, v);
+  return b;
+}
+
+double get(const json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
+}
+
+// A gnuplot string literal.
+std::string gq(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+// One figure: named series of (x, y) points drawn by gnuplot into NAME.svg.
+struct Series {
+  std::string title, style = "lines";  // lines | points-up | points-down | steps | linespoints
+  std::vector<std::pair<double, double>> pts;
+  bool y2 = false;
+};
+struct Figure {
+  std::string id, title, xlabel, ylabel, y2label;
+  std::vector<Series> series;
+  bool logy = false, from_zero = false;
+  std::vector<std::pair<double, std::string>> hlines;  // y, label
+};
+
+class Plotter {
+ public:
+  Plotter(fs::path out) : out_(std::move(out)) {
+    tmp_ = fs::temp_directory_path() / ("growformer-report-" + std::to_string(::getpid()));
+    fs::create_directories(tmp_);
+  }
+  ~Plotter() {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+  // Draws the figure; returns the SVG text ("" when no series has a point).
+  std::string draw(const Figure& f) {
+    bool any = false;
+    for (auto& s : f.series) any = any || !s.pts.empty();
+    if (!any) return "";
+    std::ostringstream gp;
+    fs::path svg = out_ / (f.id + ".svg");
+    gp << "set terminal svg size 620,340 dynamic font 'sans,11' background '#ffffff'\nset termoption noenhanced\n"
+       << "set output " << gq(svg.string()) << "\nset encoding utf8\nset title " << gq(f.title)
+       << "\nset xlabel " << gq(f.xlabel) << "\nset ylabel " << gq(f.ylabel)
+       << "\nset grid lc rgb '#dddddd'\nset key outside right top samplen 2 font ',9'\n"
+       << "set border 3\nset tics nomirror\nset autoscale fix\nset offsets 0, 0, graph 0.05, graph 0.05\n";
+    if (f.logy) gp << "set logscale y\n";
+    if (f.from_zero) gp << "set yrange [0:*]\n";
+    if (!f.y2label.empty()) gp << "set y2label " << gq(f.y2label) << "\nset y2tics nomirror\nset border 11\n";
+    std::vector<std::string> parts;
+    size_t k = 0;
+    for (auto& s : f.series) {
+      if (s.pts.empty()) continue;
+      fs::path dat = tmp_ / (f.id + "_" + std::to_string(k++) + ".dat");
+      std::ofstream d(dat);
+      d.precision(10);
+      for (auto& [x, y] : s.pts)
+        if (std::isfinite(x) && std::isfinite(y) && (!f.logy || y > 0)) d << x << " " << y << "\n";
+      std::string with = s.style == "points-up"     ? "points pt 9 ps 1.3"
+                         : s.style == "points-down" ? "points pt 11 ps 1.3"
+                         : s.style == "steps"       ? "steps lw 1.5"
+                         : s.style == "linespoints" ? "linespoints pt 7 ps 0.5 lw 1.5"
+                                                    : "lines lw 1.5";
+      parts.push_back(gq(dat.string()) + " using 1:2" + (s.y2 ? " axes x1y2" : "") + " with " + with +
+                      " title " + gq(s.title));
+    }
+    for (auto& [y, label] : f.hlines)
+      parts.push_back(num(y, 10) + " with lines dt 2 lc rgb '#888888' title " + gq(label));
+    gp << "plot ";
+    for (size_t i = 0; i < parts.size(); ++i) gp << (i ? ", \\\n     " : "") << parts[i];
+    gp << "\n";
+    fs::path script = tmp_ / (f.id + ".gp");
+    std::ofstream(script) << gp.str();
+    fs::path err = tmp_ / "gnuplot.err";
+    std::string cmd = "gnuplot " + gq(script.string()) + " 2> " + gq(err.string());
+    int rc = std::system(cmd.c_str());
+    if (rc != 0)
+      throw gf::RuntimeError("gnuplot failed on figure `" + f.id + "`: " + read_text(err) +
+                             "(script " + script.string() + ")");
+    std::string text = read_text(svg);
+    // inline form: no XML prolog or doctype inside HTML
+    size_t at = text.find("<svg");
+    if (at != std::string::npos) text = text.substr(at);
+    // every figure's element ids get its own prefix: several SVGs share one HTML document
+    for (std::string pat : {"id='", "id=\"", "href='#", "href=\"#", "url(#"}) {
+      std::string rep = pat + f.id + "-";
+      for (size_t p = text.find(pat); p != std::string::npos; p = text.find(pat, p + rep.size()))
+        text.replace(p, pat.size(), rep);
+    }
+    return text;
+  }
+
+ private:
+  fs::path out_, tmp_;
+};
+
+void require_gnuplot() {
+  if (std::system("gnuplot --version > /dev/null 2>&1") != 0)
+    throw gf::RuntimeError(
+        "gnuplot is not installed; the report's figures need it: apt-get install gnuplot-nox");
+}
+
+const char* kStyle = R"(<style>
+body{font-family:sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
+.charts{display:flex;flex-wrap:wrap;gap:8px}figure.chart{margin:0;border:1px solid #e4e4e4}
+figure.chart svg{display:block;width:620px;height:340px}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.6em;font-size:.8em;max-height:26em;overflow:auto}
+.big{font-size:1.1em}#render-check{color:#999;font-size:.8em}
+</style>)";
+
+// Counts the charts whose SVG laid out with drawn paths; a browser test reads the result.
+const char* kCheckScript = R"(<script>
+window.addEventListener('load', function () {
+  var figs = document.querySelectorAll('figure.chart'), ok = 0;
+  figs.forEach(function (f) {
+    var s = f.querySelector('svg'); if (!s) return;
+    var r = s.getBoundingClientRect(), drawn = 0;
+    s.querySelectorAll('path').forEach(function (p) {
+      try { var b = p.getBBox(); if (b.width > 0 || b.height > 0) drawn++; } catch (e) {}
+    });
+    if (r.width > 100 && r.height > 100 && drawn > 3) ok++;
+  });
+  var el = document.getElementById('render-check');
+  el.textContent = 'charts: ' + figs.length + ', rendered: ' + ok;
+  el.setAttribute('data-charts', figs.length); el.setAttribute('data-rendered', ok);
+});
+</script>)";
+
+std::string chart(const std::string& svg, const std::string& id) {
+  if (svg.empty()) return "";
+  return "<figure class=\"chart\" id=\"" + id + "\">" + svg + "</figure>\n";
+}
+
+// Heads per block at each logged train step.
+std::vector<std::vector<double>> heads_series(const Run& r, size_t* blocks) {
+  std::vector<std::vector<double>> out;
+  *blocks = 0;
+  for (auto& j : r.train)
+    if (j.contains("heads") && j["heads"].is_array()) *blocks = std::max(*blocks, j["heads"].size());
+  out.resize(*blocks);
+  return out;
+}
+
+std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, bool full) {
+  std::ostringstream h;
+  std::string charts;
+  auto xy = [](const std::vector<json>& rows, const char* x, const char* y) {
+    std::vector<std::pair<double, double>> p;
+    for (auto& j : rows) p.push_back({get(j, x), get(j, y)});
+    return p;
+  };
+  double majority = r.test.is_object() ? get(r.test, "majority_class_accuracy") : NAN;
+  {
+    Figure f{prefix + "loss_step", "loss", "step", "cross-entropy"};
+    f.series = {{"train", "lines", xy(r.train, "step", "loss")},
+                {"val", "linespoints", xy(r.val, "step", "loss")}};
+    charts += chart(plot.draw(f), f.id);
+  }
+  {
+    Figure f{prefix + "accuracy_step", "accuracy", "step", "accuracy"};
+    f.series = {{"train", "lines", xy(r.train, "step", "accuracy")},
+                {"val", "linespoints", xy(r.val, "step", "accuracy")}};
+    if (std::isfinite(majority)) f.hlines.push_back({majority, "majority class (test)"});
+    charts += chart(plot.draw(f), f.id);
+  }
+  {
+    Figure f{prefix + "wall_time", "loss and accuracy against wall time", "wall time (s)",
+             "cross-entropy", "accuracy"};
+    Series va{"val accuracy", "linespoints", xy(r.val, "elapsed_s", "accuracy")};
+    va.y2 = true;
+    f.series = {{"train loss", "lines", xy(r.train, "elapsed_s", "loss")},
+                {"val loss", "linespoints", xy(r.val, "elapsed_s", "loss")},
+                va};
+    charts += chart(plot.draw(f), f.id);
+  }
+  {
+    Figure f{prefix + "lr", "learning rate", "step", "learning rate"};
+    f.series = {{"lr", "lines", xy(r.train, "step", "lr")}};
+    charts += chart(plot.draw(f), f.id);
+  }
+  // heads per block, with growth and prune markers at (step, heads after the edit)
+  size_t blocks = 0;
+  heads_series(r, &blocks);
+  std::vector<const json*> edits;
+  for (auto& e : r.events) {
+    std::string t = e.value("type", "");
+    if (t == "grow" || t == "prune") edits.push_back(&e);
+  }
+  bool structural = !edits.empty();
+  for (auto& j : r.train)
+    if (j.contains("heads") && !r.train.empty() && j["heads"] != r.train.front()["heads"]) structural = true;
+  if (blocks > 0 && (full || structural)) {
+    Figure f{prefix + "heads", "heads per block", "step", "heads"};
+    f.from_zero = true;
+    for (size_t b = 0; b < blocks; ++b) {
+      Series s{"block " + std::to_string(b), "steps"};
+      for (auto& j : r.train)
+        if (j["heads"].size() > b) s.pts.push_back({get(j, "step"), j["heads"][b].get<double>()});
+      f.series.push_back(s);
+    }
+    Series grow{"growth", "points-up"}, prune{"prune", "points-down"};
+    for (auto* e : edits) {
+      size_t b = e->value("block", 0L);
+      double after = e->contains("heads") && (*e)["heads"].size() > b ? (*e)["heads"][b].get<double>() : NAN;
+      (e->value("type", "") == "grow" ? grow : prune).pts.push_back({get(*e, "step"), after});
+    }
+    f.series.push_back(grow);
+    f.series.push_back(prune);
+    charts += chart(plot.draw(f), f.id);
+  }
+  // INCRT: eigenvalues of the residual directional energy and thresholds, per block
+  std::map<long, std::vector<const json*>> checks;
+  for (auto& e : r.events)
+    if (e.value("type", "") == "check" && e.contains("lambda_max")) checks[e.value("block", 0L)].push_back(&e);
+  for (auto& [b, rows] : checks) {
+    Figure f{prefix + "incrt_block" + std::to_string(b),
+             "INCRT block " + std::to_string(b) + ": residual energy eigenvalues and thresholds",
+             "step", "value (log scale)"};
+    f.logy = true;
+    for (auto [key, title] : {std::pair{"lambda_max", "lambda_max"}, {"lambda_min", "lambda_min"},
+                              {"theta_w", "theta_w (growth)"}, {"phi_w", "phi_w (minor)"}}) {
+      Series s{title, "lines"};
+      for (auto* e : rows) s.pts.push_back({get(*e, "step"), get(*e, key)});
+      f.series.push_back(s);
+    }
+    charts += chart(plot.draw(f), f.id);
+  }
+  // HKT fusion weights lambda_l per block, and per-head scalars such as beta, over time
+  std::map<size_t, std::map<size_t, Series>> lambdas;
+  std::map<std::string, Series> head_scalars;
+  for (auto& j : r.train) {
+    if (!j.contains("blocks") || !j["blocks"].is_array()) continue;
+    double step = get(j, "step");
+    for (size_t b = 0; b < j["blocks"].size(); ++b) {
+      const json& bj = j["blocks"][b];
+      if (bj.contains("lambda") && bj["lambda"].is_array())
+        for (size_t l = 0; l < bj["lambda"].size(); ++l) {
+          Series& s = lambdas[b][l];
+          s.title = "lambda_" + std::to_string(l) + (l == 0 ? " (finest)" : "");
+          s.pts.push_back({step, bj["lambda"][l].get<double>()});
+        }
+      if (bj.contains("heads") && bj["heads"].is_object())
+        for (auto it = bj["heads"].begin(); it != bj["heads"].end(); ++it)
+          if (it->contains("beta")) {
+            std::string key = "block " + std::to_string(b) + " head " + it.key();
+            Series& s = head_scalars[key];
+            s.title = key;
+            s.pts.push_back({step, (*it)["beta"].get<double>()});
+          }
+    }
+  }
+  for (auto& [b, levels] : lambdas) {
+    Figure f{prefix + "hkt_lambda_block" + std::to_string(b),
+             "HKT block " + std::to_string(b) + ": fusion weights lambda_l", "step", "weight"};
+    for (auto& [l, s] : levels) f.series.push_back(s);
+    charts += chart(plot.draw(f), f.id);
+  }
+  if (!head_scalars.empty()) {
+    Figure f{prefix + "hkt_beta", "hybrid heads: beta (attention vs convolution gate logit)", "step", "beta"};
+    for (auto& [k, s] : head_scalars) f.series.push_back(s);
+    charts += chart(plot.draw(f), f.id);
+  }
+
+  h << "<div class=\"charts\">\n" << charts << "</div>\n";
+  if (r.test.is_object()) {
+    h << "<p class=\"big\">final test (" << esc(r.test.value("evaluated_on", std::string("test")))
+      << " split, " << esc(r.test.value("model", std::string("?"))) << " model): accuracy <b>"
+      << num(get(r.test, "accuracy")) << "</b> against <b>" << num(majority)
+      << "</b> for the majority class; loss " << num(get(r.test, "loss")) << " on "
+      << r.test.value("examples", 0L) << " examples; heads per block " << esc(r.test.value("heads", json::array()).dump())
+      << "</p>\n";
+  } else {
+    h << "<p>no final test line (the run has not finished)</p>\n";
+  }
+  if (!edits.empty()) {
+    std::set<std::string> keys;
+    for (auto* e : edits)
+      for (auto it = e->begin(); it != e->end(); ++it)
+        if (it->is_number() && it.key() != "step" && it.key() != "block" && it.key() != "head") keys.insert(it.key());
+    h << "<h3>structure edits and their causes</h3>\n<table><tr><th>step</th><th class=l>edit</th>"
+         "<th>block</th><th>head</th><th class=l>policy</th><th class=l>heads after</th>";
+    for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
+    h << "</tr>\n";
+    for (auto* e : edits) {
+      h << "<tr><td>" << e->value("step", 0L) << "</td><td class=l>" << esc(e->value("type", ""))
+        << "</td><td>" << e->value("block", 0L) << "</td><td>" << e->value("head", -1L)
+        << "</td><td class=l>" << esc(e->value("policy", "")) << "</td><td class=l>"
+        << esc(e->value("heads", json::array()).dump()) << "</td>";
+      for (auto& k : keys) h << "<td>" << (e->contains(k) ? num(get(*e, k.c_str())) : "") << "</td>";
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
+  }
+  if (full) {
+    h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
+    json lock = json::parse(r.plugins.empty() ? "[]" : r.plugins, nullptr, false);
+    if (lock.is_array()) {
+      h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th class=l>library</th>"
+           "<th class=l>sha256</th></tr>\n";
+      for (auto& l : lock)
+        h << "<tr><td class=l>" << esc(l.value("plugin", "")) << "</td><td class=l>"
+          << esc(l.value("version", "")) << "</td><td class=l>" << esc(l.value("path", ""))
+          << "</td><td class=l>" << esc(l.value("checksum", "").substr(0, 16)) << "</td></tr>\n";
+      h << "</table>\n";
+    }
+  }
+  return h.str();
+}
+
+// The group of a sweep job: its name without the seed suffix.
+std::string group_of(const std::string& name) {
+  auto at = name.rfind("__seed");
+  return at == std::string::npos ? name : name.substr(0, at);
+}
+
+std::string mean_sd(const std::vector<double>& v) {
+  if (v.empty()) return "-";
+  double m = 0;
+  for (double x : v) m += x;
+  m /= v.size();
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  double sd = v.size() > 1 ? std::sqrt(ss / (v.size() - 1)) : 0.0;
+  return num(m) + " &plusmn; " + num(sd, 2);
+}
+
+std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
+  std::ostringstream h;
+  std::string charts;
+  auto overlay = [&](const std::string& id, const std::string& title, const std::string& ylabel,
+                     bool val, const char* key) {
+    Figure f{id, title, "step", ylabel};
+    for (auto& r : runs) {
+      Series s{r.name, val ? "linespoints" : "lines"};
+      for (auto& j : val ? r.val : r.train) {
+        double y = NAN;
+        if (std::string(key) == "heads_total") {
+          y = 0;
+          for (auto& x : j.value("heads", json::array())) y += x.get<double>();
+        } else {
+          y = get(j, key);
+        }
+        s.pts.push_back({get(j, "step"), y});
+      }
+      f.series.push_back(s);
+    }
+    charts += chart(plot.draw(f), id);
+  };
+  overlay("runs_val_accuracy", "validation accuracy, all runs", "accuracy", true, "accuracy");
+  overlay("runs_train_loss", "training loss, all runs", "cross-entropy", false, "loss");
+  overlay("runs_heads", "heads in all blocks, all runs", "heads", false, "heads_total");  // NOLINT
+  h << "<div class=\"charts\">\n" << charts << "</div>\n";
+
+  // per group: mean +- sd over seeds
+  std::map<std::string, std::vector<const Run*>> groups;
+  for (auto& r : runs) groups[group_of(r.name)].push_back(&r);
+  h << "<h2>sweep table (mean &plusmn; sd over the runs of each group)</h2>\n<table><tr><th class=l>group</th>"
+       "<th>runs</th><th>test accuracy</th><th>best val accuracy</th><th>final heads</th>"
+       "<th>majority class</th></tr>\n";
+  for (auto& [g, rs] : groups) {
+    std::vector<double> test, best, heads, major;
+    for (auto* r : rs) {
+      if (r->test.is_object()) {
+        test.push_back(get(r->test, "accuracy"));
+        major.push_back(get(r->test, "majority_class_accuracy"));
+        double t = 0;
+        for (auto& x : r->test.value("heads", json::array())) t += x.get<double>();
+        heads.push_back(t);
+      }
+      double b = NAN;
+      for (auto& j : r->val) b = std::isfinite(b) ? std::max(b, get(j, "accuracy")) : get(j, "accuracy");
+      if (std::isfinite(b)) best.push_back(b);
+    }
+    h << "<tr><td class=l>" << esc(g) << "</td><td>" << rs.size() << "</td><td>" << mean_sd(test)
+      << "</td><td>" << mean_sd(best) << "</td><td>" << mean_sd(heads) << "</td><td>"
+      << mean_sd(major) << "</td></tr>\n";
+  }
+  h << "</table>\n<h2>runs</h2>\n<table><tr><th class=l>run</th><th>test accuracy</th>"
+       "<th>majority class</th><th>test loss</th><th class=l>heads</th><th>steps</th></tr>\n";
+  for (auto& r : runs) {
+    h << "<tr><td class=l>" << esc(r.name) << "</td>";
+    if (r.test.is_object())
+      h << "<td>" << num(get(r.test, "accuracy")) << "</td><td>" << num(get(r.test, "majority_class_accuracy"))
+        << "</td><td>" << num(get(r.test, "loss")) << "</td><td class=l>" << esc(r.test.value("heads", json::array()).dump())
+        << "</td><td>" << r.test.value("step", 0L) << "</td>";
+    else
+      h << "<td colspan=5>not finished</td>";
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
+}  // namespace
+
+int cmd_report(const std::vector<std::string>& args) {
+  po::options_description o("report options");
+  std::vector<std::string> dirs;
+  std::string out;
+  o.add_options()("dirs", po::value(&dirs)->composing(), "run directories or sweep directories")(
+      "out", po::value(&out), "output folder (default: RUN_DIR/report for one directory, else ./report)");
+  po::positional_options_description p;
+  p.add("dirs", -1);
+  bool help;
+  parse("growformer report RUN_DIR... [--out DIR]", o, p, args, &help);
+  if (help) return 0;
+  if (dirs.empty()) throw UsageError("name at least one run directory\nusage: growformer report RUN_DIR... [--out DIR]");
+
+  // runs: a directory with metrics.jsonl, or a sweep directory holding such directories
+  std::vector<Run> runs;
+  bool sweep = false;
+  for (auto& d : dirs) {
+    fs::path dp(d);
+    if (!fs::exists(dp)) throw gf::ConfigError(d + ": no such run directory");
+    if (!fs::is_directory(dp)) throw gf::ConfigError(d + ": not a directory");
+    if (is_run(dp)) {
+      runs.push_back(load_run(dp));
+      continue;
+    }
+    std::vector<fs::path> inner;
+    for (auto& e : fs::directory_iterator(dp))
+      if (e.is_directory() && is_run(e.path())) inner.push_back(e.path());
+    if (inner.empty())
+      throw gf::ConfigError(d + ": neither a run directory (no metrics.jsonl) nor a sweep directory "
+                                "(no run directories inside)");
+    std::sort(inner.begin(), inner.end());
+    for (auto& r : inner) runs.push_back(load_run(r));
+    sweep = true;
+  }
+  require_gnuplot();
+  if (out.empty()) out = dirs.size() == 1 ? (fs::path(dirs[0]) / "report").string() : "report";
+  fs::path figs = fs::path(out) / "figures";
+  fs::create_directories(figs);
+  Plotter plot(figs);
+
+  std::ostringstream body;
+  std::string title;
+  if (runs.size() == 1 && !sweep) {
+    title = "growformer run " + runs[0].name;
+    body << "<h1>" << esc(title) << "</h1>\n<p>" << esc(fs::absolute(runs[0].dir).string()) << "</p>\n"
+         << run_section(runs[0], plot, "", true);
+  } else {
+    title = std::string(sweep ? "growformer sweep " : "growformer runs ") +
+            (dirs.size() == 1 ? fs::path(dirs[0]).filename().string() : std::to_string(runs.size()) + " runs");
+    body << "<h1>" << esc(title) << "</h1>\n<p>" << runs.size() << " runs from";
+    for (auto& d : dirs) body << " " << esc(d);
+    body << "</p>\n" << overlay_section(runs, plot);
+    if (!runs.empty()) {
+      body << "<h2>configuration of " << esc(runs[0].name) << "</h2><pre>" << esc(runs[0].config) << "</pre>\n";
+    }
+  }
+  std::ofstream html(fs::path(out) / "report.html");
+  html << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title>\n"
+       << kStyle << "\n</head><body>\n"
+       << body.str() << "<p id=\"render-check\"></p>\n<p style=\"color:#999;font-size:.8em\">growformer "
+       << GROWFORMER_VERSION << "; figures drawn by gnuplot</p>\n"
+       << kCheckScript << "\n</body></html>\n";
+  html.close();
+  if (!html) throw gf::RuntimeError((fs::path(out) / "report.html").string() + ": write failed");
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator(figs)) n += e.path().extension() == ".svg";
+  std::cout << "report: " << (fs::path(out) / "report.html").string() << " (" << n << " figures in "
+            << figs.string() << ")\n";
+  return 0;
+}
+
+}  // namespace gfapp
