@@ -21,6 +21,7 @@
 namespace gf {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 namespace {
 std::atomic<bool> g_interrupted{false};
