@@ -89,7 +89,8 @@ void Reporter::end_step(long step, const TrainWindow& w, const std::vector<size_
   std::cerr << "\r\033[K" << buf << std::flush;
 }
 
-void Reporter::train(long step, const TrainWindow& w, double lr, const std::vector<size_t>& heads) {
+void Reporter::train(long step, const TrainWindow& w, double lr, const std::vector<size_t>& heads,
+                     const std::string& blocks) {
   double wdt = std::chrono::duration<double>(now_ - window_t0_).count();
   json j = {{"step", step},
             {"split", "train"},
@@ -99,6 +100,7 @@ void Reporter::train(long step, const TrainWindow& w, double lr, const std::vect
             {"heads", heads},
             {"tokens_per_s", wdt > 0 ? w.tokens / wdt : 0.0},
             {"elapsed_s", elapsed()}};
+  if (!blocks.empty()) j["blocks"] = json::parse(blocks);
   metrics_ << j.dump() << "\n";
   metrics_.flush();
   window_t0_ = now_;

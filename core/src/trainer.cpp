@@ -316,7 +316,7 @@ class Experiment::Loop {
     report_.end_bar();
     final_test();
     report_.summary(ts_.steps, ex_.growth_->summary(), ex_.pruning_->summary());
-    report_.say("run directory: " + dir_.root() + "\n");
+    report_.say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;
   }
 
@@ -382,10 +382,30 @@ class Experiment::Loop {
     capture_probes(false);
   }
 
+  // Each block's diagnostics (HKT: fusion weights `lambda`) and its heads' (hybrid: `beta`) as
+  // a JSON array for the train line; "" when no block has any.
+  std::string block_diagnostics() const {
+    json out = json::array();
+    bool any = false;
+    for (AttentionBlock* b : ex_.model_->blocks()) {
+      json bj = json::object();
+      for (auto& [k, v] : b->diagnostics()) bj[k] = v;
+      json hj = json::object();
+      for (const HeadInfo& h : b->heads()) {
+        auto d = h.head->diagnostics();
+        if (!d.empty()) hj[std::to_string(h.id)] = d;
+      }
+      if (!hj.empty()) bj["heads"] = hj;
+      any = any || !bj.empty();
+      out.push_back(bj);
+    }
+    return any ? out.dump() : "";
+  }
+
   void log_and_validate(long step, float lr) {
     auto heads = ex_.model_->heads_per_block();
     if (step % ts_.log_every == 0 || step == ts_.steps) {
-      report_.train(step, st_.window, lr, heads);
+      report_.train(step, st_.window, lr, heads, block_diagnostics());
       st_.window.clear();
     }
     validated_ = (ts_.eval_every > 0 && step % ts_.eval_every == 0) || step == ts_.steps;

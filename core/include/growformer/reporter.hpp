@@ -42,8 +42,11 @@ class Reporter {
   void begin_step(long step);
   /// After STEP's update: redraws the progress bar when it is due.
   void end_step(long step, const TrainWindow& window, const std::vector<size_t>& heads);
-  /// A training line from WINDOW (the caller clears the window afterwards).
-  void train(long step, const TrainWindow& window, double lr, const std::vector<size_t>& heads);
+  /// A training line from WINDOW (the caller clears the window afterwards). BLOCKS, when not
+  /// empty, is a JSON array of the blocks' diagnostics (e.g. HKT's fusion weights `lambda` and
+  /// per-head `beta`), logged as the line's "blocks".
+  void train(long step, const TrainWindow& window, double lr, const std::vector<size_t>& heads,
+             const std::string& blocks = "");
   void validation(long step, const EvalResult& r, const std::vector<size_t>& heads);
   void test(long step, const TestReport& t, const std::vector<size_t>& heads);
   /// The end-of-run "summary" event of the policies' summaries (none when both are empty).
