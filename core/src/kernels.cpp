@@ -5,6 +5,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,8 +39,18 @@ std::string best_available() {
 simd::RowKernels& active() {
   static simd::RowKernels k = [] {
     std::string want = best_available();
-    if (const char* env = std::getenv("GROWFORMER_SIMD"))
-      if (cpu_can(env)) want = env;
+    if (const char* env = std::getenv("GROWFORMER_SIMD")) {
+      if (cpu_can(env)) {
+        want = env;
+      } else {
+        std::string avail;
+        for (auto& n : simd_available()) avail += " " + n;
+        std::fprintf(stderr,
+                     "growformer: GROWFORMER_SIMD=%s is not an instruction set this CPU runs "
+                     "(available:%s); using %s\n",
+                     env, avail.c_str(), want.c_str());
+      }
+    }
     return table_for(want);
   }();
   return k;
@@ -47,8 +58,12 @@ simd::RowKernels& active() {
 
 size_t default_block_rows() {
   if (const char* env = std::getenv("GROWFORMER_ATTN_ROWS")) {
-    long v = std::atol(env);
-    if (v > 0) return static_cast<size_t>(v);
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (v > 0 && end && *end == '\0') return static_cast<size_t>(v);
+    std::fprintf(stderr,
+                 "growformer: GROWFORMER_ATTN_ROWS=%s is not a positive whole number; using 128\n",
+                 env);
   }
   return 128;
 }
