@@ -234,6 +234,14 @@ window.addEventListener('load', function () {
 });
 </script>)";
 
+// [2.0, 3.0] as "[2, 3]".
+std::string int_list(const json& a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.size(); ++i)
+    s += (i ? ", " : "") + (a[i].is_number() ? std::to_string(std::llround(a[i].get<double>())) : a[i].dump());
+  return s + "]";
+}
+
 std::string chart(const std::string& svg, const std::string& id) {
   if (svg.empty()) return "";
   return "<figure class=\"chart\" id=\"" + id + "\">" + svg + "</figure>\n";
@@ -324,13 +332,20 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
     Figure f{prefix + "incrt_block" + std::to_string(b),
              "INCRT block " + std::to_string(b) + ": residual energy eigenvalues and thresholds",
              "step", "value (log scale)"};
-    f.logy = true;
+    f.logy = true;  // unless an eigenvalue estimate is <= 0 (MCA's lambda_min can be)
     for (auto [key, title] : {std::pair{"lambda_max", "lambda_max"}, {"lambda_min", "lambda_min"},
                               {"theta_w", "theta_w (growth)"}, {"phi_w", "phi_w (minor)"}}) {
       Series s{title, "lines"};
-      for (auto* e : rows) s.pts.push_back({get(*e, "step"), get(*e, key)});
+      bool threshold = key[0] != 'l';
+      for (auto* e : rows) {
+        double y = get(*e, key);
+        if (threshold && !(y > 0)) continue;  // thresholds exist once calibrated
+        if (!threshold && !(y > 0)) f.logy = false;
+        s.pts.push_back({get(*e, "step"), y});
+      }
       f.series.push_back(s);
     }
+    if (!f.logy) f.ylabel = "value";
     charts += chart(plot.draw(f), f.id);
   }
   // HKT fusion weights lambda_l per block, and per-head scalars such as beta, over time
@@ -393,7 +408,7 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
       h << "<tr><td>" << e->value("step", 0L) << "</td><td class=l>" << esc(e->value("type", ""))
         << "</td><td>" << e->value("block", 0L) << "</td><td>" << e->value("head", -1L)
         << "</td><td class=l>" << esc(e->value("policy", "")) << "</td><td class=l>"
-        << esc(e->value("heads", json::array()).dump()) << "</td>";
+        << esc(int_list(e->value("heads", json::array()))) << "</td>";
       for (auto& k : keys) h << "<td>" << (e->contains(k) ? num(get(*e, k.c_str())) : "") << "</td>";
       h << "</tr>\n";
     }
