@@ -221,6 +221,15 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
     for (auto& v : row) total += v.get<size_t>();
   CHECK(total == 5);
 
+  // a whole other data section, its relative paths against its own file
+  fs::create_directories(dir.file("sub"));
+  std::ofstream(dir.file("sub/other.yaml"))
+      << "data: {plugin: text_tsv, train: ../train.tsv, test: ../copy.tsv, val_ratio: 0.1}\n";
+  Cli od = run_cli("eval " + best + " --data " + dir.file("sub/other.yaml") + " --json", out);
+  REQUIRE_MESSAGE(od.status == 0, od.output);
+  CHECK(json::parse(od.output)["accuracy"] == ej["accuracy"]);
+  CHECK(json::parse(od.output)["confusion"] == ej["confusion"]);
+
   // predict: one row per record, probabilities summing to 1, the class names
   Cli p = run_cli("predict " + best + " " + dir.file("copy.tsv") + " --out " + dir.file("p.tsv") +
                       " --quiet",
