@@ -129,7 +129,10 @@ Image read_png(const std::string& path) {
 // that must show drawn figures (coloured curve pixels, not a blank page).
 void check_in_browser(const fs::path& report, size_t charts, const fs::path& shot, const std::string& tmp) {
   std::string url = "file://" + fs::absolute(report).string();
-  std::string flags = " --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run ";
+  // no sandbox (CI runs as root), no /dev/shm (small in containers), a profile of its own
+  std::string flags = " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+                      "--hide-scrollbars --no-first-run --user-data-dir=" +
+                      (shot.parent_path() / "chromium-profile").string() + " ";
   Cli dom = run("timeout 120 chromium" + flags + "--dump-dom " + url, tmp);
   REQUIRE_MESSAGE(dom.status == 0, dom.output);
   std::string want = "data-charts=\"" + std::to_string(charts) + "\" data-rendered=\"" +
