@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -16,6 +17,7 @@
 #include "growformer/dataset.hpp"
 #include "growformer/io.hpp"
 #include "growformer/listops.hpp"
+#include "growformer/rng.hpp"
 #include "testing.hpp"
 
 namespace fs = std::filesystem;
@@ -274,4 +276,57 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   Cli r3 = run_cli("eval " + best + " --set model.d_model=8", out);
   CHECK(r3.status == 2);
   CHECK(has(r3.output, "only data.KEY=VALUE"));
+}
+
+TEST_CASE("cli: predict on a FASTA agrees with eval on the same genomes") {
+  TempDir dir;
+  // 60 labelled genomes in 3 classes (a class motif in random sequence) and 2 without metadata
+  gf::Rng rng(5, "fasta");
+  const char* bases = "ACGT";
+  const char* motif[] = {"AAAAAAAAA", "CCCCCCCCC", "GGGGGGGGG"};
+  std::string fasta, meta = "strain\tv\n";
+  std::map<std::string, std::string> label;
+  for (int i = 0; i < 62; ++i) {
+    std::string seq;
+    for (int j = 0; j < 60; ++j) seq += bases[rng.below(4)];
+    std::string id = "g" + std::to_string(i);
+    if (i < 60) {
+      seq.replace(static_cast<size_t>(3 * rng.below(15)), 9, motif[i % 3]);
+      label[id] = std::string(1, "ABC"[i % 3]);
+      meta += id + "\t" + label[id] + "\n";
+    }
+    fasta += ">" + id + " genome\n" + seq.substr(0, 30) + "\n" + seq.substr(30) + "\n";
+  }
+  gf::write_file(dir.file("g.fa.gz"), fasta, true);
+  gf::write_file(dir.file("m.tsv"), meta);
+  std::ofstream(dir.file("run.yaml"))
+      << "name: f\nseed: 2\nthreads: 1\n"
+         "data: {plugin: fasta_variants, fasta: g.fa.gz, metadata: m.tsv, label_column: v, k: 3, "
+         "stride: 3, val_ratio: 0.2, test_ratio: 0.2}\n"
+         "model: {d_model: 16, layers: 1, max_len: 24, attention: {plugin: mha, heads: 2, head: "
+         "{plugin: dot_product}}}\noptimizer: {plugin: adamw, lr: 0.01}\n"
+         "train: {steps: 30, batch_size: 8, warmup: 2, eval_every: 15, log_every: 10}\n";
+  std::string out = dir.file("out.txt");
+  Cli t = run_cli("train " + dir.file("run.yaml") + " --run-dir " + dir.file("run") + " -q", out);
+  REQUIRE_MESSAGE(t.status == 0, t.output);
+  std::string best = dir.file("run/checkpoints/best.safetensors");
+  Cli e = run_cli("eval " + best + " --split all --json", out);
+  REQUIRE_MESSAGE(e.status == 0, e.output);
+  json ej = json::parse(e.output);
+  REQUIRE(ej["examples"] == 60);
+  Cli p = run_cli("predict " + best + " " + dir.file("g.fa.gz") + " --out " + dir.file("p.tsv") + " -q", out);
+  REQUIRE_MESSAGE(p.status == 0, p.output);
+  std::ifstream in(dir.file("p.tsv"));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::vector<size_t>> confusion(3, std::vector<size_t>(3, 0));
+  size_t rows = 0;
+  while (std::getline(in, line)) {
+    auto f = gf::split_fields(line);
+    ++rows;
+    if (!label.count(f[0])) continue;
+    confusion[static_cast<size_t>(label[f[0]][0] - 'A')][static_cast<size_t>(f[1][0] - 'A')]++;
+  }
+  CHECK(rows == 62);  // one row per genome, labelled or not
+  CHECK(json(confusion) == ej["confusion"]);
 }
