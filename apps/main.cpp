@@ -94,13 +94,11 @@ int cmd_resume(const std::vector<std::string>& args) {
   auto vm = parse("growformer resume RUN_DIR", o, p, args, &help);
   if (help) return 0;
   gf::install_interrupt_handler();
-  std::string ck = dir + "/checkpoints/last.safetensors";
-  auto ex = gf::experiment_from_checkpoint(ck, paths);
   gf::RunFlags f;
   f.plugin_paths = paths;
   f.stop_after = stop_after;
   f.quiet = vm.count("quiet") > 0;
-  return ex->resume(dir, f);
+  return gf::resume_run(dir, f);
 }
 
 int cmd_inspect(const std::vector<std::string>& args) {

@@ -17,6 +17,7 @@
 #include "growformer/io.hpp"
 #include "growformer/kernels.hpp"
 #include "growformer/optimizer.hpp"
+#include "growformer/run_dir.hpp"
 #include "growformer/trainer.hpp"
 #include "testing.hpp"
 
@@ -449,4 +450,101 @@ TEST_CASE("fast_exp: NaN gives NaN without an undefined integer conversion") {
   float row[3] = {0.0f, NAN, 1.0f};
   kernels::softmax_row(row, 3, nullptr);
   CHECK(std::isnan(row[0]));
+}
+
+// ------------------------------------------------------------------ run directories
+
+namespace {
+std::vector<json> metrics_of(const std::string& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    j.erase("tokens_per_s");
+    j.erase("elapsed_s");
+    out.push_back(j);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("run directory: a run name that is not a plain name is refused") {
+  for (const char* name : {"..", "."}) {
+    ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
+    cfg.apply_override(std::string("name=") + name);
+    Experiment ex(cfg, {GF_PLUGIN_DIR});
+    RunFlags f;
+    f.quiet = true;
+    CHECK(has(gf_test::error_of([&] { ex.train(f); }), "cannot name a run directory"));
+  }
+}
+
+TEST_CASE("run directory: a second process is locked out") {
+  TempDir d;
+  tiny_run(d.file("run"));
+  RunDir held(d.file("run"));
+  held.lock();
+  Cli r = run_cli("resume " + d.file("run") + " --quiet");
+  CHECK(r.status == 1);
+  CHECK(has(r.output, "in use by another growformer process (pid " + std::to_string(getpid())));
+}
+
+TEST_CASE("run directory: a log that is a device, and a full disk, stop with a clear error") {
+  TempDir d;
+  std::string run = d.file("run");
+  tiny_run(run);
+  fs::remove(run + "/metrics.jsonl");
+  fs::create_symlink("/dev/full", run + "/metrics.jsonl");
+  Cli r = run_cli("resume " + run + " --quiet");
+  CHECK(r.status == 1);
+  CHECK(has(r.output, "not a regular file"));
+  fs::remove(run + "/metrics.jsonl");
+  // a file-size limit stands in for a full disk; SIGXFSZ ignored so that writes fail instead
+  std::string full = d.file("full");
+  tiny_run(full);
+  fs::remove(full + "/checkpoints/last.safetensors");
+  fs::remove(full + "/checkpoints/best.safetensors");
+  std::string out = d.file("full.txt");
+  int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) +
+                        " resume " + full + " --quiet\" > " + out + " 2>&1").c_str());
+  Cli g{WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), read_text(out)};
+  INFO(g.output);
+  CHECK(g.status == 1);
+  CHECK(has(g.output, "disk full"));
+  for (auto& ent : fs::directory_iterator(full + "/checkpoints"))
+    CHECK(!has(ent.path().filename().string(), ".tmp"));
+}
+
+TEST_CASE("run directory: stopped before its first checkpoint, resume runs it again from 0") {
+  TempDir d;
+  std::string ref = d.file("ref"), cut = d.file("cut");
+  tiny_run(ref);
+  tiny_run(cut);
+  // what kill -9 before the first checkpoint leaves: the config, a lock, partial logs
+  fs::remove_all(cut + "/checkpoints");
+  write_text(cut + "/metrics.jsonl", "{\"step\": 3, \"split\": \"train\"}\n{\"ste");
+  Cli r = run_cli("resume " + cut + " --quiet");
+  CHECK(r.status == 0);
+  CHECK(metrics_of(cut) == metrics_of(ref));
+  CHECK(fs::exists(cut + "/checkpoints/last.safetensors"));
+}
+
+TEST_CASE("run directory: resume refuses an edited or garbage config.resolved.yaml") {
+  TempDir d;
+  std::string run = d.file("run");
+  tiny_run(run);
+  std::string cfg = read_text(run + "/config.resolved.yaml");
+  std::string metrics = read_text(run + "/metrics.jsonl");
+  for (std::string edited : {cfg + "extra: 1\n", std::string("\x01\x02garbage"), std::string()}) {
+    write_text(run + "/config.resolved.yaml", edited);
+    Cli r = run_cli("resume " + run + " --quiet");
+    CHECK(r.status == 1);
+    CHECK(has(r.output, "changed since the run started"));
+    CHECK(read_text(run + "/metrics.jsonl") == metrics);
+  }
+  fs::remove(run + "/config.resolved.yaml");
+  CHECK(run_cli("resume " + run + " --quiet").status == 1);
+  write_text(run + "/config.resolved.yaml", cfg);
+  CHECK(run_cli("resume " + run + " --quiet").status == 0);
 }

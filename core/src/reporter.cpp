@@ -1,5 +1,7 @@
 #include "growformer/reporter.hpp"
 
+#include "growformer/errors.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -12,10 +14,28 @@ namespace gf {
 
 using json = nlohmann::json;
 
+namespace {
+// Every log line is checked: a full disk or an unwritable file stops the run with the file's
+// name instead of losing the lines silently.
+void write_line(std::ofstream& out, const std::string& path, const std::string& line) {
+  out << line << "\n";
+  out.flush();
+  if (!out)
+    throw RuntimeError(path + ": cannot write the run log (disk full or not a writable file?); "
+                       "the last checkpoint is intact: free space and `growformer resume`");
+}
+std::ofstream open_log(const std::string& path) {
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw RuntimeError(path + ": cannot open the run log for writing");
+  return out;
+}
+}  // namespace
+
 class Reporter::Sink : public EventSink {
  public:
-  explicit Sink(const std::string& path) : out(path, std::ios::app) {}
+  explicit Sink(const std::string& path) : out(open_log(path)), path(path) {}
   std::ofstream out;
+  std::string path;
   long step = 0;
   void emit(const Event& e) override {
     json j;
@@ -26,8 +46,7 @@ class Reporter::Sink : public EventSink {
     for (auto& [k, v] : e.numbers) j[k] = std::isfinite(v) ? json(v) : json(nullptr);
     for (auto& [k, v] : e.strings) j[k] = v;
     for (auto& [k, v] : e.lists) j[k] = v;
-    out << j.dump() << "\n";
-    out.flush();
+    write_line(out, path, j.dump());
   }
 };
 
@@ -55,7 +74,8 @@ Reporter::Reporter(const RunDir& dir, long total_steps, bool quiet)
     : quiet_(quiet),
       tty_(isatty(2) && !quiet),
       total_steps_(total_steps),
-      metrics_(dir.metrics(), std::ios::app),
+      metrics_path_(dir.metrics()),
+      metrics_(open_log(dir.metrics())),
       sink_(std::make_unique<Sink>(dir.events())) {
   t0_ = window_t0_ = last_draw_ = now_ = Clock::now();
 }
@@ -101,8 +121,7 @@ void Reporter::train(long step, const TrainWindow& w, double lr, const std::vect
             {"tokens_per_s", wdt > 0 ? w.tokens / wdt : 0.0},
             {"elapsed_s", elapsed()}};
   if (!blocks.empty()) j["blocks"] = json::parse(blocks);
-  metrics_ << j.dump() << "\n";
-  metrics_.flush();
+  write_line(metrics_, metrics_path_, j.dump());
   window_t0_ = now_;
   if (tty_ || quiet_) return;
   double rate = steps_this_run_ / std::max(1e-9, elapsed());
@@ -122,8 +141,7 @@ void Reporter::validation(long step, const EvalResult& r, const std::vector<size
   json j = {{"step", step},         {"split", "val"},      {"loss", r.loss},
             {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
             {"tokens_per_s", nullptr}, {"elapsed_s", elapsed()}};
-  metrics_ << j.dump() << "\n";
-  metrics_.flush();
+  write_line(metrics_, metrics_path_, j.dump());
   if (tty_) std::cerr << "\r\033[K";
   std::ostringstream line;
   line << "  val @ " << step << ": loss " << r.loss << ", accuracy " << r.accuracy << "\n";
@@ -137,8 +155,7 @@ void Reporter::test(long step, const TestReport& t, const std::vector<size_t>& h
             {"model", t.model},         {"majority_class_accuracy", t.majority_class_accuracy},
             {"evaluated_on", t.evaluated_on}, {"tokens_per_s", nullptr},
             {"elapsed_s", std::chrono::duration<double>(Clock::now() - t0_).count()}};
-  metrics_ << j.dump() << "\n";
-  metrics_.flush();
+  write_line(metrics_, metrics_path_, j.dump());
   std::ostringstream line;
   line << "test (" << t.evaluated_on << " split, " << t.model << " model): accuracy " << r.accuracy
        << ", loss " << r.loss << "; majority class " << t.majority_class_accuracy << "\n";

@@ -1,10 +1,20 @@
 #include "growformer/run_dir.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "growformer/checkpoint.hpp"
+#include "growformer/config.hpp"
 #include "growformer/errors.hpp"
 
 namespace gf {
@@ -16,6 +26,12 @@ RunDir::RunDir(std::string root) : root_(std::move(root)) {}
 RunDir RunDir::create(const std::string& requested, const std::string& name) {
   std::string dir = requested;
   if (dir.empty()) {
+    bool plain = !name.empty() && name != "." && name != ".." && name.size() <= 200;
+    for (char c : name) plain = plain && c != '/' && static_cast<unsigned char>(c) >= 0x20;
+    if (!plain)
+      throw ConfigError("`name: " + name.substr(0, 60) +
+                        "` cannot name a run directory under runs/ (use letters, digits, `-`, `_`, "
+                        "`.`; not `.` or `..`), or pass --run-dir");
     dir = (fs::path("runs") / name).string();
     for (int i = 2; fs::exists(dir); ++i) dir = (fs::path("runs") / name).string() + "-" + std::to_string(i);
   } else if (fs::exists(dir) && !fs::is_empty(dir)) {
@@ -45,34 +61,82 @@ std::string RunDir::best_checkpoint() const {
 }
 
 void RunDir::reset_logs() const {
-  std::ofstream(metrics(), std::ios::trunc);
-  std::ofstream(events(), std::ios::trunc);
+  write(metrics(), "");
+  write(events(), "");
+}
+
+void RunDir::write(const std::string& path, const std::string& text) const {
+  write_file_durably(path, {{text.data(), text.size()}});
+}
+
+void RunDir::lock() {
+  std::string path = file(".lock");
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError(path + ": cannot create the run directory's lock: " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    throw RuntimeError(root_ + ": the run directory is in use by another growformer process (pid " +
+                       printable(pid, 20) + "); wait for it to finish or stop it first");
+  }
+  std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    ssize_t w = ::pwrite(fd, me.data(), me.size(), 0);
+    (void)w;
+  }
+  // held until the process ends; kill -9 releases it with the process
+  lock_fd_ = std::shared_ptr<int>(new int(fd), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
 }
 
 namespace {
-void truncate_jsonl(const std::string& path, long max_step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::vector<std::string> keep;
-  std::string line;
-  while (std::getline(in, line)) {
+constexpr size_t kMaxLogLine = 1 << 20;
+
+void truncate_jsonl(const RunDir& dir, const std::string& path, long max_step) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // no log yet
+  if (!S_ISREG(st.st_mode))
+    throw RuntimeError(path + ": the run log is not a regular file; remove or replace it");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RuntimeError(path + ": cannot read the run log");
+  std::string keep, line;
+  size_t line_no = 0;
+  // bounded line reads: a line longer than kMaxLogLine is not a log line
+  while (true) {
+    line.clear();
+    char c;
+    bool got = false;
+    while (in.get(c)) {
+      got = true;
+      if (c == '\n') break;
+      if (line.size() >= kMaxLogLine)
+        throw RuntimeError(path + ":" + std::to_string(line_no + 1) +
+                           ": a line longer than 1 MiB: not a growformer log; remove or replace it");
+      line.push_back(c);
+    }
+    if (!got) break;
+    ++line_no;
     if (line.empty()) continue;
     try {
       auto j = nlohmann::json::parse(line);
-      if (j.value("step", 0L) <= max_step && j.value("split", "") != "test") keep.push_back(line);
+      if (j.value("step", 0L) <= max_step && j.value("split", "") != "test") keep += line + "\n";
     } catch (...) {
       // a torn last line from a crash: drop it
     }
   }
-  in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (auto& l : keep) out << l << "\n";
+  if (in.bad()) throw RuntimeError(path + ": read failed");
+  dir.write(path, keep);
 }
 }  // namespace
 
 void RunDir::rewind_logs(long step) const {
-  truncate_jsonl(metrics(), step);
-  truncate_jsonl(events(), step);
+  truncate_jsonl(*this, metrics(), step);
+  truncate_jsonl(*this, events(), step);
 }
 
 }  // namespace gf

@@ -1,9 +1,13 @@
 #include "growformer/trainer.hpp"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -222,8 +226,35 @@ TrainingParts Experiment::parts() {
 void Experiment::save(const std::string& path) {
   Checkpoint ck = make_training_checkpoint(parts());
   ck.metadata["data"] = data_record();  // the tokenizer, so eval and predict tokenise as training
+  if (!resolved_config_crc_.empty()) ck.metadata["resolved_config_crc"] = resolved_config_crc_;
   save_checkpoint(path, ck);
 }
+
+namespace {
+constexpr const char* kConfigDirLine = "# config_dir: ";
+
+std::string text_crc(const std::string& text) {
+  uLong crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size());
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "crc32:%08lx", static_cast<unsigned long>(crc));
+  return buf;
+}
+
+// config.resolved.yaml as text (bounded); RuntimeError when missing or not a regular file.
+std::string read_resolved_config(const RunDir& dir) {
+  std::string path = dir.resolved_config();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw RuntimeError(path + ": missing (or not a file): the run directory is incomplete; start "
+                       "a new run with `growformer train`");
+  if (fs::file_size(path, ec) > (16u << 20))
+    throw RuntimeError(path + ": larger than 16 MiB: not the run's resolved configuration");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
 
 void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
 
@@ -233,27 +264,49 @@ void Experiment::load_weights(const Checkpoint& ck, const std::string& path) {
 
 int Experiment::train(const RunFlags& flags) {
   RunDir dir = RunDir::create(flags.run_dir, name_);
-  {
-    std::ofstream out(dir.resolved_config());
-    out << "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
-    out << cfg_.dump();
-  }
+  dir.lock();
+  std::string resolved = "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
+  resolved += std::string(kConfigDirLine) + cfg_.base_dir() + "\n" + cfg_.dump();
+  dir.write(dir.resolved_config(), resolved);
+  resolved_config_crc_ = text_crc(resolved);
   {
     nlohmann::json lock = nlohmann::json::array();
     for (auto& l : registry_->libraries())
       lock.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path},
                       {"checksum", l.sha256}});
-    std::ofstream out(dir.plugins_lock());
-    out << lock.dump(2) << "\n";
+    dir.write(dir.plugins_lock(), lock.dump(2) + "\n");
   }
   dir.reset_logs();
   return run_loop(dir, 0, flags);
 }
 
+int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
+  RunDir dir(run_dir);
+  dir.lock();
+  resolved_config_crc_ = text_crc(read_resolved_config(dir));
+  fs::create_directories(dir.checkpoints());
+  dir.reset_logs();
+  if (!flags.quiet)
+    std::cout << dir.root() << ": no checkpoint yet; starting the run again from step 0 with its "
+              << "config.resolved.yaml\n";
+  return run_loop(dir, 0, flags);
+}
+
 int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
   RunDir dir(run_dir);
+  dir.lock();
   std::string ck = dir.last_checkpoint();
-  long step = restore_training(load_checkpoint(ck), ck, parts());
+  Checkpoint loaded = load_checkpoint(ck);
+  // the run continues as it was configured: an edited resolved config would be silently ignored
+  std::string actual = text_crc(read_resolved_config(dir));
+  auto want = loaded.metadata.find("resolved_config_crc");
+  if (want != loaded.metadata.end() && want->second != actual)
+    throw RuntimeError(dir.resolved_config() +
+                       ": changed since the run started (it no longer matches the checkpoint). "
+                       "`resume` continues the run exactly as configured: restore the file, or "
+                       "start a new run with `growformer train` on the edited configuration");
+  resolved_config_crc_ = actual;
+  long step = restore_training(loaded, ck, parts());
   dir.rewind_logs(step);
   if (!flags.quiet) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
   return run_loop(dir, step, flags);
@@ -469,6 +522,28 @@ class Experiment::Loop {
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
   Loop loop(*this, dir, flags);
   return loop.run(start_step);
+}
+
+int resume_run(const std::string& run_dir, const RunFlags& flags) {
+  RunDir dir(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec))
+    throw RuntimeError(run_dir + ": no such run directory");
+  if (fs::exists(dir.last_checkpoint(), ec))
+    return experiment_from_checkpoint(dir.last_checkpoint(), flags.plugin_paths)->resume(run_dir, flags);
+  if (!fs::exists(dir.resolved_config(), ec))
+    throw RuntimeError(run_dir + ": not a run directory (no checkpoints/last.safetensors and no "
+                       "config.resolved.yaml)");
+  // stopped before its first checkpoint: the same run again, from its resolved configuration
+  std::string text = read_resolved_config(dir);
+  std::string base_dir;
+  std::istringstream lines(text);
+  std::string line;
+  for (int i = 0; i < 3 && std::getline(lines, line); ++i)
+    if (line.rfind(kConfigDirLine, 0) == 0) base_dir = line.substr(std::strlen(kConfigDirLine));
+  ConfigNode cfg = ConfigNode::load_string(text, dir.resolved_config(), base_dir);
+  Experiment ex(cfg, flags.plugin_paths);
+  return ex.restart(run_dir, flags);
 }
 
 std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,

@@ -62,6 +62,7 @@ class Reporter {
   double elapsed() const;
   bool quiet_, tty_;
   long total_steps_;
+  std::string metrics_path_;
   std::ofstream metrics_;
   std::unique_ptr<Sink> sink_;
   using Clock = std::chrono::steady_clock;

@@ -2,6 +2,7 @@
 // plugin lock, logs, checkpoints) is computed here and nowhere else.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace gf {
@@ -12,6 +13,7 @@ class RunDir {
   explicit RunDir(std::string root);
   /// Picks and creates a fresh run directory with its `checkpoints/` folder: REQUESTED when
   /// given (it must be absent or empty; ConfigError otherwise), else runs/NAME, runs/NAME-2, ...
+  /// NAME must be a plain file name (not `.`, `..`, nothing with `/` or control characters).
   static RunDir create(const std::string& requested, const std::string& name);
   /// The run directory that holds CHECKPOINT_PATH (RUN/checkpoints/X.safetensors -> RUN).
   static RunDir of_checkpoint(const std::string& checkpoint_path);
@@ -29,11 +31,20 @@ class RunDir {
   void reset_logs() const;
   /// Keeps only the log lines of steps <= STEP and drops test lines and torn lines: a resume
   /// from a checkpoint of STEP continues the logs exactly where that checkpoint was written.
+  /// A log that is not a regular file, or holds a line over 1 MiB, is an error (never read
+  /// whole into memory); the new log replaces the old one atomically.
   void rewind_logs(long step) const;
+
+  /// Takes the run directory's lock (an flock on RUN/.lock, released when the process ends,
+  /// also by kill -9): RuntimeError naming the holder's pid when another process has it.
+  void lock();
+  /// Writes TEXT to FILE in the run directory durably (temporary, fsync, rename).
+  void write(const std::string& path, const std::string& text) const;
 
  private:
   std::string file(const char* name) const;
   std::string root_;
+  std::shared_ptr<int> lock_fd_;
 };
 
 }  // namespace gf

@@ -55,8 +55,11 @@ class Experiment {
 
   /// Trains into a fresh run directory; returns the exit status.
   int train(const RunFlags& flags);
-  /// Continues a run from RUN_DIR/checkpoints/last.safetensors.
+  /// Continues a run from RUN_DIR/checkpoints/last.safetensors (this experiment was built from
+  /// it). RuntimeError when RUN_DIR/config.resolved.yaml changed since the run started.
   int resume(const std::string& run_dir, const RunFlags& flags);
+  /// Starts the run in RUN_DIR again from step 0 (it stopped before its first checkpoint).
+  int restart(const std::string& run_dir, const RunFlags& flags);
   EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0);
   /// Restores model structure and parameters (and, with optimizer, its state) from a checkpoint.
   void load_weights(const std::string& checkpoint_path);
@@ -96,7 +99,12 @@ class Experiment {
   TrainSettings settings_;
   LrSchedule schedule_;
   TrainerState state_;
+  std::string resolved_config_crc_;  // of config.resolved.yaml as written when the run started
 };
+
+/// `growformer resume RUN_DIR`: from the last checkpoint, or from step 0 with the run's
+/// config.resolved.yaml when it stopped before writing one. The run directory is locked.
+int resume_run(const std::string& run_dir, const RunFlags& flags);
 
 /// Loads a checkpoint's embedded config and rebuilds the experiment around it.
 std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
