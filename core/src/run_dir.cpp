@@ -23,6 +23,22 @@ namespace fs = std::filesystem;
 
 RunDir::RunDir(std::string root) : root_(std::move(root)) {}
 
+namespace {
+// Empty, or only what a run killed before writing its configuration leaves: a lock file and an
+// empty checkpoints/ folder. Such a directory is taken again by `train --run-dir`.
+bool never_started(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    if (n == ".lock" && e.is_regular_file(ec)) continue;
+    if (n == "checkpoints" && e.is_directory(ec) && fs::is_empty(e.path(), ec)) continue;
+    return false;
+  }
+  return !ec;
+}
+}  // namespace
+
 RunDir RunDir::create(const std::string& requested, const std::string& name) {
   std::string dir = requested;
   if (dir.empty()) {
@@ -34,7 +50,7 @@ RunDir RunDir::create(const std::string& requested, const std::string& name) {
                         "`.`; not `.` or `..`), or pass --run-dir");
     dir = (fs::path("runs") / name).string();
     for (int i = 2; fs::exists(dir); ++i) dir = (fs::path("runs") / name).string() + "-" + std::to_string(i);
-  } else if (fs::exists(dir) && !fs::is_empty(dir)) {
+  } else if (fs::exists(dir) && !never_started(dir)) {
     throw ConfigError(dir + ": the run directory exists and is not empty (choose another "
                       "--run-dir, or `growformer resume " + dir + "`)");
   }
@@ -86,6 +102,15 @@ void RunDir::lock() {
   if (::ftruncate(fd, 0) == 0) {
     ssize_t w = ::pwrite(fd, me.data(), me.size(), 0);
     (void)w;
+  }
+  // temporaries of a writer killed mid-write (the lock says none is running now)
+  for (const std::string& d : {root_, checkpoints()}) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      std::string n = e.path().filename().string();
+      size_t at = n.rfind(".tmp-");
+      if (at != std::string::npos && n.size() == at + 11) fs::remove(e.path(), ec);
+    }
   }
   // held until the process ends; kill -9 releases it with the process
   lock_fd_ = std::shared_ptr<int>(new int(fd), [](int* f) {

@@ -532,8 +532,9 @@ int resume_run(const std::string& run_dir, const RunFlags& flags) {
   if (fs::exists(dir.last_checkpoint(), ec))
     return experiment_from_checkpoint(dir.last_checkpoint(), flags.plugin_paths)->resume(run_dir, flags);
   if (!fs::exists(dir.resolved_config(), ec))
-    throw RuntimeError(run_dir + ": not a run directory (no checkpoints/last.safetensors and no "
-                       "config.resolved.yaml)");
+    throw RuntimeError(run_dir + ": not a run directory, or a run stopped before writing its "
+                       "configuration (no checkpoints/last.safetensors and no config.resolved.yaml); "
+                       "start it with `growformer train CONFIG --run-dir " + run_dir + "`");
   // stopped before its first checkpoint: the same run again, from its resolved configuration
   std::string text = read_resolved_config(dir);
   std::string base_dir;

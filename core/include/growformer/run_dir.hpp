@@ -37,6 +37,7 @@ class RunDir {
 
   /// Takes the run directory's lock (an flock on RUN/.lock, released when the process ends,
   /// also by kill -9): RuntimeError naming the holder's pid when another process has it.
+  /// Then removes temporaries (`*.tmp-XXXXXX`) that a killed writer left.
   void lock();
   /// Writes TEXT to FILE in the run directory durably (temporary, fsync, rename).
   void write(const std::string& path, const std::string& text) const;
