@@ -24,14 +24,16 @@ namespace fs = std::filesystem;
 RunDir::RunDir(std::string root) : root_(std::move(root)) {}
 
 namespace {
-// Empty, or only what a run killed before writing its configuration leaves: a lock file and an
-// empty checkpoints/ folder. Such a directory is taken again by `train --run-dir`.
+// Empty, or only what a run killed before writing its configuration leaves: a lock file, an
+// empty checkpoints/ folder and temporaries. Such a directory is taken again by `train --run-dir`.
 bool never_started(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::string n = e.path().filename().string();
     if (n == ".lock" && e.is_regular_file(ec)) continue;
+    size_t at = n.rfind(".tmp-");  // a killed writer's temporary (removed under the lock)
+    if (at != std::string::npos && n.size() == at + 11 && e.is_regular_file(ec)) continue;
     if (n == "checkpoints" && e.is_directory(ec) && fs::is_empty(e.path(), ec)) continue;
     return false;
   }
