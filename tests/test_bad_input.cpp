@@ -344,6 +344,9 @@ TEST_CASE("yaml: recursive aliases, alias bombs, deep nesting, second documents,
             "nested more than"));
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string("a: 1\n---\nb: 2\n"); }),
             "second YAML document"));
+  // a NUL byte made yaml-cpp loop while allocating without bound (found by fuzz_config)
+  CHECK(has(gf_test::error_of([] { ConfigNode::load_string(std::string(",s\0lr\xff", 6)); }),
+            "control character (byte 0x00)"));
   ConfigNode bom = ConfigNode::load_string("\xEF\xBB\xBFseed: 4\n");
   CHECK(bom.has("seed"));
   CHECK(has(gf_test::error_of([] {

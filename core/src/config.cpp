@@ -165,6 +165,28 @@ void check_duplicates(const Doc& doc, const YAML::Node& n) {
   check_duplicates(doc, n, "", 0, visited);
 }
 
+// YAML allows no C0 control character but tab, LF and CR; yaml-cpp loops without end (and
+// without bound on memory) on some inputs holding a NUL byte, so they are refused first.
+void check_characters(const std::string& text, const std::string& file) {
+  size_t line = 1, col = 1;
+  for (char ch : text) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "0x%02x", c);
+      throw ConfigError(file + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                        ": control character (byte " + buf +
+                        ") in the YAML text; is this a binary file?");
+    }
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+}
+
 // yaml-cpp parses nested flow collections recursively: bound the nesting before parsing.
 void check_nesting(const std::string& text, const std::string& file) {
   size_t depth = 0, line = 1;
@@ -216,6 +238,7 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   // a UTF-8 byte order mark is not part of the document
   std::string_view body(text);
   if (body.rfind("\xEF\xBB\xBF", 0) == 0) body.remove_prefix(3);
+  check_characters(std::string(body), doc->file);
   check_nesting(std::string(body), doc->file);
   std::vector<YAML::Node> docs;
   try {
@@ -264,6 +287,7 @@ void ConfigNode::apply_override(const std::string& assignment) {
     throw ConfigError("--set " + assignment + ": expected KEY=VALUE (e.g. train.steps=100)");
   std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   YAML::Node parsed;
+  check_characters(value, "--set " + key);
   check_nesting(value, "--set " + key);
   try {
     parsed = YAML::Load(value);
