@@ -32,10 +32,13 @@ namespace {
 
 // The checkpoint's experiment, its data changed by `--set data.KEY=VALUE` or replaced by the
 // `data` section of another config; the dataset tokenises with the checkpoint's tokenizer.
+// With that tokenizer only the data named by `need` is read (Experiment's data_need): "none"
+// for predict, the evaluated split for eval, so files of other splits need not exist.
 std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, const std::string& path,
                                                       const std::vector<std::string>& plugin_paths,
                                                       const std::vector<std::string>& data_sets,
-                                                      const std::string& data_config) {
+                                                      const std::string& data_config,
+                                                      const std::string& need) {
   auto cfg_text = ck.metadata.find("config");
   if (cfg_text == ck.metadata.end())
     throw gf::RuntimeError(path + ": not a growformer checkpoint (no embedded config)");
@@ -71,7 +74,7 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
       cfg.apply_override(s);
   }
   auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
-                                             record == ck.metadata.end() ? "" : record->second);
+                                             record == ck.metadata.end() ? "" : record->second, need);
   ex->load_weights(ck, path);
   return ex;
 }
@@ -118,7 +121,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   if (split != "val" && split != "test" && split != "train" && split != "all")
     throw UsageError("--split must be val, test, train or all");
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  auto ex = checkpoint_experiment(loaded, ck, paths, sets, data_config);
+  auto ex = checkpoint_experiment(loaded, ck, paths, sets, data_config, split);
   const gf::DataSplits& d = ex->data();
   std::vector<const gf::Example*> rows;
   for (auto* s : {&d.train, &d.val, &d.test}) {
@@ -225,13 +228,10 @@ int cmd_predict(const std::vector<std::string>& args) {
   if (record == loaded.metadata.end())
     throw gf::ConfigError(ck + ": the checkpoint has no saved tokenizer (it was written before "
                                "tokenizers were saved); `growformer resume` it once, or re-train");
-  auto ex = checkpoint_experiment(loaded, ck, paths, {}, "");
+  // the checkpoint alone: model, saved tokenizer and classes; no training data is read
+  auto ex = checkpoint_experiment(loaded, ck, paths, {}, "", "none");
   if (threads >= 0) gf::set_num_threads(static_cast<size_t>(threads));
-  json rec = json::parse(record->second);
-  std::string tok = rec["tokenizer"].is_null() ? "" : rec["tokenizer"].is_string() ? rec["tokenizer"].get<std::string>() : rec["tokenizer"].dump();
-  gf::DatasetBuild build{ex->seed(), tok};
-  auto dataset = ex->registry().create_dataset(ex->config().child("data"), build);
-  auto reader = dataset->open_records(input);
+  auto reader = ex->dataset().open_records(input);
 
   const gf::DataSplits& d = ex->data();
   size_t C = d.num_classes, B = batch > 0 ? static_cast<size_t>(batch)

@@ -52,6 +52,10 @@ Cli run_cli(const std::string& args, const std::string& out_file) {
   return {WEXITSTATUS(rc), ss.str()};
 }
 bool has(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
+std::string text_of(const std::string& path) {
+  auto bytes = gf::read_file_bytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
 
 const char* kTrain =
     "sentence\tlabel\n"
@@ -253,6 +257,25 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   CHECK(n == 5);
   CHECK(static_cast<double>(correct) / n == ej["accuracy"].get<double>());
 
+  // the checkpoint alone: with the training and test files gone, predict gives the same rows
+  // and eval on a file reads only that file
+  fs::rename(dir.file("train.tsv"), dir.file("train.moved"));
+  fs::rename(dir.file("test.tsv"), dir.file("test.moved"));
+  Cli p2 = run_cli("predict " + best + " " + dir.file("copy.tsv") + " --out " + dir.file("p2.tsv") +
+                       " --quiet",
+                   out);
+  REQUIRE_MESSAGE(p2.status == 0, p2.output);
+  CHECK(text_of(dir.file("p2.tsv")) == text_of(dir.file("p.tsv")));
+  Cli e2 = run_cli("eval " + best + " --set data.test=" + dir.file("copy.tsv") + " --json", out);
+  REQUIRE_MESSAGE(e2.status == 0, e2.output);
+  json e2j = json::parse(e2.output);
+  for (const char* k : {"examples", "accuracy", "loss", "confusion", "macro_f1"}) CHECK(e2j[k] == ej[k]);
+  Cli gone = run_cli("eval " + best + " --split val", out);  // val is carved from train.tsv
+  CHECK(gone.status != 0);
+  CHECK(has(gone.output, "train.tsv"));
+  fs::rename(dir.file("train.moved"), dir.file("train.tsv"));
+  fs::rename(dir.file("test.moved"), dir.file("test.tsv"));
+
   // a bad record: fatal with its line, or skipped
   gf::write_file(dir.file("bad.tsv"), "sentence\tlabel\ngood\t1\nx\ty\tz\nbad\t0\n");
   Cli bad = run_cli("predict " + best + " " + dir.file("bad.tsv"), out);
@@ -329,4 +352,12 @@ TEST_CASE("cli: predict on a FASTA agrees with eval on the same genomes") {
   }
   CHECK(rows == 62);  // one row per genome, labelled or not
   CHECK(json(confusion) == ej["confusion"]);
+
+  // the checkpoint alone: the training FASTA and metadata gone, the same rows from a copy
+  fs::copy_file(dir.file("g.fa.gz"), dir.file("new.fa.gz"));
+  fs::rename(dir.file("g.fa.gz"), dir.file("g.moved"));
+  fs::rename(dir.file("m.tsv"), dir.file("m.moved"));
+  Cli p2 = run_cli("predict " + best + " " + dir.file("new.fa.gz") + " --out " + dir.file("p2.tsv") + " -q", out);
+  REQUIRE_MESSAGE(p2.status == 0, p2.output);
+  CHECK(text_of(dir.file("p2.tsv")) == text_of(dir.file("p.tsv")));
 }

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "growformer/batch_sampler.hpp"
 #include "growformer/blas.hpp"
@@ -119,7 +120,7 @@ std::string Experiment::data_record() const {
 }
 
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
-                       const std::string& data_record)
+                       const std::string& data_record, const std::string& data_need)
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
   Options top(cfg_, options(), "the configuration");
   name_ = top.get_string("name");
@@ -160,9 +161,26 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
       build.tokenizer = saved["tokenizer"].is_string() ? saved["tokenizer"].get<std::string>()
                                                        : saved["tokenizer"].dump();
   }
-  auto dataset = registry_->create_dataset(data_node, build);
-  data_ = dataset->load();
-  if (!saved.is_null()) {
+  if (data_need != "all" && data_need != "none" && data_need != "train" && data_need != "val" &&
+      data_need != "test")
+    throw std::invalid_argument("Experiment: data_need must be all, none, train, val or test");
+  bool all = saved.is_null() || data_need == "all";
+  if (!all && data_need != "none") build.only = data_need;
+  dataset_ = registry_->create_dataset(data_node, build);
+  if (!all && data_need == "none") {
+    // the checkpoint alone: the model's shape and the class names from its data record
+    try {
+      data_.vocab_size = saved.at("vocab_size").get<size_t>();
+      data_.pad_id = saved.at("pad_id").get<int32_t>();
+      data_.num_classes = saved.at("num_classes").get<size_t>();
+      data_.class_names = saved.at("class_names").get<std::vector<std::string>>();
+    } catch (const json::exception& e) {
+      throw RuntimeError(std::string("the checkpoint's data record is corrupt: ") + e.what());
+    }
+  } else {
+    data_ = dataset_->load();
+  }
+  if (!saved.is_null() && data_need != "none") {
     auto names = saved.value("class_names", std::vector<std::string>{});
     if (saved.value("num_classes", size_t(0)) != data_.num_classes || names != data_.class_names)
       throw ConfigError("data: the data has " + std::to_string(data_.num_classes) + " classes (" +
@@ -177,7 +195,7 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
                         std::to_string(saved.value("vocab_size", size_t(0))) +
                         " tokens): tokenizer options differ");
   }
-  if (data_.train.empty()) throw ConfigError("data: the training split is empty");
+  if (all && data_.train.empty()) throw ConfigError("data: the training split is empty");
   if (data_.num_classes < 2)
     throw ConfigError("data: the dataset has " + std::to_string(data_.num_classes) +
                       " class(es); classification needs at least 2");

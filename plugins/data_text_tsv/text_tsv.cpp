@@ -52,6 +52,7 @@ struct Settings {
   bool restored = false;
   bool label_int = false;
   std::vector<std::string> labels, vocab;
+  std::string only;  // with a saved tokenizer: the one split wanted (DatasetBuild::only)
 };
 
 // The saved tokenizer decides everything that shapes the tokens and labels, so new data is
@@ -148,16 +149,24 @@ class TextTsv : public gf::Dataset {
   }
 
   gf::DataSplits load() override {
-    FileRows train = read_file(s_.train);
-    FileRows val, test;
-    if (!s_.val.empty()) val = read_file(s_.val);
-    if (!s_.test.empty()) test = read_file(s_.test);
-    carve(train, val, test);
+    // With a saved tokenizer the vocabulary and classes need no training rows, so when one
+    // split is wanted only its file is read (the training file too when the split is carved
+    // from it).
+    auto wanted = [&](const char* split) { return !s_.restored || s_.only.empty() || s_.only == split; };
+    bool read_train = wanted("train") || (s_.only == "val" && s_.val.empty()) ||
+                      (s_.only == "test" && s_.test.empty());
+    FileRows train, val, test;
+    train.path = s_.train;
+    if (read_train) train = read_file(s_.train);
+    if (!s_.val.empty() && wanted("val")) val = read_file(s_.val);
+    if (!s_.test.empty() && wanted("test")) test = read_file(s_.test);
+    if (read_train) carve(train, val, test);
 
     for (auto* f : {&train, &val, &test}) {
+      const char* split = f == &train ? "train" : f == &val ? "val" : "test";
+      if (!wanted(split)) continue;
       if (f->rows.empty()) {
-        const char* name = f == &train ? "train" : f == &val ? "val" : "test";
-        throw gf::ConfigError(std::string("text_tsv: split `") + name + "` is empty (from " +
+        throw gf::ConfigError(std::string("text_tsv: split `") + split + "` is empty (from " +
                               f->path + "); give a file or a ratio that leaves examples");
       }
     }
@@ -471,7 +480,10 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.subsample = o.get_int("subsample");
   s.class_names = o.get_string_list("class_names");
   if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
-  if (!b.tokenizer.empty()) restore(s, b.tokenizer);
+  if (!b.tokenizer.empty()) {
+    restore(s, b.tokenizer);
+    s.only = b.only;
+  }
   return std::make_unique<TextTsv>(std::move(s));
 }
 

@@ -68,6 +68,9 @@ struct DatasetBuild {
   /// vocabulary instead of one built from the training split) and maps labels to the saved
   /// classes, refusing labels the checkpoint does not know.
   std::string tokenizer;
+  /// With a tokenizer: "train", "val" or "test" when only that split is wanted (`eval --split`);
+  /// a dataset may then leave the other splits empty and skip reading their files. "" = all.
+  std::string only;
 };
 
 }  // namespace gf

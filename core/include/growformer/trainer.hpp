@@ -49,8 +49,12 @@ class Experiment {
   /// RuntimeError with locations; builds nothing on disk. `data_record` is a checkpoint's
   /// "data" metadata (data_record()): the dataset then tokenises with the saved tokenizer, and
   /// data whose plugin, classes or vocabulary differ from the checkpoint's is refused.
+  /// `data_need` (only with a data_record): "all" loads every split; "train", "val" or "test"
+  /// lets the dataset read only that split (DatasetBuild::only); "none" reads no data at all:
+  /// vocabulary size, classes and tokenizer come from the record (`predict` from a checkpoint
+  /// alone, its training files gone), and data() holds no examples.
   Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
-             const std::string& data_record = "");
+             const std::string& data_record = "", const std::string& data_need = "all");
   ~Experiment();
 
   /// Trains into a fresh run directory; returns the exit status.
@@ -68,6 +72,8 @@ class Experiment {
   Registry& registry() { return *registry_; }
   Model& model() { return *model_; }
   const DataSplits& data() const { return data_; }
+  /// The data plugin's dataset (tokenising with the checkpoint's tokenizer when built from one).
+  Dataset& dataset() { return *dataset_; }
   /// The data's plugin, classes, vocabulary size and fingerprint, and the plugin's tokenizer
   /// state, as JSON (saved in checkpoints as metadata "data").
   std::string data_record() const;
@@ -92,6 +98,7 @@ class Experiment {
   uint64_t seed_ = 0;
   size_t threads_ = 0;
   std::unique_ptr<Registry> registry_;
+  std::shared_ptr<Dataset> dataset_;
   DataSplits data_;
   std::shared_ptr<Model> model_;
   std::shared_ptr<Optimizer> optimizer_;
