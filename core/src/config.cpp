@@ -169,8 +169,20 @@ void check_duplicates(const Doc& doc, const YAML::Node& n) {
 // without bound on memory) on some inputs holding a NUL byte, so they are refused first.
 void check_characters(const std::string& text, const std::string& file) {
   size_t line = 1, col = 1;
-  for (char ch : text) {
-    unsigned char c = static_cast<unsigned char>(ch);
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {  // a whole UTF-8 sequence, else an error: yaml-cpp loops on invalid ones
+      size_t len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+      bool ok = len > 0 && c >= 0xC2 && i + len <= text.size();
+      for (size_t k = 1; ok && k < len; ++k)
+        ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 2;
+      if (!ok)
+        throw ConfigError(file + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                          ": invalid UTF-8 in the YAML text; save the file as UTF-8");
+      i += len - 1;
+      ++col;
+      continue;
+    }
     if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "0x%02x", c);
