@@ -41,6 +41,14 @@ TEST_CASE("values, defaults and overrides") {
   CHECK(o.get_int_list("sizes") == std::vector<int64_t>{3, 4});
   CHECK(o.is_set("steps"));
   CHECK(!o.is_set("mode"));
+  CHECK(!o.differs_from_default("mode"));
+  // a key given with its default value is set (it no longer counts as absent)
+  Options same(ConfigNode::load_string("steps: 10\nmode: fast\n", "c.yaml"), kSpecs, "thing");
+  CHECK(same.is_set("steps"));
+  CHECK(same.is_set("mode"));
+  CHECK(!same.differs_from_default("steps"));
+  CHECK(!same.differs_from_default("mode"));
+  CHECK(o.differs_from_default("steps"));
   CHECK(o.where("lr") == "--set sec.lr");
 }
 

@@ -458,6 +458,19 @@ TEST_CASE("listops: dataset plugin reads files") {
   REQUIRE(cut.train.size() == 3);
   CHECK(cut.train[1].tokens == std::vector<int32_t>{4, 3, 7, 8});
   CHECK(make(files + "train_size: 2\n")->load().train.size() == 2);
+  // a size equal to the generator's default still caps the rows of a file
+  {
+    std::string many = "Source\tTarget\n";
+    for (int i = 0; i < 2003; ++i) many += "[MAX 1 " + std::to_string(i % 10) + " ]\t" + std::to_string(std::max(1, i % 10)) + "\n";
+    write_text(dir.file("many.tsv"), many);
+    const std::string big = "plugin: listops\nsource: files\ntrain_file: " + dir.file("train.tsv") +
+                            "\nval_file: " + dir.file("many.tsv") + "\ntest_file: " + dir.file("many.tsv") + "\n";
+    gf::DataSplits capped = make(big + "test_size: 2000\n")->load();
+    CHECK(capped.test.size() == 2000);
+    CHECK(capped.val.size() == 2003);
+  }
+  // an option of the other mode at its default value passes (resolved configs spell it out)
+  CHECK_NOTHROW(make(files + "max_depth: 10\n"));
 
   CHECK_THROWS_AS(make(files + "max_depth: 3\n"), gf::ConfigError);
   CHECK_THROWS_AS(

@@ -3,6 +3,7 @@
 // with the optimizer keeping exact state.
 #include <cmath>
 
+#include "growformer/model.hpp"
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"
 #include "testing.hpp"
@@ -230,4 +231,30 @@ TEST_CASE("unknown options of the block and of its head are config errors") {
   CHECK_THROWS_WITH_AS(make_block("plugin: mha\nheads: 3\n", 8),
                        doctest::Contains("not divisible"), ConfigError);
   CHECK_THROWS_AS(make_block("plugin: mha\nhead: {plugin: dot_product, x: 1}\n", 8), ConfigError);
+}
+
+TEST_CASE("pool: cls with causal attention is refused (the CLS slot would see only itself)") {
+  const std::string base = "d_model: 8\nlayers: 1\nmax_len: 16\n";
+  auto model = [&](const std::string& pool, const std::string& attention) {
+    return gf::Model(gf::ConfigNode::load_string(base + "pool: " + pool + "\nattention: " + attention,
+                                                 "model.yaml"),
+                     10, 3, gf_test::registry(), 1);
+  };
+  const std::string causal = "{plugin: mha, heads: 2, causal: true, head: {plugin: dot_product}}";
+  auto refused = [&](const std::string& attention) {
+    try {
+      model("cls", attention);
+      FAIL("no error");
+    } catch (const gf::ConfigError& e) {
+      CHECK(std::string(e.what()).find("model.yaml:4:7: `pool`") != std::string::npos);
+      CHECK(std::string(e.what()).find("causal") != std::string::npos);
+    }
+  };
+  refused(causal);
+  if (gf_test::registry().find(gf::Kind::Attention, "hkt")) {
+    refused("{plugin: hkt, heads: 2, causal: true, head: {plugin: dot_product}}");
+    CHECK_NOTHROW(model("mean", "{plugin: hkt, heads: 2, causal: true, head: {plugin: dot_product}}"));
+  }
+  CHECK_NOTHROW(model("mean", causal));
+  CHECK_NOTHROW(model("cls", "{plugin: mha, heads: 2, head: {plugin: dot_product}}"));
 }

@@ -720,11 +720,11 @@ ConfigNode Options::get_node(const std::string& name) const {
   return n;
 }
 
-bool Options::is_set(const std::string& name) const {
+bool Options::is_set(const std::string& name) const { return find(name).given; }
+
+bool Options::differs_from_default(const std::string& name) const {
   const Value& v = find(name);
   if (!v.given) return false;
-  // A value equal to the declared default counts as unset: resolved configs (run directories,
-  // checkpoints) spell out every default, and re-reading them must mean the same thing.
   auto it = defaults_.find(name);
   if (it == defaults_.end() || !v.node.is_scalar()) return true;
   const std::string& d = it->second;

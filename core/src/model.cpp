@@ -74,6 +74,11 @@ Model::Model(const ConfigNode& node, size_t vocab, size_t classes, Registry& reg
     AttentionBuild ab{d_, i, &registry, &arng};
     layer->attn = registry.create_attention(attn_node, ab);
     layer->register_module("attn", layer->attn);
+    if (cls_ && layer->attn->causal())
+      o.fail("pool",
+             "`pool: cls` reads the CLS slot in front of the tokens, which causal attention lets "
+             "see only itself: the classifier would give one output for every input; use "
+             "`pool: mean` with causal attention");
     layer->ln2_g = layer->register_parameter("ln2.gamma", Tensor({d_}, 1.0f));
     layer->ln2_b = layer->register_parameter("ln2.beta", Tensor({d_}, 0.0f));
     layer->fc1_w = layer->register_parameter("mlp.fc1.w", uniform_init({d_, hidden}, d_, rng));

@@ -128,6 +128,7 @@ class HktBlock : public gf::MultiHeadBlock {
     return gf_hkt::hkt_attend(q, k, v, logits_, spec);
   }
 
+  bool causal() const override { return causal_; }
   std::string block_name() const override {
     std::ostringstream s;
     s << "hkt(L=" << levels_ << ", s=" << stride_

@@ -99,6 +99,7 @@ class MhaBlock : public MultiHeadBlock {
     return ops::attention(q[0], k[0], v, scale, m);
   }
   std::string block_name() const override { return "mha"; }
+  bool causal() const override { return causal_; }
 
  private:
   bool causal_;

@@ -20,6 +20,8 @@ namespace lo = gf::listops;
 
 const char* const kGenerateOnly[] = {"min_length", "max_depth", "max_args", "seed_offset"};
 const char* const kFilesOnly[] = {"train_file", "val_file", "test_file", "truncate"};
+// generated trees per split when train_size / val_size / test_size are not given
+const size_t kGeneratedSizes[3] = {20000, 2000, 2000};
 
 gf::OptionSpec option(const char* name, gf::OptType type, const char* def, const char* doc,
                       double min = -std::numeric_limits<double>::infinity(),
@@ -43,12 +45,15 @@ gf::OptionSpecs listops_options() {
       option("source", OptType::String, "generate",
              "generate: random trees by the LRA rules; files: read train/val/test TSV files", -inf,
              inf, {"generate", "files"}),
-      option("train_size", OptType::Int, "20000",
-             "training trees to generate (files: when set, keep the first N rows)", 1),
-      option("val_size", OptType::Int, "2000",
-             "validation trees to generate (files: when set, keep the first N rows)", 0),
-      option("test_size", OptType::Int, "2000",
-             "test trees to generate (files: when set, keep the first N rows)", 0),
+      option("train_size", OptType::Int, "~",
+             "training trees to generate (default 20000); files: keep the first N rows (default "
+             "all)", 1),
+      option("val_size", OptType::Int, "~",
+             "validation trees to generate (default 2000); files: keep the first N rows (default "
+             "all)", 0),
+      option("test_size", OptType::Int, "~",
+             "test trees to generate (default 2000); files: keep the first N rows (default all)",
+             0),
       option("min_length", OptType::Int, "128",
              "generate: keep trees longer than this many tokens (LRA: 500 with max_length 2000)",
              0),
@@ -78,7 +83,7 @@ class ListOpsDataset : public gf::Dataset {
   ListOpsDataset(const gf::Options& o, const gf::DatasetBuild& b) : opts_(o) {
     files_ = o.get_string("source") == "files";
     for (const char* name : files_ ? kGenerateOnly : kFilesOnly) {
-      if (o.is_set(name))
+      if (o.differs_from_default(name))
         o.fail(name, std::string("is only used with source: ") + (files_ ? "generate" : "files"));
     }
     max_length_ = static_cast<size_t>(o.get_int("max_length"));
@@ -90,7 +95,7 @@ class ListOpsDataset : public gf::Dataset {
         if (!o.has_value(names[i])) o.fail(names[i], "is required with source: files");
         paths_[i] = o.resolve_path(o.get_string(names[i]));
         if (!gf::file_exists(paths_[i])) o.fail(names[i], "file not found: " + paths_[i]);
-        limits_[i] = o.is_set(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i])) : 0;
+        limits_[i] = o.has_value(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i])) : 0;
       }
     } else {
       cfg_.min_length = static_cast<size_t>(o.get_int("min_length"));
@@ -103,9 +108,10 @@ class ListOpsDataset : public gf::Dataset {
       cfg_.max_args = static_cast<int>(o.get_int("max_args"));
       if (cfg_.max_depth == 1 && cfg_.min_length >= 1)
         o.fail("max_depth", "1 makes single digits only (length 1), none longer than min_length");
-      sizes_[0] = static_cast<size_t>(o.get_int("train_size"));
-      sizes_[1] = static_cast<size_t>(o.get_int("val_size"));
-      sizes_[2] = static_cast<size_t>(o.get_int("test_size"));
+      const char* sizes[3] = {"train_size", "val_size", "test_size"};
+      for (int i = 0; i < 3; ++i)
+        sizes_[i] = o.has_value(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i]))
+                                          : kGeneratedSizes[i];
       seed_ = b.seed + static_cast<uint64_t>(o.get_int("seed_offset"));
     }
   }

@@ -279,7 +279,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.clades_tsv = o.resolve_path(o.get_string("clades_tsv"));
   s.clades = o.get_string_list("clades");
   s.num_clades = o.get_int("num_clades");
-  if (!s.clades.empty() && o.is_set("num_clades")) {
+  if (!s.clades.empty() && o.differs_from_default("num_clades")) {
     o.fail("num_clades", "give either clades or num_clades, not both");
   }
   s.per_clade = o.get_int("per_clade");

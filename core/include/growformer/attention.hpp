@@ -87,6 +87,8 @@ class AttentionBlock : public Module {
  public:
   /// x (B, T, d) -> (B, T, d).
   virtual Var forward(const Var& x, const ForwardContext& ctx) = 0;
+  /// True when position t sees only positions <= t (decoder-style masking).
+  virtual bool causal() const { return false; }
 
   // ---- heads (blocks without heads keep the defaults) ----
   virtual std::vector<HeadInfo> heads() const { return {}; }

@@ -115,8 +115,12 @@ class Options {
   std::vector<std::string> get_string_list(const std::string& name) const;
   /// The config sub-tree of a Component option (e.g. attention.head).
   ConfigNode get_node(const std::string& name) const;
-  /// True when the user gave the key with a value other than its declared default.
+  /// True when the document gives the key (even with its default value).
   bool is_set(const std::string& name) const;
+  /// True when the document gives the key with a value other than its declared default. Resolved
+  /// configs (run directories, checkpoints) spell out every default, so "an option of another
+  /// mode was used" checks must ask this, not is_set.
+  bool differs_from_default(const std::string& name) const;
   bool has_value(const std::string& name) const;
   /// Location of the option for error messages.
   std::string where(const std::string& name) const;
