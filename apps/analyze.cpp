@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <growformer/linalg.hpp>
 #include <growformer/trainer.hpp>
 
 #include "commands.hpp"
@@ -133,22 +134,10 @@ int cmd_analyze(const std::vector<std::string>& args) {
       }
       const gf::Var* wq = h.head->w_q(0);
       const gf::Var* wk = h.head->w_k(0);
-      if (wq && wk) {
-        size_t d = wq->dim(0), dk = wq->dim(1);
-        std::vector<double> m(d * d, 0.0);
-        for (size_t r = 0; r < d; ++r)
-          for (size_t c = 0; c < d; ++c)
-            for (size_t k = 0; k < dk; ++k)
-              m[r * d + c] += double(wq->value()[r * dk + k]) * wk->value()[c * dk + k];
-        double all = 0, anti = 0;
-        for (size_t r = 0; r < d; ++r)
-          for (size_t c = 0; c < d; ++c) {
-            double a = 0.5 * (m[r * d + c] - m[c * d + r]);
-            all += m[r * d + c] * m[r * d + c];
-            anti += a * a;
-          }
-        hj["antisymmetric_share"] = all > 0 ? std::sqrt(anti / all) : 0.0;
-      }
+      if (wq && wk)
+        hj["antisymmetric_share"] =
+            gf::linalg::bilinear_stats(gf::linalg::bilinear_form(wq->value(), &wk->value()), false)
+                .antisym_ratio;
       for (auto& [k, v] : h.head->diagnostics()) hj[k] = v;
       heads.push_back(hj);
     }

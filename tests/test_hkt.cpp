@@ -18,6 +18,7 @@
 #include "growformer/ops.hpp"
 #include "growformer/registry.hpp"
 #include "growformer/rng.hpp"
+#include "growformer/linalg.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -236,20 +237,25 @@ TEST_CASE("hkt analysis: Jacobi eigenvalues, antisymmetric share, kurtosis") {
     a[i * n + i] = 2.0;
     if (i + 1 < n) a[i * n + i + 1] = a[(i + 1) * n + i] = -1.0;
   }
-  auto ev = gf_hkt::symmetric_eigenvalues(a, n);
+  gf::linalg::Mat m(n);
+  m.a = a;
+  auto ev = gf::linalg::jacobi_eigen(m, false).values;
   for (size_t k = 1; k <= n; ++k)
     CHECK(ev[k - 1] == doctest::Approx(2.0 - 2.0 * std::cos(k * M_PI / (n + 1))).epsilon(1e-9));
 
   // W_K = W_Q: M = W W^T is PSD and symmetric.
   const size_t d = 6, dk = 2;
   Tensor w = gf_test::randn({d, dk}, 4);
-  auto st = gf_hkt::bilinear_stats(w.data(), w.data(), d, dk);
+  auto st = gf::linalg::bilinear_stats(gf::linalg::bilinear_form(w, &w));
   CHECK(st.antisym_ratio == doctest::Approx(0.0));
   CHECK(st.min_eig_sym >= -1e-9);
   CHECK(st.min_eig_sym == doctest::Approx(0.0).scale(1.0));  // rank 2 < 6
   // Hand example: M = [[0, 1], [-1, 0]] purely antisymmetric; W_Q = I, W_K = M^T.
-  float wq[4] = {1, 0, 0, 1}, wk[4] = {0, -1, 1, 0};
-  auto st2 = gf_hkt::bilinear_stats(wq, wk, 2, 2);
+  Tensor wq({2, 2}), wk({2, 2});
+  const float q[4] = {1, 0, 0, 1}, k[4] = {0, -1, 1, 0};
+  std::copy(q, q + 4, wq.data());
+  std::copy(k, k + 4, wk.data());
+  auto st2 = gf::linalg::bilinear_stats(gf::linalg::bilinear_form(wq, &wk));
   CHECK(st2.antisym_ratio == doctest::Approx(1.0));
   CHECK(st2.min_eig_sym == doctest::Approx(0.0));
 

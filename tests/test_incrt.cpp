@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "../plugins/growth_incrt/incrt_math.hpp"
+#include "growformer/incrt_math.hpp"
 #include "growformer/growth.hpp"
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"

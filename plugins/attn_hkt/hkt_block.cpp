@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <growformer/linalg.hpp>
+
 #include "hkt_analysis.hpp"
 #include "hkt_attend.hpp"
 
@@ -216,7 +218,7 @@ std::string HktBlock::analyze_json(const gf::Tensor* probe,
       const Var* wq = h.head->w_q(l);
       const Var* wk = h.head->w_k(l);
       if (!wq || !wk) continue;
-      auto st = gf_hkt::bilinear_stats(wq->value().data(), wk->value().data(), d, dk);
+      auto st = gf::linalg::bilinear_stats(gf::linalg::bilinear_form(wq->value(), &wk->value()));
       ratios.push_back(st.antisym_ratio);
       mins.push_back(st.min_eig_sym);
       ratio_sum += st.antisym_ratio;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "incrt_math.hpp"
+#include <growformer/incrt_math.hpp>
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../growth_incrt/incrt_math.hpp"
+#include <growformer/incrt_math.hpp>
 
 namespace {
 
