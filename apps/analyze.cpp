@@ -106,14 +106,12 @@ int cmd_analyze(const std::vector<std::string>& args) {
     }
     gf::clear_tape();
     for (size_t i = 0; i < blocks.size(); ++i) {
-      const gf::Tensor& t = blocks[i]->captured_input();
-      size_t T = t.dim(1), off = T - b.seq;
-      probe_T[i] = T;
+      gf::Probe probe = gf::make_probe(blocks[i]->captured_input(), b.valid, b.seq);
+      const gf::Tensor& t = probe.input;
+      probe_T[i] = t.dim(1);
       probe_B[i] += b.batch;
       probe_data[i].insert(probe_data[i].end(), t.data(), t.data() + t.size());
-      for (size_t r = 0; r < b.batch; ++r)
-        for (size_t tt = 0; tt < T; ++tt)
-          probe_valid[i].push_back(tt < off ? 1 : b.valid[r * b.seq + tt - off]);
+      probe_valid[i].insert(probe_valid[i].end(), probe.valid.begin(), probe.valid.end());
     }
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -152,7 +150,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
     out["blocks"].push_back(bj);
   }
   // growth and pruning summary from the run's events (checkpoints/ sits in the run directory)
-  fs::path events = fs::path(ck).parent_path().parent_path() / "events.jsonl";
+  fs::path events = gf::RunDir::of_checkpoint(ck).events();
   if (fs::exists(events)) {
     std::ifstream in(events);
     std::string line;

@@ -67,7 +67,7 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     if (i == warmup) flops0 = gf::matmul_flops();
     auto t0 = std::chrono::steady_clock::now();
     auto params = model.named_parameters();
-    for (auto& [n, p] : params) const_cast<gf::Var&>(p).zero_grad();
+    for (auto& [n, p] : params) p.zero_grad();
     gf::Var logits = model.forward(pool[i % pool.size()], true, nullptr);
     gf::Var loss = gf::ops::cross_entropy(logits, pool[i % pool.size()].labels);
     gf::backward(loss);

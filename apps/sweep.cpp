@@ -136,27 +136,17 @@ int cmd_sweep(const std::vector<std::string>& args) {
     json row = {{"job", j.name}, {"seed", j.seed}, {"exit", rc}, {"time_s", secs},
                 {"params", ex.model().num_parameters()}, {"heads", ex.model().heads_per_block()}};
     for (size_t i = 0; i < ax.size(); ++i) row[ax[i].path] = j.labels[i];
-    // growth summary (INCRT's K_obs / K_pred) from the run's events
-    std::ifstream ev(fs::path(f.run_dir) / "events.jsonl");
-    std::string evl;
-    while (std::getline(ev, evl)) {
-      json e = json::parse(evl, nullptr, false);
-      if (e.is_discarded() || e.value("type", "") != "summary") continue;
-      for (auto k : {"K_obs", "K_pred"})
-        if (e.contains(std::string("growth.") + k)) row[k] = e[std::string("growth.") + k];
+    // the run's outcome as the experiment reports it (INCRT's K_obs / K_pred from its summary)
+    const gf::RunOutcome& out = ex.outcome();
+    for (auto k : {"K_obs", "K_pred"}) {
+      auto it = out.growth_summary.find(k);
+      if (it != out.growth_summary.end()) row[k] = it->second;
     }
-    std::ifstream m(fs::path(f.run_dir) / "metrics.jsonl");
-    std::string line;
-    double best_val = -1;
-    while (std::getline(m, line)) {
-      json e = json::parse(line);
-      if (e["split"] == "test") {
-        row["test_accuracy"] = e["accuracy"];
-        row["test_loss"] = e["loss"];
-      }
-      if (e["split"] == "val") best_val = std::max(best_val, e["accuracy"].get<double>());
+    if (out.tested) {
+      row["test_accuracy"] = out.test.result.accuracy;
+      row["test_loss"] = out.test.result.loss;
     }
-    row["best_val_accuracy"] = best_val;
+    row["best_val_accuracy"] = out.best_val;
     rows.push_back(row);
   }
   // tables

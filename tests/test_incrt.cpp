@@ -443,7 +443,7 @@ TEST_CASE("incrt_geometric: a pruned head's direction is released from Q") {
   gf::Edit rm;
   rm.kind = gf::Edit::Kind::RemoveHead;
   rm.head_id = block.slots[1].id;
-  rm.cause.strings = {{"release_direction", "true"}};
+  rm.release_direction = true;
   block.remove_head(rm.head_id);
   drv.policy->edited(rm, -1, drv.view());
   drv.policy->check(drv.view());

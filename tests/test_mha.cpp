@@ -140,7 +140,7 @@ TEST_CASE("structural edits: stable names, optimizer state follows by name") {
   Tensor x = gf_test::randn({2, 5, 8}, 4);
   auto train_step = [&] {
     auto params = blk->named_parameters();
-    for (auto& [n, p] : params) const_cast<Var&>(p).zero_grad();
+    for (auto& [n, p] : params) p.zero_grad();
     backward(gf_test::weighted_sum(blk->forward(constant(x), ForwardContext{})));
     opt->step(params, 1e-2f);
   };

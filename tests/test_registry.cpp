@@ -118,7 +118,8 @@ TEST_CASE("objects keep their library loaded after the registry is gone") {
   // the registry (and its handles) are destroyed; the object's code must still be mapped
   Var p = parameter(Tensor({2}, 1.0f));
   p.grad_buf().fill(1.0f);
-  opt->step({{"p", p}}, 0.1f);
+  gf::NamedParams ps{{"p", p}};
+  opt->step(ps, 0.1f);
   CHECK(p.value()[0] == doctest::Approx(0.9));
   opt.reset();
 }

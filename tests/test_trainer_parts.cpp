@@ -207,7 +207,7 @@ struct ScriptedPolicy : gf::GrowthPolicy {
 
 struct RecordingOptimizer : gf::Optimizer {
   std::vector<std::string> forgotten;
-  void step(const gf::NamedParams&, float) override {}
+  void step(gf::NamedParams&, float) override {}
   void forget(const std::vector<std::string>& removed) override {
     forgotten.insert(forgotten.end(), removed.begin(), removed.end());
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <any>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -59,11 +60,7 @@ struct Registry::Impl {
     // declared first so it is destroyed last, after the factories whose code it holds
     std::shared_ptr<boost::dll::shared_library> lib;  // null for built-ins
     ComponentInfo info;
-    AttentionFactory attention;
-    HeadFactory head;
-    GrowthFactory growth;
-    DatasetFactory dataset;
-    OptimizerFactory optimizer;
+    std::any factory;  // the kind's factory type (AttentionFactory, HeadFactory, ...)
   };
   std::vector<Entry> entries;
   std::vector<LoadedLibrary> loaded;
@@ -134,29 +131,32 @@ Registry::Registry() : impl_(std::make_unique<Impl>()) {}
 Registry::~Registry() = default;
 
 void Registry::add_attention(ComponentSpec spec, AttentionFactory f) {
-  impl_->add(Kind::Attention, std::move(spec)).attention = std::move(f);
+  add(Kind::Attention, std::move(spec), std::move(f));
 }
-void Registry::add_head(ComponentSpec spec, HeadFactory f) {
-  impl_->add(Kind::Head, std::move(spec)).head = std::move(f);
-}
+void Registry::add_head(ComponentSpec spec, HeadFactory f) { add(Kind::Head, std::move(spec), std::move(f)); }
 void Registry::add_growth(ComponentSpec spec, GrowthFactory f) {
-  impl_->add(Kind::Growth, std::move(spec)).growth = std::move(f);
+  add(Kind::Growth, std::move(spec), std::move(f));
 }
 void Registry::add_pruning(ComponentSpec spec, GrowthFactory f) {
-  impl_->add(Kind::Pruning, std::move(spec)).growth = std::move(f);
+  add(Kind::Pruning, std::move(spec), std::move(f));
 }
 void Registry::add_dataset(ComponentSpec spec, DatasetFactory f) {
-  impl_->add(Kind::Dataset, std::move(spec)).dataset = std::move(f);
+  add(Kind::Dataset, std::move(spec), std::move(f));
 }
 void Registry::add_optimizer(ComponentSpec spec, OptimizerFactory f) {
-  // The peak learning rate sits with the optimizer in configs; the trainer's schedule reads it.
+  // Every optimizer takes its peak learning rate (the schedule's peak) under `lr`.
   bool has_lr = false;
   for (const auto& o : spec.options) has_lr = has_lr || o.name == "lr";
   if (!has_lr)
     spec.options.insert(spec.options.begin(),
                         {"lr", OptType::Float, "0.001", "peak learning rate (the trainer's "
                          "schedule scales it)", 0, 100});
-  impl_->add(Kind::Optimizer, std::move(spec)).optimizer = std::move(f);
+  add(Kind::Optimizer, std::move(spec), std::move(f));
+}
+
+template <class Factory>
+void Registry::add(Kind kind, ComponentSpec spec, Factory f) {
+  impl_->add(kind, std::move(spec)).factory = std::move(f);
 }
 
 namespace {
@@ -183,53 +183,38 @@ auto guarded(const std::string& what, F&& f) -> decltype(f()) {
 }
 }  // namespace
 
+template <class T, class... Build>
+std::shared_ptr<T> Registry::create(Kind kind, const ConfigNode& node, const Build&... build) {
+  using Factory = std::function<std::unique_ptr<T>(const Options&, const Build&...)>;
+  std::string name;
+  const auto& e = impl_->lookup(kind, node, &name);
+  std::string label = std::string(kind_name(kind)) + " `" + name + "`";
+  Options opts(node, e.info.spec.options, label);
+  std::string what = "creating " + label + " at " + node.location();
+  const auto& factory = std::any_cast<const Factory&>(e.factory);
+  auto obj = guarded(what, [&] { return hold(factory(opts, build...), e.lib, what); });
+  if constexpr (std::is_same_v<T, Optimizer>) obj->peak_lr_ = opts.get_float("lr");
+  return obj;
+}
+
 std::shared_ptr<AttentionBlock> Registry::create_attention(const ConfigNode& node,
                                                            const AttentionBuild& b) {
-  std::string name;
-  const auto& e = impl_->lookup(Kind::Attention, node, &name);
-  Options opts(node, e.info.spec.options, "attention `" + name + "`");
-  std::string what = "creating attention `" + name + "` at " + node.location();
-  return guarded(what, [&] { return hold(e.attention(opts, b), e.lib, what); });
+  return create<AttentionBlock>(Kind::Attention, node, b);
 }
-
 std::shared_ptr<Head> Registry::create_head(const ConfigNode& node, const HeadBuild& b) {
-  std::string name;
-  const auto& e = impl_->lookup(Kind::Head, node, &name);
-  Options opts(node, e.info.spec.options, "head `" + name + "`");
-  std::string what = "creating head `" + name + "` at " + node.location();
-  return guarded(what, [&] { return hold(e.head(opts, b), e.lib, what); });
+  return create<Head>(Kind::Head, node, b);
 }
-
 std::shared_ptr<GrowthPolicy> Registry::create_growth(const ConfigNode& node) {
-  std::string name;
-  const auto& e = impl_->lookup(Kind::Growth, node, &name);
-  Options opts(node, e.info.spec.options, "growth `" + name + "`");
-  std::string what = "creating growth `" + name + "` at " + node.location();
-  return guarded(what, [&] { return hold(e.growth(opts), e.lib, what); });
+  return create<GrowthPolicy>(Kind::Growth, node);
 }
-
 std::shared_ptr<GrowthPolicy> Registry::create_pruning(const ConfigNode& node) {
-  std::string name;
-  const auto& e = impl_->lookup(Kind::Pruning, node, &name);
-  Options opts(node, e.info.spec.options, "pruning `" + name + "`");
-  std::string what = "creating pruning `" + name + "` at " + node.location();
-  return guarded(what, [&] { return hold(e.growth(opts), e.lib, what); });
+  return create<GrowthPolicy>(Kind::Pruning, node);
 }
-
 std::shared_ptr<Dataset> Registry::create_dataset(const ConfigNode& node, const DatasetBuild& b) {
-  std::string name;
-  const auto& e = impl_->lookup(Kind::Dataset, node, &name);
-  Options opts(node, e.info.spec.options, "dataset `" + name + "`");
-  std::string what = "creating dataset `" + name + "` at " + node.location();
-  return guarded(what, [&] { return hold(e.dataset(opts, b), e.lib, what); });
+  return create<Dataset>(Kind::Dataset, node, b);
 }
-
 std::shared_ptr<Optimizer> Registry::create_optimizer(const ConfigNode& node) {
-  std::string name;
-  const auto& e = impl_->lookup(Kind::Optimizer, node, &name);
-  Options opts(node, e.info.spec.options, "optimizer `" + name + "`");
-  std::string what = "creating optimizer `" + name + "` at " + node.location();
-  return guarded(what, [&] { return hold(e.optimizer(opts), e.lib, what); });
+  return create<Optimizer>(Kind::Optimizer, node);
 }
 
 namespace {

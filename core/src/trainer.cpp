@@ -137,7 +137,7 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   settings_ = TrainSettings(to);
   ConfigNode opt_node = top.get_node("optimizer");
   optimizer_ = registry_->create_optimizer(opt_node);
-  schedule_.peak = opt_node.has("lr") ? opt_node.child("lr").as_float() : 1e-3;
+  schedule_.peak = optimizer_->peak_lr();
   schedule_.warmup = settings_.warmup;
   schedule_.steps = settings_.steps;
   schedule_.kind = settings_.schedule;
@@ -386,7 +386,11 @@ class Experiment::Loop {
     }
     report_.end_bar();
     final_test();
-    report_.summary(ts_.steps, ex_.growth_->summary(), ex_.pruning_->summary());
+    RunOutcome& out = ex_.outcome_;
+    out.best_val = st_.best_val;
+    out.growth_summary = ex_.growth_->summary();
+    out.pruning_summary = ex_.pruning_->summary();
+    report_.summary(ts_.steps, out.growth_summary, out.pruning_summary);
     report_.say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;
   }
@@ -523,6 +527,8 @@ class Experiment::Loop {
     t.evaluated_on = d.test.empty() ? "val" : "test";
     t.majority_class_accuracy = majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
     report_.test(ts_.steps, t, ex_.model_->heads_per_block());
+    ex_.outcome_.tested = true;
+    ex_.outcome_.test = t;
   }
 
   Experiment& ex_;

@@ -118,9 +118,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.heads += 1;
       st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
     } else {
-      bool release = release_default_;
-      for (const auto& kv : e.cause.strings)
-        if (kv.first == "release_direction") release = (kv.second == "true");
+      const bool release = e.release_direction.value_or(release_default_);
       if (st.heads > 0) st.heads -= 1;
       if (!release) return;
       for (size_t i = 0; i < st.q_owner.size(); ++i)

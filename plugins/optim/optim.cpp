@@ -41,10 +41,10 @@ class Sgd : public Optimizer {
         filter_(o.get_string("decay")) {
     if (nesterov_ && momentum_ <= 0) o.fail("nesterov", "Nesterov needs momentum > 0");
   }
-  void step(const NamedParams& params, float lr) override {
-    for (const auto& [name, p] : params) {
+  void step(NamedParams& params, float lr) override {
+    for (auto& [name, p] : params) {
       if (!p.grad().defined()) continue;
-      Tensor& w = const_cast<Var&>(p).value();
+      Tensor& w = p.value();
       const Tensor& g = p.grad();
       float wd = decays(filter_, name, p) ? static_cast<float>(wd_) : 0.0f;
       if (momentum_ > 0) {
@@ -101,11 +101,11 @@ class AdamW : public Optimizer {
         wd_(o.get_float("weight_decay")),
         filter_(o.get_string("decay")) {}
 
-  void step(const NamedParams& params, float lr) override {
-    for (const auto& [name, p] : params) {
+  void step(NamedParams& params, float lr) override {
+    for (auto& [name, p] : params) {
       if (!p.grad().defined()) continue;
       auto it = st_.find(name);
-      Tensor& w = const_cast<Var&>(p).value();
+      Tensor& w = p.value();
       if (it == st_.end())
         it = st_.emplace(name, State{Tensor(w.shape(), 0.0f), Tensor(w.shape(), 0.0f), 0}).first;
       State& s = it->second;

@@ -259,6 +259,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
       e.kind = gf::Edit::Kind::RemoveHead;
       e.block = bv.index;
       e.head_id = heads[i].id;
+      e.release_direction = release_;
       e.cause.type = "prune";
       e.cause.block = long(bv.index);
       e.cause.head = heads[i].id;

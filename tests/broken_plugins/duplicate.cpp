@@ -3,7 +3,7 @@
 
 namespace {
 struct Dummy : gf::Optimizer {
-  void step(const gf::NamedParams&, float) override {}
+  void step(gf::NamedParams&, float) override {}
   void forget(const std::vector<std::string>&) override {}
   std::map<std::string, gf::Tensor> state_tensors() const override { return {}; }
   std::map<std::string, double> state_scalars() const override { return {}; }

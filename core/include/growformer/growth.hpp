@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,9 @@ struct Edit {
   size_t block = 0;
   int head_id = -1;  // RemoveHead
   HeadInit init;     // AddHead
+  /// RemoveHead: whether policies that reserved directions for the head free them; unset =
+  /// each policy's own default.
+  std::optional<bool> release_direction;
   Event cause;       // logged with the edit
 };
 

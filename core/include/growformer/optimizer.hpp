@@ -14,7 +14,7 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// One update of every parameter that has a gradient. New names start from zero state.
-  virtual void step(const NamedParams& params, float lr) = 0;
+  virtual void step(NamedParams& params, float lr) = 0;
   /// Drops the state of removed parameters.
   virtual void forget(const std::vector<std::string>& removed) = 0;
   /// Named state tensors ("m.<param>", ...) and scalar state for checkpoints.
@@ -26,6 +26,13 @@ class Optimizer {
   virtual void load_state(const std::map<std::string, Tensor>& tensors,
                           const std::map<std::string, double>& scalars,
                           const NamedParams& params) = 0;
+  /// The peak learning rate (`lr` of the optimizer's config; the schedule scales it). The
+  /// registry declares `lr` for every optimizer and sets it on creation.
+  double peak_lr() const { return peak_lr_; }
+
+ private:
+  friend class Registry;
+  double peak_lr_ = 1e-3;
 };
 
 /// Scales every gradient so that their global norm is at most MAX_NORM (0 = off); returns

@@ -95,6 +95,12 @@ class Registry {
   struct Impl;
 
  private:
+  // The one registration and creation path every kind goes through.
+  template <class Factory>
+  void add(Kind kind, ComponentSpec spec, Factory f);
+  template <class T, class... Build>
+  std::shared_ptr<T> create(Kind kind, const ConfigNode& node, const Build&... build);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -41,6 +41,14 @@ struct RunFlags {
   bool quiet = false;
 };
 
+/// What a run reports when it ends: its final test and the policies' end-of-run summaries.
+struct RunOutcome {
+  bool tested = false;  // false when the data has neither a test nor a validation split
+  TestReport test;
+  double best_val = -1;  // best validation accuracy (-1 = never validated)
+  std::map<std::string, double> growth_summary, pruning_summary;
+};
+
 class Experiment {
  public:
   /// Top-level config keys and their meaning.
@@ -78,6 +86,8 @@ class Experiment {
   /// state, as JSON (saved in checkpoints as metadata "data").
   std::string data_record() const;
   const TrainSettings& settings() const { return settings_; }
+  /// The outcome of the last train() or resume() that ran to the end.
+  const RunOutcome& outcome() const { return outcome_; }
   const ConfigNode& config() const { return cfg_; }
   std::string name() const { return name_; }
   uint64_t seed() const { return seed_; }
@@ -107,6 +117,7 @@ class Experiment {
   LrSchedule schedule_;
   TrainerState state_;
   std::string resolved_config_crc_;  // of config.resolved.yaml as written when the run started
+  RunOutcome outcome_;
 };
 
 /// `growformer resume RUN_DIR`: from the last checkpoint, or from step 0 with the run's
