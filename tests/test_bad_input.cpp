@@ -347,6 +347,10 @@ TEST_CASE("yaml: recursive aliases, alias bombs, deep nesting, second documents,
   // a NUL byte made yaml-cpp loop while allocating without bound (found by fuzz_config)
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string(std::string(",s\0lr\xff", 6)); }),
             "control character (byte 0x00)"));
+  // and so did loading every document of `,w"[` (found by fuzz_config)
+  auto t1 = std::chrono::steady_clock::now();
+  gf_test::error_of([] { ConfigNode::load_string(",w\"["); });
+  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(2));
   // and invalid UTF-8 made it loop too
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string(",+\x96"); }), "invalid UTF-8"));
   CHECK(ConfigNode::load_string("name: caf\xc3\xa9\n").child("name").as_string() == "caf\xc3\xa9");

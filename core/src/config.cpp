@@ -252,16 +252,26 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   if (body.rfind("\xEF\xBB\xBF", 0) == 0) body.remove_prefix(3);
   check_characters(std::string(body), doc->file);
   check_nesting(std::string(body), doc->file);
-  std::vector<YAML::Node> docs;
+  // a second document (a `---` line after content) would be silently ignored by Load; LoadAll
+  // is not used: it yields documents without end on some malformed inputs (`,w"[`)
+  {
+    std::istringstream lines{std::string(body)};
+    std::string l;
+    bool content = false;
+    for (size_t no = 1; std::getline(lines, l); ++no) {
+      bool marker = l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+      if (marker && content)
+        throw ConfigError(doc->file + ":" + std::to_string(no) +
+                          ":1: a second YAML document (after `---`); a configuration is one document");
+      size_t b = l.find_first_not_of(" \t\r");
+      if (!marker && b != std::string::npos && l[b] != '#' && l[b] != '%') content = true;
+    }
+  }
   try {
-    docs = YAML::LoadAll(std::string(body));
+    doc->root = YAML::Load(std::string(body));
   } catch (const YAML::Exception& e) {
     throw ConfigError(mark_str(*doc, e.mark) + ": malformed YAML: " + e.msg);
   }
-  if (docs.size() > 1)
-    throw ConfigError(mark_str(*doc, docs[1].Mark()) + ": a second YAML document (after `---`); a "
-                      "configuration is one document");
-  if (!docs.empty()) doc->root = docs[0];
   if (!doc->root.IsDefined() || doc->root.IsNull()) doc->root = YAML::Node(YAML::NodeType::Map);
   if (!doc->root.IsMap())
     throw ConfigError(doc->file + ": the top level must be a mapping of keys");
