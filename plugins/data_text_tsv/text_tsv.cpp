@@ -200,7 +200,10 @@ class TextTsv : public gf::Dataset {
                             {"label_int", label_int_},       {"labels", labels_},
                             {"class_names", d.class_names}};
     if (s_.tokenizer == "word") state["vocab"] = d.vocab;
-    d.tokenizer = state.dump();
+    // Words, labels or class names need not be valid UTF-8, which JSON requires: invalid bytes
+    // are saved as U+FFFD instead of aborting the run (such a word maps to the unknown token
+    // when a checkpoint is reused).
+    d.tokenizer = state.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return d;
   }
 
