@@ -468,21 +468,6 @@ TEST_CASE("fast_exp: NaN gives NaN without an undefined integer conversion") {
 
 // ------------------------------------------------------------------ run directories
 
-namespace {
-std::vector<json> metrics_of(const std::string& dir) {
-  std::vector<json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line);
-    j.erase("tokens_per_s");
-    j.erase("elapsed_s");
-    out.push_back(j);
-  }
-  return out;
-}
-}  // namespace
-
 TEST_CASE("run directory: a run name that is not a plain name is refused") {
   for (const char* name : {"..", "."}) {
     ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
@@ -540,7 +525,7 @@ TEST_CASE("run directory: stopped before its first checkpoint, resume runs it ag
   write_text(cut + "/metrics.jsonl", "{\"step\": 3, \"split\": \"train\"}\n{\"ste");
   Cli r = run_cli("resume " + cut + " --quiet");
   CHECK(r.status == 0);
-  CHECK(metrics_of(cut) == metrics_of(ref));
+  CHECK(gf_test::metrics_without_timing(cut) == gf_test::metrics_without_timing(ref));
   CHECK(fs::exists(cut + "/checkpoints/last.safetensors"));
 }
 

@@ -18,6 +18,8 @@ using namespace gf;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+using gf_test::metrics_without_timing;
+
 namespace {
 
 const char* kTiny = R"(name: tiny
@@ -54,19 +56,6 @@ std::string tmpdir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("gf_test_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(p);
   return p.string();
-}
-
-std::vector<json> metrics_without_timing(const std::string& dir) {
-  std::vector<json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line);
-    j.erase("tokens_per_s");
-    j.erase("elapsed_s");
-    out.push_back(j);
-  }
-  return out;
 }
 
 int train(const std::string& dir, const std::vector<std::string>& sets = {}, long stop_after = -1) {

@@ -8,9 +8,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "growformer/autograd.hpp"
 #include "growformer/registry.hpp"
@@ -89,6 +92,20 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no ConfigError)";
+}
+
+/// The records of RUN_DIR/metrics.jsonl without their wall-clock fields, for comparing runs.
+inline std::vector<nlohmann::json> metrics_without_timing(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("tokens_per_s");
+    j.erase("elapsed_s");
+    out.push_back(j);
+  }
+  return out;
 }
 
 /// The registry with every plugin of the build tree loaded.
