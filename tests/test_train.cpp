@@ -323,3 +323,60 @@ TEST_CASE("cli: sweep runs every combination and writes one table") {
   fs::remove(base);
   fs::remove(sw);
 }
+
+TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues without redoing jobs") {
+  std::string base = tmpdir("swr_base") + ".yaml", sw = tmpdir("swr") + ".yaml", out = tmpdir("swr_out");
+  std::ofstream(base) << kTiny;
+  // labelled axis values; the `broken` value has an unknown key, so its jobs fail
+  std::ofstream(sw) << "name: t\nbase: " << base
+                    << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
+                       "axes:\n  growth:\n    plain: {plugin: none}\n"
+                       "    broken: {plugin: none, bogus_key: 1}\n";
+  Cli c = run_cli("sweep " + sw + " --out " + out + " --quiet");
+  INFO(c.output);
+  CHECK(c.status == 1);
+  CHECK(has(c.output, "bogus_key"));
+  REQUIRE(fs::exists(out + "/plain__seed2/metrics.jsonl"));
+  std::ifstream g(out + "/groups.csv");
+  std::string header, plain, broken;
+  std::getline(g, header);
+  std::getline(g, plain);
+  std::getline(g, broken);
+  CHECK(header == "growth,seeds,test_accuracy,best_val_accuracy,params,K_obs,K_pred,time_s");
+  CHECK(has(plain, "plain,2/2,"));
+  CHECK(has(plain, " +- "));
+  CHECK(has(broken, "broken,0/2,"));
+  // the first job's record gone (as if killed after training): it resumes from its last
+  // checkpoint and ends with the same test accuracy; the other finished job is not run again
+  auto metrics_time = fs::last_write_time(out + "/plain__seed2/metrics.jsonl");
+  std::ifstream csv(out + "/summary.csv");
+  std::string line, first_row;
+  std::getline(csv, line);
+  std::getline(csv, first_row);
+  fs::remove(out + "/plain__seed1/sweep_job.json");
+  Cli c2 = run_cli("sweep " + sw + " --out " + out + " --quiet");
+  INFO(c2.output);
+  CHECK(c2.status == 1);  // the broken jobs fail again
+  CHECK(has(c2.output, "plain__seed1: resumed, test accuracy"));
+  CHECK(has(c2.output, "plain__seed2: finished earlier"));
+  CHECK(fs::last_write_time(out + "/plain__seed2/metrics.jsonl") == metrics_time);
+  std::ifstream csv2(out + "/summary.csv");
+  std::string first_row2;
+  std::getline(csv2, line);
+  std::getline(csv2, first_row2);
+  auto accuracy = [](const std::string& row) {  // job,growth,seed,test_accuracy,...
+    std::stringstream s(row);
+    std::string f;
+    for (int i = 0; i < 4; ++i) std::getline(s, f, ',');
+    return f;
+  };
+  CHECK(accuracy(first_row2) == accuracy(first_row));
+  CHECK(!accuracy(first_row).empty());
+  // the same directory with other overrides is refused before any job runs
+  Cli c3 = run_cli("sweep " + sw + " --out " + out + " --quiet --set train.steps=7");
+  CHECK(c3.status != 0);
+  CHECK(has(c3.output, "ran with other overrides"));
+  fs::remove_all(out);
+  fs::remove(base);
+  fs::remove(sw);
+}
