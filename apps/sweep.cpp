@@ -283,7 +283,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
   o.add_options()("sweep", po::value(&file)->required(), "sweep YAML (base, axes, seeds)")(
       "out", po::value(&out_dir), "sweep directory (default runs/sweep-<name>); rerun to continue")(
       "set", po::value(&sets)->composing(), "override applied to every job")(
-      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")("quiet,q", "less output");
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      "shard", po::value<std::string>(), "I/N: run only jobs I, I+N, I+2N, ... (0-based; several "
+      "processes share one --out); the others' finished jobs join the table")("quiet,q", "less output");
   po::positional_options_description p;
   p.add("sweep", 1);
   bool help;
@@ -303,6 +305,16 @@ int cmd_sweep(const std::vector<std::string>& args) {
   std::vector<Axis> ax = read_axes(so.get_node("axes"));
   std::vector<Job> jobs = make_jobs(ax, so.get_int_list("seeds"), sets);
   if (out_dir.empty()) out_dir = "runs/sweep-" + so.get_string("name");
+  size_t shard = 0, shards = 1;
+  if (vm.count("shard")) {
+    std::string v = vm["shard"].as<std::string>();
+    char extra;
+    unsigned long i, n;
+    if (std::sscanf(v.c_str(), "%lu/%lu%c", &i, &n, &extra) != 2 || n == 0 || i >= n)
+      throw UsageError("--shard " + v + ": expected I/N with 0 <= I < N, e.g. 0/2");
+    shard = i;
+    shards = n;
+  }
   // every override must apply (a malformed value or a path through a scalar fails here, before
   // any job runs); unknown keys are caught when each job builds its experiment. A job directory
   // left by an earlier run of this sweep must have been started with the same overrides.
@@ -326,6 +338,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
     json earlier = fs::exists(rec) ? read_json(rec) : json();
     if (earlier.contains("result") && earlier["result"]["exit"] == 0) {
       row = earlier["result"];
+    } else if (k % shards != shard) {
+      std::cout << ": another shard's, not finished yet\n";
+      continue;
     } else {
       auto t0 = std::chrono::steady_clock::now();
       try {

@@ -380,3 +380,28 @@ TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues wit
   fs::remove(base);
   fs::remove(sw);
 }
+
+TEST_CASE("cli: sweep shards split the jobs between processes and the last one's table holds all") {
+  std::string base = tmpdir("sws_base") + ".yaml", sw = tmpdir("sws") + ".yaml", out = tmpdir("sws_out");
+  std::ofstream(base) << kTiny;
+  std::ofstream(sw) << "name: t\nbase: " << base
+                    << "\nseeds: [1, 2, 3]\nset: [train.steps=4, train.eval_every=2]\n"
+                       "axes:\n  model.attention.heads: [1, 2]\n";
+  Cli a = run_cli("sweep " + sw + " --out " + out + " --quiet --shard 1/2");
+  INFO(a.output);
+  REQUIRE(a.status == 0);
+  // jobs 0..5 in order 1__seed1, 1__seed2, 1__seed3, 2__seed1, ...: shard 1 runs 1, 3, 5
+  CHECK(fs::exists(out + "/1__seed2/sweep_job.json"));
+  CHECK(fs::exists(out + "/2__seed1/sweep_job.json"));
+  CHECK(!fs::exists(out + "/1__seed1"));
+  CHECK(has(a.output, "1__seed1: another shard's, not finished yet"));
+  Cli b = run_cli("sweep " + sw + " --out " + out + " --quiet --shard 0/2");
+  INFO(b.output);
+  REQUIRE(b.status == 0);
+  CHECK(has(b.output, "1__seed2: finished earlier"));
+  CHECK(has(b.output, "| 2 | 3/3 |"));
+  CHECK(run_cli("sweep " + sw + " --out " + out + " --shard 2/2").status == 2);
+  fs::remove_all(out);
+  fs::remove(base);
+  fs::remove(sw);
+}
