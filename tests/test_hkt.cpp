@@ -3,6 +3,7 @@
 // from core ops (explicit one-hot upsampling matrices), hand loops, the `mha`
 // block with the same weights, and per-sample runs.
 #include <cmath>
+#include <random>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -265,6 +266,55 @@ TEST_CASE("hkt analysis: Jacobi eigenvalues, antisymmetric share, kurtosis") {
   std::vector<double> u;
   for (int i = 0; i <= 10000; ++i) u.push_back(i / 10000.0);
   CHECK(gf_hkt::excess_kurtosis(u) == doctest::Approx(-1.2).epsilon(1e-3));
+}
+
+TEST_CASE("hkt analysis: Mardia's kurtosis and numerical rank against independent computations") {
+  // p = 2 by hand: explicit 2 x 2 inverse of the covariance
+  std::vector<std::vector<double>> x = {{1, 2}, {3, 1}, {-2, 0.5}, {0, -4}, {5, 3}, {-1, -1}};
+  const double n = x.size();
+  double m0 = 0, m1 = 0;
+  for (auto& v : x) m0 += v[0] / n, m1 += v[1] / n;
+  double c00 = 0, c01 = 0, c11 = 0;
+  for (auto& v : x) {
+    c00 += (v[0] - m0) * (v[0] - m0) / n;
+    c01 += (v[0] - m0) * (v[1] - m1) / n;
+    c11 += (v[1] - m1) * (v[1] - m1) / n;
+  }
+  const double det = c00 * c11 - c01 * c01;
+  double b2 = 0;
+  for (auto& v : x) {
+    const double a = v[0] - m0, b = v[1] - m1;
+    const double m = (c11 * a * a - 2 * c01 * a * b + c00 * b * b) / det;
+    b2 += m * m / n;
+  }
+  size_t rank = 0;
+  CHECK(gf_hkt::mardia_kurtosis(x, &rank) == doctest::Approx(b2).epsilon(1e-10));
+  CHECK(rank == 2);
+  // a Gaussian sample of dimension 4: b_2,p near p (p + 2) = 24
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> nd;
+  std::vector<std::vector<double>> g(40000, std::vector<double>(4));
+  for (auto& v : g) {
+    for (auto& c : v) c = nd(rng);
+    v[1] += 0.5 * v[0];  // correlated: the covariance matters
+  }
+  CHECK(gf_hkt::mardia_kurtosis(g) == doctest::Approx(24.0).epsilon(0.03));
+  // a duplicated coordinate: inverted on its support, dimension 3 (expectation 15)
+  for (auto& v : g) v[3] = v[2];
+  CHECK(gf_hkt::mardia_kurtosis(g, &rank) == doctest::Approx(15.0).epsilon(0.03));
+  CHECK(rank == 3);
+  // rank of a sum of R random outer products
+  for (size_t r : {1u, 3u, 7u}) {
+    gf::linalg::Mat a(10);
+    for (size_t t = 0; t < r; ++t) {
+      std::vector<double> u(10), w(10);
+      for (auto& c : u) c = nd(rng);
+      for (auto& c : w) c = nd(rng);
+      for (size_t i = 0; i < 10; ++i)
+        for (size_t j = 0; j < 10; ++j) a(i, j) += u[i] * w[j];
+    }
+    CHECK(gf_hkt::numerical_rank(a) == r);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -583,6 +633,12 @@ TEST_CASE("hkt analyze_json: bilinear forms, PSD condition, lambda, beta, kurtos
             std::sqrt(3.0));
   }
   CHECK(j["score_kurtosis"][0]["scores"].get<size_t>() == s.size());
+  CHECK(j["score_kurtosis"][0]["pearson_kurtosis"].get<double>() ==
+        doctest::Approx(j["score_kurtosis"][0]["excess_kurtosis"].get<double>() + 3.0));
+  CHECK(!j["score_kurtosis"][0].contains("mardia_kurtosis"));  // one head: no multivariate form
+  // Gram rank: levels of 9, 5, 3 tokens, d_k 3: the fused matrix has rank <= 3 + 3 + 3 = 9
+  CHECK(j["gram_rank"]["bound"].get<size_t>() == 9);
+  CHECK(j["gram_rank"]["rank_per_head"][0].get<size_t>() <= 9);
   CHECK(j["score_kurtosis"][0]["excess_kurtosis"].get<double>() ==
         doctest::Approx(gf_hkt::excess_kurtosis(s)).epsilon(1e-4));
 
@@ -597,4 +653,29 @@ TEST_CASE("hkt analyze_json: bilinear forms, PSD condition, lambda, beta, kurtos
   json j3 = json::parse(blk->analyze_json(nullptr, nullptr));
   CHECK(j3["lambda"].size() == 3);
   CHECK(j3["score_kurtosis"].is_null());
+}
+
+TEST_CASE("hkt analyze_json: one level has Gram rank d_k; Mardia's kurtosis over heads") {
+  using nlohmann::json;
+  const size_t d = 6, B = 2, T = 9;
+  auto one = make_block("plugin: hkt\nheads: 2\nd_k: 2\nlevels: 1\n", d, 21);
+  Tensor probe = gf_test::randn({B, T, d}, 22);
+  auto valid = lengths_mask({9, 6}, T);
+  json j = json::parse(one->analyze_json(&probe, &valid));
+  // one level: S = Q K^T / sqrt(d_k) with d_k = 2 < 9 tokens
+  CHECK(j["gram_rank"]["bound"].get<size_t>() == 2);
+  CHECK(j["gram_rank"]["rank_per_head"][0].get<size_t>() == 2);
+  CHECK(j["gram_rank"]["rank_per_head"][1].get<size_t>() == 2);
+  // two heads: a 2-dimensional Mardia statistic over the 81 + 36 pairs
+  const json& k0 = j["score_kurtosis"][0];
+  CHECK(k0["scores"].get<size_t>() == 2 * (81 + 36));
+  CHECK(k0["mardia_dimension"].get<size_t>() == 2);
+  CHECK(k0["mardia_normal_expectation"].get<size_t>() == 8);
+  CHECK(k0["mardia_kurtosis"].get<double>() > 0.0);
+  // three levels at stride 2 on 9 tokens: 9, 5, 3 level tokens, bound 2 + 2 + 2 = 6
+  auto three = make_block("plugin: hkt\nheads: 2\nd_k: 2\nlevels: 3\n", d, 23);
+  json j3 = json::parse(three->analyze_json(&probe, &valid));
+  CHECK(j3["gram_rank"]["bound"].get<size_t>() == 6);
+  CHECK(j3["gram_rank"]["rank_per_head"][0].get<size_t>() > 2);  // levels add rank
+  CHECK(j3["gram_rank"]["rank_per_head"][0].get<size_t>() <= 6);
 }

@@ -188,12 +188,33 @@ class HktBlock : public gf::MultiHeadBlock {
   std::vector<double> last_lambda_;
 };
 
+// The level-l scores q_I . k_J * SCALE of every sample b and every pair of its first
+// ceil(LEN[b] / BLOCK) level-l tokens (J <= I only when CAUSAL), in the order (b, I, J).
+std::vector<double> level_scores(const Var& q, const Var& k, const std::vector<size_t>& len,
+                                 size_t block, float scale, bool causal) {
+  std::vector<double> out;
+  const size_t Tl = q.dim(1), dq = q.dim(2);
+  for (size_t b = 0; b < len.size(); ++b) {
+    const size_t n = std::min(Tl, (len[b] + block - 1) / block);
+    for (size_t I = 0; I < n; ++I)
+      for (size_t J = 0; J < n; ++J) {
+        if (causal && J > I) continue;  // the pairs some query of block I uses
+        const float* qi = q.value().data() + (b * Tl + I) * dq;
+        const float* kj = k.value().data() + (b * Tl + J) * dq;
+        double s = 0.0;
+        for (size_t c = 0; c < dq; ++c) s += static_cast<double>(qi[c]) * kj[c];
+        out.push_back(s * scale);
+      }
+  }
+  return out;
+}
+
 std::string HktBlock::analyze_json(const gf::Tensor* probe,
                                    const std::vector<uint8_t>* valid) const {
   using nlohmann::json;
   gf::NoGradGuard no_grad;
   const gf::HeadShape& hs = head_shape();
-  const size_t d = d_model(), dk = hs.d_k;
+  const size_t dk = hs.d_k;
   const auto heads_info = heads();
   json j;
   j["block"] = block_name();
@@ -284,38 +305,75 @@ std::string HktBlock::analyze_json(const gf::Tensor* probe,
     json kj = json::array();
     size_t block = 1;
     for (size_t l = 0; l < levels_; ++l, block *= stride_) {
-      std::vector<double> scores;
+      // per head, the level-l scores of every valid (and, if causal, past) pair in one order
+      std::vector<std::vector<double>> per_head;
       for (size_t h = 0; h < head_q.size(); ++h) {
         if (l >= head_q[h].size()) continue;
-        const Var& q = head_q[h][l];
-        const Var& k = head_k[h][l];
-        const size_t Tl = q.dim(1), dq = q.dim(2);
-        for (size_t b = 0; b < B; ++b) {
-          const size_t n = std::min(Tl, (len[b] + block - 1) / block);
-          for (size_t I = 0; I < n; ++I)
-            for (size_t J = 0; J < n; ++J) {
-              if (causal_ && J > I) continue;  // the pairs some query of block I uses
-              const float* qi = q.value().data() + (b * Tl + I) * dq;
-              const float* kj2 = k.value().data() + (b * Tl + J) * dq;
-              double s = 0.0;
-              for (size_t c = 0; c < dq; ++c) s += static_cast<double>(qi[c]) * kj2[c];
-              scores.push_back(s * scale);
-            }
-        }
+        per_head.push_back(level_scores(head_q[h][l], head_k[h][l], len, block, scale, causal_));
       }
+      std::vector<double> pooled;
+      for (auto& v : per_head) pooled.insert(pooled.end(), v.begin(), v.end());
       json e;
       e["level"] = l;
-      e["scores"] = scores.size();
-      const double kurt = gf_hkt::excess_kurtosis(scores);
+      e["scores"] = pooled.size();
+      const double kurt = gf_hkt::excess_kurtosis(pooled);
       e["excess_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt);
+      e["pearson_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt + 3.0);
+      // Mardia: each token pair is one sample, the vector of its scores across heads
+      if (per_head.size() >= 2) {
+        std::vector<std::vector<double>> samples(per_head[0].size(), std::vector<double>(per_head.size()));
+        for (size_t h = 0; h < per_head.size(); ++h)
+          for (size_t i = 0; i < samples.size(); ++i) samples[i][h] = per_head[h][i];
+        size_t rank = 0;
+        const double b2 = gf_hkt::mardia_kurtosis(samples, &rank);
+        e["mardia_kurtosis"] = std::isnan(b2) ? json(nullptr) : json(b2);
+        e["mardia_normal_expectation"] = rank * (rank + 2);
+        e["mardia_dimension"] = rank;
+      }
       kj.push_back(e);
     }
     j["score_kurtosis"] = kj;
     j["score_kurtosis_note"] =
-        "excess kurtosis (m4/m2^2 - 3) of q_l.k_l/sqrt(d_k) (each head's own projections) over "
-        "valid (and, if causal, past) level-l token pairs, pooled over heads and the probe batch";
+        "q_l.k_l/sqrt(d_k) (each head's own projections) over valid (and, if causal, past) level-l "
+        "token pairs of the probe batch. excess_kurtosis = m4/m2^2 - 3 pooled over heads (0 for a "
+        "Gaussian); pearson_kurtosis = m4/m2^2 (3 for a Gaussian); mardia_kurtosis: Mardia's b_2,p "
+        "of the vector of a pair's scores across the heads (p = heads; p (p + 2) for a Gaussian)";
+
+    // rank of the hierarchical Gram (fused score) matrix of the probe's first sequence, per head:
+    // S = sum_l lambda_l up(S_l) with rank(up(S_l)) <= rank(S_l) <= min(T_l, d_k)
+    const size_t n = std::min<size_t>(len[0], 256);
+    json gj = json::array();
+    size_t bound = 0, tl = n;
+    for (size_t l = 0; l < levels_; ++l, tl = (tl + stride_ - 1) / stride_) bound += std::min(tl, dk);
+    for (size_t h = 0; h < head_q.size(); ++h) {
+      gf::linalg::Mat g(n);
+      size_t blk = 1;
+      for (size_t l = 0; l < head_q[h].size() && l < lambda.size(); ++l, blk *= stride_) {
+        const Var& q = head_q[h][l];
+        const Var& k = head_k[h][l];
+        const size_t dq = q.dim(2);
+        for (size_t a = 0; a < n; ++a)
+          for (size_t c = 0; c < n; ++c) {
+            if (causal_ && c > a) continue;
+            const float* qi = q.value().data() + (a / blk) * dq;
+            const float* kc = k.value().data() + (c / blk) * dq;
+            double sc = 0.0;
+            for (size_t z = 0; z < dq; ++z) sc += static_cast<double>(qi[z]) * kc[z];
+            g(a, c) += lambda[l] * sc * scale;
+          }
+      }
+      gj.push_back(gf_hkt::numerical_rank(g));
+    }
+    j["gram_rank"] = {{"tokens", n},
+                      {"rank_per_head", gj},
+                      {"bound", std::min(bound, n)},
+                      {"note", "numerical rank (singular values > 1e-5 of the largest) of the fused "
+                               "score matrix sum_l lambda_l up(S_l) of the probe's first sequence "
+                               "(its first <= 256 tokens; future pairs zero if causal); bound = "
+                               "min(T, sum_l min(T_l, d_k)) since up(S_l) has rank <= min(T_l, d_k)"}};
   } else {
     j["score_kurtosis"] = nullptr;
+    j["gram_rank"] = nullptr;
   }
 
   // ---- heads ----
