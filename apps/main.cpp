@@ -5,6 +5,7 @@
 #include <growformer/checkpoint.hpp>
 #include <growformer/config.hpp>
 #include <growformer/data_stats.hpp>
+#include <growformer/distributed.hpp>
 #include <growformer/listops.hpp>
 #include <growformer/trainer.hpp>
 #include <growformer/kernels.hpp>
@@ -12,7 +13,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <chrono>
 #include <iostream>
+#include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -69,9 +72,11 @@ int cmd_train(const std::vector<std::string>& args) {
   auto vm = parse("growformer train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]",
                   o, p, args, &help);
   if (help) return 0;
+  gf::Communicator& comm = gf::world("growformer train");  // before any work: refuses N copies
   gf::install_interrupt_handler();
   gf::Experiment ex(load_config(config, sets), paths);
   gf::RunFlags f;
+  f.comm = &comm;
   f.run_dir = run_dir;
   f.plugin_paths = paths;
   f.stop_after = stop_after;
@@ -93,8 +98,10 @@ int cmd_resume(const std::vector<std::string>& args) {
   bool help;
   auto vm = parse("growformer resume RUN_DIR", o, p, args, &help);
   if (help) return 0;
+  gf::Communicator& comm = gf::world("growformer resume");
   gf::install_interrupt_handler();
   gf::RunFlags f;
+  f.comm = &comm;
   f.plugin_paths = paths;
   f.stop_after = stop_after;
   f.quiet = vm.count("quiet") > 0;
@@ -349,6 +356,61 @@ const char* kTopUsage =
     "130 training stopped by Ctrl-C or SIGTERM (with a checkpoint to resume from)\n";
 }
 
+using CommandFn = int (*)(const std::vector<std::string>&);
+const std::map<std::string, CommandFn>& commands() {
+  static const std::map<std::string, CommandFn> table = {
+      {"train", gfapp::cmd_train},     {"resume", gfapp::cmd_resume},
+      {"eval", gfapp::cmd_eval},       {"inspect", gfapp::cmd_inspect},
+      {"config", gfapp::cmd_config},   {"data", gfapp::cmd_data},
+      {"plugins", gfapp::cmd_plugins}, {"bench", gfapp::cmd_bench},
+      {"analyze", gfapp::cmd_analyze}, {"sweep", gfapp::cmd_sweep},
+      {"predict", gfapp::cmd_predict}, {"report", gfapp::cmd_report},
+  };
+  return table;
+}
+
+// The command's exit status; its errors printed as one line. In a data-parallel run every
+// process may fail alike: rank 0 reports at once, the others after a pause, so that usually
+// rank 0's message alone is seen before the job ends; a failure of another rank alone still
+// shows, naming the rank.
+int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>&),
+                const std::vector<std::string>& rest) {
+  auto report = [&](const std::string& text) {
+    int rank = gf::world_rank_if_started();
+    // N copies of a program built without MPI all refuse alike: the launcher's rank 0 speaks
+    if (!gf::mpi_built() && gf::launcher_rank() > 0) return;
+    if (rank > 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::cerr << "[rank " << rank << "] ";
+    }
+    std::cerr << "growformer " << gf::printable(cmd) << ": " << text << "\n" << std::flush;
+  };
+  try {
+    if (!fn) {
+      std::vector<std::string> names;
+      for (auto& [k, v] : commands()) names.push_back(k);
+      std::string dym = gf::did_you_mean(cmd, names);
+      std::cerr << "growformer: unknown command `" << gf::printable(cmd) << "`"
+                << (dym.empty() ? "" : "; did you mean `" + dym + "`?") << "\n\n"
+                << kTopUsage;
+      return 2;
+    }
+    return fn(rest);
+  } catch (const gfapp::UsageError& e) {
+    report(gf::printable(e.what()));
+    return 2;
+  } catch (const gf::ConfigError& e) {
+    report("configuration error: " + gf::printable(e.what()));
+    return 2;
+  } catch (const gf::RuntimeError& e) {
+    report("error: " + gf::printable(e.what()));
+    return 1;
+  } catch (const std::exception& e) {
+    report("error: " + gf::printable(e.what()));
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
   gf::select_blas_kernels(argc, argv);  // may re-execute the program; see blas.hpp
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -365,38 +427,12 @@ int main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  static const std::map<std::string, int (*)(const std::vector<std::string>&)> table = {
-      {"train", gfapp::cmd_train},     {"resume", gfapp::cmd_resume},
-      {"eval", gfapp::cmd_eval},       {"inspect", gfapp::cmd_inspect},
-      {"config", gfapp::cmd_config},   {"data", gfapp::cmd_data},
-      {"plugins", gfapp::cmd_plugins}, {"bench", gfapp::cmd_bench},
-      {"analyze", gfapp::cmd_analyze}, {"sweep", gfapp::cmd_sweep},
-      {"predict", gfapp::cmd_predict}, {"report", gfapp::cmd_report},
-  };
+  const auto& table = commands();
   auto it = table.find(cmd);
-  try {
-    if (it == table.end()) {
-      std::vector<std::string> names;
-      for (auto& [k, v] : table) names.push_back(k);
-      std::string dym = gf::did_you_mean(cmd, names);
-      std::cerr << "growformer: unknown command `" << gf::printable(cmd) << "`"
-                << (dym.empty() ? "" : "; did you mean `" + dym + "`?") << "\n\n"
-                << kTopUsage;
-      return 2;
-    }
-    return it->second(rest);
-  } catch (const gfapp::UsageError& e) {
-    std::cerr << "growformer " << gf::printable(cmd) << ": " << gf::printable(e.what()) << "\n";
-    return 2;
-  } catch (const gf::ConfigError& e) {
-    std::cerr << "growformer " << gf::printable(cmd) << ": configuration error: "
-              << gf::printable(e.what()) << "\n";
-    return 2;
-  } catch (const gf::RuntimeError& e) {
-    std::cerr << "growformer " << gf::printable(cmd) << ": error: " << gf::printable(e.what()) << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "growformer " << gf::printable(cmd) << ": error: " << gf::printable(e.what()) << "\n";
-    return 1;
-  }
+  int status = run_command(cmd, it == table.end() ? nullptr : it->second, rest);
+  // after an error the other processes may be waiting for this one; an interruption (130) is
+  // one every process agreed on, and they end together
+  if (status == 1 || status == 2) gf::abort_if_distributed(status);
+  gf::finalize_distributed();
+  return status;
 }

@@ -50,6 +50,26 @@ Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& i
   return b;
 }
 
+std::pair<size_t, size_t> shard_range(size_t n, int rank, int size) {
+  size_t r = static_cast<size_t>(rank), s = static_cast<size_t>(std::max(1, size));
+  size_t base = n / s, extra = n % s;
+  size_t begin = r * base + std::min(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+Batch shard_rows(const Batch& whole, size_t begin, size_t end) {
+  Batch b;
+  size_t T = whole.seq;
+  b.batch = end - begin;
+  b.seq = T;
+  b.ids.assign(whole.ids.begin() + begin * T, whole.ids.begin() + end * T);
+  b.valid.assign(whole.valid.begin() + begin * T, whole.valid.begin() + end * T);
+  b.labels.assign(whole.labels.begin() + begin, whole.labels.begin() + end);
+  b.row_offset = whole.row_offset + begin;
+  b.global_rows = whole.global_rows ? whole.global_rows : whole.batch;
+  return b;
+}
+
 std::vector<std::vector<size_t>> sequential_batches(size_t num_examples, size_t batch_size,
                                                     long max_batches) {
   std::vector<std::vector<size_t>> out;

@@ -116,13 +116,16 @@ Var Model::forward(const Batch& b, bool training, Rng* dropout_rng) {
   ctx.training = training;
   ctx.rng = dropout_rng;
   bool drop = training && dropout_ > 0 && dropout_rng;
+  // a shard of a larger batch keeps its rows of the whole batch's mask
+  size_t before = b.global_rows ? b.row_offset : 0;
+  size_t after = b.global_rows ? b.global_rows - b.row_offset - b.batch : 0;
   for (auto& l : layers_) {
     Var h = l->attn->forward(ops::layer_norm(x, l->ln1_g, l->ln1_b), ctx);
-    if (drop) h = ops::dropout(h, dropout_, *dropout_rng);
+    if (drop) h = ops::dropout(h, dropout_, *dropout_rng, before, after);
     x = ops::add(x, h);
     Var m = ops::linear(ops::layer_norm(x, l->ln2_g, l->ln2_b), l->fc1_w, &l->fc1_b);
     m = ops::linear(ops::gelu(m), l->fc2_w, &l->fc2_b);
-    if (drop) m = ops::dropout(m, dropout_, *dropout_rng);
+    if (drop) m = ops::dropout(m, dropout_, *dropout_rng, before, after);
     x = ops::add(x, m);
   }
   if (final_norm_) x = ops::layer_norm(x, lnf_g_, lnf_b_);

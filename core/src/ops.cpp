@@ -294,12 +294,17 @@ Var tanh(const Var& x) {
       x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.0f - y * y; });
 }
 
-Var dropout(const Var& x, float p, Rng& rng) {
+Var dropout(const Var& x, float p, Rng& rng) { return dropout(x, p, rng, 0, 0); }
+
+Var dropout(const Var& x, float p, Rng& rng, size_t rows_before, size_t rows_after) {
   if (p <= 0.0f) return x;
   if (p >= 1.0f) throw std::invalid_argument("dropout: p must be < 1");
   Tensor mask = Tensor::empty(x.shape());
+  size_t per_row = x.shape().empty() || x.dim(0) == 0 ? 0 : x.size() / x.dim(0);
   float keep = 1.0f / (1.0f - p);
+  rng.discard(static_cast<uint64_t>(rows_before) * per_row);
   for (size_t i = 0; i < mask.size(); ++i) mask[i] = rng.uniform() < p ? 0.0f : keep;
+  rng.discard(static_cast<uint64_t>(rows_after) * per_row);
   return mul(x, constant(mask));
 }
 

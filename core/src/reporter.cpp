@@ -18,6 +18,7 @@ namespace {
 // Every log line is checked: a full disk or an unwritable file stops the run with the file's
 // name instead of losing the lines silently.
 void write_line(std::ofstream& out, const std::string& path, const std::string& line) {
+  if (path.empty()) return;  // a muted reporter
   out << line << "\n";
   out.flush();
   if (!out)
@@ -33,7 +34,9 @@ std::ofstream open_log(const std::string& path) {
 
 class Reporter::Sink : public EventSink {
  public:
-  explicit Sink(const std::string& path) : out(open_log(path)), path(path) {}
+  explicit Sink(const std::string& path) : path(path) {
+    if (!path.empty()) out = open_log(path);
+  }
   std::ofstream out;
   std::string path;
   long step = 0;
@@ -78,6 +81,16 @@ Reporter::Reporter(const RunDir& dir, long total_steps, bool quiet)
       metrics_(open_log(dir.metrics())),
       sink_(std::make_unique<Sink>(dir.events())) {
   t0_ = window_t0_ = last_draw_ = now_ = Clock::now();
+}
+
+Reporter::Reporter(long total_steps)
+    : quiet_(true), tty_(false), total_steps_(total_steps), sink_(std::make_unique<Sink>("")) {
+  writes_ = false;
+  t0_ = window_t0_ = last_draw_ = now_ = Clock::now();
+}
+
+std::unique_ptr<Reporter> Reporter::muted(long total_steps) {
+  return std::unique_ptr<Reporter>(new Reporter(total_steps));
 }
 
 Reporter::~Reporter() = default;
@@ -174,7 +187,7 @@ void Reporter::summary(long step, const std::map<std::string, double>& growth,
 }
 
 void Reporter::say(const std::string& text, bool always) {
-  if (quiet_ && !always) return;
+  if (!writes_ || (quiet_ && !always)) return;
   std::cout << text << std::flush;
 }
 

@@ -36,6 +36,21 @@ uint64_t Rng::next_u64() {
   return mix(s_);
 }
 
+void Rng::discard(uint64_t n) {
+  // the LCG s -> a s + c applied n times is s -> A s + C, built by squaring (a, c)
+  uint64_t a = 6364136223846793005ULL, c = inc_, A = 1, C = 0;
+  while (n) {
+    if (n & 1) {
+      A *= a;
+      C = C * a + c;
+    }
+    c = (a + 1) * c;
+    a *= a;
+    n >>= 1;
+  }
+  s_ = A * s_ + C;
+}
+
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
 
 uint64_t Rng::below(uint64_t n) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "growformer/batch_sampler.hpp"
 #include "growformer/blas.hpp"
 #include "growformer/checkpoint.hpp"
+#include "growformer/data_parallel.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/parallel.hpp"
 #include "growformer/structure_editor.hpp"
@@ -217,19 +219,34 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
   EvalResult r;
   double loss = 0;
   size_t correct = 0;
+  Communicator& comm = *comm_;
   for (const auto& idx : sequential_batches(split.size(), settings_.batch_size, max_batches)) {
     if (g_interrupted)
       throw RuntimeError("interrupted during evaluation; checkpoints written so far are intact");
     Batch b = make_batch(split, idx);
+    if (comm.size() > 1) {
+      // this process's rows of the batch, padded as the whole batch is
+      auto [first, last] = shard_range(b.batch, comm.rank(), comm.size());
+      if (first == last) continue;
+      b = shard_rows(b, first, last);
+    }
     Var logits = model_->forward(b, false, nullptr);
     Var l = ops::cross_entropy(logits, b.labels);
-    loss += static_cast<double>(l.value()[0]) * idx.size();
+    loss += static_cast<double>(l.value()[0]) * b.batch;
     TrainWindow hits;
     hits.add(logits, b, 0.f);
     correct += static_cast<size_t>(hits.correct);
-    r.examples += idx.size();
+    r.examples += b.batch;
   }
   clear_tape();
+  if (comm.size() > 1) {
+    // counts are summed exactly (doubles hold integers to 2^53)
+    double sums[3] = {loss, static_cast<double>(correct), static_cast<double>(r.examples)};
+    comm.allreduce_sum(sums, 3);
+    loss = sums[0];
+    correct = static_cast<size_t>(sums[1]);
+    r.examples = static_cast<size_t>(sums[2]);
+  }
   if (r.examples) {
     r.loss = loss / r.examples;
     r.accuracy = static_cast<double>(correct) / r.examples;
@@ -242,6 +259,7 @@ TrainingParts Experiment::parts() {
 }
 
 void Experiment::save(const std::string& path) {
+  if (!comm_->root()) return;  // rank 0 alone writes
   Checkpoint ck = make_training_checkpoint(parts());
   ck.metadata["data"] = data_record();  // the tokenizer, so eval and predict tokenise as training
   if (!resolved_config_crc_.empty()) ck.metadata["resolved_config_crc"] = resolved_config_crc_;
@@ -280,13 +298,38 @@ void Experiment::load_weights(const Checkpoint& ck, const std::string& path) {
   restore_model(ck, path, *model_);
 }
 
+void Experiment::use_communicator(const RunFlags& flags) {
+  comm_ = flags.comm ? flags.comm : &serial_communicator();
+  if (comm_->size() > 1 && settings_.batch_size < comm_->size())
+    throw ConfigError("train.batch_size: " + std::to_string(settings_.batch_size) +
+                      " examples per step cannot be shared by " + std::to_string(comm_->size()) +
+                      " processes (each needs at least one); use a batch of at least " +
+                      std::to_string(comm_->size()) + " or fewer processes");
+  // threads: 0 means the cores of this machine shared by the processes running on it
+  if (threads_ == 0 && comm_->local_size() > 1) {
+    set_num_threads(0);
+    set_num_threads(std::max<size_t>(1, num_threads() / static_cast<size_t>(comm_->local_size())));
+  }
+}
+
 int Experiment::train(const RunFlags& flags) {
+  use_communicator(flags);
+  std::string root_dir;
+  if (!comm_->root()) {
+    // rank 0 picks and creates the run directory; the others learn its name
+    comm_->broadcast(root_dir);
+    return run_loop(RunDir(root_dir), 0, flags);
+  }
   RunDir dir = RunDir::create(flags.run_dir, name_);
   dir.lock();
   std::string resolved = "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
   resolved += std::string(kConfigDirLine) + cfg_.base_dir() + "\n" + cfg_.dump();
   dir.write(dir.resolved_config(), resolved);
   resolved_config_crc_ = text_crc(resolved);
+  if (comm_->size() > 1) {
+    root_dir = dir.root();
+    comm_->broadcast(root_dir);
+  }
   {
     nlohmann::json lock = nlohmann::json::array();
     for (auto& l : registry_->libraries())
@@ -299,9 +342,11 @@ int Experiment::train(const RunFlags& flags) {
 }
 
 int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
+  use_communicator(flags);
   RunDir dir(run_dir);
-  dir.lock();
   resolved_config_crc_ = text_crc(read_resolved_config(dir));
+  if (!comm_->root()) return run_loop(dir, 0, flags);
+  dir.lock();
   fs::create_directories(dir.checkpoints());
   dir.reset_logs();
   if (!flags.quiet)
@@ -311,8 +356,9 @@ int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
 }
 
 int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
+  use_communicator(flags);
   RunDir dir(run_dir);
-  dir.lock();
+  if (comm_->root()) dir.lock();
   std::string ck = dir.last_checkpoint();
   Checkpoint loaded = load_checkpoint(ck);
   // the run continues as it was configured: an edited resolved config would be silently ignored
@@ -325,8 +371,8 @@ int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
                        "start a new run with `growformer train` on the edited configuration");
   resolved_config_crc_ = actual;
   long step = restore_training(loaded, ck, parts());
-  dir.rewind_logs(step);
-  if (!flags.quiet) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
+  if (comm_->root()) dir.rewind_logs(step);
+  if (!flags.quiet && comm_->root()) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
   return run_loop(dir, step, flags);
 }
 
@@ -354,13 +400,16 @@ class Experiment::Loop {
         st_(ex.state_),
         dir_(dir),
         flags_(flags),
-        report_(dir, ts_.steps, flags.quiet),
+        comm_(*ex.comm_),
+        report_(comm_.root() ? std::make_unique<Reporter>(dir, ts_.steps, flags.quiet)
+                             : Reporter::muted(ts_.steps)),
+        sync_(comm_),
         sampler_(ex.seed_, ex.data_.train.size(), static_cast<size_t>(ts_.batch_size)),
         blocks_(ex.model_->blocks()),
         editor_(blocks_,
                 {{ex.growth_.get(), &st_.growth_rng, "growth"},
                  {ex.pruning_.get(), &st_.pruning_rng, "pruning"}},
-                &report_.events(), static_cast<size_t>(ts_.steps)) {
+                &report_->events(), static_cast<size_t>(ts_.steps)) {
     editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
     need_probe_ = editor_.needs_probe();
     need_masks_ = editor_.needs_head_mask_grads();
@@ -370,28 +419,37 @@ class Experiment::Loop {
   /// Trains from START_STEP + 1 to the end or a stop; returns the exit status.
   int run(long start_step) {
     if (start_step == 0) editor_.on_start();
-    report_.start(banner());
+    verify_same_model(start_step, "at the start");
+    report_->start(banner());
+    auto t0 = std::chrono::steady_clock::now();
     for (long step = start_step + 1; step <= ts_.steps; ++step) {
-      report_.begin_step(step);
-      Batch batch = ex_.make_batch(ex_.data_.train, sampler_.indices(step));
+      report_->begin_step(step);
+      Batch whole = ex_.make_batch(ex_.data_.train, sampler_.indices(step));
+      Batch shard;
+      if (comm_.size() > 1) {
+        auto [first, last] = shard_range(whole.batch, comm_.rank(), comm_.size());
+        shard = shard_rows(whole, first, last);
+      }
+      const Batch& batch = comm_.size() > 1 ? shard : whole;
       bool check = step % ts_.check_every == 0;
       capture_probes(check && need_probe_);
       NamedParams params = ex_.model_->named_parameters();
-      Var logits = forward_backward(batch, params, step);
+      Var logits = forward_backward(batch, whole.batch, params, step);
       float lr = update(params, step);
-      if (check) check_structure(batch, step);
-      report_.end_step(step, st_.window, ex_.model_->heads_per_block());
+      if (check) check_structure(batch, whole, step);
+      report_->end_step(step, st_.window, ex_.model_->heads_per_block());
       log_and_validate(step, lr);
       if (checkpoint_or_stop(step)) return interrupted_status();
     }
-    report_.end_bar();
+    report_->end_bar();
+    if (comm_.size() > 1) say_communication(start_step, t0);
     final_test();
     RunOutcome& out = ex_.outcome_;
     out.best_val = st_.best_val;
     out.growth_summary = ex_.growth_->summary();
     out.pruning_summary = ex_.pruning_->summary();
-    report_.summary(ts_.steps, out.growth_summary, out.pruning_summary);
-    report_.say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
+    report_->summary(ts_.steps, out.growth_summary, out.pruning_summary);
+    report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;
   }
 
@@ -400,8 +458,11 @@ class Experiment::Loop {
     std::ostringstream o;
     o << "training " << ex_.name_ << ": " << ts_.steps << " steps, batch " << ts_.batch_size << ", "
       << ex_.data_.train.size() << " training examples, " << ex_.model_->num_parameters()
-      << " parameters, " << num_threads() << " threads, BLAS " << blas_kernel_name()
-      << "\n  run directory " << dir_.root() << "\n";
+      << " parameters, " << num_threads() << " threads, BLAS " << blas_kernel_name();
+    if (comm_.size() > 1)
+      o << "\n  data-parallel: " << comm_.size() << " processes (" << comm_.backend() << "), "
+        << shard_range(ts_.batch_size, 0, comm_.size()).second << " examples each per step";
+    o << "\n  run directory " << dir_.root() << "\n";
     return o.str();
   }
 
@@ -411,16 +472,70 @@ class Experiment::Loop {
 
   /// Zeroes the gradients, runs the forward and backward passes, adds the step to the
   /// training window; RuntimeError (after a "nan_loss" event) on a non-finite loss.
-  Var forward_backward(const Batch& batch, NamedParams& params, long step) {
+  /// With several processes, BATCH is this process's shard of a global batch of GLOBAL rows:
+  /// the gradients, head-mask gradients and the step's counts are summed across processes
+  /// (each shard's mean-loss gradient weighted by its share), so every process holds the
+  /// gradient of the global batch's mean loss before the update.
+  Var forward_backward(const Batch& batch, size_t global, NamedParams& params, long step) {
     for (auto& [n, p] : params) p.zero_grad();
     Var logits = ex_.model_->forward(batch, true, &st_.dropout_rng);
     Var loss = ops::cross_entropy(logits, batch.labels);
     float lv = loss.value()[0];
-    if (!std::isfinite(lv)) fail_non_finite(lv, step);
+    if (comm_.size() == 1) {
+      if (!std::isfinite(lv)) fail_non_finite(lv, step);
+      backward(loss);
+      if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
+      st_.window.add(logits, batch, lv);
+      return logits;
+    }
     backward(loss);
+    TrainWindow local;
+    local.add(logits, batch, lv);
+    std::vector<double> sums = {local.loss, local.correct, local.count, local.tokens,
+                                g_interrupted ? 1.0 : 0.0};
+    std::vector<Var> masks;
+    if (need_masks_)
+      for (AttentionBlock* b : blocks_)
+        for (Var& m : b->head_mask_vars()) masks.push_back(m);
+    sync_.reduce(params, masks, static_cast<double>(batch.batch) / static_cast<double>(global), sums);
+    TrainWindow all;
+    all.loss = sums[0];
+    all.correct = sums[1];
+    all.count = sums[2];
+    all.tokens = sums[3];
+    interrupt_requested_ = sums[4] > 0;
+    double mean = all.loss / std::max(1.0, all.count);
+    if (!std::isfinite(mean)) fail_non_finite(static_cast<float>(mean), step);
     if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
-    st_.window.add(logits, batch, lv);
+    st_.window.merge(all);
     return logits;
+  }
+
+  /// Stops every process with a clear message when their models differ (names, shapes or
+  /// values of the parameters): after a structure edit every process must hold the same model.
+  void verify_same_model(long step, const char* when) {
+    if (comm_.size() == 1) return;
+    if (comm_.all_equal(parameters_hash(ex_.model_->named_parameters(), true))) return;
+    std::string last = dir_.last_checkpoint();
+    throw RuntimeError("the " + std::to_string(comm_.size()) +
+                       " processes of this data-parallel run hold different models " + when +
+                       " (step " + std::to_string(step) +
+                       "): their parameter names, shapes or values differ, so their growth or "
+                       "pruning decisions diverged. The run stops here" +
+                       (fs::exists(last) ? "; the last checkpoint is " + last : "") + "");
+  }
+
+  /// Rank 0's line on where the time of a data-parallel run went.
+  void say_communication(long start_step, std::chrono::steady_clock::time_point t0) {
+    long steps = ts_.steps - start_step;
+    if (steps <= 0) return;
+    double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::ostringstream o;
+    o.precision(3);
+    o << "data-parallel: " << comm_.size() << " processes, " << sync_.last_elements()
+      << " gradient values in " << sync_.last_buckets() << " bucket(s) per step; allreduce "
+      << 1e3 * sync_.seconds() / steps << " ms of " << 1e3 * total / steps << " ms per step (rank 0)\n";
+    report_->say(o.str());
   }
 
   [[noreturn]] void fail_non_finite(float lv, long step) {
@@ -428,8 +543,8 @@ class Experiment::Loop {
     Event e;
     e.type = "nan_loss";
     e.numbers = {{"lr", ex_.schedule_.at(step)}};
-    report_.events().emit(e);
-    report_.end_bar();
+    report_->events().emit(e);
+    report_->end_bar();
     std::string last = dir_.last_checkpoint();
     throw RuntimeError("non-finite loss (" + std::to_string(lv) + ") at step " + std::to_string(step) +
                        " of " + dir_.root() +
@@ -447,14 +562,21 @@ class Experiment::Loop {
   }
 
   /// Growth and pruning on this step's probes; the edits are applied before the next step.
-  void check_structure(const Batch& batch, long step) {
+  /// With several processes the probes are the whole batch's (every shard's rows gathered),
+  /// so every process's policies see the same statistics and make the same edits; the models
+  /// are then compared across processes.
+  void check_structure(const Batch& batch, const Batch& whole, long step) {
     std::vector<Probe> probes(blocks_.size());
-    for (size_t i = 0; need_probe_ && i < blocks_.size(); ++i)
-      probes[i] = make_probe(blocks_[i]->captured_input(), batch.valid, batch.seq);
+    for (size_t i = 0; need_probe_ && i < blocks_.size(); ++i) {
+      Tensor in = blocks_[i]->captured_input();
+      if (comm_.size() > 1 && in.defined()) in = gather_rows(comm_, in, batch.row_offset, whole.batch);
+      probes[i] = make_probe(in, whole.valid, whole.seq);
+    }
     editor_.set_probes(&probes);
     editor_.check(static_cast<size_t>(step));
     editor_.set_probes(nullptr);
     capture_probes(false);
+    verify_same_model(step, "after the structure check");
   }
 
   // Each block's diagnostics (HKT: fusion weights `lambda`) and its heads' (hybrid: `beta`) as
@@ -480,13 +602,13 @@ class Experiment::Loop {
   void log_and_validate(long step, float lr) {
     auto heads = ex_.model_->heads_per_block();
     if (step % ts_.log_every == 0 || step == ts_.steps) {
-      report_.train(step, st_.window, lr, heads, block_diagnostics());
+      report_->train(step, st_.window, lr, heads, block_diagnostics());
       st_.window.clear();
     }
     validated_ = (ts_.eval_every > 0 && step % ts_.eval_every == 0) || step == ts_.steps;
     if (!validated_ || ex_.data_.val.empty()) return;
     EvalResult r = ex_.evaluate(ex_.data_.val, ts_.eval_batches);
-    report_.validation(step, r, heads);
+    report_->validation(step, r, heads);
     if (r.accuracy > st_.best_val) {
       st_.best_val = r.accuracy;
       st_.best_step = step;
@@ -499,22 +621,30 @@ class Experiment::Loop {
   bool checkpoint_or_stop(long step) {
     bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
                step == ts_.steps;
-    bool stop = g_interrupted || (flags_.stop_after >= 0 && step >= flags_.stop_after);
+    bool interrupted = comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load();
+    bool stop = interrupted || (flags_.stop_after >= 0 && step >= flags_.stop_after);
     st_.step = step;
     if (due || stop) ex_.save(dir_.last_checkpoint());
     if (!stop || step >= ts_.steps) return false;
-    report_.end_bar();
-    report_.say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
+    report_->end_bar();
+    report_->say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
                     "\ncontinue with: growformer resume " + dir_.root() + "\n",
                 true);
     return true;
   }
 
-  int interrupted_status() const { return g_interrupted ? 130 : 0; }
+  int interrupted_status() const {
+    return (comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load()) ? 130 : 0;
+  }
 
   void final_test() {
     std::string which = "last";
-    if (ts_.test_on == "best" && fs::exists(dir_.best_checkpoint())) {
+    bool best = ts_.test_on == "best" && fs::exists(dir_.best_checkpoint());
+    if (comm_.size() > 1) {
+      comm_.barrier();  // rank 0 has written the checkpoints
+      best = comm_.broadcast(best);
+    }
+    if (best) {
       ex_.load_weights(dir_.best_checkpoint());
       which = "best (step " + std::to_string(st_.best_step) + ")";
     }
@@ -526,7 +656,7 @@ class Experiment::Loop {
     t.model = which;
     t.evaluated_on = d.test.empty() ? "val" : "test";
     t.majority_class_accuracy = majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
-    report_.test(ts_.steps, t, ex_.model_->heads_per_block());
+    report_->test(ts_.steps, t, ex_.model_->heads_per_block());
     ex_.outcome_.tested = true;
     ex_.outcome_.test = t;
   }
@@ -536,7 +666,10 @@ class Experiment::Loop {
   TrainerState& st_;
   const RunDir& dir_;
   const RunFlags& flags_;
-  Reporter report_;
+  Communicator& comm_;
+  std::unique_ptr<Reporter> report_;
+  GradientSync sync_;
+  bool interrupt_requested_ = false;  // a process was interrupted (several processes)
   BatchSampler sampler_;
   std::vector<AttentionBlock*> blocks_;
   StructureEditor editor_;

@@ -110,6 +110,13 @@ class AttentionBlock : public Module {
   void set_head_masks(bool on) { head_masks_on_ = on; }
   /// d loss / d mask_h of the last backward pass (0 when masks are off).
   double head_mask_grad(int id) const;
+  /// The head masks of the last forward pass, by head id (empty unless set_head_masks(true)):
+  /// their gradients are summed across the processes of a data-parallel run.
+  std::vector<Var> head_mask_vars() const {
+    std::vector<Var> out;
+    for (const auto& [id, m] : head_masks_) out.push_back(m);
+    return out;
+  }
 
   /// Named scalars for analysis (e.g. fusion weights).
   virtual std::map<std::string, std::vector<double>> diagnostics() const { return {}; }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "growformer/dataset.hpp"
@@ -27,6 +28,14 @@ class BatchSampler {
 /// A padded batch of SPLIT[idx...], each sequence cut to MAX_TOKENS, padded with PAD_ID.
 Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx,
                  size_t max_tokens, int32_t pad_id);
+
+/// The rows [first, second) of a batch of N rows that RANK of SIZE processes takes: contiguous,
+/// in rank order, sizes differing by at most one.
+std::pair<size_t, size_t> shard_range(size_t n, int rank, int size);
+
+/// Rows [BEGIN, END) of WHOLE as a batch of their own, padded to WHOLE's length and marked as a
+/// shard of it (Batch::row_offset, Batch::global_rows).
+Batch shard_rows(const Batch& whole, size_t begin, size_t end);
 
 /// Consecutive batches [0, B), [B, 2B), ... of a split of N examples (evaluation order).
 std::vector<std::vector<size_t>> sequential_batches(size_t num_examples, size_t batch_size,

@@ -21,6 +21,11 @@ struct Batch {
   std::vector<int32_t> ids;
   std::vector<uint8_t> valid;
   std::vector<int32_t> labels;
+  /// A shard of a larger batch (data-parallel training): this batch holds rows
+  /// [row_offset, row_offset + batch) of a batch of GLOBAL_ROWS rows (0 = it is the whole
+  /// batch). Dropout draws the whole batch's mask and keeps this shard's rows, so the shards
+  /// of N processes see exactly the mask of one process training on the whole batch.
+  size_t row_offset = 0, global_rows = 0;
 };
 
 class Model : public Module {

@@ -32,6 +32,10 @@ Var relu(const Var& x);
 Var tanh(const Var& x);
 /// x * (1 - p) mask / (1 - p) during training; identity when p == 0.
 Var dropout(const Var& x, float p, Rng& rng);
+/// Dropout on a shard of a larger batch: X holds the rows (first dimension) after ROWS_BEFORE
+/// and before ROWS_AFTER rows of the whole batch, and the mask is that rows' part of the whole
+/// batch's mask (the stream advances past the other rows' draws).
+Var dropout(const Var& x, float p, Rng& rng, size_t rows_before, size_t rows_after);
 
 // ---- reductions and normalisation ------------------------------------------
 Var sum(const Var& x);

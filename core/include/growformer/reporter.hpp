@@ -33,6 +33,9 @@ class Reporter {
  public:
   /// Appends to DIR's logs. QUIET: nothing on the console but the stop notice.
   Reporter(const RunDir& dir, long total_steps, bool quiet);
+  /// A reporter that writes and prints nothing (the processes of a data-parallel run other
+  /// than rank 0, which alone reports).
+  static std::unique_ptr<Reporter> muted(long total_steps);
   ~Reporter();
 
   /// The sink policies write to; lines carry the step of the last `begin_step`.
@@ -59,6 +62,8 @@ class Reporter {
 
  private:
   class Sink;
+  explicit Reporter(long total_steps);
+  bool writes_ = true;
   double elapsed() const;
   bool quiet_, tty_;
   long total_steps_;

@@ -27,6 +27,10 @@ class Rng {
   void fill_normal(Tensor& t, float std);
   void fill_uniform(Tensor& t, float lo, float hi);
 
+  /// Skips N draws of next_u64 (as many uniform() calls) in O(log N): what N draws would
+  /// leave behind, without drawing them.
+  void discard(uint64_t n);
+
   /// Two words that restore the stream exactly.
   uint64_t state() const { return s_; }
   uint64_t increment() const { return inc_; }

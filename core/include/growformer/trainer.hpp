@@ -13,6 +13,7 @@
 #include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
+#include "growformer/distributed.hpp"
 #include "growformer/growth.hpp"
 #include "growformer/model.hpp"
 #include "growformer/optimizer.hpp"
@@ -39,6 +40,9 @@ struct RunFlags {
   std::vector<std::string> plugin_paths;
   long stop_after = -1;                // stop (with a checkpoint) after this step: simulates an interruption
   bool quiet = false;
+  /// The processes training together (data-parallel); null = this process alone. Rank 0 alone
+  /// writes the run directory; the run directory must be on a file system every rank reads.
+  Communicator* comm = nullptr;
 };
 
 /// What a run reports when it ends: its final test and the policies' end-of-run summaries.
@@ -72,6 +76,9 @@ class Experiment {
   int resume(const std::string& run_dir, const RunFlags& flags);
   /// Starts the run in RUN_DIR again from step 0 (it stopped before its first checkpoint).
   int restart(const std::string& run_dir, const RunFlags& flags);
+  /// Loss and accuracy on SPLIT (the first MAX_BATCHES batches; 0 = all). Under a communicator
+  /// of several processes (set by train/resume), every process evaluates its shard of each batch
+  /// and the sums are reduced: every process gets the whole split's figures.
   EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0);
   /// Restores model structure and parameters (and, with optimizer, its state) from a checkpoint.
   void load_weights(const std::string& checkpoint_path);
@@ -117,6 +124,8 @@ class Experiment {
   LrSchedule schedule_;
   TrainerState state_;
   std::string resolved_config_crc_;  // of config.resolved.yaml as written when the run started
+  Communicator* comm_ = &serial_communicator();
+  void use_communicator(const RunFlags& flags);
   RunOutcome outcome_;
 };
 

@@ -21,6 +21,13 @@ struct TrainWindow {
   double mean_loss() const;
   double accuracy() const;
   void clear() { *this = TrainWindow{}; }
+  /// Adds another window's sums (the shards of one step, reduced across processes).
+  void merge(const TrainWindow& o) {
+    loss += o.loss;
+    correct += o.correct;
+    count += o.count;
+    tokens += o.tokens;
+  }
 };
 
 struct TrainerState {

@@ -1,0 +1,183 @@
+// Data-parallel training under mpirun (registered only when the build found MPI): two processes
+// sharing each batch of 32 train as one process does on the whole batch (losses and accuracies
+// to float-reduction tolerance, the same growth edits), a two-process resume continues exactly,
+// and resume works with another process count.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "testing.hpp"
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+using gf_test::metrics_without_timing;
+
+namespace {
+
+// A one-block INCRT run on generated ListOps that grows from one head to four within 40 steps,
+// with dropout (each shard must draw its rows of the whole batch's mask) and a pruning rule.
+const char* kTinyIncrt = R"(name: tiny_incrt
+seed: 3
+threads: 1
+data:
+  plugin: listops
+  train_size: 320
+  val_size: 72
+  test_size: 71
+  min_length: 4
+  max_length: 24
+  max_depth: 3
+  max_args: 4
+model:
+  d_model: 16
+  layers: 1
+  max_len: 32
+  dropout: 0.1
+  attention:
+    plugin: mha
+    heads: 1
+    d_k: 8
+    max_heads: 8
+    head: {plugin: dot_product}
+optimizer: {plugin: adamw, lr: 0.003}
+train:
+  steps: 40
+  batch_size: 32
+  warmup: 5
+  eval_every: 10
+  log_every: 5
+  check_every: 2
+growth:
+  plugin: incrt_geometric
+  tracker: exact
+  calibration_checks: 2
+  theta_w: 0.05
+  dwell_checks: 1
+  init: directed
+  max_heads: 4
+pruning:
+  plugin: directional_energy
+  calibration_checks: 2
+  grace: 10
+)";
+
+struct Run {
+  int status;
+  std::string output;
+};
+
+// PROCS processes (0 = without mpirun) of `growformer ARGS`, at most 120 s.
+Run growformer(int procs, const std::string& args, const gf_test::TempDir& dir) {
+  std::string out = dir.file("out.txt");
+  std::string launch = procs > 0 ? std::string(GF_MPIRUN) + " --oversubscribe --allow-run-as-root -np " +
+                                       std::to_string(procs) + " "
+                                 : "";
+  std::string cmd = "timeout 120 " + launch + GF_BIN + " " + args + " > " + out + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WEXITSTATUS(rc), ss.str()};
+}
+
+std::vector<json> edits(const std::string& run) {
+  std::vector<json> out;
+  std::ifstream in(run + "/events.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    if (j["type"] != "check") out.push_back(j);
+  }
+  return out;
+}
+
+bool close(double a, double b, double rel) {
+  return std::fabs(a - b) <= rel * std::max(1.0, std::max(std::fabs(a), std::fabs(b)));
+}
+
+// Every line the same (step, split, heads, examples, accuracy), losses within REL.
+void check_same_metrics(const std::vector<json>& a, const std::vector<json>& b, double rel) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("line " << i << ": " << a[i].dump() << " vs " << b[i].dump());
+    CHECK(a[i]["step"] == b[i]["step"]);
+    CHECK(a[i]["split"] == b[i]["split"]);
+    CHECK(a[i]["heads"] == b[i]["heads"]);
+    CHECK(a[i].value("examples", 0) == b[i].value("examples", 0));
+    CHECK(a[i]["accuracy"].get<double>() == b[i]["accuracy"].get<double>());
+    CHECK(close(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), rel));
+    if (a[i].contains("majority_class_accuracy"))
+      CHECK(a[i]["majority_class_accuracy"] == b[i]["majority_class_accuracy"]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("2 processes x 16 examples train as 1 process x 32: metrics and growth edits") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
+  std::string one = dir.file("one"), two = dir.file("two");
+  Run a = growformer(0, "train " + dir.file("tiny.yaml") + " -q --run-dir " + one, dir);
+  REQUIRE_MESSAGE(a.status == 0, a.output);
+  Run b = growformer(2, "train " + dir.file("tiny.yaml") + " --run-dir " + two, dir);
+  REQUIRE_MESSAGE(b.status == 0, b.output);
+  CHECK(b.output.find("data-parallel: 2 processes") != std::string::npos);
+  CHECK(b.output.find("16 examples each per step") != std::string::npos);
+  // rank 0 alone reports: one banner, one test line
+  CHECK(b.output.find("training tiny_incrt") == b.output.rfind("training tiny_incrt"));
+
+  auto ma = metrics_without_timing(one), mb = metrics_without_timing(two);
+  check_same_metrics(ma, mb, 1e-5);
+  REQUIRE(mb.back()["split"] == "test");
+  CHECK(mb.back()["examples"] == 71);  // every test example once, though 71 is odd
+
+  auto ea = edits(one), eb = edits(two);
+  size_t grows = 0;
+  REQUIRE(ea.size() == eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) {
+    INFO(ea[i].dump() << " vs " << eb[i].dump());
+    for (auto k : {"type", "step", "block", "head", "heads", "policy", "init"})
+      CHECK(ea[i].value(k, json()) == eb[i].value(k, json()));
+    if (ea[i].contains("lambda_max"))
+      CHECK(close(ea[i]["lambda_max"].get<double>(), eb[i]["lambda_max"].get<double>(), 1e-4));
+    grows += ea[i]["type"] == "grow";
+  }
+  CHECK(grows == 3);  // 1 -> 4 heads: the run did grow
+}
+
+TEST_CASE("a 2-process run resumed from its checkpoint equals the uninterrupted run; resume "
+          "with 1 process continues it too") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
+  std::string full = dir.file("full"), cut = dir.file("cut"), cut1 = dir.file("cut1");
+  std::string cfg = dir.file("tiny.yaml");
+  REQUIRE(growformer(2, "train " + cfg + " -q --run-dir " + full, dir).status == 0);
+  // stopped after step 15 (between checks, after the growth): a checkpoint, exit 0
+  Run s = growformer(2, "train " + cfg + " -q --run-dir " + cut + " --stop-after 15", dir);
+  REQUIRE_MESSAGE(s.status == 0, s.output);
+  CHECK(s.output.find("stopped at step 15") != std::string::npos);
+  fs::copy(cut, cut1, fs::copy_options::recursive);
+  Run r = growformer(2, "resume " + cut + " -q", dir);
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  auto mf = metrics_without_timing(full), mr = metrics_without_timing(cut);
+  REQUIRE(mf.size() == mr.size());
+  for (size_t i = 0; i < mf.size(); ++i) CHECK(mf[i] == mr[i]);
+  CHECK(edits(full) == edits(cut));
+
+  Run r1 = growformer(0, "resume " + cut1 + " -q", dir);
+  REQUIRE_MESSAGE(r1.status == 0, r1.output);
+  check_same_metrics(mf, metrics_without_timing(cut1), 1e-5);
+}
+
+TEST_CASE("a batch smaller than the process count is refused with one message") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
+  Run r = growformer(2, "train " + dir.file("tiny.yaml") + " --set train.batch_size=1 --run-dir " +
+                            dir.file("run"), dir);
+  CHECK(r.status == 2);
+  CHECK(r.output.find("train.batch_size: 1 examples per step cannot be shared by 2 processes") !=
+        std::string::npos);
+}
