@@ -72,7 +72,7 @@ int cmd_train(const std::vector<std::string>& args) {
   auto vm = parse("growformer train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]",
                   o, p, args, &help);
   if (help) return 0;
-  gf::Communicator& comm = gf::world("growformer train");  // before any work: refuses N copies
+  gf::Communicator& comm = gf::world();  // before any work: refuses N copies
   gf::install_interrupt_handler();
   gf::Experiment ex(load_config(config, sets), paths);
   gf::RunFlags f;
@@ -98,7 +98,7 @@ int cmd_resume(const std::vector<std::string>& args) {
   bool help;
   auto vm = parse("growformer resume RUN_DIR", o, p, args, &help);
   if (help) return 0;
-  gf::Communicator& comm = gf::world("growformer resume");
+  gf::Communicator& comm = gf::world();
   gf::install_interrupt_handler();
   gf::RunFlags f;
   f.comm = &comm;
@@ -374,7 +374,8 @@ const std::map<std::string, CommandFn>& commands() {
 // rank 0's message alone is seen before the job ends; a failure of another rank alone still
 // shows, naming the rank.
 int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>&),
-                const std::vector<std::string>& rest) {
+                const std::vector<std::string>& rest, bool* raised) {
+  *raised = true;
   auto report = [&](const std::string& text) {
     int rank = gf::world_rank_if_started();
     // N copies of a program built without MPI all refuse alike: the launcher's rank 0 speaks
@@ -395,7 +396,9 @@ int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>
                 << kTopUsage;
       return 2;
     }
-    return fn(rest);
+    int status = fn(rest);
+    *raised = false;
+    return status;
   } catch (const gfapp::UsageError& e) {
     report(gf::printable(e.what()));
     return 2;
@@ -429,10 +432,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   const auto& table = commands();
   auto it = table.find(cmd);
-  int status = run_command(cmd, it == table.end() ? nullptr : it->second, rest);
-  // after an error the other processes may be waiting for this one; an interruption (130) is
-  // one every process agreed on, and they end together
-  if (status == 1 || status == 2) gf::abort_if_distributed(status);
+  bool raised = false;
+  int status = run_command(cmd, it == table.end() ? nullptr : it->second, rest, &raised);
+  // after an error the other processes may be waiting for this one; a status a command returned
+  // (an interruption, a sweep with failed jobs) is one every process agreed on
+  if (raised) gf::abort_if_distributed(status);
   gf::finalize_distributed();
   return status;
 }

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <growformer/distributed.hpp>
 #include <growformer/errors.hpp>
 #include <growformer/run_dir.hpp>
 #include <growformer/trainer.hpp>
@@ -291,6 +292,10 @@ int cmd_sweep(const std::vector<std::string>& args) {
   bool help;
   auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]...", o, p, args, &help);
   if (help) return 0;
+  // under mpirun/srun the processes share the jobs: rank I of N runs jobs I, I+N, ... (each job
+  // in its one process), and rank 0 writes the table of all of them
+  gf::Communicator& comm = gf::world();
+  const bool distributed = comm.size() > 1;
   gf::ConfigNode sw = gf::ConfigNode::load_file(file);
   gf::Options so(sw,
                  {{"name", gf::OptType::String, "sweep", "sweep name"},
@@ -315,6 +320,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
     shard = i;
     shards = n;
   }
+  if (distributed) {
+    if (vm.count("shard"))
+      throw UsageError("--shard: under mpirun or srun each process takes its own shard (rank I of N "
+                       "runs jobs I, I+N, ...); leave --shard out");
+    shard = static_cast<size_t>(comm.rank());
+    shards = static_cast<size_t>(comm.size());
+  }
   // every override must apply (a malformed value or a path through a scalar fails here, before
   // any job runs); unknown keys are caught when each job builds its experiment. A job directory
   // left by an earlier run of this sweep must have been started with the same overrides.
@@ -328,11 +340,28 @@ int cmd_sweep(const std::vector<std::string>& args) {
   fs::create_directories(out_dir);
   json rows = json::array();
   int status = 0;
-  std::cout << "sweep " << so.get_string("name") << ": " << jobs.size() << " jobs -> " << out_dir << "\n";
+  if (comm.root())
+    std::cout << "sweep " << so.get_string("name") << ": " << jobs.size() << " jobs -> " << out_dir
+              << (distributed ? " (" + std::to_string(comm.size()) + " processes)" : "") << "\n";
+  // a job's row of the table: its result with the job's name, seed and axis labels
+  auto label = [&](json row, const Job& j) {
+    row["job"] = j.name;
+    row["seed"] = j.seed;
+    for (size_t i = 0; i < ax.size(); ++i) row[ax[i].path] = j.labels[i];
+    return row;
+  };
   for (size_t k = 0; k < jobs.size(); ++k) {
     auto& j = jobs[k];
     fs::path dir = fs::path(out_dir) / j.name, rec = dir / kJobFile;
-    std::cout << "[" << k + 1 << "/" << jobs.size() << "] " << j.name << std::flush;
+    // several processes print whole lines, each its own jobs
+    std::string head = "[" + std::to_string(k + 1) + "/" + std::to_string(jobs.size()) + "] " + j.name;
+    if (distributed && k % shards != shard) continue;
+    if (distributed) {
+      head = "rank " + std::to_string(comm.rank()) + " " + head;
+    } else {
+      std::cout << head << std::flush;
+      head.clear();
+    }
     json row;
     std::string how = "finished earlier";
     json earlier = fs::exists(rec) ? read_json(rec) : json();
@@ -351,21 +380,38 @@ int cmd_sweep(const std::vector<std::string>& args) {
       row["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (how == "resumed") row["resumed"] = true;
       if (row["exit"] == kInterrupted) {
-        std::cout << ": interrupted; run the same command again to continue\n";
+        std::cout << head << ": interrupted; run the same command again to continue\n" << std::flush;
+        // the other processes may be in their jobs or waiting for this one: end them all
+        if (distributed) comm.abort(kInterrupted);
         return kInterrupted;
       }
       fs::create_directories(dir);
       gf::RunDir(dir.string()).write((dir / kJobFile).string(), json{{"overrides", j.overrides}, {"result", row}}.dump(1) + "\n");
     }
-    row["job"] = j.name;
-    row["seed"] = j.seed;
-    for (size_t i = 0; i < ax.size(); ++i) row[ax[i].path] = j.labels[i];
+    row = label(row, j);
     if (row["exit"] != 0) status = 1;
-    std::cout << ": " << how << (row["exit"] == 0 ? "" : " and FAILED") << ", test accuracy "
+    std::cout << head << ": " << how << (row["exit"] == 0 ? "" : " and FAILED") << ", test accuracy "
               << (row.contains("test_accuracy") ? cell(row["test_accuracy"]) : "-") << ", "
               << cell(row["time_s"]) << " s"
-              << (row.contains("error") ? "\n    " + row["error"].get<std::string>() : "") << "\n";
+              << (row.contains("error") ? "\n    " + row["error"].get<std::string>() : "") << "\n"
+              << std::flush;
     rows.push_back(row);
+  }
+  if (distributed) {
+    // every process done (the sum waits for all): rank 0 reads every job's record
+    double failed = status;
+    comm.allreduce_sum(&failed, 1);
+    status = failed > 0 ? 1 : 0;
+    if (!comm.root()) return status;
+    rows = json::array();
+    for (auto& j : jobs) {
+      fs::path rec = fs::path(out_dir) / j.name / kJobFile;
+      json r = fs::exists(rec) ? read_json(rec) : json();
+      rows.push_back(label(r.contains("result") ? r["result"]
+                                                : json{{"exit", 1}, {"error", "no record of this job"}},
+                           j));
+      if (rows.back()["exit"] != 0) status = 1;
+    }
   }
   std::vector<std::string> cols{"job"}, gcols;
   for (auto& a : ax) {

@@ -181,3 +181,34 @@ TEST_CASE("a batch smaller than the process count is refused with one message") 
   CHECK(r.output.find("train.batch_size: 1 examples per step cannot be shared by 2 processes") !=
         std::string::npos);
 }
+
+TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job recorded, one table") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
+  // four jobs, one failing (an unknown key); rank 0 runs jobs 1 and 3, rank 1 jobs 2 and 4
+  std::ofstream(dir.file("sweep.yaml"))
+      << "name: t\nbase: " << dir.file("tiny.yaml")
+      << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
+         "axes:\n  model.attention.head:\n    plain: {plugin: dot_product}\n"
+         "    broken: {plugin: dot_product, bogus_key: 1}\n";
+  std::string out = dir.file("sweep");
+  Run r = growformer(2, "sweep " + dir.file("sweep.yaml") + " --out " + out + " -q", dir);
+  INFO(r.output);
+  CHECK(r.status == 1);  // a job failed; the others ran
+  CHECK(r.output.find("(2 processes)") != std::string::npos);
+  CHECK(r.output.find("rank 0 [1/4] plain__seed1: ran") != std::string::npos);
+  CHECK(r.output.find("rank 1 [2/4] plain__seed2: ran") != std::string::npos);
+  CHECK(r.output.find("rank 0 [3/4] broken__seed1: ran and FAILED") != std::string::npos);
+  CHECK(r.output.find("bogus_key") != std::string::npos);
+  // one table, by rank 0, holding every job
+  CHECK(r.output.find("| plain__seed2 |") == r.output.rfind("| plain__seed2 |"));
+  std::ifstream g(out + "/groups.csv");
+  std::string header, plain, broken;
+  std::getline(g, header);
+  std::getline(g, plain);
+  std::getline(g, broken);
+  CHECK(plain.rfind("plain,2/2,", 0) == 0);
+  CHECK(broken.rfind("broken,0/2,", 0) == 0);
+  // each job single-process: the job run by rank 1 trained alone (no data-parallel banner)
+  CHECK(fs::exists(out + "/plain__seed2/metrics.jsonl"));
+}

@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <algorithm>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "growformer/errors.hpp"
@@ -100,8 +102,7 @@ Communicator& serial_communicator() {
   return serial;
 }
 
-Communicator& world(const std::string& command) {
-  (void)command;  // named in the refusal of a build without MPI
+Communicator& world() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_world) return *g_world;
   long n = launcher_size();
@@ -111,7 +112,7 @@ Communicator& world(const std::string& command) {
     g_mpi_started = true;
     return *g_world;
 #else
-    throw ConfigError(command + ": started as one of " + std::to_string(n) + " processes (" +
+    throw ConfigError("started as one of " + std::to_string(n) + " processes (" +
                       launcher_variable() +
                       ") but this growformer was built without MPI, so the processes would run " +
                       std::to_string(n) +
@@ -121,6 +122,13 @@ Communicator& world(const std::string& command) {
   }
   g_world = std::make_unique<SerialCommunicator>();
   return *g_world;
+}
+
+size_t cores_per_process() {
+  size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  size_t local = g_world ? static_cast<size_t>(std::max(1, g_world->local_size())) : 1;
+  return std::max<size_t>(1, cores / local);
 }
 
 int world_size_if_started() {

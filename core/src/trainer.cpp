@@ -130,7 +130,8 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
     top.fail("name", "a run name must be non-empty and contain no '/'");
   seed_ = static_cast<uint64_t>(top.get_int("seed"));
   threads_ = static_cast<size_t>(top.get_int("threads"));
-  set_num_threads(threads_);
+  // threads: 0 = this machine's cores, shared among the processes of an MPI job running on it
+  set_num_threads(threads_ ? threads_ : cores_per_process());
   registry_->load_directories(Registry::search_path(plugin_paths));
 
   // validate the cheap parts before the (possibly slow) data load
@@ -305,11 +306,6 @@ void Experiment::use_communicator(const RunFlags& flags) {
                       " examples per step cannot be shared by " + std::to_string(comm_->size()) +
                       " processes (each needs at least one); use a batch of at least " +
                       std::to_string(comm_->size()) + " or fewer processes");
-  // threads: 0 means the cores of this machine shared by the processes running on it
-  if (threads_ == 0 && comm_->local_size() > 1) {
-    set_num_threads(0);
-    set_num_threads(std::max<size_t>(1, num_threads() / static_cast<size_t>(comm_->local_size())));
-  }
 }
 
 int Experiment::train(const RunFlags& flags) {

@@ -53,11 +53,14 @@ std::string launcher_variable();
 
 /// The process's communicator. Started by a launcher with more than one process and built with
 /// MPI: MPI's world (initialised on the first call). Otherwise the serial communicator; a
-/// launcher with more than one process and no MPI in the build is a ConfigError (COMMAND names
-/// what refused), so that N processes never run N independent copies of one job.
-Communicator& world(const std::string& command = "growformer");
+/// launcher with more than one process and no MPI in the build is a ConfigError, so that N
+/// processes never run N independent copies of one job.
+Communicator& world();
 /// The serial communicator (rank 0 of 1), for work that is single-process by design.
 Communicator& serial_communicator();
+/// The machine's cores divided among world()'s processes on this machine (at least 1); all of
+/// them when world() was not created or runs one process here.
+size_t cores_per_process();
 /// Finalises MPI if world() initialised it (call once, at a normal exit).
 void finalize_distributed();
 /// The size of world() when it was already created, else 1 (never initialises MPI).
