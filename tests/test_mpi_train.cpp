@@ -212,3 +212,33 @@ TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job rec
   // each job single-process: the job run by rank 1 trained alone (no data-parallel banner)
   CHECK(fs::exists(out + "/plain__seed2/metrics.jsonl"));
 }
+
+TEST_CASE("2 processes: random growth and head-importance pruning (head-mask gradients summed "
+          "across processes) make the edits of 1 process") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("hi.yaml")) << R"(name: hi
+seed: 5
+threads: 1
+data: {plugin: listops, train_size: 320, val_size: 64, test_size: 64, min_length: 4, max_length: 24}
+model: {d_model: 16, layers: 2, max_len: 32, dropout: 0.1, attention: {plugin: mha, heads: 4}}
+optimizer: {plugin: adamw, lr: 0.003}
+train: {steps: 40, batch_size: 32, eval_every: 20, log_every: 10, check_every: 5}
+growth: {plugin: random, probability: 0.4, max_heads: 6}
+pruning: {plugin: head_importance, grace: 5, mode: fraction, fraction: 0.3, min_heads: 1}
+)";
+  std::string one = dir.file("one"), two = dir.file("two");
+  REQUIRE(growformer(0, "train " + dir.file("hi.yaml") + " -q --run-dir " + one, dir).status == 0);
+  REQUIRE(growformer(2, "train " + dir.file("hi.yaml") + " -q --run-dir " + two, dir).status == 0);
+  auto ea = edits(one), eb = edits(two);
+  REQUIRE(ea.size() == eb.size());
+  size_t prunes = 0, grows = 0;
+  for (size_t i = 0; i < ea.size(); ++i) {
+    for (auto k : {"type", "step", "block", "head", "heads", "policy"})
+      CHECK(ea[i].value(k, json()) == eb[i].value(k, json()));
+    prunes += ea[i]["type"] == "prune";
+    grows += ea[i]["type"] == "grow";
+  }
+  CHECK(prunes >= 5);
+  CHECK(grows >= 2);
+  check_same_metrics(metrics_without_timing(one), metrics_without_timing(two), 1e-5);
+}

@@ -14,6 +14,12 @@ GradientSync::GradientSync(Communicator& comm, size_t bucket_bytes)
 void GradientSync::reduce(NamedParams& params, const std::vector<Var>& extra, double scale,
                           std::vector<double>& scalars) {
   auto t0 = std::chrono::steady_clock::now();
+  if (measure_wait_) {
+    comm_.barrier();
+    auto t1 = std::chrono::steady_clock::now();
+    wait_seconds_ += std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
+  }
   std::vector<Var*> vars;
   for (auto& [n, p] : params) vars.push_back(&p);
   std::vector<Var> extras = extra;

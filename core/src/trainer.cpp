@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -409,6 +410,8 @@ class Experiment::Loop {
     editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
     need_probe_ = editor_.needs_probe();
     need_masks_ = editor_.needs_head_mask_grads();
+    const char* timing = std::getenv("GROWFORMER_DP_TIMING");
+    sync_.set_measure_wait(timing && std::string(timing) == "1");
     for (auto* b : blocks_) b->set_head_masks(need_masks_);
   }
 
@@ -530,7 +533,10 @@ class Experiment::Loop {
     o.precision(3);
     o << "data-parallel: " << comm_.size() << " processes, " << sync_.last_elements()
       << " gradient values in " << sync_.last_buckets() << " bucket(s) per step; allreduce "
-      << 1e3 * sync_.seconds() / steps << " ms of " << 1e3 * total / steps << " ms per step (rank 0)\n";
+      << 1e3 * sync_.seconds() / steps << " ms";
+    if (sync_.wait_seconds() > 0)
+      o << " after waiting " << 1e3 * sync_.wait_seconds() / steps << " ms for the slowest process";
+    o << ", of " << 1e3 * total / steps << " ms per step (rank 0)\n";
     report_->say(o.str());
   }
 

@@ -26,8 +26,13 @@ class GradientSync {
   void reduce(NamedParams& params, const std::vector<Var>& extra, double scale,
               std::vector<double>& scalars);
 
+  /// Timing runs (GROWFORMER_DP_TIMING=1): reduce() first waits at a barrier for the slowest
+  /// process, timed apart, so that seconds() is the exchange alone and wait_seconds() the
+  /// imbalance between processes.
+  void set_measure_wait(bool on) { measure_wait_ = on; }
   /// Seconds spent in reduce() so far (packing, communication and unpacking), and calls.
   double seconds() const { return seconds_; }
+  double wait_seconds() const { return wait_seconds_; }
   long calls() const { return calls_; }
   /// Elements and buckets of the last reduce().
   size_t last_elements() const { return last_elements_; }
@@ -38,7 +43,8 @@ class GradientSync {
   size_t bucket_elems_;
   std::vector<float> bucket_;
   std::vector<double> flags_;
-  double seconds_ = 0;
+  bool measure_wait_ = false;
+  double seconds_ = 0, wait_seconds_ = 0;
   long calls_ = 0;
   size_t last_elements_ = 0, last_buckets_ = 0;
 };
