@@ -324,7 +324,7 @@ int Experiment::train(const RunFlags& flags) {
   dir.write(dir.resolved_config(), resolved);
   resolved_config_crc_ = text_crc(resolved);
   if (comm_->size() > 1) {
-    root_dir = dir.root();
+    root_dir = fs::absolute(dir.root()).string();  // a process may have another working folder
     comm_->broadcast(root_dir);
   }
   {
