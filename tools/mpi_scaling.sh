@@ -30,21 +30,23 @@ for r in $(seq "$repeats"); do
   for setting in 1x1 1x2 2x1; do
     run="$out/$setting-$r"
     case $setting in
-      1x1) "$bin" train "$config" --run-dir "$run" --set threads=1 "$@" > "$run.log" 2>&1 ;;
-      1x2) "$bin" train "$config" --run-dir "$run" --set threads=2 "$@" > "$run.log" 2>&1 ;;
+      1x1) GROWFORMER_DP_TIMING=1 "$bin" train "$config" --run-dir "$run" --set threads=1 "$@" > "$run.log" 2>&1 ;;
+      1x2) GROWFORMER_DP_TIMING=1 "$bin" train "$config" --run-dir "$run" --set threads=2 "$@" > "$run.log" 2>&1 ;;
       2x1) GROWFORMER_DP_TIMING=1 "$mpirun" -x GROWFORMER_DP_TIMING --oversubscribe --allow-run-as-root -np 2 "$bin" train "$config" \
              --run-dir "$run" --set threads=1 "$@" > "$run.log" 2>&1 ;;
     esac
     ms=$(ms_per_step "$run")
     ar=$(sed -n 's/.*allreduce \([0-9.e+-]*\) ms after.*/\1/p' "$run.log")
     wt=$(sed -n 's/.*waiting \([0-9.e+-]*\) ms for.*/\1/p' "$run.log")
+    cpu=$(sed -n 's/.*ms wall, \([0-9.e+-]*\) ms CPU.*/\1/p' "$run.log")
     all[$setting]+="$ms "
+    all[cpu$setting]+="$cpu "
     [ -n "$ar" ] && all[allreduce]+="$ar " && all[wait]+="$wt "
-    echo "repeat $r $setting: $ms ms/step${ar:+, allreduce $ar ms/step, waiting $wt ms/step}; load $(cut -d' ' -f1 /proc/loadavg)"
+    echo "repeat $r $setting: $ms ms/step, rank 0 CPU $cpu ms/step${ar:+, allreduce $ar ms/step, waiting $wt ms/step}; load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done
 grep -h "data-parallel:" "$out"/2x1-1.log || true
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
-for k in 1x1 1x2 2x1 allreduce wait; do
+for k in 1x1 1x2 2x1 allreduce wait cpu1x1 cpu1x2 cpu2x1; do
   echo "median $k: $(echo "${all[$k]}" | median) ms/step"
 done

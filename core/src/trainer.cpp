@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <sys/resource.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -421,6 +422,7 @@ class Experiment::Loop {
     verify_same_model(start_step, "at the start");
     report_->start(banner());
     auto t0 = std::chrono::steady_clock::now();
+    double cpu0 = process_cpu_seconds();
     for (long step = start_step + 1; step <= ts_.steps; ++step) {
       report_->begin_step(step);
       Batch whole = ex_.make_batch(ex_.data_.train, sampler_.indices(step));
@@ -441,7 +443,7 @@ class Experiment::Loop {
       if (checkpoint_or_stop(step)) return interrupted_status();
     }
     report_->end_bar();
-    if (comm_.size() > 1) say_communication(start_step, t0);
+    if (comm_.size() > 1 || sync_.measure_wait()) say_timing(start_step, t0, cpu0);
     final_test();
     RunOutcome& out = ex_.outcome_;
     out.best_val = st_.best_val;
@@ -525,12 +527,29 @@ class Experiment::Loop {
   }
 
   /// Rank 0's line on where the time of a data-parallel run went.
-  void say_communication(long start_step, std::chrono::steady_clock::time_point t0) {
+  static double process_cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  }
+
+  /// Rank 0's line on where the time of the steps went: with GROWFORMER_DP_TIMING=1 (any
+  /// process count) the wall and CPU time of this process per step, and with several processes
+  /// the exchange.
+  void say_timing(long start_step, std::chrono::steady_clock::time_point t0, double cpu0) {
     long steps = ts_.steps - start_step;
     if (steps <= 0) return;
     double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::ostringstream o;
     o.precision(3);
+    if (sync_.measure_wait())
+      o << "timing: " << 1e3 * total / steps << " ms wall, "
+        << 1e3 * (process_cpu_seconds() - cpu0) / steps
+        << " ms CPU (this process, all threads) per step, validation included\n";
+    if (comm_.size() == 1) {
+      report_->say(o.str());
+      return;
+    }
     o << "data-parallel: " << comm_.size() << " processes, " << sync_.last_elements()
       << " gradient values in " << sync_.last_buckets() << " bucket(s) per step; allreduce "
       << 1e3 * sync_.seconds() / steps << " ms";

@@ -30,6 +30,7 @@ class GradientSync {
   /// process, timed apart, so that seconds() is the exchange alone and wait_seconds() the
   /// imbalance between processes.
   void set_measure_wait(bool on) { measure_wait_ = on; }
+  bool measure_wait() const { return measure_wait_; }
   /// Seconds spent in reduce() so far (packing, communication and unpacking), and calls.
   double seconds() const { return seconds_; }
   double wait_seconds() const { return wait_seconds_; }
