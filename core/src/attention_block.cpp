@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "growformer/multihead.hpp"
@@ -131,7 +132,18 @@ int MultiHeadBlock::add_head(const HeadInit& init, Rng& rng, size_t step) {
   auto s = make_slot(next_id_++);
   s->born = step;
   s->head->initialize(init, rng);
-  if (init.preserve_function) s->w_o.value().zero();
+  if (init.preserve_function) {
+    s->w_o.value().zero();
+    // combine: mean divides by the head count: scale the existing heads' output maps
+    // by (H + 1) / H so that the block's output is unchanged by the new (zero) head.
+    if (combine_mean_ && !slots_.empty()) {
+      const float f = static_cast<float>(slots_.size() + 1) / static_cast<float>(slots_.size());
+      for (auto& old : slots_) {
+        Tensor& w = old->w_o.value();
+        for (size_t i = 0; i < w.size(); ++i) w[i] *= f;
+      }
+    }
+  }
   register_module("heads." + std::to_string(s->id), s);
   slots_.push_back(s);
   return s->id;
@@ -152,6 +164,20 @@ std::string MultiHeadBlock::save_structure() const {
   o << "next_id " << next_id_ << " rng " << init_rng_.state() << " " << init_rng_.increment()
     << " heads " << slots_.size();
   for (auto& sl : slots_) o << " " << sl->id << " " << sl->born;
+  // Heads' own state (hex, so that any text survives the space-separated format).
+  std::vector<std::pair<int, std::string>> states;
+  for (auto& sl : slots_) {
+    std::string st = sl->head->save_state();
+    if (!st.empty()) states.emplace_back(sl->id, std::move(st));
+  }
+  if (!states.empty()) {
+    static const char* hex = "0123456789abcdef";
+    o << " states " << states.size();
+    for (auto& st : states) {
+      o << " " << st.first << " ";
+      for (unsigned char ch : st.second) o << hex[ch >> 4] << hex[ch & 15];
+    }
+  }
   return o.str();
 }
 
@@ -167,11 +193,36 @@ void MultiHeadBlock::restore_structure(const std::string& text) {
   std::vector<std::pair<int, size_t>> heads(n);
   for (auto& h : heads) in >> h.first >> h.second;
   if (!in) throw RuntimeError(block_name() + ": malformed block structure `" + text + "`");
+  std::map<int, std::string> states;
+  std::string k4;
+  if (in >> k4) {
+    size_t ns = 0;
+    if (k4 != "states" || !(in >> ns))
+      throw RuntimeError(block_name() + ": malformed head states in block structure `" + text + "`");
+    for (size_t i = 0; i < ns; ++i) {
+      int id = 0;
+      std::string h;
+      if (!(in >> id >> h) || h.size() % 2 != 0)
+        throw RuntimeError(block_name() + ": malformed head state in block structure");
+      std::string raw(h.size() / 2, '\0');
+      for (size_t j = 0; j < raw.size(); ++j) {
+        auto nib = [&](char c) -> int {
+          if (c >= '0' && c <= '9') return c - '0';
+          if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+          throw RuntimeError(block_name() + ": malformed head state in block structure");
+        };
+        raw[j] = static_cast<char>(nib(h[2 * j]) * 16 + nib(h[2 * j + 1]));
+      }
+      states[id] = std::move(raw);
+    }
+  }
   for (auto& sl : slots_) unregister_module("heads." + std::to_string(sl->id));
   slots_.clear();
   for (auto& h : heads) {
     auto sl = make_slot(h.first);
     sl->born = h.second;
+    auto st = states.find(h.first);
+    if (st != states.end()) sl->head->load_state(st->second);
     register_module("heads." + std::to_string(h.first), sl);
     slots_.push_back(sl);
   }

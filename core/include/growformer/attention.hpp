@@ -69,6 +69,10 @@ class Head : public Module {
   virtual void initialize(const HeadInit& init, Rng& rng) { (void)init; (void)rng; }
   /// Named scalars for analysis (e.g. "beta" of a hybrid head).
   virtual std::map<std::string, double> diagnostics() const { return {}; }
+  /// State that is not a parameter (e.g. a gate's trackers), saved with the block's
+  /// structure in checkpoints; "" = none. load_state gets what save_state returned.
+  virtual std::string save_state() const { return ""; }
+  virtual void load_state(const std::string& text) { (void)text; }
   const HeadShape& shape() const { return shape_; }
 
  protected:
