@@ -27,10 +27,13 @@ struct BlockState {
   std::vector<Vec> q;               // directions at which earlier heads were born
   std::vector<long> q_owner;        // head id per Q column (-1 = unknown)
   size_t checks = 0;                // checks seen
-  Vec calib_norms;                  // ||A_res||_F of the calibration checks
-  Vec calib_energy;                 // sum of positive eigenvalues at calibration
+  Vec calib_norms;                  // E_t = ||sym(C M_a)||_F of the calibration checks
+  Vec calib_energy;                 // unused since state version 2 (kept empty)
   bool calibrated = false;
   double gamma0 = 0.0, theta_w = 0.0, phi_w = 0.0, phi_g = 0.0, energy0 = 0.0;
+  double gamma_floor = 0.0;         // E_t at the first check (the untrained block)
+  double pair0 = 0.0;               // lambda_max - lambda_min at calibration (one head's pair)
+  double energy_now = 0.0;          // E_t at the last check
   long last_growth_check = -1000000;
   size_t grown = 0;
   size_t heads = 0;                 // head count at the last check
@@ -38,6 +41,7 @@ struct BlockState {
   double lambda_max = 0.0, lambda_min = 0.0, a_norm = 0.0;
   bool pending = false;             // an AddHead was returned and not yet confirmed
   Vec pending_dir;
+  Vec pending_dir2;                 // the other half's direction (spectrum: both), may be empty
 };
 
 class IncrtGeometric : public gf::GrowthPolicy {
@@ -55,6 +59,12 @@ class IncrtGeometric : public gf::GrowthPolicy {
         coupling_(o.get_bool("coupling")),
         calibration_checks_(static_cast<size_t>(o.get_int("calibration_checks"))),
         absolute_(o.get_string("thresholds") == "absolute"),
+        track_scale_(o.get_string("thresholds") == "relative"),
+        both_halves_(o.get_string("spectrum") == "both"),
+        plateau_(o.get_string("calibration") == "plateau"),
+        calibration_window_(static_cast<size_t>(o.get_int("calibration_window"))),
+        plateau_tolerance_(o.get_float("plateau_tolerance")),
+        calibration_max_checks_(static_cast<size_t>(o.get_int("calibration_max_checks"))),
         theta_opt_(o.get_float("theta_w")),
         phi_w_opt_(o.get_float("phi_w")),
         phi_g_opt_(o.get_float("phi_g")),
@@ -108,11 +118,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (e.kind == gf::Edit::Kind::AddHead) {
       if (!st.pending) return;  // someone else's growth edit
       st.pending = false;
-      Vec u = st.pending_dir;
-      gf::incrt::orthogonalize(u, st.q);
-      if (gf::incrt::normalize(u) && st.q.size() < d) {
-        st.q.push_back(u);
-        st.q_owner.push_back(new_head_id);
+      for (const Vec* dir : {&st.pending_dir, &st.pending_dir2}) {
+        Vec u = *dir;
+        if (u.size() != d) continue;
+        gf::incrt::orthogonalize(u, st.q);
+        if (gf::incrt::normalize(u) && st.q.size() < d) {
+          st.q.push_back(u);
+          st.q_owner.push_back(new_head_id);
+        }
       }
       st.grown += 1;
       st.heads += 1;
@@ -121,11 +134,12 @@ class IncrtGeometric : public gf::GrowthPolicy {
       const bool release = e.release_direction.value_or(release_default_);
       if (st.heads > 0) st.heads -= 1;
       if (!release) return;
-      for (size_t i = 0; i < st.q_owner.size(); ++i)
+      for (size_t i = 0; i < st.q_owner.size();)
         if (st.q_owner[i] == e.head_id) {
           st.q.erase(st.q.begin() + static_cast<long>(i));
           st.q_owner.erase(st.q_owner.begin() + static_cast<long>(i));
-          break;
+        } else {
+          ++i;
         }
     }
   }
@@ -158,7 +172,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 1 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 2 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& kv : blocks_) {
       const BlockState& s = kv.second;
@@ -177,10 +191,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
       gf::incrt::put_vec(os, s.calib_energy);
       os << s.calibrated << ' ';
       for (double v : {s.gamma0, s.theta_w, s.phi_w, s.phi_g, s.energy0, s.w_t, s.lambda_max,
-                       s.lambda_min, s.a_norm})
+                       s.lambda_min, s.a_norm, s.gamma_floor, s.pair0, s.energy_now})
         gf::incrt::put(os, v);
       os << s.last_growth_check << ' ' << s.grown << ' ' << s.heads << ' ' << s.pending << ' ';
       gf::incrt::put_vec(os, s.pending_dir);
+      gf::incrt::put_vec(os, s.pending_dir2);
     }
     os << "end";
     return os.str();
@@ -190,7 +205,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (text.empty()) return;
     gf::incrt::Reader r(text);
     r.expect("incrt_geometric");
-    r.expect("1");
+    r.expect("2");
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);
@@ -214,13 +229,15 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.calib_energy = r.vec();
       st.calibrated = r.u64() != 0;
       for (double* v : {&st.gamma0, &st.theta_w, &st.phi_w, &st.phi_g, &st.energy0, &st.w_t,
-                        &st.lambda_max, &st.lambda_min, &st.a_norm})
+                        &st.lambda_max, &st.lambda_min, &st.a_norm, &st.gamma_floor, &st.pair0,
+                        &st.energy_now})
         *v = r.num();
       st.last_growth_check = r.i64();
       st.grown = r.u64();
       st.heads = r.u64();
       st.pending = r.u64() != 0;
       st.pending_dir = r.vec();
+      st.pending_dir2 = r.vec();
     }
     r.expect("end");
   }
@@ -229,15 +246,20 @@ class IncrtGeometric : public gf::GrowthPolicy {
   std::map<std::string, double> block_summary(const BlockState& st) const {
     std::map<std::string, double> b;
     b["gamma_res0"] = st.gamma0;
+    b["gamma_floor"] = st.gamma_floor;
+    b["energy_now"] = st.energy_now;
     b["theta_w"] = st.theta_w;
     b["phi_w"] = st.phi_w;
     b["phi_g"] = st.phi_g;
-    // kappa_T: total directional energy (sum of the positive eigenvalues of A_res
-    // at calibration) over the per-head capture threshold theta_w.
-    const double kappa = st.theta_w > 0 ? st.energy0 / st.theta_w : 0.0;
-    const double logr =
-        (st.theta_w > 0 && st.gamma0 > st.theta_w) ? std::log(st.gamma0 / st.theta_w) : 0.0;
-    const double k_pred = k_constant_ * kappa * kappa * logr;
+    // Head-count law K* = c kappa_T^2 log(Gamma0 / floor), from the spectrum of
+    // sym(C M_a) at the end of calibration (before any growth), independent of theta_w:
+    // kappa_T = total directional energy sum |lambda_i| over the energy one head's
+    // +- pair carries (lambda_max - lambda_min), i.e. the number of head-sized pairs;
+    // the log term: how far the learned structure rose above the untrained block's
+    // energy (the first check), log(1 + Gamma0 / floor) so that it stays positive.
+    const double kappa = st.pair0 > 0 ? st.energy0 / st.pair0 : 0.0;
+    const double logr = st.gamma_floor > 0 ? std::log1p(st.gamma0 / st.gamma_floor) : 0.0;
+    const double k_pred = st.calibrated ? k_constant_ * kappa * kappa * logr : 0.0;
     b["kappa_T"] = kappa;
     b["K_pred"] = k_pred;
     b["K_obs"] = static_cast<double>(st.heads);
@@ -250,8 +272,41 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return b;
   }
 
-  double eta_plus(size_t d) const { return eta_plus_ > 0 ? eta_plus_ : 1.0 / (10.0 * d); }
+  double eta_plus(size_t d) const {
+    return eta_plus_ > 0 ? eta_plus_ : gf::incrt::default_eta_plus(scale_frobenius_, d);
+  }
   double eta_minus(size_t d) const { return eta_minus_ > 0 ? eta_minus_ : 0.5 * eta_plus(d); }
+
+  /// Thresholds for the current check (energy = E_t = ||sym(C M_a)||_F).
+  void set_thresholds(BlockState& st, double energy) const {
+    if (absolute_) {
+      st.theta_w = theta_opt_;
+      st.phi_w = phi_w_opt_;
+      st.phi_g = phi_g_opt_;
+      return;
+    }
+    const double scale = track_scale_ ? energy : st.gamma0;
+    st.theta_w = theta_opt_ * scale;
+    st.phi_w = phi_w_opt_ * st.theta_w;
+    st.phi_g = phi_g_opt_ * st.theta_w;
+  }
+
+  /// Calibration ends after calibration_checks checks (calibration: fixed), or
+  /// (plateau) once at least calibration_checks are seen and the median of E_t over
+  /// the last calibration_window checks is within plateau_tolerance of the median over
+  /// the window before (the first heads have finished learning), or at
+  /// calibration_max_checks.
+  bool calibration_done(const BlockState& st) const {
+    const size_t n = st.calib_norms.size();
+    if (!plateau_) return n >= calibration_checks_;
+    if (n >= calibration_max_checks_) return true;
+    const size_t w = std::max<size_t>(calibration_window_, 1);
+    if (n < calibration_checks_ || n < 2 * w) return false;
+    const Vec last(st.calib_norms.end() - long(w), st.calib_norms.end());
+    const Vec before(st.calib_norms.end() - long(2 * w), st.calib_norms.end() - long(w));
+    const double m1 = gf::incrt::median(last), m0 = gf::incrt::median(before);
+    return m1 <= (1.0 + plateau_tolerance_) * m0;
+  }
 
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st,
                    std::vector<gf::Edit>& edits) {
@@ -289,7 +344,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
     size_t ntok = 0;
     const Mat c =
         gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_, normalize_c_, &ntok);
-    const Mat a = gf::incrt::residual_matrix(c, ma, st.q);
+    const size_t nseq = first_sequence_ ? std::min<size_t>(bv.probe->input.dim(0), 1)
+                                        : bv.probe->input.dim(0);
+    const Mat sfull = gf::incrt::sym_cm(c, ma);
+    const double energy = gf::incrt::frobenius(sfull);  // E_t: total directional energy
+    const Mat a = gf::incrt::project(sfull, st.q);
     const double a_norm = gf::incrt::frobenius(a);
 
     const gf::incrt::Eigen eig = gf::incrt::jacobi_eigen(a, exact_);
@@ -302,11 +361,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.tracker.exact(a, st.q, &eig);
     } else {
       const double scale = scale_frobenius_ ? a_norm : 1.0;
-      double coupling = 1.0;
-      if (coupling_ && gap_top + gap_bottom > 0) coupling = gap_top / (gap_top + gap_bottom);
+      double gamma = -1.0;  // uncoupled
+      if (coupling_) gamma = gap_top + gap_bottom > 0 ? gap_top / (gap_top + gap_bottom) : 0.5;
       if (scale > 0) {
-        st.tracker.update(a, st.q, eta_plus(d), eta_minus(d), rule_, tracker_iters_, scale,
-                          coupling);
+        st.tracker.update(a, st.q, eta_plus(d), eta_minus(d), rule_, tracker_iters_, scale, gamma);
       } else {
         st.tracker.lambda_max = st.tracker.lambda_min = 0.0;  // no directional energy at all
       }
@@ -314,43 +372,46 @@ class IncrtGeometric : public gf::GrowthPolicy {
     st.lambda_max = st.tracker.lambda_max;
     st.lambda_min = st.tracker.lambda_min;
     st.a_norm = a_norm;
+    st.energy_now = energy;
     const size_t check_index = st.checks++;
+    if (check_index == 0) st.gamma_floor = energy;
 
-    double positive = 0.0;
-    for (double v : ev) positive += std::max(v, 0.0);
-
-    // Calibration of Gamma_res(0) and the thresholds.
+    // Calibration of Gamma_res(0) and of the head-count law's inputs (no growth before).
+    bool calibrated_now = false;
     if (!st.calibrated) {
-      st.calib_norms.push_back(a_norm);
-      st.calib_energy.push_back(positive);
-      if (st.calib_norms.size() >= calibration_checks_) {
-        st.gamma0 = gf::incrt::median(st.calib_norms);
-        st.energy0 = gf::incrt::median(st.calib_energy);
-        if (absolute_) {
-          st.theta_w = theta_opt_;
-          st.phi_w = phi_w_opt_;
-          st.phi_g = phi_g_opt_;
-        } else {
-          st.theta_w = theta_opt_ * st.gamma0;
-          st.phi_w = phi_w_opt_ * st.theta_w;
-          st.phi_g = phi_g_opt_ * st.theta_w;
-        }
+      st.calib_norms.push_back(energy);
+      if (calibration_done(st)) {
+        const size_t w = plateau_ ? std::min(st.calib_norms.size(), std::max<size_t>(calibration_window_, 1))
+                                  : st.calib_norms.size();
+        st.gamma0 = gf::incrt::median(Vec(st.calib_norms.end() - long(w), st.calib_norms.end()));
+        // Q is empty before the first growth, so ev is the spectrum of sym(C M_a).
+        double total = 0.0;
+        for (double v : ev) total += std::fabs(v);
+        st.energy0 = total;
+        st.pair0 = d ? ev[d - 1] - ev[0] : 0.0;
         st.calibrated = true;
-        gf::Event cal;
-        cal.type = "calibrate";
-        cal.block = static_cast<long>(bv.index);
-        cal.numbers = {{"step", double(view.step)}, {"gamma_res0", st.gamma0},
-                       {"theta_w", st.theta_w},     {"phi_w", st.phi_w},
-                       {"phi_g", st.phi_g},         {"energy0", st.energy0},
-                       {"checks", double(st.calib_norms.size())}};
-        cal.strings = {{"policy", "incrt_geometric"}};
-        if (view.events) view.events->emit(cal);
+        calibrated_now = true;
       }
+    }
+    if (st.calibrated) set_thresholds(st, energy);
+    if (calibrated_now) {
+      gf::Event cal;
+      cal.type = "calibrate";
+      cal.block = static_cast<long>(bv.index);
+      const auto sum = block_summary(st);
+      cal.numbers = {{"step", double(view.step)},        {"gamma_res0", st.gamma0},
+                     {"gamma_floor", st.gamma_floor},    {"theta_w", st.theta_w},
+                     {"phi_w", st.phi_w},                {"phi_g", st.phi_g},
+                     {"energy0", st.energy0},            {"pair0", st.pair0},
+                     {"kappa_T", sum.at("kappa_T")},     {"K_pred", sum.at("K_pred")},
+                     {"checks", double(st.calib_norms.size())}};
+      cal.strings = {{"policy", "incrt_geometric"}};
+      if (view.events) view.events->emit(cal);
     }
 
     // Lyapunov functional: uncaptured energy above threshold plus a cost per head.
     double uncaptured = 0.0;
-    for (double v : ev) uncaptured += std::max(v - st.theta_w, 0.0);
+    for (double v : ev) uncaptured += std::max((both_halves_ ? std::fabs(v) : v) - st.theta_w, 0.0);
     st.w_t = st.calibrated ? uncaptured + head_cost_ * st.theta_w * double(heads.size()) : 0.0;
 
     // Dwell time in checks.
@@ -365,6 +426,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
       dwell = static_cast<long>(std::min<double>(in_checks, double(dwell_max_checks_)));
     }
     const long since = static_cast<long>(check_index) - st.last_growth_check;
+    // The energy the criterion reads: the spectral radius of A_res (both halves), or
+    // lambda_max (positive half, the paper's formula).
+    const bool minus_first = both_halves_ && -st.lambda_min > st.lambda_max;
+    const double lead = both_halves_ ? std::max(st.lambda_max, -st.lambda_min) : st.lambda_max;
 
     gf::Event ev_check;
     ev_check.type = "check";
@@ -374,7 +439,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
                         {"lambda_min", st.lambda_min},
                         {"lambda_max_exact", d ? ev[d - 1] : 0.0},
                         {"lambda_min_exact", d ? ev[0] : 0.0},
+                        {"energy", lead},
                         {"a_res_norm", a_norm},
+                        {"total_energy", energy},
                         {"gap_top", gap_top},
                         {"theta_w", st.theta_w},
                         {"phi_w", st.phi_w},
@@ -388,39 +455,51 @@ class IncrtGeometric : public gf::GrowthPolicy {
                         {"phase", st.calibrated ? "active" : "calibrating"}};
     if (view.events) view.events->emit(ev_check);
 
-    if (!st.calibrated || check_index < calibration_checks_) return;
+    if (!st.calibrated || calibrated_now) return;
     const size_t cap = max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1);
     // Growth must pay for its head: the uncaptured energy it removes (at least
-    // lambda_max - theta_w) exceeds the head cost, so W_t strictly decreases.
+    // lead - theta_w) exceeds the head cost, so W_t strictly decreases.
     const double need = st.theta_w * (1.0 + (lyapunov_guard_ ? head_cost_ : 0.0));
-    const bool energy = st.lambda_max > need;
-    const bool minor = st.lambda_min < st.phi_w;
-    if (!(energy && minor && since >= dwell && heads.size() < cap && st.q.size() < d)) return;
+    const bool enough = lead > need;
+    // The paper's second condition; vacuous for the traceless A_res (kept for the
+    // positive-half rule).
+    const bool minor = both_halves_ || st.lambda_min < st.phi_w;
+    const size_t room = both_halves_ ? 2 : 1;
+    if (!(enough && minor && since >= dwell && heads.size() < cap && st.q.size() + room <= d))
+      return;
 
+    const Vec& dir = minus_first ? st.tracker.um : st.tracker.up;
     gf::Edit e;
     e.kind = gf::Edit::Kind::AddHead;
     e.block = bv.index;
     e.init.mode = directed_ ? "directed" : "random";
-    e.init.direction.assign(st.tracker.up.begin(), st.tracker.up.end());
+    e.init.direction.assign(dir.begin(), dir.end());
     e.init.preserve_function = preserve_;
-    e.init.value_variance = value_variance_ > 0 ? value_variance_ : ntk_variance(heads, d);
+    const double seq_len = nseq ? double(ntok) / double(nseq) : 1.0;
+    e.init.value_variance = value_variance_ > 0 ? value_variance_ : ntk_variance(heads, d, seq_len);
     e.cause.type = "grow";
     e.cause.block = static_cast<long>(bv.index);
     e.cause.numbers = {{"step", double(view.step)},   {"lambda_max", st.lambda_max},
-                       {"lambda_min", st.lambda_min}, {"a_res_norm", a_norm},
+                       {"lambda_min", st.lambda_min}, {"energy", lead},
+                       {"a_res_norm", a_norm},        {"total_energy", energy},
                        {"theta_w", st.theta_w},       {"phi_w", st.phi_w},
                        {"gap_top", gap_top},          {"W_t", st.w_t},
                        {"heads_before", double(heads.size())},
                        {"value_variance", e.init.value_variance}};
-    e.cause.strings = {{"policy", "incrt_geometric"}, {"init", e.init.mode}};
+    e.cause.strings = {{"policy", "incrt_geometric"},
+                       {"init", e.init.mode},
+                       {"half", minus_first ? "negative" : "positive"}};
     st.pending = true;
-    st.pending_dir = st.tracker.up;
+    st.pending_dir = dir;
+    st.pending_dir2.clear();
+    if (both_halves_) st.pending_dir2 = minus_first ? st.tracker.up : st.tracker.um;
     st.last_growth_check = static_cast<long>(check_index);
     edits.push_back(std::move(e));
   }
 
-  /// NTK-consistent value variance Var(W_V) = d_k n / (d d_v), n = heads after growth.
-  static double ntk_variance(const std::vector<gf::HeadInfo>& heads, size_t d) {
+  /// NTK-consistent value variance Var(W_V) = d_k n / (d d_v) with n the sequence
+  /// length (valid tokens per probe sequence), as in the reference code.
+  static double ntk_variance(const std::vector<gf::HeadInfo>& heads, size_t d, double n) {
     double dk = 1.0, dv = 1.0;
     if (!heads.empty() && heads[0].head) {
       const gf::HeadShape& s = heads[0].head->shape();
@@ -429,8 +508,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         dv = double(s.d_v);
       }
     }
-    const double n = double(heads.size() + 1);
-    return dk * n / (double(d) * dv);
+    return dk * std::max(n, 1.0) / (double(d) * dv);
   }
 
   bool first_sequence_, normalize_c_, exact_;
@@ -439,7 +517,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
   size_t tracker_iters_;
   bool scale_frobenius_, coupling_;
   size_t calibration_checks_;
-  bool absolute_;
+  bool absolute_, track_scale_, both_halves_, plateau_;
+  size_t calibration_window_;
+  double plateau_tolerance_;
+  size_t calibration_max_checks_;
   double theta_opt_, phi_w_opt_, phi_g_opt_;
   bool dwell_auto_;
   long dwell_checks_;
@@ -471,28 +552,50 @@ gf::OptionSpecs incrt_options() {
       {"mca_rule", OptType::String, "exin",
        "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)", -inf,
        inf, {"exin", "reference"}},
-      {"eta_plus", OptType::Float, "~", "Oja step size; unset = 1/(10 d)", 0.0, 2.0, {}},
+      {"eta_plus", OptType::Float, "~",
+       "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0, {}},
       {"eta_minus", OptType::Float, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0, {}},
       {"tracker_iters", OptType::Int, "100", "tracker steps per check", 1, 1e7, {}},
       {"step_scale", OptType::String, "frobenius",
        "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
        -inf, inf, {"frobenius", "none"}},
       {"coupling", OptType::Bool, "false",
-       "couple the trackers with gamma* = D+/(D+ + D-): u- is orthogonalised to u+ by gamma*",
+       "couple the trackers as the reference code does, gamma* = D+/(D+ + D-): u+ gets "
+       "-(1-gamma*) c u-, u- gets +eta gamma*(1-gamma*) c u+, c = u+^T u-",
        -inf, inf, {}},
+      {"calibration", OptType::String, "plateau",
+       "end of calibration: plateau (E_t has stopped rising) or fixed (calibration_checks)", -inf,
+       inf, {"plateau", "fixed"}},
       {"calibration_checks", OptType::Int, "16",
-       "checks whose median ||A_res||_F is Gamma_res(0); no growth before", 1, 1e6, {}},
+       "checks of calibration (fixed), or at least (plateau); no growth before", 1, 1e6, {}},
+      {"calibration_window", OptType::Int, "8",
+       "plateau: compare the median E_t of the last N checks with the N before", 1, 1e6, {}},
+      {"plateau_tolerance", OptType::Float, "0.1",
+       "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous",
+       0.0, inf, {}},
+      {"calibration_max_checks", OptType::Int, "200", "plateau: calibration ends here at the latest",
+       1, 1e9, {}},
       {"thresholds", OptType::String, "relative",
-       "relative: theta_w x Gamma_res(0), phi_w and phi_g x theta_w; absolute: as given", -inf,
-       inf, {"relative", "absolute"}},
-      {"theta_w", OptType::Float, "0.1", "growth threshold on lambda_max", 0.0, inf, {}},
+       "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
+       "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
+       "absolute: as given",
+       -inf, inf, {"relative", "calibrated", "absolute"}},
+      {"spectrum", OptType::String, "both",
+       "both: the energy is the spectral radius of A_res and a growth captures u+ and u- (the "
+       "+- pair of one rotation plane); positive: lambda_max > theta_w and lambda_min < phi_w, "
+       "u+ only (the paper's formula)",
+       -inf, inf, {"both", "positive"}},
+      {"theta_w", OptType::Float, "0.35",
+       "growth threshold (relative: x E_t; 0.35 ~ sqrt(1/8): the strongest uncaptured +- pair "
+       "holds more than a quarter of E_t^2)",
+       0.0, inf, {}},
       {"phi_w", OptType::Float, "0.5", "growth needs lambda_min < phi_w", -inf, inf, {}},
       {"phi_g", OptType::Float, "0.01", "pruning threshold (reported; used by directional_energy)",
        0.0, inf, {}},
       {"dwell", OptType::String, "checks",
        "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
        -inf, inf, {"checks", "auto"}},
-      {"dwell_checks", OptType::Int, "2", "checks between growths (dwell: checks)", 0, 1e9, {}},
+      {"dwell_checks", OptType::Int, "8", "checks between growths (dwell: checks)", 0, 1e9, {}},
       {"dwell_kappa", OptType::Float, "2.0", "kappa of the automatic dwell time", 0.0, inf, {}},
       {"dwell_eps", OptType::Float, "0.05", "eps of the automatic dwell time", 1e-12, 1.0, {}},
       {"dwell_max_checks", OptType::Int, "50", "cap of the automatic dwell time", 0, 1e9, {}},
@@ -500,7 +603,7 @@ gf::OptionSpecs incrt_options() {
        "new head: directed (u+ in the first query column) or random", -inf, inf,
        {"directed", "random"}},
       {"value_variance", OptType::Float, "~",
-       "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = heads after growth", 0.0,
+       "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = sequence length", 0.0,
        inf, {}},
       {"preserve_function", OptType::Bool, "true",
        "new head's W_O starts at zero (the model output is unchanged by growth)", -inf, inf, {}},

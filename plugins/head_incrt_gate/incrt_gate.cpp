@@ -3,7 +3,9 @@
 // before the inner head's projections. u+ / u- track the dominant / minor
 // eigenvectors of the head's own A_h = sym(C M_a,h) (Oja / MCA EXIN), updated
 // during training forwards from the detached input (no gradient flows through
-// the trackers). g+ and g- are fixed or learned (sigmoid of a parameter).
+// the trackers). g+ and g- are fixed or learned (sigmoid of a parameter). The
+// trackers are saved with the block's structure (save_state), so a checkpoint
+// evaluates with the gate the model was trained with.
 #include <growformer/attention.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -101,7 +104,7 @@ class IncrtGate : public gf::Head {
     if (exact_) {
       tracker_.exact(a, {});
     } else {
-      const double ep = eta_plus_ > 0 ? eta_plus_ : 1.0 / (10.0 * d);
+      const double ep = eta_plus_ > 0 ? eta_plus_ : gf::incrt::default_eta_plus(true, d);
       const double em = eta_minus_ > 0 ? eta_minus_ : 0.5 * ep;
       tracker_.update(a, {}, ep, em, rule_, iters_, scale);
     }
@@ -126,6 +129,38 @@ class IncrtGate : public gf::Head {
         started_ = true;
       }
     }
+  }
+
+  std::string save_state() const override {
+    std::ostringstream os;
+    os << "incrt_gate 1 " << (started_ ? 1 : 0) << ' ' << forwards_ << ' ' << rng_.state() << ' '
+       << rng_.increment() << ' ';
+    gf::incrt::put_vec(os, tracker_.up);
+    gf::incrt::put_vec(os, tracker_.um);
+    gf::incrt::put(os, tracker_.lambda_max);
+    gf::incrt::put(os, tracker_.lambda_min);
+    os << "end";
+    return os.str();
+  }
+
+  void load_state(const std::string& text) override {
+    gf::incrt::Reader r(text);
+    r.expect("incrt_gate");
+    r.expect("1");
+    started_ = r.u64() != 0;
+    forwards_ = r.u64();
+    const uint64_t s = r.u64(), inc = r.u64();
+    rng_.restore(s, inc);
+    Vec up = r.vec(), um = r.vec();
+    const size_t d = shape_.d_model;
+    if (up.size() != d || um.size() != d)
+      throw gf::RuntimeError("incrt_gate: saved trackers have " + std::to_string(up.size()) +
+                             " entries, the head's width is " + std::to_string(d));
+    tracker_.up = up;
+    tracker_.um = um;
+    tracker_.lambda_max = r.num();
+    tracker_.lambda_min = r.num();
+    r.expect("end");
   }
 
   std::map<std::string, double> diagnostics() const override {
@@ -172,7 +207,7 @@ void register_gate(gf::Registry& r) {
       {"tracker_iters", OptType::Int, "20", "tracker steps per update", 1, 1e7, {}},
       {"tracker", OptType::String, "online", "online (Oja + MCA) or exact (eigendecomposition)",
        -inf, inf, {"online", "exact"}},
-      {"eta_plus", OptType::Float, "~", "Oja step (on A_h / ||A_h||_F); unset = 1/(10 d)", 0.0,
+      {"eta_plus", OptType::Float, "~", "Oja step (on A_h / ||A_h||_F); unset = 0.5", 0.0,
        2.0, {}},
       {"eta_minus", OptType::Float, "~", "MCA step; unset = eta_plus / 2", 0.0, 2.0, {}},
       {"mca_rule", OptType::String, "exin", "exin or reference", -inf, inf, {"exin", "reference"}},

@@ -1,6 +1,9 @@
 // INCRT pruning rule (`directional_energy`): remove a head whose directional
-// energy E_h = ||C M_a,h||_F stays under phi_g for `patience` consecutive checks
-// after a `grace` period since its birth. C comes from the rule's own probe.
+// energy stays under phi_g for `patience` consecutive checks after a `grace`
+// period since its birth. A head's energy is measured on the same footing as the
+// threshold: its share sym(C M_a,h) of S = sym(C M_a) (Frobenius norm), by default
+// the part that the other heads do not explain (`energy: residual`), against
+// phi_g x ||S||_F of the same check (scale-invariant). C comes from the rule's own probe.
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -93,6 +96,8 @@ class DirectionalEnergy : public gf::GrowthPolicy {
         residual_(o.get_string("energy") == "residual"),
         calibration_checks_(static_cast<size_t>(o.get_int("calibration_checks"))),
         absolute_(o.get_string("thresholds") == "absolute"),
+        track_scale_(o.get_string("thresholds") == "relative"),
+        footing_sym_(o.get_string("footing") == "sym"),
         theta_rel_(o.get_float("theta_w")),
         phi_g_opt_(o.get_float("phi_g")),
         patience_(o.get_int("patience")),
@@ -191,7 +196,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     for (const gf::HeadInfo& h : heads) {
       const Mat m = h.head ? gf::incrt::head_motor(*h.head, d) : Mat(d);
       for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
-      cm.push_back(gf::incrt::matmul(c, m));
+      cm.push_back(footing_sym_ ? gf::incrt::sym_cm(c, m) : gf::incrt::matmul(c, m));
     }
     Vec energy(heads.size(), 0.0);
     if (residual_) {
@@ -201,13 +206,18 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     }
     const size_t check_index = st.checks++;
 
+    const double total = gf::incrt::frobenius(gf::incrt::sym_cm(c, ma));  // E_t
     if (!st.calibrated) {
-      st.calib_norms.push_back(gf::incrt::frobenius(gf::incrt::sym_cm(c, ma)));
+      st.calib_norms.push_back(total);
       if (absolute_ || st.calib_norms.size() >= calibration_checks_) {
         st.gamma0 = gf::incrt::median(st.calib_norms);
-        st.phi_g = absolute_ ? phi_g_opt_ : phi_g_opt_ * theta_rel_ * st.gamma0;
         st.calibrated = true;
       }
+    }
+    if (st.calibrated) {
+      if (absolute_) st.phi_g = phi_g_opt_;
+      else if (track_scale_) st.phi_g = phi_g_opt_ * total;
+      else st.phi_g = phi_g_opt_ * theta_rel_ * st.gamma0;
     }
 
     // Consecutive checks under phi_g, counted only after the grace period.
@@ -238,6 +248,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     ev.numbers = {{"step", double(view.step)},
                   {"phi_g", st.phi_g},
                   {"gamma_res0", st.gamma0},
+                  {"total_energy", total},
                   {"heads", double(heads.size())}};
     ev.strings = {{"policy", "directional_energy"},
                   {"phase", st.calibrated ? "active" : "calibrating"},
@@ -281,7 +292,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
 
   bool first_sequence_, normalize_c_, residual_;
   size_t calibration_checks_;
-  bool absolute_;
+  bool absolute_, track_scale_, footing_sym_;
   double theta_rel_, phi_g_opt_;
   long patience_;
   size_t grace_, min_heads_, max_per_check_;
@@ -297,18 +308,25 @@ gf::OptionSpecs options() {
       {"probe", OptType::String, "batch", "tokens for C: first_sequence or batch", -inf, inf,
        {"first_sequence", "batch"}},
       {"normalize_c", OptType::Bool, "true", "divide C by the token count", -inf, inf, {}},
-      {"energy", OptType::String, "plain",
-       "plain: E_h = ||C M_a,h||_F; residual: the part of C M_a,h not explained by the other "
-       "heads (catches duplicates)",
+      {"energy", OptType::String, "residual",
+       "residual: the part of a head's matrix not explained by the other heads (catches "
+       "duplicates); plain: the head's whole matrix",
        -inf, inf, {"plain", "residual"}},
-      {"calibration_checks", OptType::Int, "16", "checks whose median ||sym(C M_a)||_F is Gamma0",
-       1, 1e6, {}},
+      {"footing", OptType::String, "sym",
+       "a head's matrix: sym (sym(C M_a,h), the footing of the threshold's ||sym(C M_a)||_F) or "
+       "cm (C M_a,h, the reference code's E_h, about 3x larger)",
+       -inf, inf, {"sym", "cm"}},
+      {"calibration_checks", OptType::Int, "16",
+       "checks before pruning can start; their median ||sym(C M_a)||_F is Gamma0", 1, 1e6, {}},
       {"thresholds", OptType::String, "relative",
-       "relative: phi_g x theta_w x Gamma0; absolute: phi_g as given", -inf, inf,
-       {"relative", "absolute"}},
-      {"theta_w", OptType::Float, "0.1", "theta_w relative to Gamma0 (relative thresholds)", 0.0,
-       inf, {}},
-      {"phi_g", OptType::Float, "0.01", "pruning threshold (relative to theta_w, or absolute)",
+       "relative: phi_g x ||sym(C M_a)||_F of the same check (scale-invariant); calibrated: "
+       "phi_g x theta_w x Gamma0; absolute: phi_g as given",
+       -inf, inf, {"relative", "calibrated", "absolute"}},
+      {"theta_w", OptType::Float, "0.1", "theta_w relative to Gamma0 (thresholds: calibrated)",
+       0.0, inf, {}},
+      {"phi_g", OptType::Float, "0.02",
+       "pruning threshold: fraction of ||sym(C M_a)||_F (relative), x theta_w Gamma0 "
+       "(calibrated), or absolute",
        0.0, inf, {}},
       {"patience", OptType::Int, "3", "consecutive checks under phi_g before a prune", 1, 1e9, {}},
       {"grace", OptType::Int, "100", "steps after a head's birth before it can be pruned", 0, 1e12,
@@ -323,7 +341,7 @@ gf::OptionSpecs options() {
 
 void register_rules(gf::Registry& r) {
   r.add_pruning({"directional_energy",
-                 "INCRT: prune heads whose directional energy ||C M_a,h||_F stays under phi_g",
+                 "INCRT: prune heads whose directional energy ||sym(C M_a,h)||_F stays under phi_g",
                  options()},
                 [](const gf::Options& o) { return std::make_unique<DirectionalEnergy>(o); });
 }

@@ -78,6 +78,17 @@ inline Mat residual_matrix(const Mat& c, const Mat& ma, const std::vector<Vec>& 
 
 enum class McaRule { Exin, Reference };
 
+/// Default Oja step. On A / ||A||_F (step_scale: frobenius) every eigenvalue lies in
+/// [-1, 1], so with eta = 0.5 the step is the shifted power iteration u <- (I + eta A) u
+/// (normalised) with I + eta A positive definite: it converges to the top eigenvector
+/// at the rate (1 + eta l2) / (1 + eta l1) per step, fast enough to follow a training
+/// run. The reference's 1/(10 d) is meant for one token per step; on the normalised
+/// matrix it moves u+ by ~1e-3 per step and does not track (docs/INCRT.md). Without
+/// normalisation the reference's value is kept.
+inline double default_eta_plus(bool frobenius_scaled, size_t d) {
+  return frobenius_scaled ? 0.5 : 1.0 / (10.0 * double(d));
+}
+
 /// One Oja step towards the dominant eigenvector of `a`:
 /// u <- normalize(u + eta (A u - (u^T A u) u)).
 inline void oja_step(const Mat& a, Vec& u, double eta) {
@@ -127,14 +138,25 @@ struct TrackerPair {
   }
 
   /// `iters` steps on A / scale (scale > 0 makes the step size independent of
-  /// the magnitude of A). `coupling` in [0, 1] = how strongly u- is
-  /// orthogonalised to u+ each step (1 = fully).
+  /// the magnitude of A). Uncoupled (gamma < 0): u- is orthogonalised to u+ after
+  /// every step. Coupled (gamma = gamma* in [0, 1]): the reference code's coupling,
+  /// see coupled_step(); u- is then not forced orthogonal to u+.
   void update(const Mat& a, const std::vector<Vec>& basis, double eta_plus, double eta_minus,
-              McaRule rule, size_t iters, double scale = 1.0, double coupling = 1.0) {
+              McaRule rule, size_t iters, double scale = 1.0, double gamma = -1.0) {
     Mat as = a;
     if (scale > 0 && scale != 1.0)
       for (double& x : as.a) x /= scale;
     for (size_t it = 0; it < iters; ++it) {
+      if (gamma >= 0.0) {
+        coupled_step(as, up, um, eta_plus, eta_minus, rule, gamma);
+        if (!basis.empty()) {
+          orthogonalize(up, basis);
+          normalize(up);
+          orthogonalize(um, basis);
+          normalize(um);
+        }
+        continue;
+      }
       oja_step(as, up, eta_plus);
       if (!basis.empty()) {
         orthogonalize(up, basis);
@@ -142,12 +164,37 @@ struct TrackerPair {
       }
       mca_step(as, um, eta_minus, rule);
       if (!basis.empty()) orthogonalize(um, basis);
-      const double c = dot(um, up) * coupling;
+      const double c = dot(um, up);
       for (size_t i = 0; i < um.size(); ++i) um[i] -= c * up[i];
       normalize(um);
     }
     lambda_max = rayleigh(a, up);
     lambda_min = rayleigh(a, um);
+  }
+
+  /// One coupled step (the reference code's bidirectional coupling), c = u+^T u-:
+  ///   u+ <- normalize(u+ + eta+ (A u+ - (u+^T A u+) u+) - (1 - gamma) c u-)
+  ///   u- <- normalize(u- - mca(A, u-) + eta+ gamma (1 - gamma) c u+)
+  /// where mca() is the MCA step of `rule` with eta-. gamma = D+/(D+ + D-) weights
+  /// the repulsion of u+ from u- by the bottom gap's share and the attraction of u-
+  /// to u+ by the product of both shares.
+  static void coupled_step(const Mat& a, Vec& up, Vec& um, double eta_plus, double eta_minus,
+                           McaRule rule, double gamma) {
+    const double c = dot(up, um);
+    const Vec up0 = up, um0 = um;
+    const Vec yp = matvec(a, up0);
+    const double rp = dot(up0, yp) / std::max(dot(up0, up0), 1e-300);
+    const double n2 = std::max(dot(um0, um0), 1e-300);
+    const Vec ym = matvec(a, um0);
+    const double uy = dot(um0, ym);
+    const double rm = uy / n2;
+    const double g = (rule == McaRule::Reference) ? eta_minus * uy / n2 : eta_minus / n2;
+    for (size_t i = 0; i < up.size(); ++i) {
+      up[i] = up0[i] + eta_plus * (yp[i] - rp * up0[i]) - (1.0 - gamma) * c * um0[i];
+      um[i] = um0[i] - g * (ym[i] - rm * um0[i]) + eta_plus * gamma * (1.0 - gamma) * c * up0[i];
+    }
+    normalize(up);
+    normalize(um);
   }
 
   /// Exact: u+ / u- = eigenvectors of the largest / smallest eigenvalue of A
