@@ -50,7 +50,9 @@ class FakeBlock : public gf::AttentionBlock {
     return out;
   }
   bool can_edit_heads() const override { return true; }
+  size_t max_heads() const override { return cap; }
   int add_head(const gf::HeadInit& init, gf::Rng&, size_t step) override {
+    if (slots.size() >= cap) throw gf::RuntimeError("fake: beyond max_heads");
     auto h = std::make_shared<FakeHead>(d_, dk_);
     if (init.direction.size() == d_)
       for (size_t i = 0; i < d_; ++i) h->wq.value()[i * dk_] = init.direction[i];
@@ -75,6 +77,7 @@ class FakeBlock : public gf::AttentionBlock {
   };
   std::vector<Slot> slots;
   gf::HeadInit last_init;
+  size_t cap = static_cast<size_t>(-1);
 
  private:
   size_t d_, dk_;
@@ -406,6 +409,16 @@ TEST_CASE("incrt_geometric: max_heads caps growth") {
   drv.start();
   for (int i = 0; i < 20; ++i) drv.check();
   CHECK(block.slots.size() == 2);
+  // without the option the block's own cap stops growth (no edit beyond it is proposed)
+  FakeBlock capped(d, 4);
+  capped.cap = 3;
+  capped.add(random_head(d, 4, 1));
+  Driver own{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 2\n"
+                    "dwell_checks: 0\ntheta_w: 0.01\n"),
+             &capped, anisotropic_probe(4, 6, d, 2)};
+  own.start();
+  for (int i = 0; i < 30; ++i) CHECK_NOTHROW(own.check());
+  CHECK(capped.slots.size() == 3);
 }
 
 TEST_CASE("incrt_geometric: the online tracker converges to the exact one") {

@@ -5,6 +5,7 @@
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -456,7 +457,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (view.events) view.events->emit(ev_check);
 
     if (!st.calibrated || calibrated_now) return;
-    const size_t cap = max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1);
+    const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
+                                block.max_heads());
     // Growth must pay for its head: the uncaptured energy it removes (at least
     // lead - theta_w) exceeds the head cost, so W_t strictly decreases.
     const double need = st.theta_w * (1.0 + (lyapunov_guard_ ? head_cost_ : 0.0));

@@ -98,6 +98,8 @@ class AttentionBlock : public Module {
   virtual std::vector<HeadInfo> heads() const { return {}; }
   size_t num_heads() const { return heads().size(); }
   virtual bool can_edit_heads() const { return false; }
+  /// The most heads add_head accepts (growth policies stop there).
+  virtual size_t max_heads() const { return static_cast<size_t>(-1); }
   /// Adds a head; returns its id.
   virtual int add_head(const HeadInit& init, Rng& rng, size_t step);
   virtual void remove_head(int id);

@@ -24,6 +24,7 @@ class MultiHeadBlock : public AttentionBlock {
 
   std::vector<HeadInfo> heads() const override;
   bool can_edit_heads() const override { return true; }
+  size_t max_heads() const override { return max_heads_; }
   int add_head(const HeadInit& init, Rng& rng, size_t step) override;
   void remove_head(int id) override;
   std::string save_structure() const override;
