@@ -53,7 +53,10 @@ train:
 growth:
   plugin: incrt_geometric
   tracker: exact
+  calibration: fixed
   calibration_checks: 2
+  thresholds: calibrated
+  spectrum: positive
   theta_w: 0.05
   dwell_checks: 1
   init: directed
