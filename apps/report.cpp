@@ -451,8 +451,8 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
   std::ostringstream h;
   std::string charts;
   auto overlay = [&](const std::string& id, const std::string& title, const std::string& ylabel,
-                     bool val, const char* key) {
-    Figure f{id, title, "step", ylabel};
+                     bool val, const char* key, const char* xkey = "step") {
+    Figure f{id, title, std::string(xkey) == "step" ? "step" : "wall time (s, of the last process)", ylabel};
     for (auto& r : runs) {
       Series s{r.name, val ? "linespoints" : "lines"};
       for (auto& j : val ? r.val : r.train) {
@@ -463,13 +463,15 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
         } else {
           y = get(j, key);
         }
-        s.pts.push_back({get(j, "step"), y});
+        s.pts.push_back({get(j, xkey), y});
       }
       f.series.push_back(s);
     }
     charts += chart(plot.draw(f), id);
   };
   overlay("runs_val_accuracy", "validation accuracy, all runs", "accuracy", true, "accuracy");
+  overlay("runs_val_accuracy_time", "validation accuracy against wall time, all runs", "accuracy", true,
+          "accuracy", "elapsed_s");
   overlay("runs_train_loss", "training loss, all runs", "cross-entropy", false, "loss");
   overlay("runs_heads", "heads in all blocks, all runs", "heads", false, "heads_total");  // NOLINT
   h << "<div class=\"charts\">\n" << charts << "</div>\n";

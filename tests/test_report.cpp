@@ -207,7 +207,8 @@ TEST_CASE("report: INCRT, HKT and sweep reports draw their figures and render in
   REQUIRE_MESSAGE(r3.status == 0, r3.output);
   fs::path sweep = dir.file("sweep_report");
   std::string sp = read_text((sweep / "report.html").string());
-  CHECK(svg_count(sweep / "figures") == 3);
+  CHECK(svg_count(sweep / "figures") == 4);  // val accuracy against step and wall time, loss, heads
+  CHECK(fs::exists(sweep / "figures/runs_val_accuracy_time.svg"));
   CHECK(has(sp, "model.attention.heads=1") == false);
   CHECK(has(sp, "<td class=l>1</td><td>2</td>"));  // group "1" (heads 1) with 2 runs
   CHECK(has(sp, "&plusmn;"));
@@ -218,7 +219,7 @@ TEST_CASE("report: INCRT, HKT and sweep reports draw their figures and render in
   }
   check_in_browser(incrt / "report.html", 6, dir.file("incrt.png"), tmp);
   check_in_browser(hkt / "report.html", 7, dir.file("hkt.png"), tmp);
-  check_in_browser(sweep / "report.html", 3, dir.file("sweep.png"), tmp);
+  check_in_browser(sweep / "report.html", 4, dir.file("sweep.png"), tmp);
 }
 
 TEST_CASE("report: a missing run directory and a corrupt metrics line get clear messages") {
