@@ -377,7 +377,9 @@ int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>
                 const std::vector<std::string>& rest, bool* raised) {
   *raised = true;
   auto report = [&](const std::string& text) {
-    int rank = gf::world_rank_if_started();
+    // the rank from the launcher's environment when the error came before MPI started
+    int rank = gf::world_size_if_started() > 1 ? gf::world_rank_if_started()
+                                               : static_cast<int>(gf::launcher_rank());
     // N copies of a program built without MPI all refuse alike: the launcher's rank 0 speaks
     if (!gf::mpi_built() && gf::launcher_rank() > 0) return;
     if (rank > 0) {

@@ -245,3 +245,18 @@ pruning: {plugin: head_importance, grace: 5, mode: fraction, fraction: 0.3, min_
   CHECK(grows >= 2);
   check_same_metrics(metrics_without_timing(one), metrics_without_timing(two), 1e-5);
 }
+
+TEST_CASE("processes whose growth diverges stop at that check with a message naming the step") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
+  std::string run = dir.file("run");
+  Run r = growformer(2, "train " + dir.file("tiny.yaml") + " --plugin-path " + GF_RANK_PLUGIN_DIR +
+                            " --set 'growth={plugin: rank_divergent}' --set 'pruning={plugin: none}'"
+                            " --run-dir " + run, dir);
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("the 2 processes of this data-parallel run hold different models after the "
+                      "structure check (step 2)") != std::string::npos);
+  // the checkpoint of an earlier step (none here: the first check is at step 2) is not touched
+  CHECK_FALSE(fs::exists(run + "/checkpoints/last.safetensors"));
+}
