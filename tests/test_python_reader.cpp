@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -103,5 +104,56 @@ TEST_CASE("python reader: a real run's checkpoint") {
     double sum = 0;
     for (size_t i = 0; i < t.size(); ++i) sum += t[i];
     CHECK(j["tensors"][name]["sum"].get<double>() == doctest::Approx(sum).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("python reader: verifies the checksum as the C++ reader does") {
+  std::string py = python_with_numpy();
+  if (py.empty()) {
+    MESSAGE("skipped: no python3 with numpy (apt-get install python3-numpy)");
+    return;
+  }
+  gf_test::TempDir dir;
+  std::string script = std::string(GF_SOURCE_DIR) + "/examples/python/read_checkpoint.py";
+  auto status = [&](const std::string& path, std::string* out) {
+    int rc = std::system((py + " " + script + " " + path + " > " + dir.file("o.txt") + " 2>&1").c_str());
+    std::ifstream in(dir.file("o.txt"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *out = ss.str();
+    return WEXITSTATUS(rc);
+  };
+  // the checksum entry alone, first and last among the metadata; text that JSON escapes
+  for (int variant = 0; variant < 3; ++variant) {
+    gf::Checkpoint ck;
+    ck.tensors["model.w"] = gf_test::randn({7, 3}, 5 + variant);
+    if (variant >= 1) ck.metadata["zz_last"] = "tab\there \"quoted\" \xc3\xa9 line\nbreak \\ end";
+    if (variant >= 2) ck.metadata["aa_first"] = "{\"step\":3}";
+    std::string path = dir.file("v" + std::to_string(variant) + ".safetensors");
+    gf::save_checkpoint(path, ck);
+    std::string out;
+    INFO("variant " << variant);
+    CHECK(status(path, &out) == 0);
+    // one changed byte in the data section, then one in the header: both refused, with the
+    // C++ reader's words
+    std::ifstream f(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const auto size = static_cast<std::streamoff>(bytes.size());
+    const auto name = static_cast<std::streamoff>(bytes.find("model.w") + 6);  // model.w -> model.s
+    for (std::streamoff at : {size - 5, name}) {
+      std::string copy = dir.file("bad.safetensors");
+      fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+      std::fstream g(copy, std::ios::in | std::ios::out | std::ios::binary);
+      g.seekg(at);
+      char c;
+      g.get(c);
+      g.seekp(at);
+      g.put(static_cast<char>(c ^ 0x04));
+      g.close();
+      INFO("byte " << at);
+      CHECK(status(copy, &out) == 1);
+      CHECK(out.find("checksum mismatch") != std::string::npos);
+      CHECK_THROWS_WITH_AS(gf::load_checkpoint(copy), doctest::Contains("checksum mismatch"), gf::RuntimeError);
+    }
   }
 }

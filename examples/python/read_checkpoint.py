@@ -18,8 +18,10 @@ In your own code:
     w = tensors["model.layers.0.attn.heads.0.w_q"]   # numpy.ndarray, float32
 """
 import json
+import re
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -27,8 +29,34 @@ DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int
           "I32": np.int32, "U8": np.uint8}
 
 
-def load(path):
-    """Returns ({name: numpy array}, {metadata key: str}) of a safetensors file."""
+# growformer's checksum entry in "__metadata__": CRC-32 (zlib) of the header as written without this
+# entry, then of the data section
+CHECKSUM = re.compile(rb'"checksum":"crc32:([0-9a-f]{8})"')
+
+
+def verify(path, raw, n):
+    """Raises ValueError unless the header's CRC-32 matches the file's content."""
+    text = raw[8:8 + n].rstrip(b" ")  # the header is padded with spaces to 8 bytes
+    found = list(CHECKSUM.finditer(text))
+    if len(found) != 1:
+        raise ValueError(f"{path}: no growformer checksum in the header")
+    m = found[0]
+    begin, end = m.span()
+    # the entry leaves with its separating comma (before it, or after it when it comes first)
+    if text[begin - 1:begin] == b",":
+        begin -= 1
+    elif text[end:end + 1] == b",":
+        end += 1
+    crc = zlib.crc32(text[:begin] + text[end:])
+    crc = zlib.crc32(raw[8 + n:], crc)
+    if crc != int(m.group(1), 16):
+        raise ValueError(f"{path}: checksum mismatch (stored crc32:{m.group(1).decode()}, content "
+                         f"crc32:{crc:08x}): the file was damaged or edited after it was written")
+
+
+def load(path, check=True):
+    """Returns ({name: numpy array}, {metadata key: str}) of a safetensors file; with CHECK, a
+    growformer checkpoint whose CRC-32 does not match its content raises ValueError."""
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) < 8:
@@ -36,6 +64,8 @@ def load(path):
     (n,) = struct.unpack("<Q", raw[:8])
     if 8 + n > len(raw):
         raise ValueError(f"{path}: header length {n} runs past the end of the file")
+    if check:
+        verify(path, raw, n)
     header = json.loads(raw[8:8 + n].decode("utf-8"))
     meta = header.pop("__metadata__", {}) or {}
     data = memoryview(raw)[8 + n:]
@@ -65,7 +95,11 @@ def main(argv):
         print(__doc__)
         return 0 if len(argv) >= 2 else 2
     path = argv[1]
-    tensors, meta = load(path)
+    try:
+        tensors, meta = load(path)
+    except (OSError, ValueError) as e:
+        print(f"read_checkpoint: {e}", file=sys.stderr)
+        return 1
     model = {k: v for k, v in tensors.items() if k.startswith("model.")}
     data = parsed(meta, "data", {}) or {}
     summary = {
