@@ -20,7 +20,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 for victim in 1 0; do
   run="$dir/run$victim"
-  timeout 60 "$mpirun" --oversubscribe --allow-run-as-root -np 2 "$bin" train "$dir/cfg.yaml" \
+  timeout 60 "$mpirun" --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none \
+    -np 2 "$bin" train "$dir/cfg.yaml" \
     --run-dir "$run" -q > "$dir/out$victim.txt" 2>&1 &
   launcher=$!
   for _ in $(seq 300); do
