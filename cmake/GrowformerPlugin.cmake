@@ -1,13 +1,20 @@
-# growformer_add_plugin(NAME SOURCES src...) builds one plugin library (a MODULE)
-# that the registry finds on its search path. Works in the source tree and,
+# growformer_add_plugin(NAME [DATA] SOURCES src... [LIBRARIES lib...]) builds one plugin
+# library (a MODULE) that the registry finds on its search path; DATA links the data-set
+# library growformer_data (readers, FASTA/k-mers, ListOps). Works in the source tree and,
 # through find_package(growformer), out of tree.
 function(growformer_add_plugin name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "DATA" "" "SOURCES;LIBRARIES" ${ARGN})
   add_library(${name} MODULE ${ARG_SOURCES})
   if(TARGET growformer_core)
-    target_link_libraries(${name} PRIVATE growformer_core ${ARG_LIBRARIES})
+    set(_ns "")
   else()
-    target_link_libraries(${name} PRIVATE growformer::growformer_core ${ARG_LIBRARIES})
+    set(_ns "growformer::")
+  endif()
+  target_link_libraries(${name} PRIVATE ${_ns}growformer_core ${ARG_LIBRARIES})
+  if(ARG_DATA)
+    target_link_libraries(${name} PRIVATE ${_ns}growformer_data)
+    # installed plugins sit in <libdir>/growformer/plugins, the data library in <libdir>
+    set_target_properties(${name} PROPERTIES INSTALL_RPATH "$ORIGIN/../..")
   endif()
   # the loader picks up files named libgf_*.so
   string(REGEX REPLACE "^gf_" "" _stem "${name}")

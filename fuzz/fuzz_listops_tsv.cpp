@@ -2,7 +2,7 @@
 #include <sstream>
 
 #include "fuzz_common.hpp"
-#include "growformer/listops.hpp"
+#include "growformer/data/listops.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string path = gf_fuzz::put("listops.tsv", std::string(reinterpret_cast<const char*>(data), size));

@@ -1,5 +1,6 @@
-# Layering check (run by ctest): plugins depend only on the installed core headers
-# (<growformer/...>) and on files of their own folder; apps never include plugin files.
+# Layering check (run by ctest): plugins depend only on the installed headers (<growformer/...>
+# of the core and of the data library, <growformer/data/...>) and on files of their own folder;
+# apps never include plugin files; the core never includes the data library.
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_includes.cmake
 file(GLOB_RECURSE plugin_files "${SOURCE_DIR}/plugins/*.cpp" "${SOURCE_DIR}/plugins/*.hpp")
 file(GLOB_RECURSE app_files "${SOURCE_DIR}/apps/*.cpp" "${SOURCE_DIR}/apps/*.hpp")
@@ -16,18 +17,26 @@ foreach(f ${plugin_files})
     elseif(line MATCHES "#[ \t]*include[ \t]*<([^>]+)>")
       set(inc "${CMAKE_MATCH_1}")
       if(inc MATCHES "^growformer/" AND NOT EXISTS "${SOURCE_DIR}/core/include/${inc}"
+         AND NOT EXISTS "${SOURCE_DIR}/data/include/${inc}"
          AND NOT inc STREQUAL "growformer/version.hpp")
         string(APPEND problems "${f}: `${line}`: no such installed core header\n")
       endif()
     endif()
   endforeach()
 endforeach()
-foreach(f ${app_files})
-  file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include.*plugins/")
-  foreach(line ${lines})
-    string(APPEND problems "${f}: `${line}`: apps use core APIs, never plugin files\n")
+# every include of FILES that matches PATTERN is a problem: WHY
+function(forbid_includes pattern why)
+  foreach(f ${ARGN})
+    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include.*${pattern}")
+    foreach(line ${lines})
+      string(APPEND problems "${f}: `${line}`: ${why}\n")
+    endforeach()
   endforeach()
-endforeach()
+  set(problems "${problems}" PARENT_SCOPE)
+endfunction()
+forbid_includes("plugins/" "apps use core APIs, never plugin files" ${app_files})
+file(GLOB_RECURSE core_files "${SOURCE_DIR}/core/*.cpp" "${SOURCE_DIR}/core/*.hpp")
+forbid_includes("growformer/data/" "the core never depends on the data library" ${core_files})
 if(problems)
   message(FATAL_ERROR "include layering broken:\n${problems}")
 endif()

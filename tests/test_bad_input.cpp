@@ -14,7 +14,8 @@
 
 #include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
-#include "growformer/io.hpp"
+#include "growformer/data/io.hpp"
+#include "growformer/data/sequences.hpp"
 #include "growformer/kernels.hpp"
 #include "growformer/optimizer.hpp"
 #include "growformer/run_dir.hpp"

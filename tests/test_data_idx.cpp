@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "growformer/config.hpp"
-#include "growformer/data_stats.hpp"
+#include "growformer/data/data_stats.hpp"
 #include "growformer/dataset.hpp"
-#include "growformer/io.hpp"
+#include "growformer/data/io.hpp"
 #include "testing.hpp"
 
 namespace fs = std::filesystem;

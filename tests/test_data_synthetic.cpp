@@ -13,7 +13,7 @@
 
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
-#include "growformer/io.hpp"
+#include "growformer/data/io.hpp"
 #include "growformer/rng.hpp"
 #include "testing.hpp"
 

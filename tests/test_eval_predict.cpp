@@ -15,8 +15,9 @@
 #include "growformer/classification.hpp"
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
-#include "growformer/io.hpp"
-#include "growformer/listops.hpp"
+#include "growformer/data/io.hpp"
+#include "growformer/data/sequences.hpp"
+#include "growformer/data/listops.hpp"
 #include "growformer/rng.hpp"
 #include "testing.hpp"
 

@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "growformer/config.hpp"
-#include "growformer/io.hpp"
-#include "growformer/listops.hpp"
+#include "growformer/data/io.hpp"
+#include "growformer/data/listops.hpp"
 #include "testing.hpp"
 
 namespace fs = std::filesystem;

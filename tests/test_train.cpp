@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 
 #include "growformer/checkpoint.hpp"
-#include "growformer/listops.hpp"
+#include "growformer/data/listops.hpp"
 #include "growformer/trainer.hpp"
 #include "testing.hpp"
 

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
+#include <growformer/data/io.hpp>
+#include <growformer/data/sequences.hpp>
+#include <growformer/data/split.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
@@ -32,8 +34,7 @@ struct Settings {
   std::string other, other_name, missing;
   int k = 1, stride = 1;
   gf::Ambiguous ambiguous = gf::Ambiguous::Token;
-  size_t region_start = 0, region_end = 0;  // 1-based inclusive; 0 = whole record
-  std::string gene, gff;
+  gf::RegionSpec region;  // end 0 = whole record
   size_t max_len = 0;
   double val_ratio = 0.1, test_ratio = 0.1;
   uint64_t seed = 0;
@@ -54,9 +55,9 @@ void restore(Settings& s, const std::string& state) {
     s.stride = j.at("stride").get<int>();
     s.ambiguous_name = j.at("ambiguous").get<std::string>();
     s.ambiguous = gf::parse_ambiguous(s.ambiguous_name);
-    s.region_start = j.at("region").at(0).get<size_t>();
-    s.region_end = j.at("region").at(1).get<size_t>();
-    s.gene.clear();
+    s.region.start = j.at("region").at(0).get<size_t>();
+    s.region.end = j.at("region").at(1).get<size_t>();
+    s.region.gene.clear();
     s.max_len = j.at("max_len").get<size_t>();
     s.seed = j.at("seed").get<uint64_t>();
     s.classes = j.at("classes").get<std::vector<std::string>>();
@@ -87,13 +88,7 @@ class FastaVariants : public gf::Dataset {
   }
 
   gf::DataSplits load() override {
-    region_start_ = s_.region_start;
-    region_end_ = s_.region_end;
-    if (!s_.gene.empty() && !s_.restored) {
-      auto r = gf::gff_gene_region(s_.gff, s_.gene);
-      region_start_ = r.first;
-      region_end_ = r.second;
-    }
+    std::tie(region_start_, region_end_) = gf::resolve_region(s_.region);
 
     std::vector<gf::FastaRecord> records = gf::read_fasta(s_.fasta);
     std::unordered_map<std::string, size_t> by_id;
@@ -255,10 +250,10 @@ class FastaVariants : public gf::Dataset {
     for (size_t c = 0; c < per_class.size(); ++c) {
       auto& v = per_class[c];
       gf::Rng rng(s_.seed, "fasta_variants.split." + names[c]);
-      for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+      gf::seeded_shuffle(v, rng);
       size_t n = v.size();
-      size_t n_test = static_cast<size_t>(std::llround(n * s_.test_ratio));
-      size_t n_val = static_cast<size_t>(std::llround(n * s_.val_ratio));
+      size_t n_test = gf::ratio_count(n, s_.test_ratio);
+      size_t n_val = gf::ratio_count(n, s_.val_ratio);
       while (n_test + n_val >= n && (n_test + n_val) > 0) {  // keep one for training
         if (n_val >= n_test && n_val > 0)
           --n_val;
@@ -270,15 +265,8 @@ class FastaVariants : public gf::Dataset {
         dst.push_back(std::move(v[i]));
       }
     }
-    const char* split_names[] = {"train", "val", "test"};
-    std::vector<gf::Example>* splits[] = {&d.train, &d.val, &d.test};
-    for (int i = 0; i < 3; ++i) {
-      if (splits[i]->empty()) {
-        throw gf::ConfigError(std::string("fasta_variants: split `") + split_names[i] +
-                              "` is empty (" + std::to_string(used_) +
-                              " genomes; raise val_ratio/test_ratio)");
-      }
-    }
+    gf::require_nonempty_splits(d, "fasta_variants",
+                                std::to_string(used_) + " genomes; raise val_ratio/test_ratio");
     loaded_ = true;
     d.tokenizer = nlohmann::json({{"plugin", "fasta_variants"},
                                   {"k", s_.k},
@@ -296,14 +284,8 @@ class FastaVariants : public gf::Dataset {
   // Prediction input: a FASTA file (plain or gzip), read record by record; the record's region
   // and k-mers as in training.
   std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
-    if (!s_.restored && !s_.gene.empty()) {
-      auto r = gf::gff_gene_region(s_.gff, s_.gene);
-      region_start_ = r.first;
-      region_end_ = r.second;
-    } else if (s_.restored || region_end_ == 0) {
-      region_start_ = s_.region_start;
-      region_end_ = s_.region_end;
-    }
+    if (!s_.region.gene.empty() || region_end_ == 0)
+      std::tie(region_start_, region_end_) = gf::resolve_region(s_.region);
     class Reader : public gf::RecordReader {
      public:
       Reader(const Settings& s, size_t start, size_t end, const std::string& path)
@@ -408,20 +390,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.stride = static_cast<int>(o.get_int("stride"));
   s.ambiguous_name = o.get_string("ambiguous");
   s.ambiguous = gf::parse_ambiguous(s.ambiguous_name);
-  bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
-  if (has_start != has_end)
-    o.fail(has_start ? "region_end" : "region_start", "give both region_start and region_end");
-  if (has_start) {
-    s.region_start = static_cast<size_t>(o.get_int("region_start"));
-    s.region_end = static_cast<size_t>(o.get_int("region_end"));
-    if (s.region_end < s.region_start) o.fail("region_end", "must be >= region_start");
-  }
-  if (o.has_value("gene")) {
-    if (has_start) o.fail("gene", "give either gene or region_start/region_end, not both");
-    if (!o.has_value("gff")) o.fail("gene", "needs gff: the annotation file to look it up in");
-    s.gene = o.get_string("gene");
-    s.gff = o.resolve_path(o.get_string("gff"));
-  }
+  s.region = gf::read_region(o);
   s.max_len = static_cast<size_t>(o.get_int("max_len"));
   s.val_ratio = o.get_float("val_ratio");
   s.test_ratio = o.get_float("test_ratio");
@@ -446,15 +415,14 @@ gf::OptionSpecs specs() {
       gf::make_option("missing", OptType::String, "skip",
           "metadata ids absent from the FASTA: skip (counted) or error", -kInf, kInf,
           {"skip", "error"}),
-      gf::make_option("region_start", OptType::Int, "~", "1-based first base of the region on each record", 1),
-      gf::make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
-      gf::make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
-      gf::make_option("gff", OptType::String, "~", "GFF annotation for gene"),
+  };
+  for (auto& o : gf::region_options("the region on each record")) out.push_back(o);
+  for (auto& o : gf::OptionSpecs{
       gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per genome (0 = all)", 0),
       gf::make_option("val_ratio", OptType::Float, "0.1", "share of each class held out as val", 0.0, 0.9),
       gf::make_option("test_ratio", OptType::Float, "0.1", "share of each class held out as test", 0.0, 0.9),
       gf::make_option("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
-  };
+  }) out.push_back(o);
   for (auto& o : gf::KmerTokenizer::options()) out.push_back(o);
   return out;
 }

@@ -7,7 +7,8 @@
 #include <cstdio>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
+#include <growformer/data/io.hpp>
+#include <growformer/data/split.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
@@ -102,31 +103,25 @@ class IdxImages : public gf::Dataset {
     std::vector<gf::Example> test = read_pair(s_.test_images, s_.test_labels, d);
 
     gf::Rng rng(s_.seed, "idx_images.split");
-    for (size_t i = train.size(); i > 1; --i) std::swap(train[i - 1], train[rng.below(i)]);
+    gf::seeded_shuffle(train, rng);
     // max_train caps the training images used before val is carved out of them, so val_ratio
     // stays a share of what is used (6000 images at 0.1 -> 5400 train / 600 val, not a
     // 6000-image val set beside 6000 train images).
     if (s_.max_train > 0 && train.size() > static_cast<size_t>(s_.max_train)) {
       train.resize(static_cast<size_t>(s_.max_train));  // already a seeded random order
     }
-    size_t n_val = static_cast<size_t>(std::llround(train.size() * s_.val_ratio));
+    size_t n_val = gf::ratio_count(train.size(), s_.val_ratio);
     d.val.assign(std::make_move_iterator(train.end() - static_cast<long>(n_val)),
                  std::make_move_iterator(train.end()));
     train.resize(train.size() - n_val);
     if (s_.max_test > 0 && test.size() > static_cast<size_t>(s_.max_test)) {
       gf::Rng trng(s_.seed, "idx_images.test_subset");
-      for (size_t i = test.size(); i > 1; --i) std::swap(test[i - 1], test[trng.below(i)]);
+      gf::seeded_shuffle(test, trng);
       test.resize(static_cast<size_t>(s_.max_test));
     }
     d.train = std::move(train);
     d.test = std::move(test);
-    if (d.train.empty() || d.val.empty() || d.test.empty()) {
-      throw gf::ConfigError(std::string("idx_images: split `") +
-                            (d.train.empty() ? "train"
-                             : d.val.empty() ? "val"
-                                             : "test") +
-                            "` is empty; check val_ratio, max_train and max_test");
-    }
+    gf::require_nonempty_splits(d, "idx_images", "check val_ratio, max_train and max_test");
     if (!s_.class_names.empty()) {
       if (s_.class_names.size() < d.num_classes) {
         throw gf::ConfigError("idx_images: class_names lists " +

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
-#include <growformer/listops.hpp>
+#include <growformer/data/io.hpp>
+#include <growformer/data/listops.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
+#include <growformer/data/io.hpp>
+#include <growformer/data/sequences.hpp>
+#include <growformer/data/split.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
@@ -30,8 +32,7 @@ struct Settings {
   int64_t num_clades = 0, per_clade = 100;
   double mutation_rate = 0.001;
   int64_t n_runs = 0, n_run_max = 100;
-  size_t region_start = 0, region_end = 0;
-  std::string gene, gff;
+  gf::RegionSpec region;
   int k = 1, stride = 1;
   gf::Ambiguous ambiguous = gf::Ambiguous::Token;
   size_t max_len = 0;
@@ -152,13 +153,10 @@ class SyntheticVariants : public gf::Dataset {
     CladeDefs defs = read_clades(s_.clades_tsv, ref.size());
 
     size_t start = 0, end = ref.size();  // 0-based [start, end)
-    if (!s_.gene.empty()) {
-      auto r = gf::gff_gene_region(s_.gff, s_.gene);
-      start = r.first - 1;
-      end = r.second;
-    } else if (s_.region_end > 0) {
-      start = s_.region_start - 1;
-      end = s_.region_end;
+    auto [first, last] = gf::resolve_region(s_.region);
+    if (last > 0) {
+      start = first - 1;
+      end = last;
     }
     if (end > ref.size() || start >= end) {
       throw gf::ConfigError("synthetic_variants: region " + std::to_string(start + 1) + ".." +
@@ -213,8 +211,8 @@ class SyntheticVariants : public gf::Dataset {
     d.class_names = chosen;
     d.num_classes = chosen.size();
     size_t n = static_cast<size_t>(s_.per_clade);
-    size_t n_test = static_cast<size_t>(std::llround(n * s_.test_ratio));
-    size_t n_val = static_cast<size_t>(std::llround(n * s_.val_ratio));
+    size_t n_test = gf::ratio_count(n, s_.test_ratio);
+    size_t n_val = gf::ratio_count(n, s_.val_ratio);
     if (n_test == 0 || n_val == 0 || n_test + n_val >= n) {
       throw gf::ConfigError("synthetic_variants: per_clade " + std::to_string(n) +
                             " with val_ratio/test_ratio leaves an empty split; raise per_clade");
@@ -286,20 +284,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.mutation_rate = o.get_float("mutation_rate");
   s.n_runs = o.get_int("n_runs");
   s.n_run_max = o.get_int("n_run_max");
-  bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
-  if (has_start != has_end)
-    o.fail(has_start ? "region_end" : "region_start", "give both region_start and region_end");
-  if (has_start) {
-    s.region_start = static_cast<size_t>(o.get_int("region_start"));
-    s.region_end = static_cast<size_t>(o.get_int("region_end"));
-    if (s.region_end < s.region_start) o.fail("region_end", "must be >= region_start");
-  }
-  if (o.has_value("gene")) {
-    if (has_start) o.fail("gene", "give either gene or region_start/region_end, not both");
-    if (!o.has_value("gff")) o.fail("gene", "needs gff: the annotation file to look it up in");
-    s.gene = o.get_string("gene");
-    s.gff = o.resolve_path(o.get_string("gff"));
-  }
+  s.region = gf::read_region(o);
   s.k = static_cast<int>(o.get_int("k"));
   s.stride = static_cast<int>(o.get_int("stride"));
   s.ambiguous = gf::parse_ambiguous(o.get_string("ambiguous"));
@@ -323,15 +308,14 @@ gf::OptionSpecs specs() {
           "background substitution probability per site (defining sites are kept)", 0.0, 1.0),
       gf::make_option("n_runs", OptType::Int, "0", "runs of N per sequence (defining sites are kept)", 0),
       gf::make_option("n_run_max", OptType::Int, "100", "longest run of N (length uniform in 1..max)", 1),
-      gf::make_option("region_start", OptType::Int, "~", "1-based first base of the region", 1),
-      gf::make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
-      gf::make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
-      gf::make_option("gff", OptType::String, "~", "GFF annotation for gene"),
+  };
+  for (auto& o : gf::region_options("the region")) out.push_back(o);
+  for (auto& o : gf::OptionSpecs{
       gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)", 0),
       gf::make_option("val_ratio", OptType::Float, "0.1", "share of each clade held out as val", 0.0, 0.9),
       gf::make_option("test_ratio", OptType::Float, "0.1", "share of each clade held out as test", 0.0, 0.9),
       gf::make_option("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
-  };
+  }) out.push_back(o);
   for (auto& o : gf::KmerTokenizer::options()) out.push_back(o);
   return out;
 }

@@ -10,7 +10,8 @@
 #include <cstdlib>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
-#include <growformer/io.hpp>
+#include <growformer/data/io.hpp>
+#include <growformer/data/split.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
@@ -314,9 +315,7 @@ class TextTsv : public gf::Dataset {
 
   void shuffle(std::vector<Row>& rows, const std::string& stream) {
     gf::Rng rng(s_.seed, "text_tsv." + stream);
-    for (size_t i = rows.size(); i > 1; --i) {
-      std::swap(rows[i - 1], rows[rng.below(i)]);
-    }
+    gf::seeded_shuffle(rows, rng);
   }
 
   // Splits missing val/test out of the training rows: a seeded shuffle, then
@@ -326,8 +325,8 @@ class TextTsv : public gf::Dataset {
     if (!need_val && !need_test) return;
     shuffle(train.rows, "split");
     size_t n = train.rows.size();
-    size_t n_test = need_test ? static_cast<size_t>(std::llround(n * s_.test_ratio)) : 0;
-    size_t n_val = need_val ? static_cast<size_t>(std::llround(n * s_.val_ratio)) : 0;
+    size_t n_test = need_test ? gf::ratio_count(n, s_.test_ratio) : 0;
+    size_t n_val = need_val ? gf::ratio_count(n, s_.val_ratio) : 0;
     if (n_test + n_val > n) n_test = n_val = 0;  // empty-split error below names it
     auto take = [&](FileRows& dst, size_t count) {
       dst.path = train.path + " (" + std::to_string(count) + " rows carved by ratio)";

@@ -1,5 +1,5 @@
 // Data set statistics for `growformer data stats` (see data_stats.hpp).
-#include "growformer/data_stats.hpp"
+#include "growformer/data/data_stats.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -114,6 +114,10 @@ std::string format_stats_table(const DataStats& st) {
   return os.str();
 }
 
+// a split's JSON object: its fields by their names (the name itself is the key above it)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SplitStats, size, tokens, class_counts, len_min, len_p50,
+                                   len_p90, len_p95, len_p99, len_max, len_mean, truncated)
+
 std::string stats_json(const DataStats& st) {
   nlohmann::json j;
   j["vocab_size"] = st.vocab_size;
@@ -122,21 +126,7 @@ std::string stats_json(const DataStats& st) {
   j["max_len"] = st.max_len;
   j["dataset_max_len"] = st.dataset_max_len;
   nlohmann::json splits = nlohmann::json::object();
-  for (const auto& s : st.splits) {
-    nlohmann::json o;
-    o["size"] = s.size;
-    o["tokens"] = s.tokens;
-    o["class_counts"] = s.class_counts;
-    o["len_min"] = s.len_min;
-    o["len_p50"] = s.len_p50;
-    o["len_p90"] = s.len_p90;
-    o["len_p95"] = s.len_p95;
-    o["len_p99"] = s.len_p99;
-    o["len_max"] = s.len_max;
-    o["len_mean"] = s.len_mean;
-    o["truncated"] = s.truncated;
-    splits[s.name] = o;
-  }
+  for (const auto& s : st.splits) splits[s.name] = s;
   j["splits"] = splits;
   size_t total = 0, train_val = 0;
   std::vector<size_t> class_totals(st.num_classes, 0);

@@ -1,5 +1,5 @@
 // ListOps: generator, serializer, evaluator, tokenizer and TSV files (see listops.hpp).
-#include "growformer/listops.hpp"
+#include "growformer/data/listops.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "growformer/config.hpp"
-#include "growformer/io.hpp"
+#include "growformer/data/io.hpp"
 
 namespace gf::listops {
 

@@ -1,0 +1,46 @@
+// What the dataset plugins share about choosing their examples (library growformer_data): the
+// region of a genome to read (1-based positions or a gene of a GFF file), the seeded shuffle
+// behind every split, how many examples a val/test ratio takes, and the check that no split
+// came out empty.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "growformer/config.hpp"
+#include "growformer/dataset.hpp"
+#include "growformer/rng.hpp"
+
+namespace gf {
+
+/// A region of each sequence: 1-based inclusive [start, end] (end 0 = the whole sequence), or a
+/// gene of a GFF annotation, looked up when the data are read.
+struct RegionSpec {
+  size_t start = 0, end = 0;
+  std::string gene, gff;
+};
+
+/// The options `region_start`, `region_end`, `gene`, `gff` (no defaults). WHAT names the
+/// sequence in the help ("the region on each record").
+OptionSpecs region_options(const std::string& what);
+/// Reads them: both ends or none, end >= start, gene with its gff and never with ends; a
+/// ConfigError naming the option otherwise. The gff path is resolved against the config.
+RegionSpec read_region(const Options& o);
+/// 1-based inclusive [start, end] of REGION (the gene's, from its GFF file); {0, 0} = whole.
+std::pair<size_t, size_t> resolve_region(const RegionSpec& region);
+
+/// Fisher-Yates over V with RNG (the order every split of the data plugins is drawn in).
+template <class T>
+void seeded_shuffle(std::vector<T>& v, Rng& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+}
+
+/// Examples a ratio takes of N (rounded to nearest).
+size_t ratio_count(size_t n, double ratio);
+
+/// ConfigError "PLUGIN: split `NAME` is empty (HINT)" for the first empty split of D.
+void require_nonempty_splits(const DataSplits& d, const std::string& plugin, const std::string& hint);
+
+}  // namespace gf
