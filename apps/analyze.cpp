@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <growformer/linalg.hpp>
+#include <growformer/run_events.hpp>
 #include <growformer/trainer.hpp>
 
 #include "commands.hpp"
@@ -58,10 +59,8 @@ int cmd_analyze(const std::vector<std::string>& args) {
   o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
       "data-batches", po::value(&batches), "validation batches used as probes (default 1)")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("checkpoint", 1);
   bool help;
-  auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o, p, args, &help);
+  auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (batches < 1) throw UsageError("--data-batches must be >= 1");
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
@@ -152,22 +151,20 @@ int cmd_analyze(const std::vector<std::string>& args) {
   // growth and pruning summary from the run's events (checkpoints/ sits in the run directory)
   fs::path events = gf::RunDir::of_checkpoint(ck).events();
   if (fs::exists(events)) {
-    std::ifstream in(events);
-    std::string line;
     json summary, grows = json::array(), prunes = json::array(), trace = json::array();
-    while (std::getline(in, line)) {
-      try {
-        json e = json::parse(line);
-        std::string type = e.value("type", "");
-        if (type == "summary") summary = e;
-        // INCRT's Lyapunov functional W_t at every growth check
-        if (type == "check" && e.contains("W_t") &&
-            e["W_t"].is_number())
-          trace.push_back({e.value("step", 0.0), e["W_t"].get<double>(), e.value("heads", 0.0)});
-        if (e.value("policy", "") == "growth" && type != "check") grows.push_back(e.value("step", 0L));
-        if (e.value("policy", "") == "pruning" && type != "check") prunes.push_back(e.value("step", 0L));
-      } catch (...) {
+    for (const gf::RunEvent& e : gf::read_run_events(events.string())) {
+      const std::string& type = e.event.type;
+      if (type == "summary") {
+        summary = {{"step", e.step}, {"type", type}};
+        for (auto& [k, v] : e.event.numbers) summary[k] = v;
       }
+      // INCRT's Lyapunov functional W_t at every growth check
+      auto w = e.number("W_t");
+      if (type == "check" && w && std::isfinite(*w))
+        trace.push_back({e.step, *w, e.number("heads").value_or(0.0)});
+      const std::string policy = e.text("policy");
+      if (policy == "growth" && type != "check") grows.push_back(e.step);
+      if (policy == "pruning" && type != "check") prunes.push_back(e.step);
     }
     out["run"] = {{"events", events.string()}, {"growth_steps", grows}, {"prune_steps", prunes}};
     if (!trace.empty()) {

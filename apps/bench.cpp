@@ -146,11 +146,9 @@ int cmd_bench(const std::vector<std::string>& args) {
       "torch-ref", po::value(&torch_ref),
       "path of torch_ref.py: run the PyTorch reference on the same shape in the same run")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("config", 1);
   bool help;
   auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha]",
-                  o, p, args, &help);
+                  o, {{"config", 1}}, args, &help);
   if (help) return 0;
   if (steps < 1 || warmup < 0 || repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
   gf::ConfigNode cfg = load_config(config, sets);
@@ -175,25 +173,23 @@ int cmd_bench(const std::vector<std::string>& args) {
               [](const BenchResult& a, const BenchResult& b) { return a.median_ms < b.median_ms; });
     return rs[rs.size() / 2];
   };
-  std::string attn = model_node.child("attention").child("plugin").as_string();
-  auto model_int = [&](const char* key, long dflt) {
-    return model_node.has(key) ? model_node.child(key).as_int() : dflt;
-  };
-  auto attn_int = [&](const char* key, long dflt) {
-    return model_node.child("attention").has(key) ? model_node.child("attention").child(key).as_int()
-                                                  : dflt;
-  };
+  // the shape facts come from the built model, never from re-reading its options
+  const std::string attn = model_node.child("attention").child("plugin").as_string();
+  const gf::Model shape(model_node, vocab, classes, reg, seed);
+  const gf::AttentionBlock& block = *shape.blocks().at(0);
+  const size_t heads = block.num_heads(), levels = block.score_levels();
+  const bool hierarchical = levels > 1;
   gf::ConfigNode cmp;
   if (!compare.empty()) {
     cmp = load_config(config, sets);
-    cmp.apply_override("model.attention={plugin: " + compare +
-                       ", heads: " + std::to_string(attn_int("heads", 4)) + "}");
+    cmp.apply_override("model.attention={plugin: " + compare + ", heads: " +
+                       std::to_string(heads) + "}");
   }
-  const bool torch_compare = !compare.empty() && attn == "hkt";
+  const bool torch_compare = !compare.empty() && hierarchical;
   auto torch_run = [&](const std::string& kind) {
-    return run_torch_ref(torch_ref, kind, vocab, classes, seq, model_int("d_model", 64),
-                         attn_int("heads", 4), model_int("layers", 2), batch, steps, warmup,
-                         gf::num_threads(), gf::blas_kernel_name(), attn_int("levels", 3));
+    return run_torch_ref(torch_ref, kind, vocab, classes, seq, shape.d_model(), heads,
+                         shape.blocks().size(), batch, steps, warmup, gf::num_threads(),
+                         gf::blas_kernel_name(), levels);
   };
 
   // Each repeat runs every model once, one after another, so load on a shared machine
@@ -209,7 +205,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       cmps.push_back(run_bench(cmp.child("model"), opt_node, reg, vocab, classes, batch, seq,
                                warmup, steps, seed));
     if (!torch_ref.empty()) {
-      last = torch_run(attn == "hkt" ? "hkt" : "mha");
+      last = torch_run(hierarchical ? "hkt" : "mha");
       tms.push_back(last.value("ms_per_step_median", 0.0));
       if (torch_compare) tm2.push_back(torch_run("mha").value("ms_per_step_median", 0.0));
     }
@@ -253,12 +249,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     out["compare_attention"] = compare;
     out["compare_ms_per_step_median"] = c.median_ms;
     out["ratio_to_compare"] = main_r.median_ms / c.median_ms;
-    if (attn == "hkt") {
-      long L = attn_int("levels", 3), s = attn_int("stride", 2);
-      double analytic = 0;
-      for (long l = 0; l < L; ++l) analytic += std::pow(1.0 / (s * s), l);
-      out["analytic_score_cost_ratio"] = analytic;
-    }
+    if (hierarchical) out["analytic_score_cost_ratio"] = block.score_cost_ratio();
   }
   if (!torch_ref.empty()) {
     double tmed = median(tms);

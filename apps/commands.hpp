@@ -6,7 +6,9 @@
 #include <boost/program_options.hpp>
 
 #include <stdexcept>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gfapp {
@@ -21,6 +23,11 @@ boost::program_options::variables_map parse(const std::string& usage,
                                             boost::program_options::options_description& opts,
                                             boost::program_options::positional_options_description& pos,
                                             const std::vector<std::string>& args, bool* help);
+/// The same with the positional arguments named in order ({"config", 1}; -1 = all the rest).
+boost::program_options::variables_map parse(
+    const std::string& usage, boost::program_options::options_description& opts,
+    std::initializer_list<std::pair<const char*, int>> positional,
+    const std::vector<std::string>& args, bool* help);
 /// Loads a config file and applies --set overrides.
 gf::ConfigNode load_config(const std::string& path, const std::vector<std::string>& sets);
 

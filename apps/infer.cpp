@@ -111,12 +111,10 @@ int cmd_eval(const std::vector<std::string>& args) {
       "change the data: data.KEY=VALUE (repeatable; e.g. data.test=FILE)")(
       "data", po::value(&data_config), "evaluate on the `data:` section of this config")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("checkpoint", 1);
   bool help;
   auto vm = parse("growformer eval CHECKPOINT [--split val|test|train|all] [--set data.KEY=VALUE]... "
                   "[--data CONFIG] [--json]",
-                  o, p, args, &help);
+                  o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (split != "val" && split != "test" && split != "train" && split != "all")
     throw UsageError("--split must be val, test, train or all");
@@ -212,12 +210,10 @@ int cmd_predict(const std::vector<std::string>& args) {
       "batch-size", po::value(&batch), "records per batch (default: the training batch size)")(
       "threads", po::value(&threads), "worker threads (default: the run's setting; 0 = all cores)")(
       "quiet,q", "no progress output")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("checkpoint", 1).add("input", 1);
   bool help;
   auto vm = parse("growformer predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] "
                   "[--bad-records fail|skip]",
-                  o, p, args, &help);
+                  o, {{"checkpoint", 1}, {"input", 1}}, args, &help);
   if (help) return 0;
   if (format != "tsv" && format != "jsonl") throw UsageError("--format must be tsv or jsonl");
   if (bad != "fail" && bad != "skip") throw UsageError("--bad-records must be fail or skip");

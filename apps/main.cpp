@@ -4,10 +4,11 @@
 #include <growformer/blas.hpp>
 #include <growformer/checkpoint.hpp>
 #include <growformer/config.hpp>
-#include <growformer/data_stats.hpp>
+#include <growformer/data/data_stats.hpp>
+#include <growformer/data/listops.hpp>
 #include <growformer/distributed.hpp>
-#include <growformer/listops.hpp>
 #include <growformer/trainer.hpp>
+#include <growformer/trainer_state.hpp>
 #include <growformer/kernels.hpp>
 #include <growformer/version.hpp>
 
@@ -48,6 +49,14 @@ po::variables_map parse(const std::string& usage, po::options_description& opts,
   return vm;
 }
 
+po::variables_map parse(const std::string& usage, po::options_description& opts,
+                        std::initializer_list<std::pair<const char*, int>> positional,
+                        const std::vector<std::string>& args, bool* help) {
+  po::positional_options_description pos;
+  for (auto& [name, count] : positional) pos.add(name, count);
+  return parse(usage, opts, pos, args, help);
+}
+
 gf::ConfigNode load_config(const std::string& path, const std::vector<std::string>& sets) {
   gf::ConfigNode cfg = gf::ConfigNode::load_file(path);
   for (const auto& s : sets) cfg.apply_override(s);
@@ -66,11 +75,9 @@ int cmd_train(const std::vector<std::string>& args) {
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder (repeatable)")(
       "stop-after", po::value(&stop_after),
       "stop with a checkpoint after this step (resume later)")("quiet,q", "no progress output");
-  po::positional_options_description p;
-  p.add("config", 1);
   bool help;
   auto vm = parse("growformer train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]",
-                  o, p, args, &help);
+                  o, {{"config", 1}}, args, &help);
   if (help) return 0;
   gf::Communicator& comm = gf::world();  // before any work: refuses N copies
   gf::install_interrupt_handler();
@@ -93,10 +100,8 @@ int cmd_resume(const std::vector<std::string>& args) {
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder (repeatable)")(
       "stop-after", po::value(&stop_after), "stop again after this step")("quiet,q",
                                                                           "no progress output");
-  po::positional_options_description p;
-  p.add("run-dir", 1);
   bool help;
-  auto vm = parse("growformer resume RUN_DIR", o, p, args, &help);
+  auto vm = parse("growformer resume RUN_DIR", o, {{"run-dir", 1}}, args, &help);
   if (help) return 0;
   gf::Communicator& comm = gf::world();
   gf::install_interrupt_handler();
@@ -114,47 +119,30 @@ int cmd_inspect(const std::vector<std::string>& args) {
   std::vector<std::string> paths;
   o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder")("json", "print JSON");
-  po::positional_options_description p;
-  p.add("checkpoint", 1);
   bool help;
-  auto vm = parse("growformer inspect CHECKPOINT", o, p, args, &help);
+  auto vm = parse("growformer inspect CHECKPOINT", o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
-  gf::Checkpoint c = gf::load_checkpoint(ck);
-  // parameter counts straight from the file: blocks and heads by name
+  gf::CheckpointModel m = gf::read_checkpoint_model(gf::load_checkpoint(ck), ck);
+  // parameter counts straight from the file: blocks and heads as the model names them
   std::map<std::string, size_t> per_block, per_head;
   size_t total = 0;
-  for (auto& [name, t] : c.tensors) {
-    if (name.rfind("model.", 0) != 0) continue;
-    std::string n = name.substr(6);
-    total += t.size();
-    if (n.rfind("layers.", 0) == 0) {
-      size_t dot = n.find('.', 7);
-      std::string blk = n.substr(0, dot);
-      per_block[blk] += t.size();
-      auto hp = n.find(".attn.heads.");
-      if (hp != std::string::npos) {
-        size_t e = n.find('.', hp + 12);
-        per_head[n.substr(0, e)] += t.size();
-      }
-    } else {
-      per_block[n.substr(0, n.find('.'))] += t.size();
-    }
+  for (const auto& p : m.parameters) {
+    total += p.size;
+    per_block[p.place.block] += p.size;
+    if (!p.place.head.empty()) per_head[p.place.head] += p.size;
   }
-  json trainer = json::parse(c.metadata.count("trainer") ? c.metadata["trainer"] : "{}");
   if (vm.count("json")) {
     std::cout << json({{"checkpoint", ck}, {"parameters", total}, {"blocks", per_block},
-                       {"heads", per_head}, {"heads_per_block", json::parse(c.metadata.count("heads") ? c.metadata["heads"] : "[]")},
-                       {"step", trainer.value("step", 0L)}})
+                       {"heads", per_head}, {"heads_per_block", m.heads_per_block},
+                       {"step", m.step}})
                      .dump(2)
               << "\n";
     return 0;
   }
-  std::cout << ck << "\n  step " << trainer.value("step", 0L) << ", " << total
-            << " parameters, heads per block " << (c.metadata.count("heads") ? c.metadata["heads"] : "?")
-            << "\n  architecture:\n";
-  json arch = json::parse(c.metadata.count("architecture") ? c.metadata["architecture"] : "[]");
-  for (size_t i = 0; i < arch.size(); ++i)
-    std::cout << "    layers." << i << ".attn: " << arch[i].get<std::string>() << "\n";
+  std::cout << ck << "\n  step " << m.step << ", " << total << " parameters, heads per block "
+            << json(m.heads_per_block).dump() << "\n  architecture:\n";
+  for (size_t i = 0; i < m.architecture.size(); ++i)
+    std::cout << "    layers." << i << ".attn: " << m.architecture[i] << "\n";
   std::cout << "  parameters per block:\n";
   for (auto& [b, n] : per_block) std::cout << "    " << b << ": " << n << "\n";
   std::cout << "  parameters per head:\n";
@@ -175,10 +163,8 @@ int cmd_config(const std::vector<std::string>& args) {
   o.add_options()("config", po::value(&config)->required(), "YAML config")(
       "set", po::value(&sets)->composing(), "override KEY=VALUE")(
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("config", 1);
   bool help;
-  parse("growformer config check CONFIG [--set KEY=VALUE]...", o, p,
+  parse("growformer config check CONFIG [--set KEY=VALUE]...", o, {{"config", 1}},
         std::vector<std::string>(args.begin() + 1, args.end()), &help);
   if (help) return 0;
   gf::Experiment ex(load_config(config, sets), paths);
@@ -202,10 +188,8 @@ int cmd_data(const std::vector<std::string>& args) {
     po::options_description o("listops-check options");
     std::string file;
     o.add_options()("file", po::value(&file)->required(), "ListOps TSV (either column order)");
-    po::positional_options_description p;
-    p.add("file", 1);
     bool help;
-    parse("growformer data listops-check FILE", o, p, rest, &help);
+    parse("growformer data listops-check FILE", o, {{"file", 1}}, rest, &help);
     if (help) return 0;
     size_t bad = gf::listops::check_file(file, std::cout);
     return bad == 0 ? 0 : 1;
@@ -217,10 +201,8 @@ int cmd_data(const std::vector<std::string>& args) {
     o.add_options()("config", po::value(&config)->required(), "YAML config")(
         "set", po::value(&sets)->composing(), "override KEY=VALUE")("json", "print JSON")(
         "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-    po::positional_options_description p;
-    p.add("config", 1);
     bool help;
-    auto vm = parse("growformer data stats CONFIG [--json]", o, p, rest, &help);
+    auto vm = parse("growformer data stats CONFIG [--json]", o, {{"config", 1}}, rest, &help);
     if (help) return 0;
     gf::ConfigNode cfg = load_config(config, sets);
     gf::Registry reg;
@@ -243,10 +225,8 @@ int cmd_plugins(const std::vector<std::string>& args) {
   std::vector<std::string> words, paths;
   o.add_options()("words", po::value(&words)->composing(), "list | describe NAME")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  po::positional_options_description p;
-  p.add("words", -1);
   bool help;
-  auto vm = parse("growformer plugins [list | describe NAME] [--json]", o, p, args, &help);
+  auto vm = parse("growformer plugins [list | describe NAME] [--json]", o, {{"words", -1}}, args, &help);
   if (help) return 0;
   gf::Registry reg;
   reg.load_directories(gf::Registry::search_path(paths));

@@ -524,10 +524,8 @@ int cmd_report(const std::vector<std::string>& args) {
   std::string out;
   o.add_options()("dirs", po::value(&dirs)->composing(), "run directories or sweep directories")(
       "out", po::value(&out), "output folder (default: RUN_DIR/report for one directory, else ./report)");
-  po::positional_options_description p;
-  p.add("dirs", -1);
   bool help;
-  parse("growformer report RUN_DIR... [--out DIR]", o, p, args, &help);
+  parse("growformer report RUN_DIR... [--out DIR]", o, {{"dirs", -1}}, args, &help);
   if (help) return 0;
   if (dirs.empty()) throw UsageError("name at least one run directory\nusage: growformer report RUN_DIR... [--out DIR]");
 

@@ -679,3 +679,39 @@ TEST_CASE("hkt analyze_json: one level has Gram rank d_k; Mardia's kurtosis over
   CHECK(j3["gram_rank"]["rank_per_head"][0].get<size_t>() > 2);  // levels add rank
   CHECK(j3["gram_rank"]["rank_per_head"][0].get<size_t>() <= 6);
 }
+
+TEST_CASE("blocks answer shape questions: score levels and the analytic score-cost ratio") {
+  auto hkt = make_block("plugin: hkt\nheads: 2\nlevels: 3\nstride: 2\n", 8, 1);
+  CHECK(hkt->score_levels() == 3);
+  CHECK(hkt->score_cost_ratio() == doctest::Approx(1.0 + 1.0 / 4 + 1.0 / 16));
+  auto hkt4 = make_block("plugin: hkt\nheads: 2\nlevels: 2\nstride: 4\n", 8, 1);
+  CHECK(hkt4->score_cost_ratio() == doctest::Approx(1.0 + 1.0 / 16));
+  auto mha = make_block("plugin: mha\nheads: 2\n", 8, 1);
+  CHECK(mha->score_levels() == 1);
+  CHECK(mha->score_cost_ratio() == 1.0);
+}
+
+TEST_CASE("hybrid_conv and dot_product share their projections: same names, same initial bits") {
+  gf::HeadShape shape{6, 3, 4, 2, false};
+  auto make = [&](const char* yaml) {
+    gf::Rng rng(5, "head");
+    gf::HeadBuild hb{shape, &gf_test::registry(), &rng};
+    return gf_test::registry().create_head(gf::ConfigNode::load_string(yaml), hb);
+  };
+  auto dot = make("plugin: dot_product\n");
+  auto hyb = make("plugin: hybrid_conv\n");
+  auto dp = dot->named_parameters(), hp = hyb->named_parameters();
+  REQUIRE(dp.size() == 10);  // w_q, b_q, w_k, b_k per level, w_v, b_v
+  REQUIRE(hp.size() == dp.size() + 3);  // conv_w, conv_b, beta after them
+  for (size_t i = 0; i < dp.size(); ++i) {
+    CHECK(dp[i].first == hp[i].first);
+    const Tensor& a = dp[i].second.value();
+    const Tensor& b = hp[i].second.value();
+    REQUIRE(a.size() == b.size());
+    CHECK(std::equal(a.data(), a.data() + a.size(), b.data()));
+  }
+  CHECK(dp[4].first == "w_q_l1");
+  CHECK(hyb->w_q(1) != nullptr);
+  CHECK(hyb->w_q(2) == nullptr);
+  CHECK(hyb->w_v()->value().shape() == gf::Shape{6, 4});
+}

@@ -12,6 +12,7 @@
 #include "growformer/errors.hpp"
 #include "growformer/reporter.hpp"
 #include "growformer/run_dir.hpp"
+#include "growformer/run_events.hpp"
 #include "growformer/schedule.hpp"
 #include "growformer/structure_editor.hpp"
 #include "growformer/trainer_state.hpp"
@@ -310,4 +311,91 @@ TEST_CASE("reporter: metrics lines, events stamped with the step, summary only w
   CHECK(e1["type"] == "summary");
   CHECK(e1["step"] == 100);
   CHECK(e1["growth.heads"] == 2);
+}
+
+TEST_CASE("parameter places follow the model's naming; a checkpoint's model is read without building it") {
+  auto place = [](const std::string& n) {
+    gf::ParamPlace p = gf::Model::place_of(n);
+    return p.block + "|" + p.head;
+  };
+  CHECK(place("layers.1.attn.heads.12.w_q") == "layers.1|layers.1.attn.heads.12");
+  CHECK(place("layers.10.attn.heads.3.b_v") == "layers.10|layers.10.attn.heads.3");
+  CHECK(place("layers.0.attn.w_o.3") == "layers.0|");
+  CHECK(place("layers.0.ln1.gamma") == "layers.0|");
+  CHECK(place("classifier.w") == "classifier|");
+  CHECK(place("embed") == "embed|");
+  if (!gf_test::registry().find(gf::Kind::Attention, "mha")) {
+    MESSAGE("mha plugin not built: skipped");
+    return;
+  }
+  gf::ConfigNode cfg = gf::ConfigNode::load_string(
+      "d_model: 12\nlayers: 2\nmax_len: 6\nattention: {plugin: mha, heads: 3}\n", "<test>");
+  gf::Model model(cfg, 5, 2, gf_test::registry(), 7);
+  gf::ConfigNode whole = gf::ConfigNode::load_string("seed: 1\n", "<test>");
+  ScriptedPolicy none;
+  RecordingOptimizer opt;
+  gf::TrainerState st(1);
+  st.step = 17;
+  gf::Checkpoint ck = gf::make_training_checkpoint({&whole, &model, &opt, &none, &none, &st});
+  gf::CheckpointModel m = gf::read_checkpoint_model(ck, "ck");
+  CHECK(m.step == 17);
+  CHECK(m.heads_per_block == std::vector<size_t>{3, 3});
+  CHECK(m.architecture.size() == 2);
+  // an independent count: the model's own parameters, grouped by their head's id
+  std::map<std::string, size_t> heads_direct, heads_read;
+  size_t total = 0;
+  for (auto& [n, v] : model.named_parameters()) {
+    auto at = n.find(".attn.heads.");
+    if (at != std::string::npos) heads_direct[n.substr(0, n.find('.', at + 12))] += v.value().size();
+  }
+  for (auto& p : m.parameters) {
+    total += p.size;
+    if (!p.place.head.empty()) heads_read[p.place.head] += p.size;
+  }
+  CHECK(total == model.num_parameters());
+  CHECK(heads_read == heads_direct);
+  CHECK(heads_read.size() == 6);
+  ck.metadata["heads"] = "[3, oops";
+  CHECK_THROWS_WITH_AS(gf::read_checkpoint_model(ck, "ck.safetensors"),
+                       doctest::Contains("ck.safetensors: corrupt `heads` record"), gf::RuntimeError);
+}
+
+TEST_CASE("run events: what the reporter logs reads back typed; a damaged line names the file and line") {
+  gf_test::TempDir tmp;
+  gf::RunDir dir((tmp.path / "run").string());
+  fs::create_directories(dir.root());
+  dir.reset_logs();
+  {
+    gf::Reporter r(dir, 100, true);
+    r.start("");
+    r.begin_step(30);
+    gf::Event e;
+    e.type = "grow";
+    e.block = 1;
+    e.head = 4;
+    e.numbers = {{"W_t", 0.25}, {"bad", NAN}};
+    e.strings = {{"policy", "growth"}};
+    e.lists = {{"heads", {2, 3}}};
+    r.events().emit(e);
+    r.summary(100, {{"heads", 5}}, {});
+  }
+  auto ev = gf::read_run_events(dir.events());
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0].step == 30);
+  CHECK(ev[0].event.type == "grow");
+  CHECK(ev[0].event.block == 1);
+  CHECK(ev[0].event.head == 4);
+  CHECK(ev[0].number("W_t") == 0.25);
+  CHECK(std::isnan(*ev[0].number("bad")));
+  CHECK_FALSE(ev[0].number("missing").has_value());
+  CHECK(ev[0].text("policy") == "growth");
+  CHECK(ev[0].text("missing").empty());
+  REQUIRE(ev[0].event.lists.size() == 1);
+  CHECK(ev[0].event.lists[0].second == std::vector<double>{2, 3});
+  CHECK(ev[1].step == 100);
+  CHECK(ev[1].number("growth.heads") == 5);
+  std::ofstream(dir.events(), std::ios::app) << "{\"step\": 4}\n";
+  const std::string where = dir.events() + ":3: not an event";
+  CHECK_THROWS_WITH_AS(gf::read_run_events(dir.events()), doctest::Contains(where.c_str()),
+                       gf::RuntimeError);
 }

@@ -17,6 +17,25 @@ Tensor uniform_init(Shape s, size_t fan_in, Rng& rng) {
 }
 }  // namespace
 
+namespace {
+// The model's naming: block I is "layers.I", its attention block "layers.I.attn", whose heads
+// the block registers as "heads.<id>".
+const std::string kLayers = "layers.";
+const std::string kHeads = ".attn.heads.";
+}  // namespace
+
+ParamPlace Model::place_of(const std::string& name) {
+  ParamPlace p;
+  if (name.rfind(kLayers, 0) != 0) {
+    p.block = name.substr(0, name.find('.'));
+    return p;
+  }
+  p.block = name.substr(0, name.find('.', kLayers.size()));
+  const size_t h = name.find(kHeads, p.block.size());
+  if (h == p.block.size()) p.head = name.substr(0, name.find('.', h + kHeads.size()));
+  return p;
+}
+
 struct Model::Layer : Module {
   Var ln1_g, ln1_b, ln2_g, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   std::shared_ptr<AttentionBlock> attn;
@@ -85,7 +104,7 @@ Model::Model(const ConfigNode& node, size_t vocab, size_t classes, Registry& reg
     layer->fc1_b = layer->register_parameter("mlp.fc1.b", Tensor({hidden}, 0.0f));
     layer->fc2_w = layer->register_parameter("mlp.fc2.w", uniform_init({hidden, d_}, hidden, rng));
     layer->fc2_b = layer->register_parameter("mlp.fc2.b", Tensor({d_}, 0.0f));
-    register_module("layers." + std::to_string(i), layer);
+    register_module(kLayers + std::to_string(i), layer);
     layers_.push_back(layer);
   }
   if (final_norm_) {

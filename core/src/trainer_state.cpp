@@ -11,6 +11,11 @@ namespace gf {
 
 using json = nlohmann::json;
 
+namespace {
+// every model parameter is stored as "model.<name>"
+const std::string kModel = "model.";
+}  // namespace
+
 void TrainWindow::add(const Var& logits, const Batch& batch, float mean_loss) {
   size_t C = logits.dim(1);
   for (size_t i = 0; i < batch.batch; ++i) {
@@ -93,7 +98,7 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
 // ---------------------------------------------------------------------------
 Checkpoint make_training_checkpoint(const TrainingParts& p) {
   Checkpoint ck;
-  for (auto& [n, v] : p.model->named_parameters()) ck.tensors["model." + n] = v.value();
+  for (auto& [n, v] : p.model->named_parameters()) ck.tensors[kModel + n] = v.value();
   for (auto& [n, t] : p.optimizer->state_tensors()) ck.tensors["optim." + n] = t;
   json arch = json::array();
   for (auto* b : p.model->blocks()) arch.push_back(b->save_structure());
@@ -126,7 +131,7 @@ void restore_model(const Checkpoint& ck, const std::string& path, Model& model) 
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i]->restore_structure(arch[i].get<std::string>());
   auto params = model.named_parameters();
   for (auto& [n, p] : params) {
-    auto t = ck.tensors.find("model." + n);
+    auto t = ck.tensors.find(kModel + n);
     if (t == ck.tensors.end())
       throw RuntimeError(path + ": parameter `" + n + "` is missing from the checkpoint");
     if (t->second.shape() != p.value().shape())
@@ -140,11 +145,36 @@ void restore_model(const Checkpoint& ck, const std::string& path, Model& model) 
     std::copy(t->second.data(), t->second.data() + t->second.size(), v.value().data());
   }
   for (auto& [k, t] : ck.tensors)
-    if (k.rfind("model.", 0) == 0) {
+    if (k.rfind(kModel, 0) == 0) {
       bool found = false;
-      for (auto& [n, p] : params) found = found || ("model." + n) == k;
+      for (auto& [n, p] : params) found = found || (kModel + n) == k;
       if (!found) throw RuntimeError(path + ": checkpoint tensor `" + k + "` matches no parameter");
     }
+}
+
+CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& path) {
+  CheckpointModel m;
+  for (auto& [k, t] : ck.tensors)
+    if (k.rfind(kModel, 0) == 0) {
+      std::string name = k.substr(kModel.size());
+      m.parameters.push_back({name, Model::place_of(name), t.size()});
+    }
+  auto entry = [&](const char* key, const char* absent) {
+    auto it = ck.metadata.find(key);
+    try {
+      return json::parse(it == ck.metadata.end() ? absent : it->second);
+    } catch (const json::exception& e) {
+      throw RuntimeError(path + ": corrupt `" + key + "` record: " + e.what());
+    }
+  };
+  try {
+    m.step = entry("trainer", "{}").value("step", 0L);
+    m.heads_per_block = entry("heads", "[]").get<std::vector<size_t>>();
+    m.architecture = entry("architecture", "[]").get<std::vector<std::string>>();
+  } catch (const json::exception& e) {
+    throw RuntimeError(path + ": corrupt model record: " + e.what());
+  }
+  return m;
 }
 
 long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& p) {

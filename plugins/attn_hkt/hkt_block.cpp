@@ -131,6 +131,11 @@ class HktBlock : public gf::MultiHeadBlock {
   }
 
   bool causal() const override { return causal_; }
+  double score_cost_ratio() const override {
+    double r = 0, level = 1;
+    for (size_t l = 0; l < levels_; ++l, level /= static_cast<double>(stride_ * stride_)) r += level;
+    return r;
+  }
   std::string block_name() const override {
     std::ostringstream s;
     s << "hkt(L=" << levels_ << ", s=" << stride_

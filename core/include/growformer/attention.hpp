@@ -93,6 +93,11 @@ class AttentionBlock : public Module {
   virtual Var forward(const Var& x, const ForwardContext& ctx) = 0;
   /// True when position t sees only positions <= t (decoder-style masking).
   virtual bool causal() const { return false; }
+  /// Resolutions the block scores at: 1 for plain attention, HKT's levels.
+  virtual size_t score_levels() const { return 1; }
+  /// Analytic work of the block's scores relative to full T x T attention with the same heads
+  /// (1 for plain attention; HKT: sum over levels of s^-2l).
+  virtual double score_cost_ratio() const { return 1.0; }
 
   // ---- heads (blocks without heads keep the defaults) ----
   virtual std::vector<HeadInfo> heads() const { return {}; }

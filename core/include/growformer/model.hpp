@@ -28,9 +28,19 @@ struct Batch {
   size_t row_offset = 0, global_rows = 0;
 };
 
+/// Where a parameter sits in the model, from its dotted name: the block ("layers.0", or the
+/// top-level part: "embed", "pos", "cls", "ln_f", "classifier") and, for a head's parameter,
+/// the head ("layers.0.attn.heads.3"; empty otherwise).
+struct ParamPlace {
+  std::string block;
+  std::string head;
+};
+
 class Model : public Module {
  public:
   static OptionSpecs options();
+  /// The place of parameter NAME (as `named_parameters()` spells it) in this naming.
+  static ParamPlace place_of(const std::string& name);
   Model(const ConfigNode& node, size_t vocab_size, size_t num_classes, Registry& registry,
         uint64_t seed);
 

@@ -31,6 +31,7 @@ class MultiHeadBlock : public AttentionBlock {
   void restore_structure(const std::string& s) override;
   std::string describe() const override;
 
+  size_t score_levels() const override { return shape_.levels; }
   const HeadShape& head_shape() const { return shape_; }
   size_t d_model() const { return d_model_; }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
@@ -63,6 +64,21 @@ Checkpoint make_training_checkpoint(const TrainingParts& parts);
 /// Recreates MODEL's structure from the checkpoint and copies every parameter; RuntimeError
 /// naming PATH on a missing, extra or misshapen parameter.
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
+/// What a training checkpoint says of its model without building it (for `inspect`).
+struct CheckpointModel {
+  struct Param {
+    std::string name;  // as the model names it ("layers.0.attn.heads.3.w_q")
+    ParamPlace place;
+    size_t size = 0;
+  };
+  long step = 0;
+  std::vector<Param> parameters;
+  std::vector<size_t> heads_per_block;
+  std::vector<std::string> architecture;  // each block's saved structure
+};
+/// RuntimeError naming PATH when a metadata entry it reads is malformed.
+CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& path);
+
 /// Restores every part (the model too) from a training checkpoint; returns its step.
 long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& parts);
 
