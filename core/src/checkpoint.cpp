@@ -129,10 +129,16 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   write_file_durably(path, parts);
 }
 
-Checkpoint parse_checkpoint(const uint8_t* bytes, size_t fsize, const std::string& path) {
-  auto corrupt = [&](const std::string& msg) -> RuntimeError {
-    return RuntimeError(path + ": corrupt checkpoint: " + msg);
-  };
+namespace {
+
+// The header of a checkpoint in memory and where its data section starts.
+struct RawCheckpoint {
+  json header;
+  const uint8_t* data = nullptr;
+  size_t data_size = 0;
+};
+
+RawCheckpoint split_header(const uint8_t* bytes, size_t fsize, const std::string& path) {
   if (fsize < 8)
     throw RuntimeError(path + ": corrupt checkpoint: file is " + std::to_string(fsize) +
                        " bytes, shorter than the 8-byte header length");
@@ -141,87 +147,121 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t fsize, const std::strin
   if (n > fsize - 8)
     throw RuntimeError(path + ": corrupt or truncated checkpoint: header claims " +
                        std::to_string(n) + " bytes but the file has " + std::to_string(fsize - 8));
-  json header;
+  RawCheckpoint raw;
   try {
-    header = json::parse(bytes + 8, bytes + 8 + n);
+    raw.header = json::parse(bytes + 8, bytes + 8 + n);
   } catch (const std::exception& e) {
     throw RuntimeError(path + ": corrupt checkpoint header (not JSON): " + e.what());
   }
-  if (!header.is_object()) throw RuntimeError(path + ": corrupt checkpoint header (not an object)");
-  const uint8_t* data = bytes + 8 + n;
-  size_t data_size = fsize - 8 - n;
+  if (!raw.header.is_object())
+    throw RuntimeError(path + ": corrupt checkpoint header (not an object)");
+  raw.data = bytes + 8 + n;
+  raw.data_size = fsize - 8 - n;
+  return raw;
+}
 
-  // integrity first: nothing in a damaged file is trusted
-  auto meta_it = header.find("__metadata__");
-  if (meta_it == header.end() || !meta_it->is_object())
-    throw corrupt("no `__metadata__` object in the header");
+// Integrity first: nothing in a damaged file is trusted. Removes the checksum entry from the
+// metadata it checks. Throws the message for `corrupt`.
+void verify_checksum(RawCheckpoint& raw) {
+  auto meta_it = raw.header.find("__metadata__");
+  if (meta_it == raw.header.end() || !meta_it->is_object())
+    throw std::runtime_error("no `__metadata__` object in the header");
   auto sum_it = meta_it->find(kChecksumKey);
   if (sum_it == meta_it->end() || !sum_it->is_string())
-    throw corrupt("no checksum in the header (written by an older growformer, or not by "
-                  "growformer at all)");
+    throw std::runtime_error("no checksum in the header (written by an older growformer, or not "
+                             "by growformer at all)");
   std::string stored = sum_it->get<std::string>();
   meta_it->erase(kChecksumKey);
-  std::string actual = crc_text(content_crc(header.dump(), data, data_size));
+  std::string actual = crc_text(content_crc(raw.header.dump(), raw.data, raw.data_size));
   if (stored != actual)
-    throw corrupt("checksum mismatch (stored " + stored.substr(0, 40) + ", content " + actual +
-                  "): the file was damaged or edited after it was written");
+    throw std::runtime_error("checksum mismatch (stored " + stored.substr(0, 40) + ", content " +
+                             actual + "): the file was damaged or edited after it was written");
+}
 
+Shape entry_shape(const json& sj, size_t data_size, size_t* elems) {
+  if (!sj.is_array() || sj.size() > kMaxRank)
+    throw RuntimeError("shape must be a list of at most " + std::to_string(kMaxRank) + " sizes");
+  Shape shape;
+  *elems = 1;
+  for (const auto& d : sj) {
+    if (!d.is_number_unsigned()) throw RuntimeError("shape entry " + d.dump() + " is not a size");
+    size_t v = d.get<size_t>();
+    if (v != 0 && *elems > data_size / sizeof(float) / v)
+      throw RuntimeError("shape " + sj.dump() + " holds more elements than the file");
+    *elems *= v;
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+// One tensor entry of the header; RANGE receives its byte range in the data section.
+Tensor read_entry(const json& e, const RawCheckpoint& raw, std::pair<size_t, size_t>* range) {
+  if (!e.is_object()) throw RuntimeError("entry is not an object");
+  const json& dtype = e.at("dtype");
+  if (!dtype.is_string() || dtype.get<std::string>() != "F32")
+    throw RuntimeError("dtype " + dtype.dump() + " (only \"F32\" is supported)");
+  size_t elems = 0;
+  Shape shape = entry_shape(e.at("shape"), raw.data_size, &elems);
+  const json& oj = e.at("data_offsets");
+  if (!oj.is_array() || oj.size() != 2 || !oj[0].is_number_unsigned() ||
+      !oj[1].is_number_unsigned())
+    throw RuntimeError("data_offsets must be two byte offsets");
+  size_t b = oj[0].get<size_t>(), f = oj[1].get<size_t>();
+  if (f < b || f > raw.data_size) throw RuntimeError("data offsets outside the file (truncated?)");
+  if (f - b != elems * sizeof(float))
+    throw RuntimeError("data size " + std::to_string(f - b) + " does not match shape " +
+                       shape_str(shape));
+  Tensor t = Tensor::empty(shape);
+  if (f > b) std::memcpy(t.data(), raw.data + b, f - b);
+  *range = {b, f};
+  return t;
+}
+
+// The tensors tile the data section: no overlaps, no gaps, nothing after the last one.
+void check_tiling(std::vector<std::pair<size_t, size_t>> ranges, size_t data_size) {
+  std::sort(ranges.begin(), ranges.end());
+  size_t at = 0;
+  for (const auto& [b, f] : ranges) {
+    if (b != at)
+      throw std::runtime_error("tensor data overlap or leave a gap at byte " + std::to_string(at));
+    at = f;
+  }
+  if (at != data_size)
+    throw std::runtime_error(std::to_string(data_size - at) + " bytes after the last tensor");
+}
+
+}  // namespace
+
+Checkpoint parse_checkpoint(const uint8_t* bytes, size_t fsize, const std::string& path) {
+  auto corrupt = [&](const std::string& msg) -> RuntimeError {
+    return RuntimeError(path + ": corrupt checkpoint: " + msg);
+  };
+  RawCheckpoint raw = split_header(bytes, fsize, path);
   Checkpoint ck;
   std::vector<std::pair<size_t, size_t>> ranges;
-  for (auto it = header.begin(); it != header.end(); ++it) {
+  try {
+    verify_checksum(raw);
+  } catch (const std::runtime_error& e) {
+    throw corrupt(e.what());
+  }
+  for (auto it = raw.header.begin(); it != raw.header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it->begin(); m != it->end(); ++m)
         ck.metadata[m.key()] = m->is_string() ? m->get<std::string>() : m->dump();
       continue;
     }
-    const json& e = *it;
     try {
-      if (!e.is_object()) throw RuntimeError("entry is not an object");
-      const json& dtype = e.at("dtype");
-      if (!dtype.is_string() || dtype.get<std::string>() != "F32")
-        throw RuntimeError("dtype " + dtype.dump() + " (only \"F32\" is supported)");
-      const json& sj = e.at("shape");
-      if (!sj.is_array() || sj.size() > kMaxRank)
-        throw RuntimeError("shape must be a list of at most " + std::to_string(kMaxRank) +
-                           " sizes");
-      Shape shape;
-      size_t elems = 1;
-      for (const auto& d : sj) {
-        if (!d.is_number_unsigned()) throw RuntimeError("shape entry " + d.dump() + " is not a size");
-        size_t v = d.get<size_t>();
-        if (v != 0 && elems > data_size / sizeof(float) / v)
-          throw RuntimeError("shape " + sj.dump() + " holds more elements than the file");
-        elems *= v;
-        shape.push_back(v);
-      }
-      const json& oj = e.at("data_offsets");
-      if (!oj.is_array() || oj.size() != 2 || !oj[0].is_number_unsigned() ||
-          !oj[1].is_number_unsigned())
-        throw RuntimeError("data_offsets must be two byte offsets");
-      size_t b = oj[0].get<size_t>(), f = oj[1].get<size_t>();
-      if (f < b || f > data_size) throw RuntimeError("data offsets outside the file (truncated?)");
-      if (f - b != elems * sizeof(float))
-        throw RuntimeError("data size " + std::to_string(f - b) + " does not match shape " +
-                           shape_str(shape));
-      Tensor t = Tensor::empty(shape);
-      if (f > b) std::memcpy(t.data(), data + b, f - b);
-      ck.tensors[it.key()] = t;
-      ranges.emplace_back(b, f);
-    } catch (const RuntimeError& err) {
-      throw corrupt("tensor `" + it.key() + "`: " + err.what());
+      ranges.emplace_back();
+      ck.tensors[it.key()] = read_entry(*it, raw, &ranges.back());
     } catch (const std::exception& err) {
       throw corrupt("tensor `" + it.key() + "`: " + err.what());
     }
   }
-  // the tensors tile the data section: no overlaps, no gaps, nothing after the last one
-  std::sort(ranges.begin(), ranges.end());
-  size_t at = 0;
-  for (const auto& [b, f] : ranges) {
-    if (b != at) throw corrupt("tensor data overlap or leave a gap at byte " + std::to_string(at));
-    at = f;
+  try {
+    check_tiling(std::move(ranges), raw.data_size);
+  } catch (const std::runtime_error& e) {
+    throw corrupt(e.what());
   }
-  if (at != data_size)
-    throw corrupt(std::to_string(data_size - at) + " bytes after the last tensor");
   return ck;
 }
 

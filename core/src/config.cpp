@@ -682,43 +682,37 @@ std::string Options::get_string(const std::string& name) const {
   return v.text == "~" ? "" : v.text;
 }
 
-std::vector<int64_t> Options::get_int_list(const std::string& name) const {
-  const Value& v = find(name);
-  std::vector<int64_t> out;
-  if (v.given) {
-    for (auto& it : v.node.items()) out.push_back(it.as_int());
+namespace {
+// A list option: the document's items, else the declared default's.
+template <class T, class FromItem>
+std::vector<T> list_value(bool given, const ConfigNode& node, const std::string& default_text,
+                          FromItem from_item) {
+  std::vector<T> out;
+  if (given) {
+    for (auto& it : node.items()) out.push_back(from_item(it));
     return out;
   }
-  YAML::Node n = default_node(v.text);
+  YAML::Node n = default_node(default_text);
   if (n.IsSequence())
-    for (auto x : n) out.push_back(x.as<int64_t>());
+    for (auto x : n) out.push_back(x.as<T>());
   return out;
+}
+}  // namespace
+
+std::vector<int64_t> Options::get_int_list(const std::string& name) const {
+  const Value& v = find(name);
+  return list_value<int64_t>(v.given, v.node, v.text, [](const ConfigNode& n) { return n.as_int(); });
 }
 
 std::vector<double> Options::get_float_list(const std::string& name) const {
   const Value& v = find(name);
-  std::vector<double> out;
-  if (v.given) {
-    for (auto& it : v.node.items()) out.push_back(it.as_float());
-    return out;
-  }
-  YAML::Node n = default_node(v.text);
-  if (n.IsSequence())
-    for (auto x : n) out.push_back(x.as<double>());
-  return out;
+  return list_value<double>(v.given, v.node, v.text, [](const ConfigNode& n) { return n.as_float(); });
 }
 
 std::vector<std::string> Options::get_string_list(const std::string& name) const {
   const Value& v = find(name);
-  std::vector<std::string> out;
-  if (v.given) {
-    for (auto& it : v.node.items()) out.push_back(it.as_string());
-    return out;
-  }
-  YAML::Node n = default_node(v.text);
-  if (n.IsSequence())
-    for (auto x : n) out.push_back(x.as<std::string>());
-  return out;
+  return list_value<std::string>(v.given, v.node, v.text,
+                                 [](const ConfigNode& n) { return n.as_string(); });
 }
 
 ConfigNode Options::get_node(const std::string& name) const {

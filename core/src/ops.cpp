@@ -747,6 +747,64 @@ void attn_scores(const AttnGeom& g, const float* Qb, const float* KTb, const uin
   }
 }
 
+// Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
+// row log-sum-exp (LSEB, T; +inf marks a row with no valid key).
+void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, const float* Vb,
+                       const uint8_t* vb, size_t i0, float* lseb, float* outb) {
+  size_t r = std::min(g.br, g.T - i0);
+  size_t jmax = g.causal ? i0 + r : g.T;
+  float* S = scratch(0, r * jmax).data();
+  attn_scores(g, Qb, KTb, vb, i0, r, jmax, S);
+  for (size_t a = 0; a < r; ++a) {
+    float* row = S + a * jmax;
+    float mx = kernels::row_max(row, jmax);
+    if (mx == -INFINITY) {
+      std::memset(row, 0, jmax * sizeof(float));
+      lseb[i0 + a] = INFINITY;
+      continue;
+    }
+    float sum = kernels::exp_shift_sum(row, jmax, mx);
+    kernels::scale_row(row, jmax, 1.0f / sum);
+    lseb[i0 + a] = mx + std::log(sum);
+  }
+  kernels::gemm_acc_nd(r, jmax, g.dv, 1.0f, S, jmax, Vb, g.dv, outb + i0 * g.dv, g.dv);
+}
+
+// One sample's view of the attention's tensors and gradients (a null gradient is not wanted).
+struct AttnSample {
+  const float *Q, *K, *V, *O, *G, *lse;  // (T x dk), (T x dk), (T x dv), (T x dv), (T x dv), (T)
+  const uint8_t* valid;                  // (T) or null
+  float *gq, *gk, *gv;
+};
+
+// Backward of one sample: its tiles in order, so dK and dV sum in a fixed order.
+void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) {
+  const size_t T = g.T, dk = g.dk, dv = g.dv;
+  float* KTb = scratch(3, dk * T).data();
+  float* VTb = scratch(4, dv * T).data();
+  transpose_into(s.K, T, dk, KTb);
+  transpose_into(s.V, T, dv, VTb);
+  for (size_t t = 0; t < tiles; ++t) {
+    size_t i0 = t * g.br, r = std::min(g.br, T - i0);
+    size_t jmax = g.causal ? i0 + r : T;
+    const float* G = s.G + i0 * dv;
+    float* P = scratch(0, r * jmax).data();
+    float* dS = scratch(1, r * jmax).data();
+    attn_scores(g, s.Q, KTb, s.valid, i0, r, jmax, P);
+    for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, s.lse[i0 + a]);
+    if (s.gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, s.gv, dv);
+    if (!s.gq && !s.gk) continue;
+    // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+    kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
+    for (size_t a = 0; a < r; ++a) {
+      float dot = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
+      kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
+    }
+    if (s.gq) kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, s.K, dk, s.gq + i0 * dk, dk);
+    if (s.gk) kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, s.Q + i0 * dk, dk, s.gk, dk);
+  }
+}
+
 }  // namespace
 
 // The head widths d_k, d_v are short (16 at d 64 with 4 heads): every product below has
@@ -777,69 +835,28 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
   parallel_for(B, [&](size_t b) { transpose_into(K + b * T * dk, T, dk, KT.data() + b * dk * T); });
   // Every (sample, tile) is independent: the split does not change any result.
   parallel_for(B * tiles, [&](size_t task) {
-    size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
-    size_t jmax = g.causal ? i0 + r : T;
-    float* S = scratch(0, r * jmax).data();
-    attn_scores(g, Q + b * T * dk, KT.data() + b * dk * T, g.valid ? g.valid + b * T : nullptr, i0,
-                r, jmax, S);
-    for (size_t a = 0; a < r; ++a) {
-      float* row = S + a * jmax;
-      float mx = kernels::row_max(row, jmax);
-      if (mx == -INFINITY) {
-        std::memset(row, 0, jmax * sizeof(float));
-        lse[b * T + i0 + a] = INFINITY;
-        continue;
-      }
-      float sum = kernels::exp_shift_sum(row, jmax, mx);
-      kernels::scale_row(row, jmax, 1.0f / sum);
-      lse[b * T + i0 + a] = mx + std::log(sum);
-    }
-    kernels::gemm_acc_nd(r, jmax, dv, 1.0f, S, jmax, V + b * T * dv, dv,
-                         out.data() + (b * T + i0) * dv, dv);
+    size_t b = task / tiles;
+    attn_forward_tile(g, Q + b * T * dk, KT.data() + b * dk * T, V + b * T * dv,
+                      g.valid ? g.valid + b * T : nullptr, (task % tiles) * g.br,
+                      lse.data() + b * T, out.data() + b * T * dv);
   });
   // the caller's mask may be gone by the backward pass: keep a copy
   auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;
   g.valid = keep ? keep->data() : nullptr;
   auto grad_fn = [qq = q, kk = k, vv = v, lse, g, tiles, keep](const Tensor& gr,
                                                                const Tensor& res) mutable {
-    const size_t B = g.B, T = g.T, dk = g.dk, dv = g.dv;
+    const size_t T = g.T, dk = g.dk, dv = g.dv;
     float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
     float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
     float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
-    const float* Q = qq.value().data();
-    const float* K = kk.value().data();
-    const float* V = vv.value().data();
-    const float* O = res.data();
-    // One task per sample: its tiles run in order, so dK and dV sum in a fixed order.
-    parallel_for(B, [&](size_t b) {
-      const float* Qb = Q + b * T * dk;
-      const float* Kb = K + b * T * dk;
-      const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
-      float* KTb = scratch(3, dk * T).data();
-      float* VTb = scratch(4, dv * T).data();
-      transpose_into(Kb, T, dk, KTb);
-      transpose_into(V + b * T * dv, T, dv, VTb);
-      for (size_t t = 0; t < tiles; ++t) {
-        size_t i0 = t * g.br, r = std::min(g.br, T - i0);
-        size_t jmax = g.causal ? i0 + r : T;
-        const float* G = gr.data() + (b * T + i0) * dv;
-        float* P = scratch(0, r * jmax).data();
-        float* dS = scratch(1, r * jmax).data();
-        attn_scores(g, Qb, KTb, vb, i0, r, jmax, P);
-        for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
-        if (gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, gv + b * T * dv, dv);
-        if (!gq && !gk) continue;
-        // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
-        kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
-        for (size_t a = 0; a < r; ++a) {
-          float dot = kernels::dot(G + a * dv, O + (b * T + i0 + a) * dv, dv);
-          kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
-        }
-        if (gq)
-          kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, Kb, dk, gq + (b * T + i0) * dk, dk);
-        if (gk)
-          kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, Qb + i0 * dk, dk, gk + b * T * dk, dk);
-      }
+    parallel_for(g.B, [&](size_t b) {
+      AttnSample s{qq.value().data() + b * T * dk, kk.value().data() + b * T * dk,
+                   vv.value().data() + b * T * dv, res.data() + b * T * dv,
+                   gr.data() + b * T * dv, lse.data() + b * T,
+                   g.valid ? g.valid + b * T : nullptr,
+                   gq ? gq + b * T * dk : nullptr, gk ? gk + b * T * dk : nullptr,
+                   gv ? gv + b * T * dv : nullptr};
+      attn_backward_sample(g, tiles, s);
     });
   };
   return finish(std::move(out), {&q, &k, &v}, grad_fn);

@@ -303,40 +303,44 @@ std::string Registry::check_library_image(const uint8_t* bytes, size_t size) {
          "` entry point (declare one with GROWFORMER_PLUGIN(...))";
 }
 
-void Registry::load_library(const std::string& path) {
-  // Check the file before dlopen: a truncated or foreign file can crash the loader itself.
-  {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw RuntimeError(path + ": cannot open plugin library: " + std::strerror(errno));
-    struct stat st {};
-    std::vector<uint8_t> bytes;
-    bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (int64_t{1} << 32);
-    if (ok) {
-      bytes.resize(static_cast<size_t>(st.st_size));
-      size_t got = 0;
-      while (ok && got < bytes.size()) {
-        ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
-        if (r < 0 && errno == EINTR) continue;
-        ok = r > 0;
-        if (ok) got += static_cast<size_t>(r);
-      }
+namespace {
+
+// Checks the file before dlopen: a truncated or foreign file can crash the loader itself.
+void check_library_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError(path + ": cannot open plugin library: " + std::strerror(errno));
+  struct stat st {};
+  std::vector<uint8_t> bytes;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (int64_t{1} << 32);
+  if (ok) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (ok && got < bytes.size()) {
+      ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      ok = r > 0;
+      if (ok) got += static_cast<size_t>(r);
     }
-    ::close(fd);
-    if (!ok) throw RuntimeError(path + ": cannot read plugin library (not a regular file?)");
-    std::string why = check_library_image(bytes.data(), bytes.size());
-    if (!why.empty()) throw RuntimeError(path + ": cannot load plugin library: " + why);
   }
-  auto lib = std::make_shared<boost::dll::shared_library>();
+  ::close(fd);
+  if (!ok) throw RuntimeError(path + ": cannot read plugin library (not a regular file?)");
+  std::string why = Registry::check_library_image(bytes.data(), bytes.size());
+  if (!why.empty()) throw RuntimeError(path + ": cannot load plugin library: " + why);
+}
+
+// Loads LIB from PATH and returns its plugin info once the entry point, ABI version, struct
+// size and build fingerprint match this growformer.
+const PluginInfo* open_plugin(boost::dll::shared_library& lib, const std::string& path) {
   try {
-    lib->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    lib.load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     throw RuntimeError(path + ": cannot load plugin library: " + e.what());
   }
-  if (!lib->has(GROWFORMER_ENTRY_POINT_NAME))
+  if (!lib.has(GROWFORMER_ENTRY_POINT_NAME))
     throw RuntimeError(path + ": not a growformer plugin: no `" GROWFORMER_ENTRY_POINT_NAME
                               "` entry point (declare one with GROWFORMER_PLUGIN(...))");
   using EntryFn = const PluginInfo*();
-  const PluginInfo* info = lib->get<EntryFn>(GROWFORMER_ENTRY_POINT_NAME)();
+  const PluginInfo* info = lib.get<EntryFn>(GROWFORMER_ENTRY_POINT_NAME)();
   if (!info) throw RuntimeError(path + ": the plugin entry point returned null");
   // Version and size first: nothing else in the struct may be read before they match.
   if (info->abi_version != GROWFORMER_ABI_VERSION)
@@ -353,28 +357,38 @@ void Registry::load_library(const std::string& path) {
     throw RuntimeError(path + ": plugin built for `" + fp + "` but this growformer is `" +
                        GROWFORMER_FINGERPRINT +
                        "`; rebuild the plugin with the same compiler and growformer version");
+  if (!info->register_components) throw RuntimeError(path + ": plugin has no register callback");
+  return info;
+}
+
+}  // namespace
+
+void Registry::load_library(const std::string& path) {
+  check_library_file(path);
+  auto lib = std::make_shared<boost::dll::shared_library>();
+  const PluginInfo* info = open_plugin(*lib, path);
   std::string name = info->name ? info->name : "";
   for (const auto& l : impl_->loaded)
     if (l.plugin == name)
       throw RuntimeError(path + ": plugin `" + name + "` is already loaded from " + l.path);
-  if (!info->register_components) throw RuntimeError(path + ": plugin has no register callback");
 
   size_t before = impl_->entries.size();
   impl_->current_lib = lib;
   impl_->current_plugin = name;
   impl_->current_path = path;
+  auto done = [&] {
+    impl_->current_lib.reset();
+    impl_->current_plugin.clear();
+    impl_->current_path.clear();
+  };
   try {
     info->register_components(*this);
   } catch (const std::exception& e) {
     impl_->entries.resize(before);  // all or nothing
-    impl_->current_lib.reset();
-    impl_->current_plugin.clear();
-    impl_->current_path.clear();
+    done();
     throw RuntimeError(path + ": registering plugin `" + name + "` failed: " + e.what());
   }
-  impl_->current_lib.reset();
-  impl_->current_plugin.clear();
-  impl_->current_path.clear();
+  done();
   impl_->loaded.push_back({path, name, info->version ? info->version : "", file_checksum(path)});
   // Loaded libraries stay mapped until the process exits: an exception or a static object
   // made by plugin code may outlive every registry and object that came from it.

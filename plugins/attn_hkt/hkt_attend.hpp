@@ -23,6 +23,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace gf_hkt {
@@ -93,15 +94,21 @@ inline void expand_fixed(const float* sr, size_t n, float* up) {
   for (size_t J = 0; J < n; ++J)
     for (size_t t = 0; t < BS; ++t) up[J * BS + t] = sr[J];
 }
+// Calls f(std::integral_constant<size_t, BS>{}) for the block sizes with constant-width
+// loops (2, 4, 8) and returns true; false for any other size.
+template <class F>
+inline bool with_fixed_block(size_t bs, F&& f) {
+  switch (bs) {
+    case 2: f(std::integral_constant<size_t, 2>{}); return true;
+    case 4: f(std::integral_constant<size_t, 4>{}); return true;
+    case 8: f(std::integral_constant<size_t, 8>{}); return true;
+    default: return false;
+  }
+}
+
 inline void expand_blocks(const float* sr, size_t bs, size_t lim, float* up) {
   const size_t full = lim / bs;
-  if (bs == 2)
-    expand_fixed<2>(sr, full, up);
-  else if (bs == 4)
-    expand_fixed<4>(sr, full, up);
-  else if (bs == 8)
-    expand_fixed<8>(sr, full, up);
-  else
+  if (!with_fixed_block(bs, [&](auto B) { expand_fixed<decltype(B)::value>(sr, full, up); }))
     for (size_t J = 0; J < full; ++J) std::fill(up + J * bs, up + (J + 1) * bs, sr[J]);
   std::fill(up + full * bs, up + lim, sr[full < (lim + bs - 1) / bs ? full : 0]);
 }
@@ -118,13 +125,7 @@ inline void fold_fixed(const float* acc, size_t n, float* out) {
 }
 inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
   const size_t full = lim / bs;
-  if (bs == 2)
-    fold_fixed<2>(acc, full, out);
-  else if (bs == 4)
-    fold_fixed<4>(acc, full, out);
-  else if (bs == 8)
-    fold_fixed<8>(acc, full, out);
-  else
+  if (!with_fixed_block(bs, [&](auto B) { fold_fixed<decltype(B)::value>(acc, full, out); }))
     for (size_t J = 0; J < full; ++J) {
       float sum = 0.0f;
       for (size_t j = J * bs; j < (J + 1) * bs; ++j) sum += acc[j];

@@ -126,20 +126,28 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n) {
 // Register tiles of R rows x NC vectors; the short dimension d is walked in chunks of
 // NC * W columns, its remainder (d % W) by scalar loops.
 
+// acc[r][v] = sum_q X[row i + r, q] Y[q, c0 + v W : ...] (R x NC vectors) over q < len; with
+// TRANS the rows are columns of X: X[q, i + r].
+template <size_t R, size_t NC, bool TRANS>
+inline void fma_tile(B (&acc)[R][NC], size_t i, size_t c0, size_t len, const float* x, size_t ldx,
+                     const float* y, size_t ldy) {
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
+  for (size_t q = 0; q < len; ++q) {
+    B yv[NC];
+    for (size_t v = 0; v < NC; ++v) yv[v] = B::load_unaligned(y + q * ldy + c0 + v * W);
+    for (size_t r = 0; r < R; ++r) {
+      B xv(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]);
+      for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(xv, yv[v], acc[r][v]);
+    }
+  }
+}
+
 template <size_t R, size_t NC>
 inline void short_k_tile(size_t i, size_t j, size_t d, float alpha, const float* a, size_t lda,
                          const float* bt, size_t ldb, float* c, size_t ldc) {
   B acc[R][NC];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
-  for (size_t p = 0; p < d; ++p) {
-    B bv[NC];
-    for (size_t v = 0; v < NC; ++v) bv[v] = B::load_unaligned(bt + p * ldb + j + v * W);
-    for (size_t r = 0; r < R; ++r) {
-      B av(a[(i + r) * lda + p]);
-      for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(av, bv[v], acc[r][v]);
-    }
-  }
+  fma_tile<R, NC, false>(acc, i, j, d, a, lda, bt, ldb);
   B al(alpha);
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NC; ++v) (acc[r][v] * al).store_unaligned(c + (i + r) * ldc + j + v * W);
@@ -172,16 +180,7 @@ template <size_t R, size_t NC, bool TRANS>
 inline void acc_tile(size_t i, size_t c0, size_t len, float alpha, const float* x, size_t ldx,
                      const float* y, size_t ldy, float* c, size_t ldc) {
   B acc[R][NC];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
-  for (size_t q = 0; q < len; ++q) {
-    B yv[NC];
-    for (size_t v = 0; v < NC; ++v) yv[v] = B::load_unaligned(y + q * ldy + c0 + v * W);
-    for (size_t r = 0; r < R; ++r) {
-      B xv(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]);
-      for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(xv, yv[v], acc[r][v]);
-    }
-  }
+  fma_tile<R, NC, TRANS>(acc, i, c0, len, x, ldx, y, ldy);
   B al(alpha);
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NC; ++v) {
