@@ -40,6 +40,32 @@ std::pair<size_t, size_t> resolve_region(const RegionSpec& region) {
   return {region.start, region.end};
 }
 
+OptionSpecs genome_options(const std::string& region, const std::string& unit,
+                           const std::string& group) {
+  OptionSpecs out = region_options(region);
+  out.push_back(make_option("max_len", OptType::Int, "0",
+                            "keep at most this many tokens per " + unit + " (0 = all)", 0));
+  out.push_back(make_option("val_ratio", OptType::Float, "0.1",
+                            "share of each " + group + " held out as val", 0.0, 0.9));
+  out.push_back(make_option("test_ratio", OptType::Float, "0.1",
+                            "share of each " + group + " held out as test", 0.0, 0.9));
+  for (auto& o : KmerTokenizer::options()) out.push_back(o);
+  return out;
+}
+
+GenomeSettings read_genome_settings(const Options& o) {
+  GenomeSettings g;
+  g.region = read_region(o);
+  g.max_len = static_cast<size_t>(o.get_int("max_len"));
+  g.val_ratio = o.get_float("val_ratio");
+  g.test_ratio = o.get_float("test_ratio");
+  g.k = static_cast<int>(o.get_int("k"));
+  g.stride = static_cast<int>(o.get_int("stride"));
+  g.ambiguous_name = o.get_string("ambiguous");
+  g.ambiguous = parse_ambiguous(g.ambiguous_name);
+  return g;
+}
+
 size_t ratio_count(size_t n, double ratio) {
   return static_cast<size_t>(std::llround(static_cast<double>(n) * ratio));
 }

@@ -27,18 +27,12 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 
-struct Settings {
+struct Settings : gf::GenomeSettings {  // region end 0 = whole record
   std::string fasta, metadata, id_column, label_column;
   int64_t min_count = 0;
   std::vector<std::string> include;
   std::string other, other_name, missing;
-  int k = 1, stride = 1;
-  gf::Ambiguous ambiguous = gf::Ambiguous::Token;
-  gf::RegionSpec region;  // end 0 = whole record
-  size_t max_len = 0;
-  double val_ratio = 0.1, test_ratio = 0.1;
   uint64_t seed = 0;
-  std::string ambiguous_name = "token";
   // a tokenizer saved with a checkpoint (DatasetBuild::tokenizer)
   bool restored = false;
   std::vector<std::string> classes;
@@ -377,6 +371,7 @@ class FastaVariants : public gf::Dataset {
 
 std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
   Settings s;
+  static_cast<gf::GenomeSettings&>(s) = gf::read_genome_settings(o);
   s.fasta = o.resolve_path(o.get_string("fasta"));
   s.metadata = o.resolve_path(o.get_string("metadata"));
   s.id_column = o.get_string("id_column");
@@ -386,14 +381,6 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.other = o.get_string("other");
   s.other_name = o.get_string("other_name");
   s.missing = o.get_string("missing");
-  s.k = static_cast<int>(o.get_int("k"));
-  s.stride = static_cast<int>(o.get_int("stride"));
-  s.ambiguous_name = o.get_string("ambiguous");
-  s.ambiguous = gf::parse_ambiguous(s.ambiguous_name);
-  s.region = gf::read_region(o);
-  s.max_len = static_cast<size_t>(o.get_int("max_len"));
-  s.val_ratio = o.get_float("val_ratio");
-  s.test_ratio = o.get_float("test_ratio");
   s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
   if (!b.tokenizer.empty()) restore(s, b.tokenizer);
   return std::make_unique<FastaVariants>(std::move(s));
@@ -415,15 +402,9 @@ gf::OptionSpecs specs() {
       gf::make_option("missing", OptType::String, "skip",
           "metadata ids absent from the FASTA: skip (counted) or error", -kInf, kInf,
           {"skip", "error"}),
-  };
-  for (auto& o : gf::region_options("the region on each record")) out.push_back(o);
-  for (auto& o : gf::OptionSpecs{
-      gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per genome (0 = all)", 0),
-      gf::make_option("val_ratio", OptType::Float, "0.1", "share of each class held out as val", 0.0, 0.9),
-      gf::make_option("test_ratio", OptType::Float, "0.1", "share of each class held out as test", 0.0, 0.9),
       gf::make_option("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
-  }) out.push_back(o);
-  for (auto& o : gf::KmerTokenizer::options()) out.push_back(o);
+  };
+  for (auto& o : gf::genome_options("the region on each record", "genome", "class")) out.push_back(o);
   return out;
 }
 

@@ -26,17 +26,12 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 
-struct Settings {
+struct Settings : gf::GenomeSettings {
   std::string reference, clades_tsv;
   std::vector<std::string> clades;
   int64_t num_clades = 0, per_clade = 100;
   double mutation_rate = 0.001;
   int64_t n_runs = 0, n_run_max = 100;
-  gf::RegionSpec region;
-  int k = 1, stride = 1;
-  gf::Ambiguous ambiguous = gf::Ambiguous::Token;
-  size_t max_len = 0;
-  double val_ratio = 0.1, test_ratio = 0.1;
   uint64_t seed = 0;
 };
 
@@ -273,6 +268,7 @@ class SyntheticVariants : public gf::Dataset {
 
 std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
   Settings s;
+  static_cast<gf::GenomeSettings&>(s) = gf::read_genome_settings(o);
   s.reference = o.resolve_path(o.get_string("reference"));
   s.clades_tsv = o.resolve_path(o.get_string("clades_tsv"));
   s.clades = o.get_string_list("clades");
@@ -284,13 +280,6 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.mutation_rate = o.get_float("mutation_rate");
   s.n_runs = o.get_int("n_runs");
   s.n_run_max = o.get_int("n_run_max");
-  s.region = gf::read_region(o);
-  s.k = static_cast<int>(o.get_int("k"));
-  s.stride = static_cast<int>(o.get_int("stride"));
-  s.ambiguous = gf::parse_ambiguous(o.get_string("ambiguous"));
-  s.max_len = static_cast<size_t>(o.get_int("max_len"));
-  s.val_ratio = o.get_float("val_ratio");
-  s.test_ratio = o.get_float("test_ratio");
   s.seed = o.has_value("seed") ? static_cast<uint64_t>(o.get_int("seed")) : b.seed;
   return std::make_unique<SyntheticVariants>(std::move(s));
 }
@@ -308,15 +297,9 @@ gf::OptionSpecs specs() {
           "background substitution probability per site (defining sites are kept)", 0.0, 1.0),
       gf::make_option("n_runs", OptType::Int, "0", "runs of N per sequence (defining sites are kept)", 0),
       gf::make_option("n_run_max", OptType::Int, "100", "longest run of N (length uniform in 1..max)", 1),
-  };
-  for (auto& o : gf::region_options("the region")) out.push_back(o);
-  for (auto& o : gf::OptionSpecs{
-      gf::make_option("max_len", OptType::Int, "0", "keep at most this many tokens per sequence (0 = all)", 0),
-      gf::make_option("val_ratio", OptType::Float, "0.1", "share of each clade held out as val", 0.0, 0.9),
-      gf::make_option("test_ratio", OptType::Float, "0.1", "share of each clade held out as test", 0.0, 0.9),
       gf::make_option("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
-  }) out.push_back(o);
-  for (auto& o : gf::KmerTokenizer::options()) out.push_back(o);
+  };
+  for (auto& o : gf::genome_options("the region", "sequence", "clade")) out.push_back(o);
   return out;
 }
 

@@ -126,11 +126,13 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n) {
 // Register tiles of R rows x NC vectors; the short dimension d is walked in chunks of
 // NC * W columns, its remainder (d % W) by scalar loops.
 
-// acc[r][v] = sum_q X[row i + r, q] Y[q, c0 + v W : ...] (R x NC vectors) over q < len; with
-// TRANS the rows are columns of X: X[q, i + r].
-template <size_t R, size_t NC, bool TRANS>
-inline void fma_tile(B (&acc)[R][NC], size_t i, size_t c0, size_t len, const float* x, size_t ldx,
-                     const float* y, size_t ldy) {
+// acc[r][v] = sum_q X[row i + r, q] Y[q, c0 + v W : ...] (R x NC vectors) over q < len, with
+// TRANS the rows are columns of X: X[q, i + r]; then STORE(acc[r][v], alpha, C row i + r at
+// column c0 + v W) writes each vector.
+template <size_t R, size_t NC, bool TRANS, class Store>
+inline void fma_tile(size_t i, size_t c0, size_t len, const float* x, size_t ldx, const float* y,
+                     size_t ldy, float alpha, float* c, size_t ldc, Store store) {
+  B acc[R][NC];
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
   for (size_t q = 0; q < len; ++q) {
@@ -141,16 +143,17 @@ inline void fma_tile(B (&acc)[R][NC], size_t i, size_t c0, size_t len, const flo
       for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(xv, yv[v], acc[r][v]);
     }
   }
+  B al(alpha);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NC; ++v) store(acc[r][v], al, c + (i + r) * ldc + c0 + v * W);
 }
 
+// C = alpha A B^T for a tile (bt is B^T).
 template <size_t R, size_t NC>
 inline void short_k_tile(size_t i, size_t j, size_t d, float alpha, const float* a, size_t lda,
                          const float* bt, size_t ldb, float* c, size_t ldc) {
-  B acc[R][NC];
-  fma_tile<R, NC, false>(acc, i, j, d, a, lda, bt, ldb);
-  B al(alpha);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NC; ++v) (acc[r][v] * al).store_unaligned(c + (i + r) * ldc + j + v * W);
+  fma_tile<R, NC, false>(i, j, d, a, lda, bt, ldb, alpha, c, ldc,
+                         [](B acc, B al, float* cp) { (acc * al).store_unaligned(cp); });
 }
 
 template <size_t R>
@@ -179,14 +182,9 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
 template <size_t R, size_t NC, bool TRANS>
 inline void acc_tile(size_t i, size_t c0, size_t len, float alpha, const float* x, size_t ldx,
                      const float* y, size_t ldy, float* c, size_t ldc) {
-  B acc[R][NC];
-  fma_tile<R, NC, TRANS>(acc, i, c0, len, x, ldx, y, ldy);
-  B al(alpha);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NC; ++v) {
-      float* cp = c + (i + r) * ldc + c0 + v * W;
-      xsimd::fma(al, acc[r][v], B::load_unaligned(cp)).store_unaligned(cp);
-    }
+  fma_tile<R, NC, TRANS>(i, c0, len, x, ldx, y, ldy, alpha, c, ldc, [](B acc, B al, float* cp) {
+    xsimd::fma(al, acc, B::load_unaligned(cp)).store_unaligned(cp);
+  });
 }
 
 template <size_t R, bool TRANS>

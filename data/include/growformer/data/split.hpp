@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "growformer/config.hpp"
+#include "growformer/data/sequences.hpp"
 #include "growformer/dataset.hpp"
 #include "growformer/rng.hpp"
 
@@ -30,6 +31,24 @@ OptionSpecs region_options(const std::string& what);
 RegionSpec read_region(const Options& o);
 /// 1-based inclusive [start, end] of REGION (the gene's, from its GFF file); {0, 0} = whole.
 std::pair<size_t, size_t> resolve_region(const RegionSpec& region);
+
+/// What every genome dataset (FASTA records, generated genomes) reads the same way: the region,
+/// the token limit, the held-out shares and the k-mer settings. A plugin's settings derive
+/// from it.
+struct GenomeSettings {
+  RegionSpec region;
+  size_t max_len = 0;  // tokens per sequence (0 = all)
+  double val_ratio = 0.1, test_ratio = 0.1;
+  int k = 1, stride = 1;
+  std::string ambiguous_name = "token";
+  Ambiguous ambiguous = Ambiguous::Token;
+};
+/// The options behind GenomeSettings: the region (`region_options(REGION)`), `max_len` (tokens
+/// per UNIT), `val_ratio` / `test_ratio` (share of each GROUP held out), the k-mer options.
+OptionSpecs genome_options(const std::string& region, const std::string& unit,
+                           const std::string& group);
+/// Reads them (region checks as read_region).
+GenomeSettings read_genome_settings(const Options& o);
 
 /// Fisher-Yates over V with RNG (the order every split of the data plugins is drawn in).
 template <class T>
