@@ -123,6 +123,51 @@ std::string Experiment::data_record() const {
       .dump();
 }
 
+namespace {
+/// The checkpoint's data record as JSON (null when there is none), its plugin checked.
+json parse_data_record(const std::string& record, const std::string& data_plugin) {
+  if (record.empty()) return json();
+  json saved = json::parse(record, nullptr, false);
+  if (saved.is_discarded() || !saved.is_object())
+    throw RuntimeError("the checkpoint's data record is corrupt");
+  if (saved.value("plugin", "") != data_plugin)
+    throw ConfigError("data: the checkpoint was trained on dataset `" +
+                      saved.value("plugin", std::string("?")) + "`, not `" + data_plugin +
+                      "`: its tokens and classes cannot match");
+  return saved;
+}
+
+/// The model's shape and the class names from a checkpoint's data record, no data read.
+DataSplits splits_from_record(const json& saved) {
+  DataSplits d;
+  try {
+    d.vocab_size = saved.at("vocab_size").get<size_t>();
+    d.pad_id = saved.at("pad_id").get<int32_t>();
+    d.num_classes = saved.at("num_classes").get<size_t>();
+    d.class_names = saved.at("class_names").get<std::vector<std::string>>();
+  } catch (const json::exception& e) {
+    throw RuntimeError(std::string("the checkpoint's data record is corrupt: ") + e.what());
+  }
+  return d;
+}
+
+/// Refuses data whose classes or vocabulary differ from the checkpoint's record.
+void check_data_against_record(const DataSplits& d, const json& saved) {
+  auto names = saved.value("class_names", std::vector<std::string>{});
+  if (saved.value("num_classes", size_t(0)) != d.num_classes || names != d.class_names)
+    throw ConfigError("data: the data has " + std::to_string(d.num_classes) + " classes (" +
+                      join_names(d.class_names) + ") but the checkpoint was trained on " +
+                      std::to_string(saved.value("num_classes", size_t(0))) + " (" +
+                      join_names(names) + ")");
+  if (saved.value("vocab_size", size_t(0)) != d.vocab_size ||
+      saved.value("vocab_fingerprint", std::string()) != std::to_string(vocab_fingerprint(d.vocab)))
+    throw ConfigError("data: the data's vocabulary (" + std::to_string(d.vocab_size) +
+                      " tokens) is not the checkpoint's (" +
+                      std::to_string(saved.value("vocab_size", size_t(0))) +
+                      " tokens): tokenizer options differ");
+}
+}  // namespace
+
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
                        const std::string& data_record, const std::string& data_need)
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
@@ -137,6 +182,15 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   registry_->load_directories(Registry::search_path(plugin_paths));
 
   // validate the cheap parts before the (possibly slow) data load
+  build_training_parts(top);
+  load_data(top.get_node("data"), data_record, data_need);
+  model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
+                                   *registry_, seed_);
+  cfg_.check_all_consumed();
+  state_ = TrainerState(seed_);
+}
+
+void Experiment::build_training_parts(const Options& top) {
   ConfigNode train_node = top.get_node("train");
   Options to(train_node, TrainSettings::options(), "train");
   settings_ = TrainSettings(to);
@@ -149,65 +203,29 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   schedule_.min_ratio = settings_.min_lr_ratio;
   growth_ = registry_->create_growth(top.get_node("growth"));
   pruning_ = registry_->create_pruning(top.get_node("pruning"));
+}
 
-  ConfigNode data_node = top.get_node("data");
+void Experiment::load_data(ConfigNode data_node, const std::string& data_record,
+                           const std::string& data_need) {
   data_plugin_ = data_node.has("plugin") ? data_node.child("plugin").as_string() : "";
-  json saved;
+  json saved = parse_data_record(data_record, data_plugin_);
   DatasetBuild build{seed_, ""};
-  if (!data_record.empty()) {
-    saved = json::parse(data_record, nullptr, false);
-    if (saved.is_discarded() || !saved.is_object())
-      throw RuntimeError("the checkpoint's data record is corrupt");
-    if (saved.value("plugin", "") != data_plugin_)
-      throw ConfigError("data: the checkpoint was trained on dataset `" +
-                        saved.value("plugin", std::string("?")) + "`, not `" + data_plugin_ +
-                        "`: its tokens and classes cannot match");
-    if (saved.contains("tokenizer") && !saved["tokenizer"].is_null())
-      build.tokenizer = saved["tokenizer"].is_string() ? saved["tokenizer"].get<std::string>()
-                                                       : saved["tokenizer"].dump();
-  }
+  if (!saved.is_null() && saved.contains("tokenizer") && !saved["tokenizer"].is_null())
+    build.tokenizer = saved["tokenizer"].is_string() ? saved["tokenizer"].get<std::string>()
+                                                     : saved["tokenizer"].dump();
   if (data_need != "all" && data_need != "none" && data_need != "train" && data_need != "val" &&
       data_need != "test")
     throw std::invalid_argument("Experiment: data_need must be all, none, train, val or test");
   bool all = saved.is_null() || data_need == "all";
   if (!all && data_need != "none") build.only = data_need;
   dataset_ = registry_->create_dataset(data_node, build);
-  if (!all && data_need == "none") {
-    // the checkpoint alone: the model's shape and the class names from its data record
-    try {
-      data_.vocab_size = saved.at("vocab_size").get<size_t>();
-      data_.pad_id = saved.at("pad_id").get<int32_t>();
-      data_.num_classes = saved.at("num_classes").get<size_t>();
-      data_.class_names = saved.at("class_names").get<std::vector<std::string>>();
-    } catch (const json::exception& e) {
-      throw RuntimeError(std::string("the checkpoint's data record is corrupt: ") + e.what());
-    }
-  } else {
-    data_ = dataset_->load();
-  }
-  if (!saved.is_null() && data_need != "none") {
-    auto names = saved.value("class_names", std::vector<std::string>{});
-    if (saved.value("num_classes", size_t(0)) != data_.num_classes || names != data_.class_names)
-      throw ConfigError("data: the data has " + std::to_string(data_.num_classes) + " classes (" +
-                        join_names(data_.class_names) + ") but the checkpoint was trained on " +
-                        std::to_string(saved.value("num_classes", size_t(0))) + " (" +
-                        join_names(names) + ")");
-    if (saved.value("vocab_size", size_t(0)) != data_.vocab_size ||
-        saved.value("vocab_fingerprint", std::string()) !=
-            std::to_string(vocab_fingerprint(data_.vocab)))
-      throw ConfigError("data: the data's vocabulary (" + std::to_string(data_.vocab_size) +
-                        " tokens) is not the checkpoint's (" +
-                        std::to_string(saved.value("vocab_size", size_t(0))) +
-                        " tokens): tokenizer options differ");
-  }
+  // "none": the checkpoint alone gives the model's shape and the class names
+  data_ = !all && data_need == "none" ? splits_from_record(saved) : dataset_->load();
+  if (!saved.is_null() && data_need != "none") check_data_against_record(data_, saved);
   if (all && data_.train.empty()) throw ConfigError("data: the training split is empty");
   if (data_.num_classes < 2)
     throw ConfigError("data: the dataset has " + std::to_string(data_.num_classes) +
                       " class(es); classification needs at least 2");
-  model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
-                                   *registry_, seed_);
-  cfg_.check_all_consumed();
-  state_ = TrainerState(seed_);
 }
 
 Experiment::~Experiment() = default;

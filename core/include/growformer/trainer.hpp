@@ -106,6 +106,12 @@ class Experiment {
 
  private:
   class Loop;
+  /// Train settings, optimizer, schedule, growth and pruning from the top-level options.
+  void build_training_parts(const Options& top);
+  /// The dataset, its splits (or, with data_need "none", the record's shape) and the checks of
+  /// the data against a checkpoint's data record.
+  void load_data(ConfigNode data_node, const std::string& data_record,
+                 const std::string& data_need);
   int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
   void save(const std::string& path);
   TrainingParts parts();
