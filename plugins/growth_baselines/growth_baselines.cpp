@@ -71,10 +71,9 @@ class BaselineGrowth : public gf::GrowthPolicy {
   }
 
   void load_state(const std::string& s) override {
-    if (s.empty()) return;
-    gf::incrt::Reader r(s);
-    r.expect(name_);
-    r.expect("1");
+    auto opened = gf::incrt::Reader::open(s, name_, "1");
+    if (!opened) return;
+    gf::incrt::Reader& r = *opened;
     seeded_ = r.u64() != 0;
     const uint64_t st = r.u64(), inc = r.u64();
     rng_.restore(st, inc);

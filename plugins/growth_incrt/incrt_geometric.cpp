@@ -203,10 +203,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   void load_state(const std::string& text) override {
-    if (text.empty()) return;
-    gf::incrt::Reader r(text);
-    r.expect("incrt_geometric");
-    r.expect("2");
+    auto opened = gf::incrt::Reader::open(text, "incrt_geometric", "2");
+    if (!opened) return;
+    gf::incrt::Reader& r = *opened;
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);

@@ -144,9 +144,9 @@ class IncrtGate : public gf::Head {
   }
 
   void load_state(const std::string& text) override {
-    gf::incrt::Reader r(text);
-    r.expect("incrt_gate");
-    r.expect("1");
+    auto opened = gf::incrt::Reader::open(text, "incrt_gate", "1");
+    if (!opened) return;
+    gf::incrt::Reader& r = *opened;
     started_ = r.u64() != 0;
     forwards_ = r.u64();
     const uint64_t s = r.u64(), inc = r.u64();

@@ -221,10 +221,9 @@ class HeadImportance : public gf::GrowthPolicy {
   }
 
   void load_state(const std::string& text) override {
-    if (text.empty()) return;
-    gf::incrt::Reader r(text);
-    r.expect("head_importance");
-    r.expect("1");
+    auto opened = gf::incrt::Reader::open(text, "head_importance", "1");
+    if (!opened) return;
+    gf::incrt::Reader& r = *opened;
     const size_t nb = r.u64();
     acc_.clear();
     for (size_t b = 0; b < nb; ++b) {

@@ -161,10 +161,9 @@ class DirectionalEnergy : public gf::GrowthPolicy {
   }
 
   void load_state(const std::string& text) override {
-    if (text.empty()) return;
-    gf::incrt::Reader r(text);
-    r.expect("directional_energy");
-    r.expect("1");
+    auto opened = gf::incrt::Reader::open(text, "directional_energy", "1");
+    if (!opened) return;
+    gf::incrt::Reader& r = *opened;
     pruned_ = r.u64();
     const size_t nb = r.u64();
     blocks_.clear();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +30,16 @@ inline void put_vec(std::ostringstream& os, const std::vector<double>& v) {
 class Reader {
  public:
   explicit Reader(const std::string& s, std::string owner = "incrt") : is_(s), owner_(std::move(owner)) {}
+  /// A reader over TEXT positioned after its "TAG VERSION" header (checked), or none when TEXT
+  /// is empty (a component that has saved nothing yet).
+  static std::optional<Reader> open(const std::string& text, const std::string& tag,
+                                    const std::string& version, std::string owner = "incrt") {
+    if (text.empty()) return std::nullopt;
+    std::optional<Reader> r(std::in_place, text, std::move(owner));
+    r->expect(tag);
+    r->expect(version);
+    return r;
+  }
   std::string word() {
     std::string w;
     if (!(is_ >> w)) throw RuntimeError(owner_ + ": truncated policy state");
