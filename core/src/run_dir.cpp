@@ -16,6 +16,7 @@
 #include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
 #include "growformer/errors.hpp"
+#include "log_lines.hpp"
 
 namespace gf {
 
@@ -122,42 +123,17 @@ void RunDir::lock() {
 }
 
 namespace {
-constexpr size_t kMaxLogLine = 1 << 20;
-
 void truncate_jsonl(const RunDir& dir, const std::string& path, long max_step) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return;  // no log yet
-  if (!S_ISREG(st.st_mode))
-    throw RuntimeError(path + ": the run log is not a regular file; remove or replace it");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RuntimeError(path + ": cannot read the run log");
-  std::string keep, line;
-  size_t line_no = 0;
-  // bounded line reads: a line longer than kMaxLogLine is not a log line
-  while (true) {
-    line.clear();
-    char c;
-    bool got = false;
-    while (in.get(c)) {
-      got = true;
-      if (c == '\n') break;
-      if (line.size() >= kMaxLogLine)
-        throw RuntimeError(path + ":" + std::to_string(line_no + 1) +
-                           ": a line longer than 1 MiB: not a growformer log; remove or replace it");
-      line.push_back(c);
-    }
-    if (!got) break;
-    ++line_no;
-    if (line.empty()) continue;
+  std::string keep;
+  bool exists = for_each_log_line(path, [&](size_t, const std::string& line) {
     try {
       auto j = nlohmann::json::parse(line);
       if (j.value("step", 0L) <= max_step && j.value("split", "") != "test") keep += line + "\n";
     } catch (...) {
       // a torn last line from a crash: drop it
     }
-  }
-  if (in.bad()) throw RuntimeError(path + ": read failed");
-  dir.write(path, keep);
+  });
+  if (exists) dir.write(path, keep);
 }
 }  // namespace
 
