@@ -11,28 +11,25 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include <growformer/config.hpp>
+#include <growformer/run_events.hpp>
 #include <growformer/version.hpp>
 
 #include "commands.hpp"
 
 namespace po = boost::program_options;
-using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace gfapp {
 
 namespace {
 
-struct Run {
+// A run read back through the core's reader, with the name the report gives it.
+struct Run : gf::RunLog {
   std::string dir, name;
-  std::vector<json> train, val, events;
-  json test;  // null when the run has no final test line
-  std::string config, plugins;
 };
 
 std::string read_text(const fs::path& p) {
@@ -42,43 +39,14 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-// One JSON object per line; a line that is not one is an error naming file and line.
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  if (!in) throw gf::RuntimeError(p.string() + ": cannot read");
-  std::string line;
-  size_t n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      throw gf::RuntimeError(p.string() + ":" + std::to_string(n) + ": corrupt line (not a JSON object): " +
-                             line.substr(0, 60) + (line.size() > 60 ? "..." : ""));
-    if (!j.contains("step") || !j["step"].is_number())
-      throw gf::RuntimeError(p.string() + ":" + std::to_string(n) + ": corrupt line (no numeric `step`)");
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
 bool is_run(const fs::path& d) { return fs::is_regular_file(d / "metrics.jsonl"); }
 
 Run load_run(const fs::path& d) {
   Run r;
+  static_cast<gf::RunLog&>(r) = gf::read_run_log(gf::RunDir(d.string()));
   r.dir = d.string();
   r.name = d.filename().string();
   if (r.name.empty() || r.name == ".") r.name = fs::absolute(d).lexically_normal().filename().string();
-  for (auto& j : read_jsonl(d / "metrics.jsonl")) {
-    std::string split = j.value("split", "");
-    if (split == "train") r.train.push_back(j);
-    else if (split == "val") r.val.push_back(j);
-    else if (split == "test") r.test = j;
-  }
-  if (fs::exists(d / "events.jsonl")) r.events = read_jsonl(d / "events.jsonl");
-  if (fs::exists(d / "config.resolved.yaml")) r.config = read_text(d / "config.resolved.yaml");
-  if (fs::exists(d / "plugins.lock")) r.plugins = read_text(d / "plugins.lock");
   return r;
 }
 
@@ -101,8 +69,17 @@ std::string num(double v, int digits = 4) {
   return b;
 }
 
-double get(const json& j, const char* k) {
-  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
+// The number K of a log line (its step for "step"), NaN when it has none.
+double get(const gf::MetricsLine& j, const std::string& k) {
+  return k == "step" ? static_cast<double>(j.step) : j.number(k).value_or(NAN);
+}
+double get(const gf::RunEvent& e, const std::string& k) {
+  return k == "step" ? static_cast<double>(e.step) : e.number(k).value_or(NAN);
+}
+double total(const std::vector<double>& xs) {
+  double t = 0;
+  for (double x : xs) t += x;
+  return t;
 }
 
 // A gnuplot string literal.
@@ -234,11 +211,10 @@ window.addEventListener('load', function () {
 });
 </script>)";
 
-// [2.0, 3.0] as "[2, 3]".
-std::string int_list(const json& a) {
+// [2.0, 3.0] as "[2, 3]" (SEP ", "), or as "[2,3]" (SEP ",", the log's own spelling).
+std::string int_list(const std::vector<double>& a, const char* sep = ", ") {
   std::string s = "[";
-  for (size_t i = 0; i < a.size(); ++i)
-    s += (i ? ", " : "") + (a[i].is_number() ? std::to_string(std::llround(a[i].get<double>())) : a[i].dump());
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? sep : "") + std::to_string(std::llround(a[i]));
   return s + "]";
 }
 
@@ -251,8 +227,7 @@ std::string chart(const std::string& svg, const std::string& id) {
 std::vector<std::vector<double>> heads_series(const Run& r, size_t* blocks) {
   std::vector<std::vector<double>> out;
   *blocks = 0;
-  for (auto& j : r.train)
-    if (j.contains("heads") && j["heads"].is_array()) *blocks = std::max(*blocks, j["heads"].size());
+  for (auto& j : r.train) *blocks = std::max(*blocks, j.list("heads").size());
   out.resize(*blocks);
   return out;
 }
@@ -260,12 +235,12 @@ std::vector<std::vector<double>> heads_series(const Run& r, size_t* blocks) {
 std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, bool full) {
   std::ostringstream h;
   std::string charts;
-  auto xy = [](const std::vector<json>& rows, const char* x, const char* y) {
+  auto xy = [](const std::vector<gf::MetricsLine>& rows, const char* x, const char* y) {
     std::vector<std::pair<double, double>> p;
     for (auto& j : rows) p.push_back({get(j, x), get(j, y)});
     return p;
   };
-  double majority = r.test.is_object() ? get(r.test, "majority_class_accuracy") : NAN;
+  double majority = r.test ? get(*r.test, "majority_class_accuracy") : NAN;
   {
     Figure f{prefix + "loss_step", "loss", "step", "cross-entropy"};
     f.series = {{"train", "lines", xy(r.train, "step", "loss")},
@@ -297,37 +272,38 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   // heads per block, with growth and prune markers at (step, heads after the edit)
   size_t blocks = 0;
   heads_series(r, &blocks);
-  std::vector<const json*> edits;
-  for (auto& e : r.events) {
-    std::string t = e.value("type", "");
-    if (t == "grow" || t == "prune") edits.push_back(&e);
-  }
+  std::vector<const gf::RunEvent*> edits;
+  for (auto& e : r.events)
+    if (e.event.type == "grow" || e.event.type == "prune") edits.push_back(&e);
   bool structural = !edits.empty();
   for (auto& j : r.train)
-    if (j.contains("heads") && !r.train.empty() && j["heads"] != r.train.front()["heads"]) structural = true;
+    if (!j.list("heads").empty() && j.list("heads") != r.train.front().list("heads")) structural = true;
   if (blocks > 0 && (full || structural)) {
     Figure f{prefix + "heads", "heads per block", "step", "heads"};
     f.from_zero = true;
     for (size_t b = 0; b < blocks; ++b) {
       Series s{"block " + std::to_string(b), "steps"};
-      for (auto& j : r.train)
-        if (j["heads"].size() > b) s.pts.push_back({get(j, "step"), j["heads"][b].get<double>()});
+      for (auto& j : r.train) {
+        std::vector<double> heads = j.list("heads");
+        if (heads.size() > b) s.pts.push_back({get(j, "step"), heads[b]});
+      }
       f.series.push_back(s);
     }
     Series grow{"growth", "points-up"}, prune{"prune", "points-down"};
     for (auto* e : edits) {
-      size_t b = e->value("block", 0L);
-      double after = e->contains("heads") && (*e)["heads"].size() > b ? (*e)["heads"][b].get<double>() : NAN;
-      (e->value("type", "") == "grow" ? grow : prune).pts.push_back({get(*e, "step"), after});
+      size_t b = std::max(0L, e->event.block);
+      std::vector<double> heads = e->list("heads");
+      double after = heads.size() > b ? heads[b] : NAN;
+      (e->event.type == "grow" ? grow : prune).pts.push_back({get(*e, "step"), after});
     }
     f.series.push_back(grow);
     f.series.push_back(prune);
     charts += chart(plot.draw(f), f.id);
   }
   // INCRT: eigenvalues of the residual directional energy and thresholds, per block
-  std::map<long, std::vector<const json*>> checks;
+  std::map<long, std::vector<const gf::RunEvent*>> checks;
   for (auto& e : r.events)
-    if (e.value("type", "") == "check" && e.contains("lambda_max")) checks[e.value("block", 0L)].push_back(&e);
+    if (e.event.type == "check" && e.number("lambda_max")) checks[std::max(0L, e.event.block)].push_back(&e);
   for (auto& [b, rows] : checks) {
     Figure f{prefix + "incrt_block" + std::to_string(b),
              "INCRT block " + std::to_string(b) + ": residual energy eigenvalues and thresholds",
@@ -352,24 +328,23 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   std::map<size_t, std::map<size_t, Series>> lambdas;
   std::map<std::string, Series> head_scalars;
   for (auto& j : r.train) {
-    if (!j.contains("blocks") || !j["blocks"].is_array()) continue;
     double step = get(j, "step");
-    for (size_t b = 0; b < j["blocks"].size(); ++b) {
-      const json& bj = j["blocks"][b];
-      if (bj.contains("lambda") && bj["lambda"].is_array())
-        for (size_t l = 0; l < bj["lambda"].size(); ++l) {
+    for (size_t b = 0; b < j.blocks.size(); ++b) {
+      const gf::BlockDiagnostics& bd = j.blocks[b];
+      auto lambda = bd.lists.find("lambda");
+      if (lambda != bd.lists.end())
+        for (size_t l = 0; l < lambda->second.size(); ++l) {
           Series& s = lambdas[b][l];
           s.title = "lambda_" + std::to_string(l) + (l == 0 ? " (finest)" : "");
-          s.pts.push_back({step, bj["lambda"][l].get<double>()});
+          s.pts.push_back({step, lambda->second[l]});
         }
-      if (bj.contains("heads") && bj["heads"].is_object())
-        for (auto it = bj["heads"].begin(); it != bj["heads"].end(); ++it)
-          if (it->contains("beta")) {
-            std::string key = "block " + std::to_string(b) + " head " + it.key();
-            Series& s = head_scalars[key];
-            s.title = key;
-            s.pts.push_back({step, (*it)["beta"].get<double>()});
-          }
+      for (auto& [head, scalars] : bd.heads)
+        if (scalars.count("beta")) {
+          std::string key = "block " + std::to_string(b) + " head " + std::to_string(head);
+          Series& s = head_scalars[key];
+          s.title = key;
+          s.pts.push_back({step, scalars.at("beta")});
+        }
     }
   }
   for (auto& [b, levels] : lambdas) {
@@ -385,47 +360,43 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   }
 
   h << "<div class=\"charts\">\n" << charts << "</div>\n";
-  if (r.test.is_object()) {
-    h << "<p class=\"big\">final test (" << esc(r.test.value("evaluated_on", std::string("test")))
-      << " split, " << esc(r.test.value("model", std::string("?"))) << " model): accuracy <b>"
-      << num(get(r.test, "accuracy")) << "</b> against <b>" << num(majority)
-      << "</b> for the majority class; loss " << num(get(r.test, "loss")) << " on "
-      << r.test.value("examples", 0L) << " examples; heads per block " << esc(r.test.value("heads", json::array()).dump())
-      << "</p>\n";
+  if (r.test) {
+    const gf::MetricsLine& t = *r.test;
+    h << "<p class=\"big\">final test (" << esc(t.text("evaluated_on", "test")) << " split, "
+      << esc(t.text("model", "?")) << " model): accuracy <b>" << num(get(t, "accuracy"))
+      << "</b> against <b>" << num(majority) << "</b> for the majority class; loss "
+      << num(get(t, "loss")) << " on " << std::llround(t.number("examples").value_or(0))
+      << " examples; heads per block " << esc(int_list(t.list("heads"), ",")) << "</p>\n";
   } else {
     h << "<p>no final test line (the run has not finished)</p>\n";
   }
   if (!edits.empty()) {
     std::set<std::string> keys;
-    for (auto* e : edits)
-      for (auto it = e->begin(); it != e->end(); ++it)
-        if (it->is_number() && it.key() != "step" && it.key() != "block" && it.key() != "head") keys.insert(it.key());
+    for (auto* e : edits)  // the numbers an edit logged (a non-finite one is logged as null)
+      for (auto& [k, v] : e->event.numbers)
+        if (std::isfinite(v) && k != "block" && k != "head") keys.insert(k);
     h << "<h3>structure edits and their causes</h3>\n<table><tr><th>step</th><th class=l>edit</th>"
          "<th>block</th><th>head</th><th class=l>policy</th><th class=l>heads after</th>";
     for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
     h << "</tr>\n";
     for (auto* e : edits) {
-      h << "<tr><td>" << e->value("step", 0L) << "</td><td class=l>" << esc(e->value("type", ""))
-        << "</td><td>" << e->value("block", 0L) << "</td><td>" << e->value("head", -1L)
-        << "</td><td class=l>" << esc(e->value("policy", "")) << "</td><td class=l>"
-        << esc(int_list(e->value("heads", json::array()))) << "</td>";
-      for (auto& k : keys) h << "<td>" << (e->contains(k) ? num(get(*e, k.c_str())) : "") << "</td>";
+      h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type) << "</td><td>"
+        << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
+        << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads"))) << "</td>";
+      for (auto& k : keys) h << "<td>" << (e->number(k) ? num(*e->number(k)) : "") << "</td>";
       h << "</tr>\n";
     }
     h << "</table>\n";
   }
   if (full) {
     h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
-    json lock = json::parse(r.plugins.empty() ? "[]" : r.plugins, nullptr, false);
-    if (lock.is_array()) {
-      h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th class=l>library</th>"
-           "<th class=l>sha256</th></tr>\n";
-      for (auto& l : lock)
-        h << "<tr><td class=l>" << esc(l.value("plugin", "")) << "</td><td class=l>"
-          << esc(l.value("version", "")) << "</td><td class=l>" << esc(l.value("path", ""))
-          << "</td><td class=l>" << esc(l.value("checksum", "").substr(0, 16)) << "</td></tr>\n";
-      h << "</table>\n";
-    }
+    h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th class=l>library</th>"
+         "<th class=l>sha256</th></tr>\n";
+    for (auto& l : r.plugins)
+      h << "<tr><td class=l>" << esc(l.plugin) << "</td><td class=l>" << esc(l.version)
+        << "</td><td class=l>" << esc(l.path) << "</td><td class=l>" << esc(l.checksum.substr(0, 16))
+        << "</td></tr>\n";
+    h << "</table>\n";
   }
   return h.str();
 }
@@ -456,13 +427,7 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
     for (auto& r : runs) {
       Series s{r.name, val ? "linespoints" : "lines"};
       for (auto& j : val ? r.val : r.train) {
-        double y = NAN;
-        if (std::string(key) == "heads_total") {
-          y = 0;
-          for (auto& x : j.value("heads", json::array())) y += x.get<double>();
-        } else {
-          y = get(j, key);
-        }
+        double y = std::string(key) == "heads_total" ? total(j.list("heads")) : get(j, key);
         s.pts.push_back({get(j, xkey), y});
       }
       f.series.push_back(s);
@@ -485,12 +450,10 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
   for (auto& [g, rs] : groups) {
     std::vector<double> test, best, heads, major;
     for (auto* r : rs) {
-      if (r->test.is_object()) {
-        test.push_back(get(r->test, "accuracy"));
-        major.push_back(get(r->test, "majority_class_accuracy"));
-        double t = 0;
-        for (auto& x : r->test.value("heads", json::array())) t += x.get<double>();
-        heads.push_back(t);
+      if (r->test) {
+        test.push_back(get(*r->test, "accuracy"));
+        major.push_back(get(*r->test, "majority_class_accuracy"));
+        heads.push_back(total(r->test->list("heads")));
       }
       double b = NAN;
       for (auto& j : r->val) b = std::isfinite(b) ? std::max(b, get(j, "accuracy")) : get(j, "accuracy");
@@ -504,10 +467,10 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
        "<th>majority class</th><th>test loss</th><th class=l>heads</th><th>steps</th></tr>\n";
   for (auto& r : runs) {
     h << "<tr><td class=l>" << esc(r.name) << "</td>";
-    if (r.test.is_object())
-      h << "<td>" << num(get(r.test, "accuracy")) << "</td><td>" << num(get(r.test, "majority_class_accuracy"))
-        << "</td><td>" << num(get(r.test, "loss")) << "</td><td class=l>" << esc(r.test.value("heads", json::array()).dump())
-        << "</td><td>" << r.test.value("step", 0L) << "</td>";
+    if (r.test)
+      h << "<td>" << num(get(*r.test, "accuracy")) << "</td><td>" << num(get(*r.test, "majority_class_accuracy"))
+        << "</td><td>" << num(get(*r.test, "loss")) << "</td><td class=l>" << esc(int_list(r.test->list("heads"), ","))
+        << "</td><td>" << r.test->step << "</td>";
     else
       h << "<td colspan=5>not finished</td>";
     h << "</tr>\n";
