@@ -223,24 +223,18 @@ std::string chart(const std::string& svg, const std::string& id) {
   return "<figure class=\"chart\" id=\"" + id + "\">" + svg + "</figure>\n";
 }
 
-// Heads per block at each logged train step.
-std::vector<std::vector<double>> heads_series(const Run& r, size_t* blocks) {
-  std::vector<std::vector<double>> out;
-  *blocks = 0;
-  for (auto& j : r.train) *blocks = std::max(*blocks, j.list("heads").size());
-  out.resize(*blocks);
-  return out;
+// Series of (X, Y) from log lines (NaN where a line lacks a number).
+std::vector<std::pair<double, double>> xy(const std::vector<gf::MetricsLine>& rows, const char* x,
+                                          const char* y) {
+  std::vector<std::pair<double, double>> p;
+  for (auto& j : rows) p.push_back({get(j, x), get(j, y)});
+  return p;
 }
 
-std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, bool full) {
-  std::ostringstream h;
+// Loss, accuracy (with the majority class of the test line), both against wall time, and the
+// learning rate.
+std::string metric_charts(const Run& r, Plotter& plot, const std::string& prefix, double majority) {
   std::string charts;
-  auto xy = [](const std::vector<gf::MetricsLine>& rows, const char* x, const char* y) {
-    std::vector<std::pair<double, double>> p;
-    for (auto& j : rows) p.push_back({get(j, x), get(j, y)});
-    return p;
-  };
-  double majority = r.test ? get(*r.test, "majority_class_accuracy") : NAN;
   {
     Figure f{prefix + "loss_step", "loss", "step", "cross-entropy"};
     f.series = {{"train", "lines", xy(r.train, "step", "loss")},
@@ -269,38 +263,52 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
     f.series = {{"lr", "lines", xy(r.train, "step", "lr")}};
     charts += chart(plot.draw(f), f.id);
   }
-  // heads per block, with growth and prune markers at (step, heads after the edit)
-  size_t blocks = 0;
-  heads_series(r, &blocks);
+  return charts;
+}
+
+// The run's structure edits (grow and prune events) in order.
+std::vector<const gf::RunEvent*> edits_of(const Run& r) {
   std::vector<const gf::RunEvent*> edits;
   for (auto& e : r.events)
     if (e.event.type == "grow" || e.event.type == "prune") edits.push_back(&e);
+  return edits;
+}
+
+// Heads per block, with growth and prune markers at (step, heads after the edit); drawn when
+// FULL or when the structure changed.
+std::string heads_chart(const Run& r, const std::vector<const gf::RunEvent*>& edits, Plotter& plot,
+                        const std::string& prefix, bool full) {
+  size_t blocks = 0;
+  for (auto& j : r.train) blocks = std::max(blocks, j.list("heads").size());
   bool structural = !edits.empty();
   for (auto& j : r.train)
     if (!j.list("heads").empty() && j.list("heads") != r.train.front().list("heads")) structural = true;
-  if (blocks > 0 && (full || structural)) {
-    Figure f{prefix + "heads", "heads per block", "step", "heads"};
-    f.from_zero = true;
-    for (size_t b = 0; b < blocks; ++b) {
-      Series s{"block " + std::to_string(b), "steps"};
-      for (auto& j : r.train) {
-        std::vector<double> heads = j.list("heads");
-        if (heads.size() > b) s.pts.push_back({get(j, "step"), heads[b]});
-      }
-      f.series.push_back(s);
+  if (blocks == 0 || !(full || structural)) return "";
+  Figure f{prefix + "heads", "heads per block", "step", "heads"};
+  f.from_zero = true;
+  for (size_t b = 0; b < blocks; ++b) {
+    Series s{"block " + std::to_string(b), "steps"};
+    for (auto& j : r.train) {
+      std::vector<double> heads = j.list("heads");
+      if (heads.size() > b) s.pts.push_back({get(j, "step"), heads[b]});
     }
-    Series grow{"growth", "points-up"}, prune{"prune", "points-down"};
-    for (auto* e : edits) {
-      size_t b = std::max(0L, e->event.block);
-      std::vector<double> heads = e->list("heads");
-      double after = heads.size() > b ? heads[b] : NAN;
-      (e->event.type == "grow" ? grow : prune).pts.push_back({get(*e, "step"), after});
-    }
-    f.series.push_back(grow);
-    f.series.push_back(prune);
-    charts += chart(plot.draw(f), f.id);
+    f.series.push_back(s);
   }
-  // INCRT: eigenvalues of the residual directional energy and thresholds, per block
+  Series grow{"growth", "points-up"}, prune{"prune", "points-down"};
+  for (auto* e : edits) {
+    size_t b = std::max(0L, e->event.block);
+    std::vector<double> heads = e->list("heads");
+    double after = heads.size() > b ? heads[b] : NAN;
+    (e->event.type == "grow" ? grow : prune).pts.push_back({get(*e, "step"), after});
+  }
+  f.series.push_back(grow);
+  f.series.push_back(prune);
+  return chart(plot.draw(f), f.id);
+}
+
+// INCRT: eigenvalues of the residual directional energy and thresholds, per block.
+std::string incrt_charts(const Run& r, Plotter& plot, const std::string& prefix) {
+  std::string charts;
   std::map<long, std::vector<const gf::RunEvent*>> checks;
   for (auto& e : r.events)
     if (e.event.type == "check" && e.number("lambda_max")) checks[std::max(0L, e.event.block)].push_back(&e);
@@ -324,7 +332,12 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
     if (!f.logy) f.ylabel = "value";
     charts += chart(plot.draw(f), f.id);
   }
-  // HKT fusion weights lambda_l per block, and per-head scalars such as beta, over time
+  return charts;
+}
+
+// HKT fusion weights lambda_l per block, and per-head scalars such as beta, over time.
+std::string hkt_charts(const Run& r, Plotter& plot, const std::string& prefix) {
+  std::string charts;
   std::map<size_t, std::map<size_t, Series>> lambdas;
   std::map<std::string, Series> head_scalars;
   for (auto& j : r.train) {
@@ -358,47 +371,67 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
     for (auto& [k, s] : head_scalars) f.series.push_back(s);
     charts += chart(plot.draw(f), f.id);
   }
+  return charts;
+}
 
-  h << "<div class=\"charts\">\n" << charts << "</div>\n";
-  if (r.test) {
-    const gf::MetricsLine& t = *r.test;
-    h << "<p class=\"big\">final test (" << esc(t.text("evaluated_on", "test")) << " split, "
-      << esc(t.text("model", "?")) << " model): accuracy <b>" << num(get(t, "accuracy"))
-      << "</b> against <b>" << num(majority) << "</b> for the majority class; loss "
-      << num(get(t, "loss")) << " on " << std::llround(t.number("examples").value_or(0))
-      << " examples; heads per block " << esc(int_list(t.list("heads"), ",")) << "</p>\n";
-  } else {
-    h << "<p>no final test line (the run has not finished)</p>\n";
-  }
-  if (!edits.empty()) {
-    std::set<std::string> keys;
-    for (auto* e : edits)  // the numbers an edit logged (a non-finite one is logged as null)
-      for (auto& [k, v] : e->event.numbers)
-        if (std::isfinite(v) && k != "block" && k != "head") keys.insert(k);
-    h << "<h3>structure edits and their causes</h3>\n<table><tr><th>step</th><th class=l>edit</th>"
-         "<th>block</th><th>head</th><th class=l>policy</th><th class=l>heads after</th>";
-    for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
-    h << "</tr>\n";
-    for (auto* e : edits) {
-      h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type) << "</td><td>"
-        << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
-        << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads"))) << "</td>";
-      for (auto& k : keys) h << "<td>" << (e->number(k) ? num(*e->number(k)) : "") << "</td>";
-      h << "</tr>\n";
-    }
-    h << "</table>\n";
-  }
-  if (full) {
-    h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
-    h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th class=l>library</th>"
-         "<th class=l>sha256</th></tr>\n";
-    for (auto& l : r.plugins)
-      h << "<tr><td class=l>" << esc(l.plugin) << "</td><td class=l>" << esc(l.version)
-        << "</td><td class=l>" << esc(l.path) << "</td><td class=l>" << esc(l.checksum.substr(0, 16))
-        << "</td></tr>\n";
-    h << "</table>\n";
-  }
+// The final test line against the majority class, or that the run has not finished.
+std::string test_paragraph(const Run& r) {
+  if (!r.test) return "<p>no final test line (the run has not finished)</p>\n";
+  const gf::MetricsLine& t = *r.test;
+  std::ostringstream h;
+  h << "<p class=\"big\">final test (" << esc(t.text("evaluated_on", "test")) << " split, "
+    << esc(t.text("model", "?")) << " model): accuracy <b>" << num(get(t, "accuracy"))
+    << "</b> against <b>" << num(get(t, "majority_class_accuracy")) << "</b> for the majority class; loss "
+    << num(get(t, "loss")) << " on " << std::llround(t.number("examples").value_or(0))
+    << " examples; heads per block " << esc(int_list(t.list("heads"), ",")) << "</p>\n";
   return h.str();
+}
+
+// The structure edits with every number they logged ("" without edits).
+std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
+  if (edits.empty()) return "";
+  std::set<std::string> keys;
+  for (auto* e : edits)  // the numbers an edit logged (a non-finite one is logged as null)
+    for (auto& [k, v] : e->event.numbers)
+      if (std::isfinite(v) && k != "block" && k != "head") keys.insert(k);
+  std::ostringstream h;
+  h << "<h3>structure edits and their causes</h3>\n<table><tr><th>step</th><th class=l>edit</th>"
+       "<th>block</th><th>head</th><th class=l>policy</th><th class=l>heads after</th>";
+  for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
+  h << "</tr>\n";
+  for (auto* e : edits) {
+    h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type) << "</td><td>"
+      << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
+      << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads"))) << "</td>";
+    for (auto& k : keys) h << "<td>" << (e->number(k) ? num(*e->number(k)) : "") << "</td>";
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
+// The resolved configuration and the plugin lock.
+std::string run_files(const Run& r) {
+  std::ostringstream h;
+  h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
+  h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th class=l>library</th>"
+       "<th class=l>sha256</th></tr>\n";
+  for (auto& l : r.plugins)
+    h << "<tr><td class=l>" << esc(l.plugin) << "</td><td class=l>" << esc(l.version)
+      << "</td><td class=l>" << esc(l.path) << "</td><td class=l>" << esc(l.checksum.substr(0, 16))
+      << "</td></tr>\n";
+  h << "</table>\n";
+  return h.str();
+}
+
+// One run: its charts, test line and edits, and (FULL) its configuration and plugins.
+std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, bool full) {
+  double majority = r.test ? get(*r.test, "majority_class_accuracy") : NAN;
+  std::vector<const gf::RunEvent*> edits = edits_of(r);
+  std::string charts = metric_charts(r, plot, prefix, majority) + heads_chart(r, edits, plot, prefix, full) +
+                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix);
+  std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) + edits_table(edits);
+  return full ? h + run_files(r) : h;
 }
 
 // The group of a sweep job: its name without the seed suffix.
