@@ -63,8 +63,22 @@ OptionSpecs TrainSettings::options() {
        "write checkpoints/last every N steps (0 = at each validation)", 0, 1e12},
       {"test_on", OptType::String, "best", "model the final test uses", -INFINITY, INFINITY,
        {"best", "last"}},
+      {"switch", OptType::Component, "~",
+       "task switch {at: N, data: {plugin: ...}}: steps after N train, validate and test on "
+       "this data (same vocabulary and class count)"},
   };
 }
+
+namespace {
+OptionSpecs switch_options() {
+  return {
+      {"at", OptType::Int, "", "the last step on the first data (0 < at < train.steps)", 1, 1e12,
+       {}, true},
+      {"data", OptType::Component, "", "the second task's dataset plugin and its options", 0, 0,
+       {}, true},
+  };
+}
+}  // namespace
 
 TrainSettings::TrainSettings(const Options& o)
     : steps(o.get_int("steps")),
@@ -79,7 +93,15 @@ TrainSettings::TrainSettings(const Options& o)
       clip(o.get_float("clip")),
       min_lr_ratio(o.get_float("min_lr_ratio")),
       schedule(o.get_string("schedule")),
-      test_on(o.get_string("test_on")) {}
+      test_on(o.get_string("test_on")) {
+  if (!o.has_value("switch")) return;
+  Options so(o.get_node("switch"), switch_options(), "train.switch");
+  switch_at = so.get_int("at");
+  if (switch_at >= steps)
+    so.fail("at", "the switch at step " + std::to_string(switch_at) + " must come before the last "
+            "step (train.steps = " + std::to_string(steps) + ")");
+  switch_data = so.get_node("data");
+}
 
 OptionSpecs Experiment::options() {
   return {
@@ -226,6 +248,32 @@ void Experiment::load_data(ConfigNode data_node, const std::string& data_record,
   if (data_.num_classes < 2)
     throw ConfigError("data: the dataset has " + std::to_string(data_.num_classes) +
                       " class(es); classification needs at least 2");
+  if (settings_.switch_at > 0 && all) load_switch_data();
+}
+
+void Experiment::load_switch_data() {
+  const char* where = "train.switch.data";
+  // the first data's tokenizer state, so both tasks share one vocabulary and label map
+  try {
+    switch_dataset_ = registry_->create_dataset(settings_.switch_data, {seed_, data_.tokenizer, ""});
+    switch_data_ = switch_dataset_->load();
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(where) + " (read with the first data's vocabulary and classes): " +
+                      e.what());
+  }
+  if (switch_data_.vocab_size != data_.vocab_size ||
+      vocab_fingerprint(switch_data_.vocab) != vocab_fingerprint(data_.vocab) ||
+      switch_data_.pad_id != data_.pad_id)
+    throw ConfigError(std::string(where) + ": its vocabulary (" +
+                      std::to_string(switch_data_.vocab_size) + " tokens) is not the first data's (" +
+                      std::to_string(data_.vocab_size) +
+                      " tokens): give both the same tokenizer options");
+  if (switch_data_.num_classes != data_.num_classes)
+    throw ConfigError(std::string(where) + ": it has " + std::to_string(switch_data_.num_classes) +
+                      " classes (" + join_names(switch_data_.class_names) + ") but the first data has " +
+                      std::to_string(data_.num_classes) + " (" + join_names(data_.class_names) +
+                      "): the classifier cannot change its outputs");
+  if (switch_data_.train.empty()) throw ConfigError(std::string(where) + ": the training split is empty");
 }
 
 Experiment::~Experiment() = default;
@@ -421,6 +469,9 @@ class Experiment::Loop {
                              : Reporter::muted(ts_.steps)),
         sync_(comm_),
         sampler_(ex.seed_, ex.data_.train.size(), static_cast<size_t>(ts_.batch_size)),
+        switch_sampler_(ex.seed_ ^ hash_name("train.switch"),
+                        std::max<size_t>(1, ex.switch_data_.train.size()),
+                        static_cast<size_t>(ts_.batch_size)),
         blocks_(ex.model_->blocks()),
         editor_(blocks_,
                 {{ex.growth_.get(), &st_.growth_rng, "growth"},
@@ -443,7 +494,7 @@ class Experiment::Loop {
     double cpu0 = process_cpu_seconds();
     for (long step = start_step + 1; step <= ts_.steps; ++step) {
       report_->begin_step(step);
-      Batch whole = ex_.make_batch(ex_.data_.train, sampler_.indices(step));
+      Batch whole = training_batch(step);
       Batch shard;
       if (comm_.size() > 1) {
         auto [first, last] = shard_range(whole.batch, comm_.rank(), comm_.size());
@@ -458,6 +509,7 @@ class Experiment::Loop {
       if (check) check_structure(batch, whole, step);
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
       log_and_validate(step, lr);
+      if (step == ts_.switch_at) switch_task(step);
       if (checkpoint_or_stop(step)) return interrupted_status();
     }
     report_->end_bar();
@@ -483,6 +535,35 @@ class Experiment::Loop {
         << shard_range(ts_.batch_size, 0, comm_.size()).second << " examples each per step";
     o << "\n  run directory " << dir_.root() << "\n";
     return o.str();
+  }
+
+  /// The task of STEP: the first data, or train.switch's after the switch step.
+  const DataSplits& task(long step) const {
+    return ts_.switch_at > 0 && step > ts_.switch_at ? ex_.switch_data_ : ex_.data_;
+  }
+
+  /// The training batch of STEP (a pure function of the seed and the step, on either task).
+  Batch training_batch(long step) {
+    if (ts_.switch_at > 0 && step > ts_.switch_at)
+      return ex_.make_batch(ex_.switch_data_.train, switch_sampler_.indices(step - ts_.switch_at));
+    return ex_.make_batch(ex_.data_.train, sampler_.indices(step));
+  }
+
+  /// After the last step of the first task: a `task_switch` event, and the best validation
+  /// starts again (the best model is then the best on the second task).
+  void switch_task(long step) {
+    Event e;
+    e.type = "task_switch";
+    const DataSplits& next = ex_.switch_data_;
+    e.numbers = {{"train_examples", static_cast<double>(next.train.size())},
+                 {"val_examples", static_cast<double>(next.val.size())},
+                 {"best_val_before", st_.best_val}};
+    e.strings = {{"data", ex_.switch_dataset_->describe()}};
+    report_->events().emit(e);
+    report_->say("task switch after step " + std::to_string(step) + ": training on " +
+                 ex_.switch_dataset_->describe() + "\n");
+    st_.best_val = -1;
+    st_.best_step = -1;
   }
 
   void capture_probes(bool on) {
@@ -645,8 +726,8 @@ class Experiment::Loop {
       st_.window.clear();
     }
     validated_ = (ts_.eval_every > 0 && step % ts_.eval_every == 0) || step == ts_.steps;
-    if (!validated_ || ex_.data_.val.empty()) return;
-    EvalResult r = ex_.evaluate(ex_.data_.val, ts_.eval_batches);
+    if (!validated_ || task(step).val.empty()) return;
+    EvalResult r = ex_.evaluate(task(step).val, ts_.eval_batches);
     report_->validation(step, r, heads);
     if (r.accuracy > st_.best_val) {
       st_.best_val = r.accuracy;
@@ -687,7 +768,7 @@ class Experiment::Loop {
       ex_.load_weights(dir_.best_checkpoint());
       which = "best (step " + std::to_string(st_.best_step) + ")";
     }
-    const DataSplits& d = ex_.data_;
+    const DataSplits& d = task(ts_.steps);
     const auto& test = d.test.empty() ? d.val : d.test;
     if (test.empty()) return;
     TestReport t;
@@ -709,7 +790,7 @@ class Experiment::Loop {
   std::unique_ptr<Reporter> report_;
   GradientSync sync_;
   bool interrupt_requested_ = false;  // a process was interrupted (several processes)
-  BatchSampler sampler_;
+  BatchSampler sampler_, switch_sampler_;
   std::vector<AttentionBlock*> blocks_;
   StructureEditor editor_;
   bool need_probe_ = false, need_masks_ = false, validated_ = false;

@@ -33,6 +33,11 @@ struct TrainSettings {
   long check_every = 50, checkpoint_every = 0, eval_batches = 0, test_batches = 0;
   double clip = 1.0, min_lr_ratio = 0.0;
   std::string schedule = "cosine", test_on = "best";
+  /// `switch: {at: N, data: {...}}`: a task switch. Steps 1..N train on `data`, steps N+1..
+  /// on switch_data (same vocabulary and class count); validation and the final test then use
+  /// switch_data's splits. 0 = no switch.
+  long switch_at = 0;
+  ConfigNode switch_data;
 };
 
 struct RunFlags {
@@ -93,6 +98,8 @@ class Experiment {
   /// state, as JSON (saved in checkpoints as metadata "data").
   std::string data_record() const;
   const TrainSettings& settings() const { return settings_; }
+  /// The second task's splits (train.switch; empty without a switch or when built for eval).
+  const DataSplits& switch_data() const { return switch_data_; }
   /// The outcome of the last train() or resume() that ran to the end.
   const RunOutcome& outcome() const { return outcome_; }
   const ConfigNode& config() const { return cfg_; }
@@ -112,6 +119,8 @@ class Experiment {
   /// the data against a checkpoint's data record.
   void load_data(ConfigNode data_node, const std::string& data_record,
                  const std::string& data_need);
+  /// train.switch's data, tokenised as the first data and checked against it.
+  void load_switch_data();
   int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
   void save(const std::string& path);
   TrainingParts parts();
@@ -122,7 +131,8 @@ class Experiment {
   size_t threads_ = 0;
   std::unique_ptr<Registry> registry_;
   std::shared_ptr<Dataset> dataset_;
-  DataSplits data_;
+  DataSplits data_, switch_data_;
+  std::shared_ptr<Dataset> switch_dataset_;
   std::shared_ptr<Model> model_;
   std::shared_ptr<Optimizer> optimizer_;
   std::shared_ptr<GrowthPolicy> growth_, pruning_;
