@@ -120,12 +120,13 @@ struct Driver {
   Sink sink;
   size_t step = 0;
   size_t every = 10;
+  size_t total = 100000;  // the run's steps (TrainView::total_steps)
   size_t grows = 0, prunes = 0;
   std::vector<gf::Probe> probes;
 
   gf::StructureEditor editor() {
     probes = {gf::Probe{probe, {}}};
-    gf::StructureEditor ed({block}, {{policy.get(), &rng, "growth"}}, &sink, 100000);
+    gf::StructureEditor ed({block}, {{policy.get(), &rng, "growth"}}, &sink, total);
     ed.set_probes(&probes);
     return ed;
   }
@@ -397,6 +398,46 @@ TEST_CASE("incrt_geometric: no directional energy (symmetric head) or high thres
   auto checks = b.of_type("check");
   CHECK(number(checks.back(), "a_res_norm") > 0.0);
   CHECK(number(checks.back(), "theta_w") == 1e6);
+}
+
+TEST_CASE("incrt_geometric: calibration ends by a quarter of the run while E_t keeps rising") {
+  // The probe grows 5 % per check, so E_t (quadratic in X) rises 10 % per check and never
+  // plateaus: calibration used to run to calibration_max_checks (200 checks, step 2000) and the
+  // first growth came after the end of this 1000-step run; now it ends at step 250.
+  const size_t d = 8;
+  for (double fraction : {0.25, 0.5}) {
+    CAPTURE(fraction);
+    FakeBlock block(d, 4);
+    block.add(random_head(d, 4, 1));
+    std::string yaml = "plugin: incrt_geometric\ntracker: exact\n";
+    if (fraction != 0.25) yaml += "calibration_max_fraction: " + std::to_string(fraction) + "\n";
+    Driver drv{growth(yaml), &block, anisotropic_probe(4, 6, d, 2)};
+    drv.total = 1000;
+    drv.start();
+    while (drv.step < drv.total) {
+      drv.check();
+      for (size_t i = 0; i < drv.probe.size(); ++i) drv.probe[i] *= 1.05f;
+    }
+    auto cal = drv.of_type("calibrate");
+    REQUIRE(cal.size() == 1);
+    CHECK(number(cal[0], "step") == doctest::Approx(fraction * 1000));
+    // the starting head's own +- pair is uncaptured (Q is empty): one growth right after
+    auto grows = drv.of_type("grow");
+    REQUIRE(!grows.empty());
+    CHECK(number(grows[0], "step") == doctest::Approx(fraction * 1000 + 10));
+  }
+  // the bound can be switched off: no calibration end within this run then
+  FakeBlock block(d, 4);
+  block.add(random_head(d, 4, 1));
+  Driver off{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_max_fraction: 0\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  off.total = 1000;
+  off.start();
+  while (off.step < off.total) {
+    off.check();
+    for (size_t i = 0; i < off.probe.size(); ++i) off.probe[i] *= 1.05f;
+  }
+  CHECK(off.of_type("calibrate").empty());
 }
 
 TEST_CASE("incrt_geometric: max_heads caps growth") {

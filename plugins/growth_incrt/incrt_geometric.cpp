@@ -66,6 +66,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         calibration_window_(static_cast<size_t>(o.get_int("calibration_window"))),
         plateau_tolerance_(o.get_float("plateau_tolerance")),
         calibration_max_checks_(static_cast<size_t>(o.get_int("calibration_max_checks"))),
+        calibration_max_fraction_(o.get_float("calibration_max_fraction")),
         theta_opt_(o.get_float("theta_w")),
         phi_w_opt_(o.get_float("phi_w")),
         phi_g_opt_(o.get_float("phi_g")),
@@ -295,11 +296,15 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// (plateau) once at least calibration_checks are seen and the median of E_t over
   /// the last calibration_window checks is within plateau_tolerance of the median over
   /// the window before (the first heads have finished learning), or at
-  /// calibration_max_checks.
-  bool calibration_done(const BlockState& st) const {
+  /// calibration_max_checks, or once STEP reaches calibration_max_fraction of the run's
+  /// TOTAL steps (a growth needs training time after it).
+  bool calibration_done(const BlockState& st, size_t step, size_t total) const {
     const size_t n = st.calib_norms.size();
     if (!plateau_) return n >= calibration_checks_;
     if (n >= calibration_max_checks_) return true;
+    if (calibration_max_fraction_ > 0 && total > 0 &&
+        double(step) >= calibration_max_fraction_ * double(total))
+      return true;
     const size_t w = std::max<size_t>(calibration_window_, 1);
     if (n < calibration_checks_ || n < 2 * w) return false;
     const Vec last(st.calib_norms.end() - long(w), st.calib_norms.end());
@@ -380,7 +385,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     bool calibrated_now = false;
     if (!st.calibrated) {
       st.calib_norms.push_back(energy);
-      if (calibration_done(st)) {
+      if (calibration_done(st, view.step, view.total_steps)) {
         const size_t w = plateau_ ? std::min(st.calib_norms.size(), std::max<size_t>(calibration_window_, 1))
                                   : st.calib_norms.size();
         st.gamma0 = gf::incrt::median(Vec(st.calib_norms.end() - long(w), st.calib_norms.end()));
@@ -522,6 +527,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   size_t calibration_window_;
   double plateau_tolerance_;
   size_t calibration_max_checks_;
+  double calibration_max_fraction_;
   double theta_opt_, phi_w_opt_, phi_g_opt_;
   bool dwell_auto_;
   long dwell_checks_;
@@ -576,6 +582,10 @@ gf::OptionSpecs incrt_options() {
        0.0, inf, {}},
       {"calibration_max_checks", OptType::Int, "200", "plateau: calibration ends here at the latest",
        1, 1e9, {}},
+      {"calibration_max_fraction", OptType::Float, "0.25",
+       "plateau: calibration ends at the latest after this fraction of the run's steps, so a "
+       "growth has time to train (0 = no bound)",
+       0.0, 1.0, {}},
       {"thresholds", OptType::String, "relative",
        "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
        "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
