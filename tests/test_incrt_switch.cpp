@@ -182,3 +182,25 @@ TEST_CASE("train.switch: bad values are refused with the key and the reason") {
                         "test_size: 8}"});
   CHECK(e.find("train.switch.data: its vocabulary") != std::string::npos);
 }
+
+TEST_CASE("train.switch: a second data with another class count is refused (synthetic variants)") {
+  std::string dir = std::string(GF_SHARED_DATA_DIR) + "/sars-cov-2";
+  if (!fs::exists(dir + "/nextstrain_clades.tsv")) {
+    MESSAGE("no " << dir << ": class-count check skipped");
+    return;
+  }
+  auto data = [&](const std::string& clades) {
+    return "{plugin: synthetic_variants, reference: " + dir + "/MN908947.fasta, clades_tsv: " + dir +
+           "/nextstrain_clades.tsv, clades: " + clades +
+           ", per_clade: 10, region_start: 21563, region_end: 23650}";
+  };
+  std::string text = "name: s\ndata: " + data("[19A, 20A, 20E]") +
+                     "\nmodel: {d_model: 8, layers: 1, max_len: 400, attention: {plugin: mha, "
+                     "heads: 1}}\ntrain: {steps: 10, switch: {at: 5, data: " +
+                     data("[20H, 20I]") + "}}\n";
+  std::string e = config_error(text);
+  CHECK(e.find("train.switch.data: it has 2 classes (20H, 20I)") != std::string::npos);
+  CHECK(e.find("the first data has 3 (19A, 20A, 20E)") != std::string::npos);
+  // three other clades of the same region: accepted (class names may differ)
+  CHECK(config_error(text, {"train.switch.data.clades=[20H, 20I, 21A]"}).empty());
+}

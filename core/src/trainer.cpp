@@ -537,14 +537,13 @@ class Experiment::Loop {
     return o.str();
   }
 
-  /// The task of STEP: the first data, or train.switch's after the switch step.
-  const DataSplits& task(long step) const {
-    return ts_.switch_at > 0 && step > ts_.switch_at ? ex_.switch_data_ : ex_.data_;
-  }
+  /// Whether STEP trains on train.switch's data (after the switch step).
+  bool switched(long step) const { return ts_.switch_at > 0 && step > ts_.switch_at; }
+  const DataSplits& task(long step) const { return switched(step) ? ex_.switch_data_ : ex_.data_; }
 
   /// The training batch of STEP (a pure function of the seed and the step, on either task).
   Batch training_batch(long step) {
-    if (ts_.switch_at > 0 && step > ts_.switch_at)
+    if (switched(step))
       return ex_.make_batch(ex_.switch_data_.train, switch_sampler_.indices(step - ts_.switch_at));
     return ex_.make_batch(ex_.data_.train, sampler_.indices(step));
   }
