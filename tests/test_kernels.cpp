@@ -211,7 +211,7 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
-    for (size_t m : {1, 4, 7})
+    for (size_t m : {1, 4, 7, 13})
       for (size_t n : {1, 9, 40})
         for (size_t d : {1, 5, 16, 19}) {
           CAPTURE(isa);
@@ -227,6 +227,10 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
           kernels::gemm_short_k(m, n, d, 0.7f, a.data(), lda, bt.data(), ldb, c.data(), ldc);
           kernels::gemm_acc_nd(m, n, d, -1.3f, x.data(), ldx, y.data(), ldy, cnd.data(), ldcd);
           kernels::gemm_acc_tnd(m, n, d, 0.4f, x.data(), ldx, y2.data(), ldy, ctd.data(), ldcd);
+          auto alpha_rows = values(m, 9);
+          auto cnr = cn;
+          kernels::gemm_acc_nd_rows(m, n, d, alpha_rows.data(), x.data(), ldx, y.data(), ldy,
+                                    cnr.data(), ldcd);
           for (size_t i = 0; i < m; ++i)
             for (size_t j = 0; j < n; ++j) {
               double s = 0;
@@ -242,6 +246,8 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
                 for (size_t j = 0; j < n; ++j) s += static_cast<double>(x[i * ldx + j]) * y[j * ldy + e];
               REQUIRE(cnd[i * ldcd + e] ==
                       doctest::Approx(cn[i * ldcd + e] - 1.3 * s).epsilon(1e-5).scale(1.0));
+              REQUIRE(cnr[i * ldcd + e] ==
+                      doctest::Approx(cn[i * ldcd + e] + alpha_rows[i] * s).epsilon(1e-5).scale(1.0));
             }
           for (size_t j = 0; j < n; ++j)
             for (size_t e = 0; e < ldcd; ++e) {

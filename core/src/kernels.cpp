@@ -113,6 +113,11 @@ void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, siz
   add_matmul_flops(2ull * m * n * d);
   active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc);
 }
+void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
+                      size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
+  add_matmul_flops(2ull * m * n * d);
+  active().gemm_acc_nd_rows(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
+}
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                  const float* y, size_t ldy, float* c, size_t ldc) {
   add_matmul_flops(2ull * m * n * d);

@@ -729,45 +729,42 @@ void transpose_into(const float* x, size_t T, size_t d, float* xt) {
     for (size_t c = 0; c < d; ++c) xt[c * T + t] = x[t * d + c];
 }
 
-// S (r x jmax, ld jmax) = scale q[i0:i0+r] k[0:jmax]^T with masked entries at -inf;
-// KTb is k^T (dk x T) of this sample.
-void attn_scores(const AttnGeom& g, const float* Qb, const float* KTb, const uint8_t* vb, size_t i0,
-                 size_t r, size_t jmax, float* S) {
-  kernels::gemm_short_k(r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb, g.T, S, jmax);
-  // padded keys: add -inf (built once per tile, and only when a key is padded)
-  std::vector<float>& bias = scratch(2, jmax);
-  bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
-  if (padded)
-    for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
-  for (size_t a = 0; a < r; ++a) {
-    float* row = S + a * jmax;
-    if (padded) kernels::axpy(row, bias.data(), jmax, 1.0f);
-    if (g.causal)
-      for (size_t j = i0 + a + 1; j < jmax; ++j) row[j] = -INFINITY;
-  }
+// Key bias of one sample (0, or -inf for a padded key) into BIAS (T); false when no key
+// in [0, jmax) is padded (BIAS is then not written).
+bool key_bias(const uint8_t* vb, size_t jmax, float* bias) {
+  if (!vb || std::find(vb, vb + jmax, uint8_t{0}) == vb + jmax) return false;
+  for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
+  return true;
 }
 
 // Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
-// row log-sum-exp (LSEB, T; +inf marks a row with no valid key).
+// row log-sum-exp (LSEB, T; +inf marks a row with no valid key). KTb is k^T (dk x T).
+// The probabilities stay unnormalised in the tile; each output row is scaled by 1 / sum.
 void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, const float* Vb,
                        const uint8_t* vb, size_t i0, float* lseb, float* outb) {
   size_t r = std::min(g.br, g.T - i0);
   size_t jmax = g.causal ? i0 + r : g.T;
   float* S = scratch(0, r * jmax).data();
-  attn_scores(g, Qb, KTb, vb, i0, r, jmax, S);
+  float* inv = scratch(1, r).data();
+  float* bias = scratch(2, jmax).data();
+  kernels::gemm_short_k(r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb, g.T, S, jmax);
+  bool padded = key_bias(vb, jmax, bias);
   for (size_t a = 0; a < r; ++a) {
     float* row = S + a * jmax;
+    if (padded) kernels::axpy(row, bias, jmax, 1.0f);
+    if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
     float mx = kernels::row_max(row, jmax);
     if (mx == -INFINITY) {
       std::memset(row, 0, jmax * sizeof(float));
       lseb[i0 + a] = INFINITY;
+      inv[a] = 0.0f;
       continue;
     }
     float sum = kernels::exp_shift_sum(row, jmax, mx);
-    kernels::scale_row(row, jmax, 1.0f / sum);
+    inv[a] = 1.0f / sum;
     lseb[i0 + a] = mx + std::log(sum);
   }
-  kernels::gemm_acc_nd(r, jmax, g.dv, 1.0f, S, jmax, Vb, g.dv, outb + i0 * g.dv, g.dv);
+  kernels::gemm_acc_nd_rows(r, jmax, g.dv, inv, S, jmax, Vb, g.dv, outb + i0 * g.dv, g.dv);
 }
 
 // One sample's view of the attention's tensors and gradients (a null gradient is not wanted).
@@ -784,22 +781,29 @@ void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) 
   float* VTb = scratch(4, dv * T).data();
   transpose_into(s.K, T, dk, KTb);
   transpose_into(s.V, T, dv, VTb);
+  float* bias = scratch(2, T + g.br).data();
+  float* dots = bias + T;
+  bool padded = key_bias(s.valid, T, bias);
   for (size_t t = 0; t < tiles; ++t) {
     size_t i0 = t * g.br, r = std::min(g.br, T - i0);
     size_t jmax = g.causal ? i0 + r : T;
     const float* G = s.G + i0 * dv;
     float* P = scratch(0, r * jmax).data();
     float* dS = scratch(1, r * jmax).data();
-    attn_scores(g, s.Q, KTb, s.valid, i0, r, jmax, P);
-    for (size_t a = 0; a < r; ++a) kernels::exp_shift(P + a * jmax, jmax, s.lse[i0 + a]);
+    kernels::gemm_short_k(r, jmax, dk, g.scale, s.Q + i0 * dk, dk, KTb, T, P, jmax);
+    for (size_t a = 0; a < r; ++a) {
+      float* row = P + a * jmax;
+      if (padded) kernels::axpy(row, bias, jmax, 1.0f);
+      if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
+      kernels::exp_shift(row, jmax, s.lse[i0 + a]);
+    }
     if (s.gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, s.gv, dv);
     if (!s.gq && !s.gk) continue;
     // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+    for (size_t a = 0; a < r; ++a) dots[a] = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
     kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
-    for (size_t a = 0; a < r; ++a) {
-      float dot = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
-      kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dot, g.scale);
-    }
+    for (size_t a = 0; a < r; ++a)
+      kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dots[a], g.scale);
     if (s.gq) kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, s.K, dk, s.gq + i0 * dk, dk);
     if (s.gk) kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, s.Q + i0 * dk, dk, s.gk, dk);
   }

@@ -238,6 +238,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
     const size_t jmax = g.causal ? i0 + r : T;
     float* S = detail::scratch(0, r * jmax).data();
+    float* inv = detail::scratch(1, r).data();  // 1 / sum per row: scales the output row
     detail::tile_scores(g, q, k, k0t.data() + b * dk * T, lam.data() + b * L, b, i0, r, jmax, S);
     for (size_t a = 0; a < r; ++a) {
       float* row = S + a * jmax;
@@ -245,14 +246,15 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       if (mx == -INFINITY) {
         std::fill(row, row + jmax, 0.0f);
         lse[b * T + i0 + a] = INFINITY;
+        inv[a] = 0.0f;
         continue;
       }
       const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
-      gf::kernels::scale_row(row, jmax, 1.0f / sum);
+      inv[a] = 1.0f / sum;
       lse[b * T + i0 + a] = mx + std::log(sum);
     }
-    gf::kernels::gemm_acc_nd(r, jmax, dv, 1.0f, S, jmax, v.value().data() + b * T * dv, dv,
-                             out.data() + (b * T + i0) * dv, dv);
+    gf::kernels::gemm_acc_nd_rows(r, jmax, dv, inv, S, jmax, v.value().data() + b * T * dv, dv,
+                                  out.data() + (b * T + i0) * dv, dv);
   });
 
   // Any input with a gradient makes the result require one.

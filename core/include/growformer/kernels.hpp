@@ -71,6 +71,9 @@ void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, siz
 /// C (m x d) += alpha X (m x n) Y (n x d).
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                  const float* y, size_t ldy, float* c, size_t ldc);
+/// C[i] += alpha[i] (X Y)[i]: gemm_acc_nd with a scale per row of C.
+void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
+                      size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
 /// C (n x d) += alpha X^T Y, X (m x n), Y (m x d).
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc);

@@ -124,14 +124,20 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n) {
 
 // ---- products with one short dimension ------------------------------------------
 // Register tiles of R rows x NC vectors; the short dimension d is walked in chunks of
-// NC * W columns, its remainder (d % W) by scalar loops.
+// NC * W columns, its remainder (d % W) by scalar loops. Every output element sums its
+// products in order (one FMA chain from 0), whatever the tile it falls in, so the row
+// tiling changes no result.
+
+// Rows per register tile: RM x 2 vectors of accumulators plus 2 loaded vectors and one
+// broadcast fit the 16 registers of SSE2/AVX2 (AVX-512 has 32).
+constexpr size_t RM = 4;
 
 // acc[r][v] = sum_q X[row i + r, q] Y[q, c0 + v W : ...] (R x NC vectors) over q < len, with
-// TRANS the rows are columns of X: X[q, i + r]; then STORE(acc[r][v], alpha, C row i + r at
-// column c0 + v W) writes each vector.
-template <size_t R, size_t NC, bool TRANS, class Store>
+// TRANS the rows are columns of X: X[q, i + r]; then EPI(acc[r][v], row i + r, column c0 + v W)
+// consumes each vector.
+template <size_t R, size_t NC, bool TRANS, class Epi>
 inline void fma_tile(size_t i, size_t c0, size_t len, const float* x, size_t ldx, const float* y,
-                     size_t ldy, float alpha, float* c, size_t ldc, Store store) {
+                     size_t ldy, Epi& epi) {
   B acc[R][NC];
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NC; ++v) acc[r][v] = B(0.0f);
@@ -143,85 +149,82 @@ inline void fma_tile(size_t i, size_t c0, size_t len, const float* x, size_t ldx
       for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(xv, yv[v], acc[r][v]);
     }
   }
-  B al(alpha);
   for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NC; ++v) store(acc[r][v], al, c + (i + r) * ldc + c0 + v * W);
+    for (size_t v = 0; v < NC; ++v) epi(acc[r][v], i + r, c0 + v * W);
 }
 
-// C = alpha A B^T for a tile (bt is B^T).
-template <size_t R, size_t NC>
-inline void short_k_tile(size_t i, size_t j, size_t d, float alpha, const float* a, size_t lda,
-                         const float* bt, size_t ldb, float* c, size_t ldc) {
-  fma_tile<R, NC, false>(i, j, d, a, lda, bt, ldb, alpha, c, ldc,
-                         [](B acc, B al, float* cp) { (acc * al).store_unaligned(cp); });
-}
-
-template <size_t R>
-inline void short_k_rows(size_t i, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                         const float* bt, size_t ldb, float* c, size_t ldc) {
-  size_t j = 0;
-  for (; j + 2 * W <= n; j += 2 * W) short_k_tile<R, 2>(i, j, d, alpha, a, lda, bt, ldb, c, ldc);
-  for (; j + W <= n; j += W) short_k_tile<R, 1>(i, j, d, alpha, a, lda, bt, ldb, c, ldc);
-  for (; j < n; ++j)
-    for (size_t r = 0; r < R; ++r) {
-      float s = 0.0f;
-      for (size_t p = 0; p < d; ++p) s += a[(i + r) * lda + p] * bt[p * ldb + j];
-      c[(i + r) * ldc + j] = alpha * s;
-    }
-}
-
-void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                    const float* bt, size_t ldb, float* c, size_t ldc) {
-  size_t i = 0;
-  for (; i + 4 <= m; i += 4) short_k_rows<4>(i, n, d, alpha, a, lda, bt, ldb, c, ldc);
-  for (; i < m; ++i) short_k_rows<1>(i, n, d, alpha, a, lda, bt, ldb, c, ldc);
-}
-
-// C[rows] (R x NC*W at column c0) += alpha sum_q X[row r, q] Y[q, c0:...]; with TRANS the
-// rows of C are columns of X: C[j + r] += alpha sum_q X[q, j + r] Y[q, c0:...].
-template <size_t R, size_t NC, bool TRANS>
-inline void acc_tile(size_t i, size_t c0, size_t len, float alpha, const float* x, size_t ldx,
-                     const float* y, size_t ldy, float* c, size_t ldc) {
-  fma_tile<R, NC, TRANS>(i, c0, len, x, ldx, y, ldy, alpha, c, ldc, [](B acc, B al, float* cp) {
-    xsimd::fma(al, acc, B::load_unaligned(cp)).store_unaligned(cp);
-  });
-}
-
-template <size_t R, bool TRANS>
-inline void acc_rows(size_t i, size_t len, size_t d, float alpha, const float* x, size_t ldx,
-                     const float* y, size_t ldy, float* c, size_t ldc) {
+// Rows i .. i + R - 1 of OUT (m x n) = epi(X (m x len) Y (len x n)), or with TRANS X^T;
+// EV(vector, row, column) takes W columns, ES(sum, row, column) one (the last n % W).
+template <size_t R, bool TRANS, class EV, class ES>
+inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t ldx,
+                         const float* y, size_t ldy, EV& ev, ES& es) {
   size_t c0 = 0;
-  for (; c0 + 2 * W <= d; c0 += 2 * W)
-    acc_tile<R, 2, TRANS>(i, c0, len, alpha, x, ldx, y, ldy, c, ldc);
-  for (; c0 + W <= d; c0 += W) acc_tile<R, 1, TRANS>(i, c0, len, alpha, x, ldx, y, ldy, c, ldc);
-  for (; c0 < d; ++c0)
+  for (; c0 + 2 * W <= n; c0 += 2 * W) fma_tile<R, 2, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
+  for (; c0 + W <= n; c0 += W) fma_tile<R, 1, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
+  for (; c0 < n; ++c0)
     for (size_t r = 0; r < R; ++r) {
       float s = 0.0f;
       for (size_t q = 0; q < len; ++q)
         s += (TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]) * y[q * ldy + c0];
-      c[(i + r) * ldc + c0] += alpha * s;
+      es(s, i + r, c0);
     }
+}
+
+template <bool TRANS, class EV, class ES>
+inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
+                    size_t ldy, EV ev, ES es) {
+  size_t i = 0;
+  for (; i + RM <= m; i += RM) product_rows<RM, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
+  for (; i < m; ++i) product_rows<1, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
+}
+
+void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                    const float* bt, size_t ldb, float* c, size_t ldc) {
+  B al(alpha);
+  product<false>(
+      m, n, d, a, lda, bt, ldb,
+      [=](B acc, size_t r, size_t j) { (acc * al).store_unaligned(c + r * ldc + j); },
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] = alpha * s; });
+}
+
+template <bool TRANS>
+void acc_product(size_t m, size_t n, size_t len, float alpha, const float* x, size_t ldx,
+                 const float* y, size_t ldy, float* c, size_t ldc) {
+  B al(alpha);
+  product<TRANS>(
+      m, n, len, x, ldx, y, ldy,
+      [=](B acc, size_t r, size_t j) {
+        xsimd::fma(al, acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
+      },
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] += alpha * s; });
 }
 
 void k_gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                    const float* y, size_t ldy, float* c, size_t ldc) {
-  size_t i = 0;
-  for (; i + 4 <= m; i += 4) acc_rows<4, false>(i, n, d, alpha, x, ldx, y, ldy, c, ldc);
-  for (; i < m; ++i) acc_rows<1, false>(i, n, d, alpha, x, ldx, y, ldy, c, ldc);
+  acc_product<false>(m, d, n, alpha, x, ldx, y, ldy, c, ldc);
+}
+
+void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
+                        size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
+  product<false>(
+      m, d, n, x, ldx, y, ldy,
+      [=](B acc, size_t r, size_t j) {
+        xsimd::fma(B(alpha[r]), acc, B::load_unaligned(c + r * ldc + j))
+            .store_unaligned(c + r * ldc + j);
+      },
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] += alpha[r] * s; });
 }
 
 void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                     const float* y, size_t ldy, float* c, size_t ldc) {
-  size_t j = 0;
-  for (; j + 4 <= n; j += 4) acc_rows<4, true>(j, m, d, alpha, x, ldx, y, ldy, c, ldc);
-  for (; j < n; ++j) acc_rows<1, true>(j, m, d, alpha, x, ldx, y, ldy, c, ldc);
+  acc_product<true>(n, d, m, alpha, x, ldx, y, ldy, c, ldc);
 }
 
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_scale,
           k_softmax_grad, k_dot, k_axpy, k_gelu,         k_gelu_grad,
-          k_gemm_short_k, k_gemm_acc_nd, k_gemm_acc_tnd};
+          k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd};
 }
 
 }  // namespace
