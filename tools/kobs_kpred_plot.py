@@ -49,7 +49,14 @@ def main():
         if not dirs:
             sys.exit(f"'{pattern}': no run directory matches")
         groups.append((label, [summary(d) for d in dirs]))
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory() as tmp:
+        plot(groups, args.out, tmp)
+    for label, pts in groups:
+        ratios = [ko / kp for kp, ko in pts]
+        print(f"{label}: {len(pts)} runs, K_obs/K_pred {min(ratios):.3f}..{max(ratios):.3f}")
+
+
+def plot(groups, out, tmp):
     plots = ['x with lines dt 2 lc rgb "#888888" title "K_obs = K_pred (the paper\'s law)"']
     marks = [7, 5, 9, 13, 11, 15]
     for i, (label, pts) in enumerate(groups):
@@ -64,7 +71,7 @@ def main():
     xs = [kp for _, pts in groups for kp, _ in pts]
     script = "\n".join([
         'set terminal svg size 640,420 dynamic font "sans,11"',
-        f'set output "{args.out}"',
+        f'set output "{out}"',
         "set termoption noenhanced",
         "set logscale x",
         f"set xrange [{min(xs) / 1.5:.3g}:{max(xs) * 1.5:.3g}]",
@@ -79,9 +86,6 @@ def main():
     with open(gp, "w") as f:
         f.write(script + "\n")
     subprocess.run(["gnuplot", gp], check=True)
-    for label, pts in groups:
-        ratios = [ko / kp for kp, ko in pts]
-        print(f"{label}: {len(pts)} runs, K_obs/K_pred {min(ratios):.3f}..{max(ratios):.3f}")
 
 
 if __name__ == "__main__":

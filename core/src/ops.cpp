@@ -737,6 +737,13 @@ bool key_bias(const uint8_t* vb, size_t jmax, float* bias) {
   return true;
 }
 
+// Masks one score row of query QUERY: padded keys through BIAS (null when none is padded)
+// and, when causal, every key after the query.
+void mask_row(float* row, size_t jmax, const float* bias, bool causal, size_t query) {
+  if (bias) kernels::axpy(row, bias, jmax, 1.0f);
+  if (causal) std::fill(row + query + 1, row + jmax, -INFINITY);
+}
+
 // Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
 // row log-sum-exp (LSEB, T; +inf marks a row with no valid key). KTb is k^T (dk x T).
 // The probabilities stay unnormalised in the tile; each output row is scaled by 1 / sum.
@@ -748,11 +755,10 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
   float* inv = scratch(1, r).data();
   float* bias = scratch(2, jmax).data();
   kernels::gemm_short_k(r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb, g.T, S, jmax);
-  bool padded = key_bias(vb, jmax, bias);
+  const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
   for (size_t a = 0; a < r; ++a) {
     float* row = S + a * jmax;
-    if (padded) kernels::axpy(row, bias, jmax, 1.0f);
-    if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
+    mask_row(row, jmax, kb, g.causal, i0 + a);
     float mx = kernels::row_max(row, jmax);
     if (mx == -INFINITY) {
       std::memset(row, 0, jmax * sizeof(float));
@@ -783,7 +789,7 @@ void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) 
   transpose_into(s.V, T, dv, VTb);
   float* bias = scratch(2, T + g.br).data();
   float* dots = bias + T;
-  bool padded = key_bias(s.valid, T, bias);
+  const float* kb = key_bias(s.valid, T, bias) ? bias : nullptr;
   for (size_t t = 0; t < tiles; ++t) {
     size_t i0 = t * g.br, r = std::min(g.br, T - i0);
     size_t jmax = g.causal ? i0 + r : T;
@@ -793,8 +799,7 @@ void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) 
     kernels::gemm_short_k(r, jmax, dk, g.scale, s.Q + i0 * dk, dk, KTb, T, P, jmax);
     for (size_t a = 0; a < r; ++a) {
       float* row = P + a * jmax;
-      if (padded) kernels::axpy(row, bias, jmax, 1.0f);
-      if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
+      mask_row(row, jmax, kb, g.causal, i0 + a);
       kernels::exp_shift(row, jmax, s.lse[i0 + a]);
     }
     if (s.gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, s.gv, dv);
