@@ -260,3 +260,47 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
         }
   }
 }
+
+TEST_CASE("gemm_bias: against double loops; a column's value does not depend on its position") {
+  KernelSettings keep;
+  // part widths that straddle vector boundaries and leave scalar tails at every width
+  const std::vector<size_t> widths{5, 16, 11, 3};
+  size_t N = 0;
+  for (size_t w : widths) N += w;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (size_t m : {1, 5, 9})
+      for (size_t k : {1, 16, 64}) {
+        CAPTURE(isa);
+        CAPTURE(m);
+        CAPTURE(k);
+        const size_t ldx = k + 1;
+        auto x = values(m * ldx, 11), w = values(k * N, 12), bias = values(N, 13);
+        std::vector<float> c(m * (N + 2), -7.0f);
+        kernels::gemm_bias(m, N, k, x.data(), ldx, w.data(), N, bias.data(), c.data(), N + 2);
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < N; ++j) {
+            double s = bias[j];
+            for (size_t p = 0; p < k; ++p) s += static_cast<double>(x[i * ldx + p]) * w[p * N + j];
+            REQUIRE(c[i * (N + 2) + j] == doctest::Approx(s).epsilon(1e-5).scale(1.0));
+          }
+          REQUIRE(c[i * (N + 2) + N] == -7.0f);  // nothing past n
+        }
+        // each part on its own, and without a bias: the same bits
+        size_t o = 0;
+        for (size_t wi : widths) {
+          std::vector<float> wp(k * wi), cp(m * wi), cz(m * wi);
+          for (size_t p = 0; p < k; ++p)
+            for (size_t j = 0; j < wi; ++j) wp[p * wi + j] = w[p * N + o + j];
+          kernels::gemm_bias(m, wi, k, x.data(), ldx, wp.data(), wi, bias.data() + o, cp.data(), wi);
+          kernels::gemm_bias(m, wi, k, x.data(), ldx, wp.data(), wi, nullptr, cz.data(), wi);
+          for (size_t i = 0; i < m; ++i)
+            for (size_t j = 0; j < wi; ++j) {
+              REQUIRE(cp[i * wi + j] == c[i * (N + 2) + o + j]);
+              REQUIRE(cp[i * wi + j] == cz[i * wi + j] + bias[o + j]);
+            }
+          o += wi;
+        }
+      }
+  }
+}

@@ -2,10 +2,13 @@
 // implementation, finite differences, batch = per-sample, and structural edits
 // with the optimizer keeping exact state.
 #include <cmath>
+#include <map>
 
 #include "growformer/model.hpp"
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"
+#include "growformer/parallel.hpp"
+#include "growformer/projections.hpp"
 #include "testing.hpp"
 
 using namespace gf;
@@ -207,6 +210,47 @@ TEST_CASE("preserve_function: the block output is unchanged by a growth") {
   blk->add_head(init, rng, 0);
   Var y1 = blk->forward(constant(x), ForwardContext{});
   for (size_t i = 0; i < y0.size(); ++i) REQUIRE(y0.value()[i] == y1.value()[i]);
+  clear_tape();
+}
+
+TEST_CASE("projections of all heads in one product equal each head's own") {
+  // d_k 3, d_v 5: columns of different heads share vectors and scalar tails
+  auto blk = make_block("plugin: mha\nheads: 3\nd_k: 3\nd_v: 5\n", 8);
+  Tensor x = gf_test::randn({3, 50, 8}, 6);  // 150 rows: split over 2 threads
+  struct Run {
+    std::vector<float> y, gx;
+    std::map<std::string, std::vector<float>> grads;
+  };
+  auto run = [&](bool fused) {
+    set_fused_projections(fused);
+    Run r;
+    Var xin = parameter(x.clone());
+    for (auto& [n, p] : blk->named_parameters()) const_cast<Var&>(p).zero_grad();
+    Var y = blk->forward(xin, ForwardContext{});
+    backward(gf_test::weighted_sum(y));
+    r.y = y.value().to_vector();
+    r.gx = xin.grad().to_vector();
+    for (auto& [n, p] : blk->named_parameters()) r.grads[n] = p.grad().to_vector();
+    set_fused_projections(true);
+    return r;
+  };
+  const size_t threads = num_threads();
+  set_num_threads(1);
+  Run one = run(true);
+  set_num_threads(2);
+  Run a = run(true), b = run(false);
+  set_num_threads(threads);
+  // the thread count changes no bit
+  REQUIRE(one.y == a.y);
+  REQUIRE(one.gx == a.gx);
+  REQUIRE(one.grads == a.grads);
+  REQUIRE(a.y == b.y);
+  for (auto& [n, g] : a.grads) {
+    INFO(n);
+    REQUIRE(g == b.grads[n]);
+  }
+  REQUIRE(a.gx.size() == b.gx.size());
+  for (size_t i = 0; i < a.gx.size(); ++i) REQUIRE(a.gx[i] == doctest::Approx(b.gx[i]).epsilon(1e-5));
   clear_tape();
 }
 

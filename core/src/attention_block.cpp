@@ -4,6 +4,7 @@
 
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"
+#include "growformer/projections.hpp"
 #include "growformer/registry.hpp"
 
 namespace gf {
@@ -100,11 +101,23 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
   AttendFn fn = [this, &ctx](const std::vector<Var>& q, const std::vector<Var>& k, const Var& v) {
     return attend(q, k, v, ctx);
   };
+  // Every head's projections in one product per level when all heads use the core part.
+  std::vector<QkvProjected> projected;
+  if (fused_projections() && slots_.size() > 1) {
+    std::vector<const QkvProjections*> parts;
+    for (auto& s : slots_) {
+      const QkvProjections* p = s->head->projections();
+      if (!p || !p->same_shape(*slots_[0]->head->projections())) break;
+      parts.push_back(p);
+    }
+    if (parts.size() == slots_.size()) projected = QkvProjections::project_all(parts, levels);
+  }
   std::vector<Var> outs;
   outs.reserve(slots_.size());
   if (!head_masks_on_) head_masks_.clear();
-  for (auto& s : slots_) {
-    HeadInput in{levels, fn, ctx};
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    auto& s = slots_[i];
+    HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};
     Var h = s->head->forward(in);
     Var o = ops::linear(h, s->w_o);
     if (head_masks_on_) {

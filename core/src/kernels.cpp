@@ -129,6 +129,12 @@ void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, siz
   active().gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 
+void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+               size_t ldw, const float* bias, float* c, size_t ldc) {
+  add_matmul_flops(2ull * m * n * k);
+  active().gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc);
+}
+
 bool softmax_row(float* row, size_t n, const uint8_t* valid) {
   if (valid)
     for (size_t j = 0; j < n; ++j)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "growformer/blas.hpp"
@@ -83,6 +84,132 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
     }
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
+}
+
+std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b) {
+  const size_t in = last_dim(x), m = x.size() / in, parts = w.size();
+  if (!b.empty() && b.size() != parts)
+    shape_error("linear_parts", std::to_string(parts) + " weights but " + std::to_string(b.size()) +
+                                    " biases");
+  auto off = std::make_shared<std::vector<size_t>>(parts + 1, 0);
+  for (size_t i = 0; i < parts; ++i) {
+    if (w[i].shape().size() != 2 || w[i].dim(0) != in)
+      shape_error("linear_parts", "input " + shape_str(x.shape()) + " vs weight " +
+                                      shape_str(w[i].shape()));
+    if (!b.empty() && b[i].size() != w[i].dim(1))
+      shape_error("linear_parts", "bias " + shape_str(b[i].shape()) + " for weight " +
+                                      shape_str(w[i].shape()));
+    (*off)[i + 1] = (*off)[i] + w[i].dim(1);
+  }
+  const size_t N = off->back();
+  // the weights side by side (in x N) and the biases
+  auto W = std::make_shared<std::vector<float>>(in * N);
+  std::vector<float> bias(b.empty() ? 0 : N);
+  for (size_t i = 0; i < parts; ++i) {
+    const size_t ni = w[i].dim(1), o = (*off)[i];
+    for (size_t r = 0; r < in; ++r)
+      std::memcpy(W->data() + r * N + o, w[i].value().data() + r * ni, ni * sizeof(float));
+    if (!b.empty()) std::memcpy(bias.data() + o, b[i].value().data(), ni * sizeof(float));
+  }
+  bool requires = x.requires_grad();
+  for (size_t i = 0; i < parts; ++i)
+    requires = requires || w[i].requires_grad() || (!b.empty() && b[i].requires_grad());
+  requires = requires && grad_enabled();
+  std::vector<Var> outs;
+  outs.reserve(parts);
+  for (size_t i = 0; i < parts; ++i) {
+    Shape os = x.shape();
+    os.back() = w[i].dim(1);
+    outs.emplace_back(Tensor::empty(os), requires);
+  }
+  // Blocks of rows: the block's product in a per-thread buffer (L2-sized), then split.
+  constexpr size_t kRows = 64;
+  const float* X = x.value().data();
+  const float* bp = b.empty() ? nullptr : bias.data();
+  parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
+    thread_local std::vector<float> Y;
+    if (Y.size() < kRows * N) Y.resize(kRows * N);
+    for (size_t s0 = r0; s0 < r1; s0 += kRows) {
+      const size_t rows = std::min(kRows, r1 - s0);
+      kernels::gemm_bias(rows, N, in, X + s0 * in, in, W->data(), N, bp, Y.data(), N);
+      for (size_t i = 0; i < parts; ++i) {
+        const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
+        float* yi = outs[i].value().data() + s0 * ni;
+        for (size_t r = 0; r < rows; ++r)
+          std::memcpy(yi + r * ni, Y.data() + r * N + o, ni * sizeof(float));
+      }
+    }
+  });
+  if (!requires) return outs;
+  record([x = Var(x), w = std::vector<Var>(w), b = std::vector<Var>(b), outs, off, W, m, in,
+          N]() mutable {
+    const size_t parts = outs.size();
+    bool any = false;
+    for (const Var& o : outs) any = any || o.grad().defined();
+    if (!any) return;
+    // the outputs' gradients side by side (m x N; every element written below); absent ones
+    // are zero
+    std::unique_ptr<float[]> Gbuf(new float[m * N]);
+    float* const G = Gbuf.get();
+    parallel_chunks(m, 256, [&](size_t r0, size_t r1) {
+      for (size_t i = 0; i < parts; ++i) {
+        const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
+        const Tensor& gi = outs[i].grad();
+        for (size_t r = r0; r < r1; ++r) {
+          if (gi.defined())
+            std::memcpy(G + r * N + o, gi.data() + r * ni, ni * sizeof(float));
+          else
+            std::memset(G + r * N + o, 0, ni * sizeof(float));
+        }
+      }
+    });
+    // dX += G W^T, rows split over the pool
+    if (x.requires_grad()) {
+      std::vector<float> WT(N * in);
+      for (size_t r = 0; r < in; ++r)
+        for (size_t j = 0; j < N; ++j) WT[j * in + r] = (*W)[r * N + j];
+      float* gx = x.grad_buf().data();
+      parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
+        kernels::gemm_acc_nd(r1 - r0, N, in, 1.0f, G + r0 * N, N, WT.data(), in,
+                             gx + r0 * in, in);
+      });
+    }
+    // dW = X^T G and db = column sums of G, columns split over the pool, rows summed in
+    // fixed blocks in order: a column's sums do not depend on the columns beside it.
+    bool wgrad = false, bgrad = false;
+    for (size_t i = 0; i < parts; ++i) {
+      wgrad = wgrad || w[i].requires_grad();
+      bgrad = bgrad || (!b.empty() && b[i].requires_grad());
+    }
+    if (!wgrad && !bgrad) return;
+    std::vector<float> dW(wgrad ? in * N : 0, 0.0f), db(bgrad ? N : 0, 0.0f);
+    const float* X = x.value().data();
+    constexpr size_t kRows = 64;
+    parallel_chunks(N, 16, [&](size_t c0, size_t c1) {
+      for (size_t r0 = 0; r0 < m; r0 += kRows) {
+        const size_t rows = std::min(kRows, m - r0);
+        if (wgrad)
+          kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * N + c0,
+                                N, dW.data() + c0, N);
+        if (bgrad)
+          for (size_t r = r0; r < r0 + rows; ++r)
+            for (size_t j = c0; j < c1; ++j) db[j] += G[r * N + j];
+      }
+    });
+    for (size_t i = 0; i < parts; ++i) {
+      const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
+      if (w[i].requires_grad()) {
+        float* gw = w[i].grad_buf().data();
+        for (size_t r = 0; r < in; ++r)
+          for (size_t j = 0; j < ni; ++j) gw[r * ni + j] += dW[r * N + o + j];
+      }
+      if (!b.empty() && b[i].requires_grad()) {
+        float* gb = b[i].grad_buf().data();
+        for (size_t j = 0; j < ni; ++j) gb[j] += db[o + j];
+      }
+    }
+  });
+  return outs;
 }
 
 Var matmul(const Var& a, const Var& b, bool ta, bool tb) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "growformer/ops.hpp"
@@ -28,18 +29,56 @@ QkvProjections::QkvProjections(Module& owner, const HeadShape& shape, Rng& rng) 
   b_v_ = owner.register_parameter("b_v", Tensor({dv}, 0.0f));
 }
 
+namespace {
+bool g_fused_projections = true;
+}  // namespace
+
+void set_fused_projections(bool on) { g_fused_projections = on; }
+bool fused_projections() { return g_fused_projections; }
+
 QkvProjections::Projected QkvProjections::project(const std::vector<Var>& levels) const {
-  const size_t L = std::min(shape_.levels, levels.size());
-  Projected p;
-  p.q.reserve(L);
-  p.k.reserve(L);
+  return project_all({this}, levels)[0];
+}
+
+QkvProjections::Projected QkvProjections::project(const HeadInput& in) const {
+  return in.projected ? *in.projected : project(in.levels);
+}
+
+bool QkvProjections::same_shape(const QkvProjections& o) const {
+  return o.shape_.d_model == shape_.d_model && o.shape_.d_k == shape_.d_k &&
+         o.shape_.d_v == shape_.d_v && o.shape_.levels == shape_.levels &&
+         o.shape_.share_qk == shape_.share_qk;
+}
+
+std::vector<QkvProjections::Projected> QkvProjections::project_all(
+    const std::vector<const QkvProjections*>& heads, const std::vector<Var>& levels) {
+  std::vector<Projected> out(heads.size());
+  if (heads.empty()) return out;
+  for (const QkvProjections* h : heads)
+    if (!h->same_shape(*heads[0]))
+      throw std::invalid_argument("QkvProjections::project_all: heads of different shapes");
+  const HeadShape& sh = heads[0]->shape_;
+  const size_t L = std::min(sh.levels, levels.size());
   for (size_t l = 0; l < L; ++l) {
-    const size_t i = shape_.share_qk ? 0 : l;
-    p.q.push_back(ops::linear(levels[l], w_q_[i], &b_q_[i]));
-    p.k.push_back(ops::linear(levels[l], w_k_[i], &b_k_[i]));
+    const size_t i = sh.share_qk ? 0 : l;
+    std::vector<Var> w, b;
+    for (const QkvProjections* h : heads) {
+      w.insert(w.end(), {h->w_q_[i], h->w_k_[i]});
+      b.insert(b.end(), {h->b_q_[i], h->b_k_[i]});
+      if (l == 0) {
+        w.push_back(h->w_v_);
+        b.push_back(h->b_v_);
+      }
+    }
+    std::vector<Var> y = ops::linear_parts(levels[l], w, b);
+    size_t c = 0;
+    for (Projected& p : out) {
+      p.q.push_back(y[c++]);
+      p.k.push_back(y[c++]);
+      if (l == 0) p.v = y[c++];
+    }
   }
-  p.v = ops::linear(levels[0], w_v_, &b_v_);
-  return p;
+  return out;
 }
 
 const Var* QkvProjections::w_q(size_t level) const {

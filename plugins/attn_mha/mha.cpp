@@ -17,13 +17,14 @@ class DotProductHead : public Head {
   DotProductHead(const Options&, const HeadBuild& b) : Head(b.shape), proj_(*this, b.shape, *b.rng) {}
 
   Var forward(const HeadInput& in) override {
-    QkvProjections::Projected p = proj_.project(in.levels);
+    QkvProjections::Projected p = proj_.project(in);
     return in.attend(p.q, p.k, p.v);
   }
 
   const Var* w_q(size_t level) const override { return proj_.w_q(level); }
   const Var* w_k(size_t level) const override { return proj_.w_k(level); }
   const Var* w_v() const override { return proj_.w_v(); }
+  const QkvProjections* projections() const override { return &proj_; }
   void initialize(const HeadInit& init, Rng& rng) override { proj_.initialize(init, rng); }
 
  private:

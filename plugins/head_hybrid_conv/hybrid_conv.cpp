@@ -39,7 +39,7 @@ class HybridConvHead : public gf::Head {
   }
 
   Var forward(const gf::HeadInput& in) override {
-    gf::QkvProjections::Projected p = proj_.project(in.levels);
+    gf::QkvProjections::Projected p = proj_.project(in);
     Var att = in.attend(p.q, p.k, p.v);
     Var conv = ops::depthwise_conv1d_causal(p.v, conv_w_, &conv_b_, 1);
     // g * att + (1 - g) * conv = conv + g * (att - conv)
@@ -50,6 +50,7 @@ class HybridConvHead : public gf::Head {
   const Var* w_q(size_t level) const override { return proj_.w_q(level); }
   const Var* w_k(size_t level) const override { return proj_.w_k(level); }
   const Var* w_v() const override { return proj_.w_v(); }
+  const gf::QkvProjections* projections() const override { return &proj_; }
 
   void initialize(const gf::HeadInit& init, gf::Rng& rng) override {
     proj_.initialize(init, rng);

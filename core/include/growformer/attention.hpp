@@ -21,6 +21,8 @@
 namespace gf {
 
 class Registry;
+class QkvProjections;
+struct QkvProjected;
 
 /// Per-forward information shared by every block.
 struct ForwardContext {
@@ -47,6 +49,9 @@ struct HeadInput {
   const std::vector<Var>& levels;  // levels[0] = block input (B, T, d); coarser levels after
   const AttendFn& attend;
   const ForwardContext& ctx;
+  /// This head's projections of `levels` when the block computed every head's at once
+  /// (QkvProjections::project_all); null: the head projects itself.
+  const QkvProjected* projected = nullptr;
 };
 
 /// How a new head starts (growth edits carry one).
@@ -65,6 +70,9 @@ class Head : public Module {
   virtual const Var* w_q(size_t level = 0) const { (void)level; return nullptr; }
   virtual const Var* w_k(size_t level = 0) const { (void)level; return nullptr; }
   virtual const Var* w_v() const { return nullptr; }
+  /// The head's query/key/value projections when they are the core part (QkvProjections)
+  /// applied to the block's levels, so that a block may compute every head's in one product.
+  virtual const QkvProjections* projections() const { return nullptr; }
   /// Re-initialises the head's weights for a growth edit.
   virtual void initialize(const HeadInit& init, Rng& rng) { (void)init; (void)rng; }
   /// Named scalars for analysis (e.g. "beta" of a hybrid head).

@@ -78,6 +78,13 @@ void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const fl
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc);
 
+/// C (m x n) = X (m x k) W (k x n) + bias (n; null: none), also in registers without packing:
+/// every element is one FMA chain over k from 0 (vector lanes and scalar tails alike), then
+/// + bias. A column's values therefore do not depend on its position in W: the product with
+/// several weight matrices side by side equals the separate products bit for bit.
+void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+               size_t ldw, const float* bias, float* c, size_t ldc);
+
 /// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
 std::string simd_name();
 std::vector<std::string> simd_available();

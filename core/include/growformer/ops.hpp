@@ -16,6 +16,12 @@ namespace ops {
 /// (..., in) x (in, out) [+ bias (out)] -> (..., out). GEMM through BLAS,
 /// rows split over the thread pool.
 Var linear(const Var& x, const Var& w, const Var* bias = nullptr);
+/// The linear maps of one input by several weights (in, out_i) [+ biases (out_i)], in one
+/// product with the weights side by side (kernels::gemm_bias): output i is (..., out_i). Each
+/// output element is one FMA chain over `in`, so an output does not depend on which other
+/// weights stand beside it, and each weight's gradient is computed from its own columns alone.
+/// The input's gradient is one product over all outputs. B empty: no biases.
+std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b);
 /// Batched or plain matmul: a (.., m, k) x b (.., k, n) with optional
 /// transposes of the last two dimensions; batch dims must agree.
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);

@@ -9,18 +9,37 @@
 
 namespace gf {
 
+/// Queries and keys of every level a head scores at, values of level 0.
+struct QkvProjected {
+  std::vector<Var> q, k;
+  Var v;
+};
+
+/// Whether MultiHeadBlock computes the projections of all its heads at once when every head
+/// exposes them (default on; tests compare the two paths).
+void set_fused_projections(bool on);
+bool fused_projections();
+
 class QkvProjections {
  public:
   /// Registers the parameters on OWNER, initialised uniform(+-1/sqrt(d_model)) from RNG in
   /// registration order (biases zero).
   QkvProjections(Module& owner, const HeadShape& shape, Rng& rng);
 
-  /// Queries and keys of every level the head scores at, values of level 0.
-  struct Projected {
-    std::vector<Var> q, k;
-    Var v;
-  };
+  using Projected = QkvProjected;
+  /// Queries and keys of every level the head scores at, values of level 0: per level one
+  /// ops::linear_parts product of that level's weights side by side.
   Projected project(const std::vector<Var>& levels) const;
+  /// in.projected when the block computed it (project_all), else project(in.levels).
+  Projected project(const HeadInput& in) const;
+
+  /// The projections of several heads of one shape with one ops::linear_parts product per
+  /// level for all of them. Every value equals the head's own project(levels) bit for bit,
+  /// and so does each weight's gradient (ops::linear_parts); the levels' gradients differ
+  /// only by float rounding (one product over all heads instead of one per head).
+  static std::vector<Projected> project_all(const std::vector<const QkvProjections*>& heads,
+                                            const std::vector<Var>& levels);
+  bool same_shape(const QkvProjections& other) const;
 
   /// Weights of a level, (d_model, d_k) / (d_model, d_v); null past the last level.
   const Var* w_q(size_t level) const;

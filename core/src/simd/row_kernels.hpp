@@ -43,6 +43,9 @@ struct RowKernels {
   /// C (n x d) += alpha X^T Y with X (m x n), Y (m x d)
   void (*gemm_acc_tnd)(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                        const float* y, size_t ldy, float* c, size_t ldc);
+  /// C (m x n) = X (m x k) W (k x n) + bias (n; may be null), each element one FMA chain
+  void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                    size_t ldw, const float* bias, float* c, size_t ldc);
 };
 
 RowKernels row_kernels_sse2();

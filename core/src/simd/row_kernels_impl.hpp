@@ -163,10 +163,14 @@ inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t 
   for (; c0 + W <= n; c0 += W) fma_tile<R, 1, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
   for (; c0 < n; ++c0)
     for (size_t r = 0; r < R; ++r) {
-      float s = 0.0f;
+      // the same chain as a vector lane, through the same xsimd::fma (a fused multiply-add
+      // where the set has one, a multiply and an add on SSE2)
+      B s(0.0f);
       for (size_t q = 0; q < len; ++q)
-        s += (TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]) * y[q * ldy + c0];
-      es(s, i + r, c0);
+        s = xsimd::fma(B(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]), B(y[q * ldy + c0]), s);
+      alignas(64) float lane[W];
+      s.store_aligned(lane);
+      es(lane[0], i + r, c0);
     }
 }
 
@@ -220,11 +224,27 @@ void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, s
   acc_product<true>(n, d, m, alpha, x, ldx, y, ldy, c, ldc);
 }
 
+void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                 size_t ldw, const float* bias, float* c, size_t ldc) {
+  if (bias)
+    product<false>(
+        m, n, k, x, ldx, w, ldw,
+        [=](B acc, size_t r, size_t j) {
+          (acc + B::load_unaligned(bias + j)).store_unaligned(c + r * ldc + j);
+        },
+        [=](float s, size_t r, size_t j) { c[r * ldc + j] = s + bias[j]; });
+  else
+    product<false>(
+        m, n, k, x, ldx, w, ldw,
+        [=](B acc, size_t r, size_t j) { acc.store_unaligned(c + r * ldc + j); },
+        [=](float s, size_t r, size_t j) { c[r * ldc + j] = s; });
+}
+
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_scale,
           k_softmax_grad, k_dot, k_axpy, k_gelu,         k_gelu_grad,
-          k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd};
+          k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias};
 }
 
 }  // namespace
