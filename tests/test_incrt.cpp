@@ -339,7 +339,10 @@ TEST_CASE("incrt_geometric: growth mechanics on a fixed block; W_t falls at ever
   REQUIRE(grows.size() >= 1);
   CHECK(grows.size() < d);
   CHECK(block.slots.size() == 1 + grows.size());
-  CHECK(number(grows[0], "step") == doctest::Approx(50));  // the first check after calibration
+  // calibration ends at step 40; the energy is over the threshold from the first active check
+  // on, so the growth comes at the third (patience 3)
+  CHECK(number(grows[0], "step") == doctest::Approx(70));
+  CHECK(number(grows[0], "checks_over") == 3.0);
   for (const auto& g : grows) CHECK(number(g, "energy") > number(g, "theta_w"));
   // the last checks: no energy above threshold is left, the head count is stable
   auto checks = drv.of_type("check");
@@ -421,10 +424,11 @@ TEST_CASE("incrt_geometric: calibration ends by a quarter of the run while E_t k
     auto cal = drv.of_type("calibrate");
     REQUIRE(cal.size() == 1);
     CHECK(number(cal[0], "step") == doctest::Approx(fraction * 1000));
-    // the starting head's own +- pair is uncaptured (Q is empty): one growth right after
+    // the starting head's own +- pair is uncaptured (Q is empty): one growth right after, at
+    // the third active check (patience 3)
     auto grows = drv.of_type("grow");
     REQUIRE(!grows.empty());
-    CHECK(number(grows[0], "step") == doctest::Approx(fraction * 1000 + 10));
+    CHECK(number(grows[0], "step") == doctest::Approx(fraction * 1000 + 30));
   }
   // the bound can be switched off: no calibration end within this run then
   FakeBlock block(d, 4);
@@ -438,6 +442,74 @@ TEST_CASE("incrt_geometric: calibration ends by a quarter of the run while E_t k
     for (size_t i = 0; i < off.probe.size(); ++i) off.probe[i] *= 1.05f;
   }
   CHECK(off.of_type("calibrate").empty());
+}
+
+TEST_CASE("incrt_geometric: growth needs `patience` consecutive checks over the threshold") {
+  // Absolute threshold between the energy of a weak probe (x 0.3: energy x 0.09) and of the
+  // full one, so each check is over or under by construction. Isolated and paired excesses
+  // (the noise of a one-batch C) do not grow with patience 3; three in a row do, and the count
+  // travels with save_state.
+  const size_t d = 8;
+  FakeBlock ref(d, 4);
+  ref.add(random_head(d, 4, 1));
+  const gf::Tensor full = anisotropic_probe(4, 6, d, 2);
+  const Mat c = gf::incrt::gram_from_probe(full, nullptr, false, true);
+  const Vec ev =
+      gf::incrt::jacobi_eigen(gf::incrt::sym_cm(c, gf::incrt::head_motor(*ref.slots[0].head, d)),
+                              false)
+          .values;
+  const double lead = std::max(ev.back(), -ev.front());
+  gf::Tensor weak = full.clone();
+  for (size_t i = 0; i < weak.size(); ++i) weak[i] *= 0.3f;
+  auto cfg = [&](int patience) {
+    return std::string("plugin: incrt_geometric\ntracker: exact\ncalibration: fixed\n") +
+           "calibration_checks: 2\ndwell_checks: 0\nthresholds: absolute\ntheta_w: " +
+           std::to_string(0.5 * lead) + "\npatience: " + std::to_string(patience) + "\n";
+  };
+  // pattern after calibration: 1 = full probe (over: lead > 0.55 lead), 0 = weak (0.09 lead)
+  const std::vector<int> noisy = {1, 0, 0, 1, 1, 0, 1, 0, 1, 1, 0};
+  auto drive = [&](Driver& drv, const std::vector<int>& pattern) {
+    for (int over : pattern) {
+      drv.probe = over ? full : weak;
+      drv.check();
+    }
+  };
+  for (int patience : {1, 3}) {
+    CAPTURE(patience);
+    FakeBlock block(d, 4);
+    block.add(random_head(d, 4, 1));
+    Driver drv{growth(cfg(patience)), &block, full};
+    drv.start();
+    drive(drv, {1, 1});  // calibration
+    REQUIRE(drv.of_type("calibrate").size() == 1);
+    drive(drv, noisy);
+    if (patience == 1) {
+      CHECK(drv.grows >= 1);
+      CHECK(number(drv.of_type("grow")[0], "step") == doctest::Approx(30));
+      continue;
+    }
+    CHECK(drv.grows == 0);
+    auto checks = drv.of_type("check");
+    CHECK(number(checks.back(), "over") == 0.0);
+    CHECK(number(checks[checks.size() - 2], "over") == 2.0);
+    // two over, save, a fresh policy resumes: the third consecutive one grows
+    drive(drv, {1, 1});
+    CHECK(drv.grows == 0);
+    const std::string state = drv.policy->save_state();
+    Driver resumed{growth(cfg(3)), &block, full};
+    resumed.policy->load_state(state);
+    resumed.step = drv.step;
+    resumed.start();
+    CHECK(resumed.check().size() == 1);
+    CHECK(number(resumed.of_type("grow")[0], "checks_over") == 3.0);
+    // the same without the saved count: one over check is not enough
+    FakeBlock fresh_block(d, 4);
+    fresh_block.add(random_head(d, 4, 1));
+    Driver fresh{growth(cfg(3)), &fresh_block, full};
+    fresh.start();
+    drive(fresh, {1, 1, 0});
+    CHECK(fresh.check().empty());
+  }
 }
 
 TEST_CASE("incrt_geometric: max_heads caps growth") {

@@ -36,6 +36,7 @@ struct BlockState {
   double pair0 = 0.0;               // lambda_max - lambda_min at calibration (one head's pair)
   double energy_now = 0.0;          // E_t at the last check
   long last_growth_check = -1000000;
+  size_t over = 0;                  // consecutive active checks with the energy over the threshold
   size_t grown = 0;
   size_t heads = 0;                 // head count at the last check
   double w_t = 0.0;                 // Lyapunov functional at the last check
@@ -72,6 +73,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         phi_g_opt_(o.get_float("phi_g")),
         dwell_auto_(o.get_string("dwell") == "auto"),
         dwell_checks_(o.get_int("dwell_checks")),
+        patience_(static_cast<size_t>(o.get_int("patience"))),
         dwell_kappa_(o.get_float("dwell_kappa")),
         dwell_eps_(o.get_float("dwell_eps")),
         dwell_max_checks_(o.get_int("dwell_max_checks")),
@@ -174,7 +176,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 2 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 3 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& kv : blocks_) {
       const BlockState& s = kv.second;
@@ -195,7 +197,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
       for (double v : {s.gamma0, s.theta_w, s.phi_w, s.phi_g, s.energy0, s.w_t, s.lambda_max,
                        s.lambda_min, s.a_norm, s.gamma_floor, s.pair0, s.energy_now})
         gf::incrt::put(os, v);
-      os << s.last_growth_check << ' ' << s.grown << ' ' << s.heads << ' ' << s.pending << ' ';
+      os << s.last_growth_check << ' ' << s.grown << ' ' << s.heads << ' ' << s.pending << ' '
+         << s.over << ' ';
       gf::incrt::put_vec(os, s.pending_dir);
       gf::incrt::put_vec(os, s.pending_dir2);
     }
@@ -204,9 +207,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   void load_state(const std::string& text) override {
-    auto opened = gf::incrt::Reader::open(text, "incrt_geometric", "2");
-    if (!opened) return;
-    gf::incrt::Reader& r = *opened;
+    if (text.empty()) return;
+    gf::incrt::Reader r(text);
+    r.expect("incrt_geometric");
+    // Version 2 (before growth patience) has no over-threshold counter: it loads as 0.
+    const std::string version = r.word();
+    if (version != "2" && version != "3")
+      throw gf::RuntimeError("incrt: policy state: expected version '2' or '3', got '" + version + "'");
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);
@@ -237,6 +244,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.grown = r.u64();
       st.heads = r.u64();
       st.pending = r.u64() != 0;
+      st.over = version == "2" ? 0 : r.u64();
       st.pending_dir = r.vec();
       st.pending_dir2 = r.vec();
     }
@@ -435,6 +443,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // lambda_max (positive half, the paper's formula).
     const bool minus_first = both_halves_ && -st.lambda_min > st.lambda_max;
     const double lead = both_halves_ ? std::max(st.lambda_max, -st.lambda_min) : st.lambda_max;
+    // Growth must pay for its head: the uncaptured energy it removes (at least
+    // lead - theta_w) exceeds the head cost, so W_t strictly decreases.
+    const double need = st.theta_w * (1.0 + (lyapunov_guard_ ? head_cost_ : 0.0));
+    // The energy must stay over the threshold for `patience` consecutive active checks: C
+    // comes from one training batch, so one check's spectrum carries that batch's noise.
+    const bool active = st.calibrated && !calibrated_now;
+    st.over = active && lead > need ? st.over + 1 : 0;
 
     gf::Event ev_check;
     ev_check.type = "check";
@@ -455,7 +470,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
                         {"q_rank", double(st.q.size())},
                         {"W_t", st.w_t},
                         {"tokens", double(ntok)},
-                        {"dwell", double(dwell)}};
+                        {"dwell", double(dwell)},
+                        {"over", double(st.over)}};
     ev_check.strings = {{"policy", "incrt_geometric"},
                         {"phase", st.calibrated ? "active" : "calibrating"}};
     if (view.events) view.events->emit(ev_check);
@@ -463,10 +479,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (!st.calibrated || calibrated_now) return;
     const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
                                 block.max_heads());
-    // Growth must pay for its head: the uncaptured energy it removes (at least
-    // lead - theta_w) exceeds the head cost, so W_t strictly decreases.
-    const double need = st.theta_w * (1.0 + (lyapunov_guard_ ? head_cost_ : 0.0));
-    const bool enough = lead > need;
+    const bool enough = st.over >= std::max<size_t>(patience_, 1);
     // The paper's second condition; vacuous for the traceless A_res (kept for the
     // positive-half rule).
     const bool minor = both_halves_ || st.lambda_min < st.phi_w;
@@ -491,6 +504,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
                        {"theta_w", st.theta_w},       {"phi_w", st.phi_w},
                        {"gap_top", gap_top},          {"W_t", st.w_t},
                        {"heads_before", double(heads.size())},
+                       {"checks_over", double(st.over)},
                        {"value_variance", e.init.value_variance}};
     e.cause.strings = {{"policy", "incrt_geometric"},
                        {"init", e.init.mode},
@@ -500,6 +514,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     st.pending_dir2.clear();
     if (both_halves_) st.pending_dir2 = minus_first ? st.tracker.up : st.tracker.um;
     st.last_growth_check = static_cast<long>(check_index);
+    st.over = 0;  // A_res changes with the new head's directions in Q
     edits.push_back(std::move(e));
   }
 
@@ -531,6 +546,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   double theta_opt_, phi_w_opt_, phi_g_opt_;
   bool dwell_auto_;
   long dwell_checks_;
+  size_t patience_;
   double dwell_kappa_, dwell_eps_;
   long dwell_max_checks_;
   bool directed_;
@@ -607,6 +623,10 @@ gf::OptionSpecs incrt_options() {
        "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
        -inf, inf, {"checks", "auto"}},
       {"dwell_checks", OptType::Int, "8", "checks between growths (dwell: checks)", 0, 1e9, {}},
+      {"patience", OptType::Int, "3",
+       "consecutive checks with the energy over the threshold before a growth (C comes from one "
+       "batch: a single check's excess can be that batch's noise)",
+       1, 1e6, {}},
       {"dwell_kappa", OptType::Float, "2.0", "kappa of the automatic dwell time", 0.0, inf, {}},
       {"dwell_eps", OptType::Float, "0.05", "eps of the automatic dwell time", 1e-12, 1.0, {}},
       {"dwell_max_checks", OptType::Int, "50", "cap of the automatic dwell time", 0, 1e9, {}},
