@@ -211,7 +211,7 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
-    for (size_t m : {1, 4, 7, 13})
+    for (size_t m : {1, 4, 7, 8, 13, 15})
       for (size_t n : {1, 9, 40})
         for (size_t d : {1, 5, 16, 19}) {
           CAPTURE(isa);
@@ -269,7 +269,7 @@ TEST_CASE("gemm_bias: against double loops; a column's value does not depend on 
   for (size_t w : widths) N += w;
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
-    for (size_t m : {1, 5, 9})
+    for (size_t m : {1, 5, 8, 9, 10})
       for (size_t k : {1, 16, 64}) {
         CAPTURE(isa);
         CAPTURE(m);
