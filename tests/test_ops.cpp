@@ -28,13 +28,52 @@ TEST_CASE("linear: forward by hand and gradients") {
 }
 
 TEST_CASE("linear splits large products over threads with identical results") {
-  Tensor x = randn({300, 64}, 4), w = randn({64, 96}, 5);
-  set_num_threads(1);
-  Tensor y1 = ops::linear(constant(x), constant(w)).value().clone();
-  set_num_threads(2);
-  Tensor y2 = ops::linear(constant(x), constant(w)).value().clone();
+  // 300 rows (blocks of 64 and a remainder), 70 -> 96 (columns split over threads in
+  // gradients); output and every gradient bit-identical with 1 and 2 threads, and equal to
+  // double loops
+  const size_t m = 300, in = 70, out = 96;
+  Tensor x = randn({m, in}, 4), w = randn({in, out}, 5), b = randn({out}, 6);
+  struct Result {
+    Tensor y, gx, gw, gb;
+  };
+  auto run = [&](size_t threads) {
+    set_num_threads(threads);
+    Var xv = parameter(x.clone()), wv = parameter(w.clone()), bv = parameter(b.clone());
+    Var y = ops::linear(xv, wv, &bv);
+    backward(weighted_sum(y, 7));
+    return Result{y.value().clone(), xv.grad().clone(), wv.grad().clone(), bv.grad().clone()};
+  };
+  const Result r1 = run(1), r2 = run(2);
   set_num_threads(0);
-  for (size_t i = 0; i < y1.size(); ++i) REQUIRE(y1[i] == y2[i]);
+  for (auto [a, c] : {std::pair{&r1.y, &r2.y}, {&r1.gx, &r2.gx}, {&r1.gw, &r2.gw}, {&r1.gb, &r2.gb}})
+    for (size_t i = 0; i < a->size(); ++i) REQUIRE((*a)[i] == (*c)[i]);
+  // double loops: y = x w + b; with upstream gradient G: dx = G w^T, dw = x^T G, db = sum G
+  Var probe = parameter(Tensor(Shape{m, out}, 0.0f));
+  backward(weighted_sum(probe, 7));
+  const Tensor& G = probe.grad();
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < out; ++j) {
+      double s = b[j];
+      for (size_t k = 0; k < in; ++k) s += double(x[i * in + k]) * w[k * out + j];
+      REQUIRE(r1.y[i * out + j] == doctest::Approx(s).epsilon(1e-5));
+    }
+  for (size_t i = 0; i < m; ++i)
+    for (size_t k = 0; k < in; ++k) {
+      double s = 0;
+      for (size_t j = 0; j < out; ++j) s += double(G[i * out + j]) * w[k * out + j];
+      REQUIRE(r1.gx[i * in + k] == doctest::Approx(s).epsilon(1e-5));
+    }
+  for (size_t k = 0; k < in; ++k)
+    for (size_t j = 0; j < out; ++j) {
+      double s = 0;
+      for (size_t i = 0; i < m; ++i) s += double(x[i * in + k]) * G[i * out + j];
+      REQUIRE(r1.gw[k * out + j] == doctest::Approx(s).epsilon(1e-4));
+    }
+  for (size_t j = 0; j < out; ++j) {
+    double s = 0;
+    for (size_t i = 0; i < m; ++i) s += G[i * out + j];
+    REQUIRE(r1.gb[j] == doctest::Approx(s).epsilon(1e-4));
+  }
 }
 
 TEST_CASE("matmul with transposes and batches") {

@@ -64,24 +64,49 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
   Shape os = x.shape();
   os.back() = out;
   Tensor y = Tensor::empty(os);
-  if (bias) {
-    for (size_t i = 0; i < m; ++i) std::memcpy(y.data() + i * out, bias->value().data(), out * 4);
-  }
-  sgemm_rows(false, false, m, out, in, 1.0f, x.value().data(), in, w.value().data(), out,
-             bias ? 1.0f : 0.0f, y.data(), out);
+  // Forward in registers (each element one FMA chain over `in`, bias added last): at the
+  // model widths (in, out <= 256, k = 64) this runs at 1.4-2.5x OpenBLAS, which packs both
+  // operands for a short inner dimension; rows split over the pool in blocks of 64.
+  const float* X = x.value().data();
+  const float* W = w.value().data();
+  const float* bp = bias ? bias->value().data() : nullptr;
+  parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
+    kernels::gemm_bias(r1 - r0, out, in, X + r0 * in, in, W, out, bp, y.data() + r0 * out, out);
+  });
+  // Backward in registers too (measured at 16384 rows, one core: dW 1.1-2x and dX 1-1.5x
+  // OpenBLAS at these widths). dX += G W^T with rows split over the pool; dW += X^T G and
+  // db in fixed blocks of 64 rows, in order, with the columns split over the pool: every
+  // element's sums are the same whatever the thread count.
   auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), m, in, out](const Tensor& g,
                                                                          const Tensor&) mutable {
-    if (xx.requires_grad())
-      sgemm_rows(false, true, m, in, out, 1.0f, g.data(), out, ww.value().data(), out, 1.0f,
-                 xx.grad_buf().data(), in);
-    if (ww.requires_grad())
-      sgemm_rows(true, false, in, out, m, 1.0f, xx.value().data(), in, g.data(), out, 1.0f,
-                 ww.grad_buf().data(), out);
-    if (bb.defined() && bb.requires_grad()) {
-      float* gb = bb.grad_buf().data();
-      for (size_t i = 0; i < m; ++i)
-        for (size_t j = 0; j < out; ++j) gb[j] += g[i * out + j];
+    const float* G = g.data();
+    if (xx.requires_grad()) {
+      std::vector<float> WT(out * in);
+      const float* W = ww.value().data();
+      for (size_t r = 0; r < in; ++r)
+        for (size_t j = 0; j < out; ++j) WT[j * in + r] = W[r * out + j];
+      float* gx = xx.grad_buf().data();
+      parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
+        kernels::gemm_acc_nd(r1 - r0, out, in, 1.0f, G + r0 * out, out, WT.data(), in,
+                             gx + r0 * in, in);
+      });
     }
+    float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
+    float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
+    if (!gw && !gb) return;
+    const float* X = xx.value().data();
+    constexpr size_t kRows = 64;
+    parallel_chunks(out, 16, [&](size_t c0, size_t c1) {
+      for (size_t r0 = 0; r0 < m; r0 += kRows) {
+        const size_t rows = std::min(kRows, m - r0);
+        if (gw)
+          kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * out + c0, out,
+                                gw + c0, out);
+        if (gb)
+          for (size_t r = r0; r < r0 + rows; ++r)
+            for (size_t j = c0; j < c1; ++j) gb[j] += G[r * out + j];
+      }
+    });
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }
