@@ -1,6 +1,10 @@
 // Every differentiable op against central finite differences, forward values
 // against hand computations, and the BLAS path against a naive product.
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "growformer/blas.hpp"
 #include "growformer/kernels.hpp"
@@ -74,6 +78,23 @@ TEST_CASE("linear splits large products over threads with identical results") {
     for (size_t i = 0; i < m; ++i) s += G[i * out + j];
     REQUIRE(r1.gb[j] == doctest::Approx(s).epsilon(1e-4));
   }
+}
+
+TEST_CASE("thread pool: every index once, after any number of resizes") {
+  // A resized pool's new workers used to start at generation 0 and could count one finished
+  // job twice: the next parallel_for then waited forever (ctest's timeout reports it).
+  for (int round = 0; round < 3000; ++round) {
+    set_num_threads(1 + round % 2);
+    // sweep the moment the new worker starts against the first job
+    std::this_thread::sleep_for(std::chrono::microseconds(round % 64));
+    const size_t n = 2 + round % 7;
+    std::vector<std::atomic<int>> hits(n);
+    for (auto& h : hits) h = 0;
+    parallel_for(n, [&](size_t i) { hits[i]++; });
+    parallel_for(n, [&](size_t i) { hits[i]++; });
+    for (auto& h : hits) REQUIRE(h.load() == 2);
+  }
+  set_num_threads(0);
 }
 
 TEST_CASE("matmul with transposes and batches") {

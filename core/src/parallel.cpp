@@ -22,7 +22,11 @@ class Pool {
     stop();
     size_ = std::max<size_t>(1, n);
     quit_ = false;
-    for (size_t i = 1; i < size_; ++i) workers_.emplace_back([this] { loop(); });
+    // New workers start at the current generation: one that started at 0 took the last
+    // (finished) job's generation for a new one, ran an extra pass and decremented active_
+    // twice in the next run, which then waited forever (seen after set_num_threads).
+    const size_t gen = generation_;
+    for (size_t i = 1; i < size_; ++i) workers_.emplace_back([this, gen] { loop(gen); });
   }
   size_t size() const { return size_; }
 
@@ -63,8 +67,7 @@ class Pool {
     }
     in_parallel_ = false;
   }
-  void loop() {
-    size_t seen = 0;
+  void loop(size_t seen) {
     for (;;) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return quit_ || generation_ != seen; });

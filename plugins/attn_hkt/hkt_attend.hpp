@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <growformer/autograd.hpp>
-#include <growformer/blas.hpp>
 #include <growformer/kernels.hpp>
 #include <growformer/parallel.hpp>
 #include <limits>
@@ -48,13 +47,6 @@ inline size_t level_length(size_t T, size_t stride, size_t level) {
 inline size_t causal_blocks(size_t i, size_t block) { return (i + 1) / block; }
 
 namespace detail {
-
-// C (m x n, ldc) = alpha * op(A) op(B) + beta * C, row-major.
-inline void gemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float* a,
-                 size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
-  gf::sgemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-            static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-}
 
 inline void softmax_logits(const float* z, size_t n, float* out) {
   float m = -std::numeric_limits<float>::infinity();
@@ -138,22 +130,34 @@ inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
   }
 }
 
+// k_l^T (d_k x T_l) of sample b for every level, into KT (d_k x sum T_l); KLT[l] points at
+// level l's part.
+inline void transpose_levels(const Geom& g, const std::vector<gf::Var>& k, size_t b, float* kt,
+                             const float** klt) {
+  for (size_t l = 0; l < g.L; ++l) {
+    const size_t n = g.Tl[l];
+    transpose_into(k[l].value().data() + b * n * g.dk, n, g.dk, kt);
+    klt[l] = kt;
+    kt += g.dk * n;
+  }
+}
+
 // Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax): S (r x jmax),
-// masked entries -inf. k0t is k_0^T (d_k x T) of this sample.
-inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
-                        const float* k0t, const float* lb, size_t b, size_t i0, size_t r,
-                        size_t jmax, float* S) {
+// masked entries -inf. KLT[l] is k_l^T (d_k x T_l) of this sample.
+inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
+                        const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S) {
   const size_t T = g.T, dk = g.dk;
-  // level 0 (the short d_k dimension in registers, see kernels::gemm_short_k)
+  // every level's product has the short d_k inner dimension: in registers (see
+  // kernels::gemm_short_k), without BLAS packing
   gf::kernels::gemm_short_k(r, jmax, dk, lb[0] * g.scale, q[0].value().data() + (b * T + i0) * dk,
-                            dk, k0t, T, S, jmax);
+                            dk, klt[0], T, S, jmax);
   float* up = scratch(2, T).data();
   for (size_t l = 1; l < g.L; ++l) {
     const size_t n = g.Tl[l], bs = g.blk[l];
     const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs;  // tile rows cover whole blocks
     float* sl = scratch(3, (I1 - I0) * n).data();
-    gemm(false, true, I1 - I0, n, dk, lb[l] * g.scale, q[l].value().data() + (b * n + I0) * dk,
-         dk, k[l].value().data() + b * n * dk, dk, 0.0f, sl, n);
+    gf::kernels::gemm_short_k(I1 - I0, n, dk, lb[l] * g.scale,
+                              q[l].value().data() + (b * n + I0) * dk, dk, klt[l], n, sl, n);
     for (size_t I = I0; I < I1; ++I) {
       // The rows of block I share S_l[I, :]: expand it once, add it to each row's usable prefix.
       const float* sr = sl + (I - I0) * n;
@@ -229,9 +233,12 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   gf::Tensor out(gf::Shape{B, T, dv}, 0.0f);
   gf::Tensor lse = gf::Tensor::empty({B, T});  // +inf marks a row with no valid key
   const size_t tiles = g.tiles();
-  gf::Tensor k0t = gf::Tensor::empty({B, dk, T});
+  size_t ktn = 0;  // d_k x sum T_l floats per sample: every level's k_l^T
+  for (size_t l = 0; l < L; ++l) ktn += dk * g.Tl[l];
+  gf::Tensor kt = gf::Tensor::empty({B, ktn});
+  std::vector<const float*> klt(B * L);
   gf::parallel_for(B, [&](size_t b) {
-    detail::transpose_into(k[0].value().data() + b * T * dk, T, dk, k0t.data() + b * dk * T);
+    detail::transpose_levels(g, k, b, kt.data() + b * ktn, klt.data() + b * L);
   });
   // Every (sample, tile) is independent: the split does not change any result.
   gf::parallel_for(B * tiles, [&](size_t task) {
@@ -239,7 +246,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     const size_t jmax = g.causal ? i0 + r : T;
     float* S = detail::scratch(0, r * jmax).data();
     float* inv = detail::scratch(1, r).data();  // 1 / sum per row: scales the output row
-    detail::tile_scores(g, q, k, k0t.data() + b * dk * T, lam.data() + b * L, b, i0, r, jmax, S);
+    detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S);
     for (size_t a = 0; a < r; ++a) {
       float* row = S + a * jmax;
       const float mx = gf::kernels::row_max(row, jmax);
@@ -288,9 +295,12 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       const float* vb = v.value().data() + b * T * dv;
       const float* ob = res.value().data() + b * T * dv;
       std::vector<float> dsl, G, acc(T);
-      float* k0t = detail::scratch(5, dk * T).data();
+      size_t ktn = 0;
+      for (size_t l = 0; l < L; ++l) ktn += dk * g.Tl[l];
+      float* kt = detail::scratch(5, ktn).data();
+      std::vector<const float*> klt(L);
+      detail::transpose_levels(g, k, b, kt, klt.data());
       float* vt = detail::scratch(6, dv * T).data();
-      detail::transpose_into(k[0].value().data() + b * T * dk, T, dk, k0t);
       detail::transpose_into(vb, T, dv, vt);
       for (size_t t = 0; t < tiles; ++t) {
         const size_t i0 = t * g.br, r = std::min(g.br, T - i0);
@@ -298,7 +308,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
         const float* gob = gr + (b * T + i0) * dv;
         float* P = detail::scratch(0, r * jmax).data();
         float* ds = detail::scratch(1, r * jmax).data();
-        detail::tile_scores(g, q, k, k0t, lb, b, i0, r, jmax, P);
+        detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P);
         for (size_t a = 0; a < r; ++a)
           gf::kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
         if (gv)  // dV = P^T dO
