@@ -95,6 +95,70 @@ TEST_CASE("row kernels: every instruction set against double loops, odd lengths"
   }
 }
 
+TEST_CASE("layer norm kernels: every instruction set against double loops, odd widths") {
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    REQUIRE(kernels::set_simd(isa));
+    for (size_t d : {1, 3, 8, 13, 64, 70}) {
+      CAPTURE(isa);
+      CAPTURE(d);
+      const size_t rows = 5;
+      auto x = values(rows * d, d + 11), g = values(rows * d, d + 12);
+      auto gamma = values(d, d + 13), beta = values(d, d + 14);
+      for (float& v : x) v = 3.0f * v + 1.0f;  // a mean and a scale away from 0 and 1
+      std::vector<float> y(rows * d), stats(2 * rows), gx = values(rows * d, d + 15);
+      const std::vector<float> gx0 = gx;
+      std::vector<float> ggam = values(d, d + 16), gbet = values(d, d + 17);
+      const std::vector<float> ggam0 = ggam, gbet0 = gbet;
+      const float eps = 1e-5f;
+      kernels::layer_norm_rows(x.data(), rows, d, gamma.data(), beta.data(), eps, y.data(),
+                               stats.data());
+      kernels::layer_norm_grad_rows(x.data(), g.data(), stats.data(), rows, d, gamma.data(),
+                                    gx.data());
+      kernels::layer_norm_param_grad(x.data(), g.data(), stats.data(), rows, d, ggam.data(),
+                                     gbet.data());
+      std::vector<double> dgam(d, 0.0), dbet(d, 0.0);
+      for (size_t i = 0; i < rows; ++i) {
+        const float* xi = x.data() + i * d;
+        const float* gi = g.data() + i * d;
+        double mu = 0, var = 0;
+        for (size_t j = 0; j < d; ++j) mu += xi[j];
+        mu /= double(d);
+        for (size_t j = 0; j < d; ++j) var += (xi[j] - mu) * (xi[j] - mu);
+        var /= double(d);
+        const double rs = 1.0 / std::sqrt(var + eps);
+        CHECK(stats[2 * i] == doctest::Approx(mu).epsilon(1e-5).scale(1.0));
+        CHECK(stats[2 * i + 1] == doctest::Approx(rs).epsilon(1e-4));
+        double s1 = 0, s2 = 0;
+        for (size_t j = 0; j < d; ++j) {
+          const double xh = (xi[j] - mu) * rs;
+          CHECK(y[i * d + j] == doctest::Approx(xh * gamma[j] + beta[j]).epsilon(1e-4).scale(1.0));
+          s1 += double(gi[j]) * gamma[j];
+          s2 += double(gi[j]) * gamma[j] * xh;
+          dgam[j] += gi[j] * xh;
+          dbet[j] += gi[j];
+        }
+        s1 /= double(d);
+        s2 /= double(d);
+        for (size_t j = 0; j < d; ++j) {
+          const double xh = (xi[j] - mu) * rs;
+          const double ref = gx0[i * d + j] + rs * (double(gi[j]) * gamma[j] - s1 - xh * s2);
+          CHECK(gx[i * d + j] == doctest::Approx(ref).epsilon(1e-4).scale(1.0));
+        }
+      }
+      for (size_t j = 0; j < d; ++j) {
+        CHECK(ggam[j] == doctest::Approx(ggam0[j] + dgam[j]).epsilon(1e-4).scale(1.0));
+        CHECK(gbet[j] == doctest::Approx(gbet0[j] + dbet[j]).epsilon(1e-5).scale(1.0));
+      }
+      // either parameter gradient may be absent
+      std::vector<float> only = ggam0;
+      kernels::layer_norm_param_grad(x.data(), g.data(), stats.data(), rows, d, only.data(),
+                                     nullptr);
+      for (size_t j = 0; j < d; ++j) CHECK(only[j] == ggam[j]);
+    }
+  }
+}
+
 TEST_CASE("softmax_row: masked entries are 0, a row with nothing valid is all 0") {
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {

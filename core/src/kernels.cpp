@@ -102,6 +102,18 @@ void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s) {
   active().softmax_grad(ds, p, n, dot, s);
 }
 float dot(const float* a, const float* b, size_t n) { return active().dot(a, b, n); }
+void layer_norm_rows(const float* x, size_t rows, size_t d, const float* gamma,
+                     const float* beta, float eps, float* y, float* stats) {
+  active().layer_norm(x, rows, d, gamma, beta, eps, y, stats);
+}
+void layer_norm_grad_rows(const float* x, const float* g, const float* stats, size_t rows,
+                          size_t d, const float* gamma, float* gx) {
+  active().layer_norm_grad(x, g, stats, rows, d, gamma, gx);
+}
+void layer_norm_param_grad(const float* x, const float* g, const float* stats, size_t rows,
+                           size_t d, float* ggamma, float* gbeta) {
+  active().layer_norm_param_grad(x, g, stats, rows, d, ggamma, gbeta);
+}
 void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
 void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
 void gelu_grad(const float* x, const float* g, float* gx, size_t n) {

@@ -502,20 +502,8 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float eps) {
   const float* G = gamma.value().data();
   const float* Bt = beta.value().data();
   parallel_chunks(rows, 256, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) {
-      const float* xi = X + i * d;
-      float mu = 0;
-      for (size_t j = 0; j < d; ++j) mu += xi[j];
-      mu /= d;
-      float var = 0;
-      for (size_t j = 0; j < d; ++j) var += (xi[j] - mu) * (xi[j] - mu);
-      var /= d;
-      float rs = 1.0f / std::sqrt(var + eps);
-      stats[i * 2] = mu;
-      stats[i * 2 + 1] = rs;
-      float* yi = y.data() + i * d;
-      for (size_t j = 0; j < d; ++j) yi[j] = (xi[j] - mu) * rs * G[j] + Bt[j];
-    }
+    kernels::layer_norm_rows(X + b * d, e - b, d, G, Bt, eps, y.data() + b * d,
+                             stats.data() + 2 * b);
   });
   auto grad_fn = [xx = x, gg = gamma, bb = beta, stats, d, rows](const Tensor& g,
                                                                  const Tensor&) mutable {
@@ -524,38 +512,14 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float eps) {
     if (xx.requires_grad()) {
       float* gx = xx.grad_buf().data();
       parallel_chunks(rows, 256, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) {
-          float mu = stats[i * 2], rs = stats[i * 2 + 1];
-          const float* xi = X + i * d;
-          const float* gi = g.data() + i * d;
-          float s1 = 0, s2 = 0;
-          for (size_t j = 0; j < d; ++j) {
-            float xh = (xi[j] - mu) * rs;
-            float gy = gi[j] * G[j];
-            s1 += gy;
-            s2 += gy * xh;
-          }
-          s1 /= d;
-          s2 /= d;
-          for (size_t j = 0; j < d; ++j) {
-            float xh = (xi[j] - mu) * rs;
-            gx[i * d + j] += rs * (gi[j] * G[j] - s1 - xh * s2);
-          }
-        }
+        kernels::layer_norm_grad_rows(X + b * d, g.data() + b * d, stats.data() + 2 * b, e - b, d,
+                                      G, gx + b * d);
       });
     }
-    if (gg.requires_grad() || bb.requires_grad()) {
-      float* ggam = gg.requires_grad() ? gg.grad_buf().data() : nullptr;
-      float* gbet = bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-      for (size_t i = 0; i < rows; ++i) {
-        float mu = stats[i * 2], rs = stats[i * 2 + 1];
-        for (size_t j = 0; j < d; ++j) {
-          float gi = g[i * d + j];
-          if (ggam) ggam[j] += gi * (X[i * d + j] - mu) * rs;
-          if (gbet) gbet[j] += gi;
-        }
-      }
-    }
+    float* ggam = gg.requires_grad() ? gg.grad_buf().data() : nullptr;
+    float* gbet = bb.requires_grad() ? bb.grad_buf().data() : nullptr;
+    if (ggam || gbet)  // rows in order on one thread: the sums do not depend on the split
+      kernels::layer_norm_param_grad(X, g.data(), stats.data(), rows, d, ggam, gbet);
   };
   return finish(std::move(y), {&x, &gamma, &beta}, grad_fn);
 }

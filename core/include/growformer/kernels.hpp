@@ -86,6 +86,17 @@ void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const f
                size_t ldw, const float* bias, float* c, size_t ldc);
 
 /// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
+/// Layer norm of ROWS rows of width D: y = (x - mean) / sqrt(var + eps) * gamma + beta;
+/// STATS gets (mean, 1 / sqrt(var + eps)) per row.
+void layer_norm_rows(const float* x, size_t rows, size_t d, const float* gamma,
+                     const float* beta, float eps, float* y, float* stats);
+/// gx += the layer norm's input gradient for the output gradient g.
+void layer_norm_grad_rows(const float* x, const float* g, const float* stats, size_t rows,
+                          size_t d, const float* gamma, float* gx);
+/// ggamma += sum_rows g x_hat and gbeta += sum_rows g (either may be null), rows in order.
+void layer_norm_param_grad(const float* x, const float* g, const float* stats, size_t rows,
+                           size_t d, float* ggamma, float* gbeta);
+
 std::string simd_name();
 std::vector<std::string> simd_available();
 /// Switches the instruction set (tests compare them); false when the CPU lacks it.

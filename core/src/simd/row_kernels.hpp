@@ -46,6 +46,16 @@ struct RowKernels {
   /// C (m x n) = X (m x k) W (k x n) + bias (n; may be null), each element one FMA chain
   void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                     size_t ldw, const float* bias, float* c, size_t ldc);
+  // Layer norm over rows of width d (stats: mean, 1 / std per row):
+  /// y = (x - mean) / std * gamma + beta
+  void (*layer_norm)(const float* x, size_t rows, size_t d, const float* gamma,
+                     const float* beta, float eps, float* y, float* stats);
+  /// gx += d y / d x applied to g
+  void (*layer_norm_grad)(const float* x, const float* g, const float* stats, size_t rows,
+                          size_t d, const float* gamma, float* gx);
+  /// ggamma += sum_rows g x_hat, gbeta += sum_rows g (either may be null), rows in order
+  void (*layer_norm_param_grad)(const float* x, const float* g, const float* stats, size_t rows,
+                                size_t d, float* ggamma, float* gbeta);
 };
 
 RowKernels row_kernels_sse2();

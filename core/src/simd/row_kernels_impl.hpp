@@ -272,11 +272,110 @@ void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const
         [=](float s, size_t r, size_t j) { c[r * ldc + j] = s; });
 }
 
+// ---- layer norm ---------------------------------------------------------------------
+// Row sums in vector lanes, then across the lanes, then the scalar tail.
+inline float row_sum(const float* x, size_t n) {
+  B acc(0.0f);
+  size_t j = 0;
+  for (; j + W <= n; j += W) acc += B::load_unaligned(x + j);
+  float s = xsimd::hadd(acc);
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
+void k_layer_norm(const float* x, size_t rows, size_t d, const float* gamma, const float* beta,
+                  float eps, float* y, float* stats) {
+  for (size_t i = 0; i < rows; ++i) {
+    const float* xi = x + i * d;
+    float* yi = y + i * d;
+    const float mu = row_sum(xi, d) / float(d);
+    const B m(mu);
+    B v(0.0f);
+    size_t j = 0;
+    for (; j + W <= d; j += W) {
+      const B t = B::load_unaligned(xi + j) - m;
+      v = xsimd::fma(t, t, v);
+    }
+    float var = xsimd::hadd(v);
+    for (; j < d; ++j) var += (xi[j] - mu) * (xi[j] - mu);
+    var /= float(d);
+    const float rs = 1.0f / std::sqrt(var + eps);
+    stats[2 * i] = mu;
+    stats[2 * i + 1] = rs;
+    const B r(rs);
+    for (j = 0; j + W <= d; j += W)
+      xsimd::fma((B::load_unaligned(xi + j) - m) * r, B::load_unaligned(gamma + j),
+                 B::load_unaligned(beta + j))
+          .store_unaligned(yi + j);
+    for (; j < d; ++j) yi[j] = (xi[j] - mu) * rs * gamma[j] + beta[j];
+  }
+}
+
+void k_layer_norm_grad(const float* x, const float* g, const float* stats, size_t rows, size_t d,
+                       const float* gamma, float* gx) {
+  for (size_t i = 0; i < rows; ++i) {
+    const float* xi = x + i * d;
+    const float* gi = g + i * d;
+    float* gxi = gx + i * d;
+    const float mu = stats[2 * i], rs = stats[2 * i + 1];
+    const B m(mu), r(rs);
+    B a1(0.0f), a2(0.0f);
+    size_t j = 0;
+    for (; j + W <= d; j += W) {
+      const B xh = (B::load_unaligned(xi + j) - m) * r;
+      const B gy = B::load_unaligned(gi + j) * B::load_unaligned(gamma + j);
+      a1 += gy;
+      a2 = xsimd::fma(gy, xh, a2);
+    }
+    float s1 = xsimd::hadd(a1), s2 = xsimd::hadd(a2);
+    for (; j < d; ++j) {
+      const float xh = (xi[j] - mu) * rs, gy = gi[j] * gamma[j];
+      s1 += gy;
+      s2 += gy * xh;
+    }
+    s1 /= float(d);
+    s2 /= float(d);
+    const B v1(s1), v2(s2);
+    for (j = 0; j + W <= d; j += W) {
+      const B xh = (B::load_unaligned(xi + j) - m) * r;
+      const B gy = B::load_unaligned(gi + j) * B::load_unaligned(gamma + j);
+      xsimd::fma(r, gy - v1 - xh * v2, B::load_unaligned(gxi + j)).store_unaligned(gxi + j);
+    }
+    for (; j < d; ++j) {
+      const float xh = (xi[j] - mu) * rs;
+      gxi[j] += rs * (gi[j] * gamma[j] - s1 - xh * s2);
+    }
+  }
+}
+
+void k_layer_norm_param_grad(const float* x, const float* g, const float* stats, size_t rows,
+                             size_t d, float* ggamma, float* gbeta) {
+  for (size_t i = 0; i < rows; ++i) {
+    const float* xi = x + i * d;
+    const float* gi = g + i * d;
+    const float mu = stats[2 * i], rs = stats[2 * i + 1];
+    const B m(mu), r(rs);
+    size_t j = 0;
+    for (; j + W <= d; j += W) {
+      const B gv = B::load_unaligned(gi + j);
+      if (ggamma)
+        xsimd::fma(gv, (B::load_unaligned(xi + j) - m) * r, B::load_unaligned(ggamma + j))
+            .store_unaligned(ggamma + j);
+      if (gbeta) (B::load_unaligned(gbeta + j) + gv).store_unaligned(gbeta + j);
+    }
+    for (; j < d; ++j) {
+      if (ggamma) ggamma[j] += gi[j] * ((xi[j] - mu) * rs);
+      if (gbeta) gbeta[j] += gi[j];
+    }
+  }
+}
+
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_scale,
           k_softmax_grad, k_dot, k_axpy, k_gelu,         k_gelu_grad,
-          k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias};
+          k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias,
+          k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
 }
 
 }  // namespace
