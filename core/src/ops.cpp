@@ -295,15 +295,31 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
 }
 
 // ---------------------------------------------------------------------------
+namespace {
+// An elementwise pass over N floats, split over the pool when large (each element is
+// written by one thread, so the split changes no value).
+template <class F>
+void elementwise_pass(size_t n, F&& f) {
+  if (n < (size_t{1} << 16))
+    f(size_t{0}, n);
+  else
+    parallel_chunks(n, size_t{1} << 14, [&](size_t lo, size_t hi) { f(lo, hi); });
+}
+}  // namespace
+
 Var add(const Var& a, const Var& b) {
   bool same = a.size() == b.size();
   size_t d = b.size();
   if (!same && (a.size() % d != 0 || last_dim(a) != d))
     shape_error("add", shape_str(a.shape()) + " + " + shape_str(b.shape()));
-  Tensor y = a.value().clone();
+  Tensor y = same ? Tensor::empty(a.shape()) : a.value().clone();
   if (same) {
-    auto yx = xflat(y);
-    yx += xflat(b.value());
+    const float* A = a.value().data();
+    const float* Bv = b.value().data();
+    float* Y = y.data();
+    elementwise_pass(y.size(), [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) Y[i] = A[i] + Bv[i];
+    });
   } else {
     size_t rows = a.size() / d;
     const float* B = b.value().data();
@@ -350,8 +366,12 @@ Var mul(const Var& a, const Var& b) {
     float s = b.value()[0];
     for (size_t i = 0; i < y.size(); ++i) y[i] = a.value()[i] * s;
   } else {
-    auto yx = xflat(y);
-    yx = xflat(a.value()) * xflat(b.value());
+    const float* A = a.value().data();
+    const float* Bv = b.value().data();
+    float* Y = y.data();
+    elementwise_pass(y.size(), [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) Y[i] = A[i] * Bv[i];
+    });
   }
   auto grad_fn = [aa = a, bb = b, scalar](const Tensor& g, const Tensor&) mutable {
     size_t n = g.size();
@@ -368,13 +388,20 @@ Var mul(const Var& a, const Var& b) {
       }
       return;
     }
+    const float* G = g.data();
     if (aa.requires_grad()) {
       float* ga = aa.grad_buf().data();
-      for (size_t i = 0; i < n; ++i) ga[i] += g[i] * bb.value()[i];
+      const float* Bv = bb.value().data();
+      elementwise_pass(n, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) ga[i] += G[i] * Bv[i];
+      });
     }
     if (bb.requires_grad()) {
       float* gb = bb.grad_buf().data();
-      for (size_t i = 0; i < n; ++i) gb[i] += g[i] * aa.value()[i];
+      const float* A = aa.value().data();
+      elementwise_pass(n, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) gb[i] += G[i] * A[i];
+      });
     }
   };
   return finish(std::move(y), {&a, &b}, grad_fn);
@@ -388,12 +415,17 @@ Var unary(const Var& x, F f, DF df) {
   const float* X = x.value().data();
   float* Y = y.data();
   size_t n = x.size();
-  for (size_t i = 0; i < n; ++i) Y[i] = f(X[i]);
+  elementwise_pass(n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) Y[i] = f(X[i]);
+  });
   auto grad_fn = [xx = x, df, n](const Tensor& g, const Tensor& res) mutable {
     float* gx = xx.grad_buf().data();
     const float* X = xx.value().data();
     const float* Y = res.data();
-    for (size_t i = 0; i < n; ++i) gx[i] += g[i] * df(X[i], Y[i]);
+    const float* G = g.data();
+    elementwise_pass(n, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) gx[i] += G[i] * df(X[i], Y[i]);
+    });
   };
   return finish(std::move(y), {&x}, grad_fn);
 }
@@ -674,20 +706,24 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
       });
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
     float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-    for (size_t b = 0; b < B; ++b)
-      for (size_t to = 0; to < To; ++to) {
-        const float* gr = g.data() + (b * To + to) * C;
-        if (gb)
-          for (size_t c = 0; c < C; ++c) gb[c] += gr[c];
-        if (!gw) continue;
-        for (size_t j = 0; j < K; ++j) {
-          long ti =
-              static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
-          if (ti < 0 || ti >= static_cast<long>(T)) continue;
-          const float* xr = X + (b * T + ti) * C;
-          for (size_t c = 0; c < C; ++c) gw[c * K + j] += gr[c] * xr[c];
+    if (!gw && !gb) return;
+    // channels split over the pool, each channel's sums over (b, t, j) in the same order
+    parallel_chunks(C, 8, [&](size_t c0, size_t c1) {
+      for (size_t b = 0; b < B; ++b)
+        for (size_t to = 0; to < To; ++to) {
+          const float* gr = g.data() + (b * To + to) * C;
+          if (gb)
+            for (size_t c = c0; c < c1; ++c) gb[c] += gr[c];
+          if (!gw) continue;
+          for (size_t j = 0; j < K; ++j) {
+            long ti =
+                static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
+            if (ti < 0 || ti >= static_cast<long>(T)) continue;
+            const float* xr = X + (b * T + ti) * C;
+            for (size_t c = c0; c < c1; ++c) gw[c * K + j] += gr[c] * xr[c];
+          }
         }
-      }
+    });
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }

@@ -1,5 +1,7 @@
 #include "growformer/tensor.hpp"
 
+#include "growformer/parallel.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -146,10 +148,29 @@ Tensor Tensor::from(Shape shape, const std::vector<float>& values) {
 
 Tensor Tensor::scalar(float v) { return Tensor({1}, v); }
 
+namespace {
+// Elementwise passes over large tensors split over the pool (each element is written by one
+// thread, so the split changes no value); below this size one thread is faster.
+constexpr size_t kParallelFloats = size_t{1} << 16;
+
+template <class F>
+void elementwise(size_t n, F&& f) {
+  if (n < kParallelFloats) {
+    f(size_t{0}, n);
+    return;
+  }
+  parallel_chunks(n, kParallelFloats / 4, [&](size_t b, size_t e) { f(b, e); });
+}
+}  // namespace
+
 Tensor Tensor::clone() const {
   if (!defined()) return Tensor();
   Tensor t = empty(shape_);
-  std::memcpy(t.data(), data(), size_ * sizeof(float));
+  const float* src = data();
+  float* dst = t.data();
+  elementwise(size_, [&](size_t b, size_t e) {
+    std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
+  });
   return t;
 }
 
@@ -163,11 +184,12 @@ Tensor Tensor::reshaped(Shape shape) const {
 
 void Tensor::fill(float v) {
   float* p = data();
-  if (v == 0.0f) {
-    std::memset(p, 0, size_ * sizeof(float));
-    return;
-  }
-  std::fill(p, p + size_, v);
+  elementwise(size_, [&](size_t b, size_t e) {
+    if (v == 0.0f)
+      std::memset(p + b, 0, (e - b) * sizeof(float));
+    else
+      std::fill(p + b, p + e, v);
+  });
 }
 
 void Tensor::add_(const Tensor& o) {
@@ -175,7 +197,9 @@ void Tensor::add_(const Tensor& o) {
     throw std::invalid_argument("add_: " + shape_str(shape_) + " vs " + shape_str(o.shape_));
   float* p = data();
   const float* q = o.data();
-  for (size_t i = 0; i < size_; ++i) p[i] += q[i];
+  elementwise(size_, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) p[i] += q[i];
+  });
 }
 
 std::vector<float> Tensor::to_vector() const {
