@@ -363,8 +363,12 @@ Var mul(const Var& a, const Var& b) {
     shape_error("mul", shape_str(a.shape()) + " * " + shape_str(b.shape()));
   Tensor y = Tensor::empty(a.shape());
   if (scalar) {
-    float s = b.value()[0];
-    for (size_t i = 0; i < y.size(); ++i) y[i] = a.value()[i] * s;
+    const float s = b.value()[0];
+    const float* A = a.value().data();
+    float* Y = y.data();
+    elementwise_pass(y.size(), [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) Y[i] = A[i] * s;
+    });
   } else {
     const float* A = a.value().data();
     const float* Bv = b.value().data();
@@ -376,10 +380,13 @@ Var mul(const Var& a, const Var& b) {
   auto grad_fn = [aa = a, bb = b, scalar](const Tensor& g, const Tensor&) mutable {
     size_t n = g.size();
     if (scalar) {
-      float s = bb.value()[0];
+      const float s = bb.value()[0];
       if (aa.requires_grad()) {
         float* ga = aa.grad_buf().data();
-        for (size_t i = 0; i < n; ++i) ga[i] += g[i] * s;
+        const float* G = g.data();
+        elementwise_pass(n, [&](size_t lo, size_t hi) {
+          for (size_t i = lo; i < hi; ++i) ga[i] += G[i] * s;
+        });
       }
       if (bb.requires_grad()) {
         double acc = 0;
