@@ -54,6 +54,28 @@ size_t fixed_blocks(size_t n) { return (n + kBlock - 1) / kBlock; }
 }  // namespace
 
 // ---------------------------------------------------------------------------
+namespace {
+// dW (in x n) += X^T G and db (n) += column sums of G for X (m x in), G (m x n); either output
+// may be null. Columns split over the pool, rows summed in fixed blocks of 64 in order, so a
+// column's sums depend neither on the thread count nor on the columns beside it.
+void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n, float* dW,
+                  float* db) {
+  if (!dW && !db) return;
+  constexpr size_t kRows = 64;
+  parallel_chunks(n, 16, [&](size_t c0, size_t c1) {
+    for (size_t r0 = 0; r0 < m; r0 += kRows) {
+      const size_t rows = std::min(kRows, m - r0);
+      if (dW)
+        kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n,
+                              dW + c0, n);
+      if (db)
+        for (size_t r = r0; r < r0 + rows; ++r)
+          for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];
+    }
+  });
+}
+}  // namespace
+
 Var linear(const Var& x, const Var& w, const Var* bias) {
   if (w.shape().size() != 2)
     shape_error("linear", "weight must be 2-D, got " + shape_str(w.shape()));
@@ -93,20 +115,7 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
     }
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
     float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-    if (!gw && !gb) return;
-    const float* X = xx.value().data();
-    constexpr size_t kRows = 64;
-    parallel_chunks(out, 16, [&](size_t c0, size_t c1) {
-      for (size_t r0 = 0; r0 < m; r0 += kRows) {
-        const size_t rows = std::min(kRows, m - r0);
-        if (gw)
-          kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * out + c0, out,
-                                gw + c0, out);
-        if (gb)
-          for (size_t r = r0; r < r0 + rows; ++r)
-            for (size_t j = c0; j < c1; ++j) gb[j] += G[r * out + j];
-      }
-    });
+    weight_grads(xx.value().data(), m, in, G, out, gw, gb);
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }
@@ -208,19 +217,8 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
     }
     if (!wgrad && !bgrad) return;
     std::vector<float> dW(wgrad ? in * N : 0, 0.0f), db(bgrad ? N : 0, 0.0f);
-    const float* X = x.value().data();
-    constexpr size_t kRows = 64;
-    parallel_chunks(N, 16, [&](size_t c0, size_t c1) {
-      for (size_t r0 = 0; r0 < m; r0 += kRows) {
-        const size_t rows = std::min(kRows, m - r0);
-        if (wgrad)
-          kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * N + c0,
-                                N, dW.data() + c0, N);
-        if (bgrad)
-          for (size_t r = r0; r < r0 + rows; ++r)
-            for (size_t j = c0; j < c1; ++j) db[j] += G[r * N + j];
-      }
-    });
+    weight_grads(x.value().data(), m, in, G, N, wgrad ? dW.data() : nullptr,
+                 bgrad ? db.data() : nullptr);
     for (size_t i = 0; i < parts; ++i) {
       const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
       if (w[i].requires_grad()) {
