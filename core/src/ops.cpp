@@ -293,18 +293,6 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
 }
 
 // ---------------------------------------------------------------------------
-namespace {
-// An elementwise pass over N floats, split over the pool when large (each element is
-// written by one thread, so the split changes no value).
-template <class F>
-void elementwise_pass(size_t n, F&& f) {
-  if (n < (size_t{1} << 16))
-    f(size_t{0}, n);
-  else
-    parallel_chunks(n, size_t{1} << 14, [&](size_t lo, size_t hi) { f(lo, hi); });
-}
-}  // namespace
-
 Var add(const Var& a, const Var& b) {
   bool same = a.size() == b.size();
   size_t d = b.size();
@@ -315,7 +303,7 @@ Var add(const Var& a, const Var& b) {
     const float* A = a.value().data();
     const float* Bv = b.value().data();
     float* Y = y.data();
-    elementwise_pass(y.size(), [&](size_t lo, size_t hi) {
+    parallel_elementwise(y.size(), [&](size_t lo, size_t hi) {
       for (size_t i = lo; i < hi; ++i) Y[i] = A[i] + Bv[i];
     });
   } else {
@@ -364,14 +352,14 @@ Var mul(const Var& a, const Var& b) {
     const float s = b.value()[0];
     const float* A = a.value().data();
     float* Y = y.data();
-    elementwise_pass(y.size(), [&](size_t lo, size_t hi) {
+    parallel_elementwise(y.size(), [&](size_t lo, size_t hi) {
       for (size_t i = lo; i < hi; ++i) Y[i] = A[i] * s;
     });
   } else {
     const float* A = a.value().data();
     const float* Bv = b.value().data();
     float* Y = y.data();
-    elementwise_pass(y.size(), [&](size_t lo, size_t hi) {
+    parallel_elementwise(y.size(), [&](size_t lo, size_t hi) {
       for (size_t i = lo; i < hi; ++i) Y[i] = A[i] * Bv[i];
     });
   }
@@ -382,7 +370,7 @@ Var mul(const Var& a, const Var& b) {
       if (aa.requires_grad()) {
         float* ga = aa.grad_buf().data();
         const float* G = g.data();
-        elementwise_pass(n, [&](size_t lo, size_t hi) {
+        parallel_elementwise(n, [&](size_t lo, size_t hi) {
           for (size_t i = lo; i < hi; ++i) ga[i] += G[i] * s;
         });
       }
@@ -397,14 +385,14 @@ Var mul(const Var& a, const Var& b) {
     if (aa.requires_grad()) {
       float* ga = aa.grad_buf().data();
       const float* Bv = bb.value().data();
-      elementwise_pass(n, [&](size_t lo, size_t hi) {
+      parallel_elementwise(n, [&](size_t lo, size_t hi) {
         for (size_t i = lo; i < hi; ++i) ga[i] += G[i] * Bv[i];
       });
     }
     if (bb.requires_grad()) {
       float* gb = bb.grad_buf().data();
       const float* A = aa.value().data();
-      elementwise_pass(n, [&](size_t lo, size_t hi) {
+      parallel_elementwise(n, [&](size_t lo, size_t hi) {
         for (size_t i = lo; i < hi; ++i) gb[i] += G[i] * A[i];
       });
     }
@@ -420,7 +408,7 @@ Var unary(const Var& x, F f, DF df) {
   const float* X = x.value().data();
   float* Y = y.data();
   size_t n = x.size();
-  elementwise_pass(n, [&](size_t lo, size_t hi) {
+  parallel_elementwise(n, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) Y[i] = f(X[i]);
   });
   auto grad_fn = [xx = x, df, n](const Tensor& g, const Tensor& res) mutable {
@@ -428,7 +416,7 @@ Var unary(const Var& x, F f, DF df) {
     const float* X = xx.value().data();
     const float* Y = res.data();
     const float* G = g.data();
-    elementwise_pass(n, [&](size_t lo, size_t hi) {
+    parallel_elementwise(n, [&](size_t lo, size_t hi) {
       for (size_t i = lo; i < hi; ++i) gx[i] += G[i] * df(X[i], Y[i]);
     });
   };

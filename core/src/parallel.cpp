@@ -125,6 +125,15 @@ size_t num_threads() { return pool().size(); }
 
 void parallel_for(size_t n, const std::function<void(size_t)>& fn) { pool().run(n, fn); }
 
+void parallel_elementwise(size_t n, const std::function<void(size_t, size_t)>& fn) {
+  constexpr size_t kSerial = size_t{1} << 16;  // below this one thread is faster
+  if (n < kSerial) {
+    if (n) fn(0, n);
+    return;
+  }
+  parallel_chunks(n, kSerial / 4, fn);
+}
+
 void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);

@@ -148,27 +148,12 @@ Tensor Tensor::from(Shape shape, const std::vector<float>& values) {
 
 Tensor Tensor::scalar(float v) { return Tensor({1}, v); }
 
-namespace {
-// Elementwise passes over large tensors split over the pool (each element is written by one
-// thread, so the split changes no value); below this size one thread is faster.
-constexpr size_t kParallelFloats = size_t{1} << 16;
-
-template <class F>
-void elementwise(size_t n, F&& f) {
-  if (n < kParallelFloats) {
-    f(size_t{0}, n);
-    return;
-  }
-  parallel_chunks(n, kParallelFloats / 4, [&](size_t b, size_t e) { f(b, e); });
-}
-}  // namespace
-
 Tensor Tensor::clone() const {
   if (!defined()) return Tensor();
   Tensor t = empty(shape_);
   const float* src = data();
   float* dst = t.data();
-  elementwise(size_, [&](size_t b, size_t e) {
+  parallel_elementwise(size_, [&](size_t b, size_t e) {
     std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
   });
   return t;
@@ -184,7 +169,7 @@ Tensor Tensor::reshaped(Shape shape) const {
 
 void Tensor::fill(float v) {
   float* p = data();
-  elementwise(size_, [&](size_t b, size_t e) {
+  parallel_elementwise(size_, [&](size_t b, size_t e) {
     if (v == 0.0f)
       std::memset(p + b, 0, (e - b) * sizeof(float));
     else
@@ -197,7 +182,7 @@ void Tensor::add_(const Tensor& o) {
     throw std::invalid_argument("add_: " + shape_str(shape_) + " vs " + shape_str(o.shape_));
   float* p = data();
   const float* q = o.data();
-  elementwise(size_, [&](size_t b, size_t e) {
+  parallel_elementwise(size_, [&](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) p[i] += q[i];
   });
 }

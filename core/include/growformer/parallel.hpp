@@ -18,4 +18,8 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn);
 /// Runs fn(begin, end) over contiguous chunks of [0, n), at least `grain` items each.
 void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
 
+/// An elementwise pass fn(begin, end) over [0, n): one call below 65,536 items, else chunks
+/// over the pool. Each item is handled by one thread, so the split changes no value.
+void parallel_elementwise(size_t n, const std::function<void(size_t, size_t)>& fn);
+
 }  // namespace gf
