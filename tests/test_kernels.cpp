@@ -64,6 +64,14 @@ TEST_CASE("row kernels: every instruction set against double loops, odd lengths"
       kernels::softmax_grad_row(ds.data(), x.data(), n, 0.25f, 3.0f);
       auto ax = y;
       kernels::axpy(ax.data(), x.data(), n, -1.5f);
+      auto am = y;
+      const float amax = kernels::add_max(am.data(), x.data(), n);
+      float amax_ref = -INFINITY;
+      for (size_t j = 0; j < n; ++j) {
+        CHECK(am[j] == y[j] + x[j]);  // one rounding, as the scalar sum
+        amax_ref = std::max(amax_ref, y[j] + x[j]);
+      }
+      CHECK(amax == amax_ref);
       std::vector<float> ge(n), gg(y);
       kernels::gelu(x.data(), ge.data(), n);
       kernels::gelu_grad(x.data(), g.data(), gg.data(), n);

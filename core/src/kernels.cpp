@@ -115,6 +115,7 @@ void layer_norm_param_grad(const float* x, const float* g, const float* stats, s
   active().layer_norm_param_grad(x, g, stats, rows, d, ggamma, gbeta);
 }
 void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
+float add_max(float* y, const float* x, size_t n) { return active().add_max(y, x, n); }
 void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
 void gelu_grad(const float* x, const float* g, float* gx, size_t n) {
   active().gelu_grad(x, g, gx, n);

@@ -58,6 +58,9 @@ void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s);
 float dot(const float* a, const float* b, size_t n);
 /// y[j] += a x[j].
 void axpy(float* y, const float* x, size_t n, float a);
+/// y[j] += x[j]; returns the new max_j y[j] (-inf when n == 0): one pass for a score row's
+/// last addend and the max its softmax needs.
+float add_max(float* y, const float* x, size_t n);
 /// y[j] = x[j] Phi(x[j]) (exact GELU).
 void gelu(const float* x, float* y, size_t n);
 /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j])).

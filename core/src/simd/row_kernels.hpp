@@ -26,6 +26,8 @@ struct RowKernels {
   float (*dot)(const float* a, const float* b, size_t n);
   /// y += a * x
   void (*axpy)(float* y, const float* x, size_t n, float a);
+  /// y += x; returns max_j y[j] (-inf when n == 0)
+  float (*add_max)(float* y, const float* x, size_t n);
   /// y[j] = x[j] Phi(x[j])   (exact GELU)
   void (*gelu)(const float* x, float* y, size_t n);
   /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j]))

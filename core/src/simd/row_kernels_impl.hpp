@@ -91,6 +91,27 @@ void k_axpy(float* y, const float* x, size_t n, float a) {
   for (; j < n; ++j) y[j] += a * x[j];
 }
 
+float k_add_max(float* y, const float* x, size_t n) {
+  float m = -HUGE_VALF;
+  size_t j = 0;
+  if (n >= W) {
+    B acc(-HUGE_VALF);
+    for (; j + W <= n; j += W) {
+      const B v = B::load_unaligned(y + j) + B::load_unaligned(x + j);
+      v.store_unaligned(y + j);
+      acc = xsimd::max(acc, v);
+    }
+    alignas(64) float lanes[W];
+    acc.store_aligned(lanes);
+    for (size_t i = 0; i < W; ++i) m = fmax_(m, lanes[i]);
+  }
+  for (; j < n; ++j) {
+    y[j] += x[j];
+    m = fmax_(m, y[j]);
+  }
+  return m;
+}
+
 // Phi(x) = erfc(-x / sqrt 2) / 2 keeps its relative accuracy in the far negative tail.
 constexpr float kMInvSqrt2 = -0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
@@ -128,6 +149,18 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n) {
 // products in order (one FMA chain from 0), whatever the tile it falls in, so the row
 // tiling changes no result.
 
+// One lane of xsimd::fma in scalar code, for the columns past the last full vector: fused
+// where the set has FMA, a multiply and an add on SSE2, so a column's bits do not depend on
+// whether it falls in a vector or in the tail. (An xsimd::fma of two broadcasts is not safe
+// for this: GCC 12 compiles it for AVX-512 as vmulss + vaddps, two roundings.)
+inline float lane_fma(float a, float b, float c) {
+#ifdef __FMA__
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // Rows per register tile: RM x 2 vectors of accumulators plus 2 loaded vectors and one
 // broadcast fit the 16 registers of SSE2/AVX2 (AVX-512 has 32). Twelve independent FMA
 // chains cover the FMA latency x throughput of current x86 cores (e.g. 5 x 2); eight did not.
@@ -164,14 +197,10 @@ inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t 
   for (; c0 + W <= n; c0 += W) fma_tile<R, 1, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
   for (; c0 < n; ++c0)
     for (size_t r = 0; r < R; ++r) {
-      // the same chain as a vector lane, through the same xsimd::fma (a fused multiply-add
-      // where the set has one, a multiply and an add on SSE2)
-      B s(0.0f);
+      float s = 0.0f;
       for (size_t q = 0; q < len; ++q)
-        s = xsimd::fma(B(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]), B(y[q * ldy + c0]), s);
-      alignas(64) float lane[W];
-      s.store_aligned(lane);
-      es(lane[0], i + r, c0);
+        s = lane_fma(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q], y[q * ldy + c0], s);
+      es(s, i + r, c0);
     }
 }
 
@@ -373,7 +402,7 @@ void k_layer_norm_param_grad(const float* x, const float* g, const float* stats,
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_scale,
-          k_softmax_grad, k_dot, k_axpy, k_gelu,         k_gelu_grad,
+          k_softmax_grad, k_dot, k_axpy, k_add_max, k_gelu,         k_gelu_grad,
           k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias,
           k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
 }
