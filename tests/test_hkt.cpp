@@ -197,23 +197,27 @@ TEST_CASE("hkt fused op: identical bits with 1 and 2 threads") {
   c.causal = true;
   c.valid.assign(c.B * c.T, 1);
   for (size_t t = 20; t < 29; ++t) c.valid[c.T + t] = 0;
-  std::vector<std::vector<float>> runs;
-  for (size_t threads : {1, 2}) {
-    gf::set_num_threads(threads);
-    gf::kernels::set_attention_block_rows(8);
-    std::vector<Var> in;
-    for (auto& t : op_inputs(c, true, 21)) in.push_back(gf::parameter(t));
-    Var y = run_fused(c, in);
-    gf::backward(gf_test::weighted_sum(y));
-    std::vector<float> all = y.value().to_vector();
-    for (auto& x : in)
-      for (float g : x.grad().to_vector()) all.push_back(g);
-    runs.push_back(all);
+  for (bool causal : {true, false}) {  // the two-way case sums the levels coarse to fine
+    CAPTURE(causal);
+    c.causal = causal;
+    std::vector<std::vector<float>> runs;
+    for (size_t threads : {1, 2}) {
+      gf::set_num_threads(threads);
+      gf::kernels::set_attention_block_rows(8);
+      std::vector<Var> in;
+      for (auto& t : op_inputs(c, true, 21)) in.push_back(gf::parameter(t));
+      Var y = run_fused(c, in);
+      gf::backward(gf_test::weighted_sum(y));
+      std::vector<float> all = y.value().to_vector();
+      for (auto& x : in)
+        for (float g : x.grad().to_vector()) all.push_back(g);
+      runs.push_back(all);
+    }
+    REQUIRE(runs[0].size() == runs[1].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
   }
   gf::set_num_threads(keep_threads);
   gf::kernels::set_attention_block_rows(keep_rows);
-  REQUIRE(runs[0].size() == runs[1].size());
-  for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
 
 TEST_CASE("hkt fused op: one level is plain scaled dot-product attention") {

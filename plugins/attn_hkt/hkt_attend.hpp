@@ -143,15 +143,60 @@ inline void transpose_levels(const Geom& g, const std::vector<gf::Var>& k, size_
 }
 
 // Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax): S (r x jmax),
-// masked entries -inf. KLT[l] is k_l^T (d_k x T_l) of this sample.
+// masked entries -inf; mx[a] = max of row a (mx may be null). KLT[l] is k_l^T (d_k x T_l) of
+// this sample.
 inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
-                        const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S) {
+                        const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S,
+                        float* mx) {
   const size_t T = g.T, dk = g.dk;
   // every level's product has the short d_k inner dimension: in registers (see
   // kernels::gemm_short_k), without BLAS packing
   gf::kernels::gemm_short_k(r, jmax, dk, lb[0] * g.scale, q[0].value().data() + (b * T + i0) * dk,
                             dk, klt[0], T, S, jmax);
   float* up = scratch(2, T).data();
+  const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
+  float* bias = scratch(4, T).data();
+  const bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
+  if (padded)
+    for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
+  if (!g.causal && g.L > 1) {
+    // Without the causal limits every row of a level-l block adds the same row of S_l, so the
+    // coarse levels are summed coarse to fine on their own grids, C_{L-1} = S_{L-1},
+    // C_l = S_l + up_s(C_{l+1}) (block indices nest: i / s^l = (i / s^(l-1)) / s), and each
+    // T-wide row takes a single add, of up_s(C_1) plus the padding bias, fused with its max.
+    const size_t s = g.blk[1];
+    std::vector<size_t> off(g.L + 1, 0), I0(g.L), nI(g.L);
+    for (size_t l = 1; l < g.L; ++l) {
+      I0[l] = i0 / g.blk[l];  // a multiple of the coarsest block: the grids nest exactly
+      nI[l] = (i0 + r + g.blk[l] - 1) / g.blk[l] - I0[l];
+      off[l + 1] = off[l] + nI[l] * g.Tl[l];
+    }
+    float* cbuf = scratch(3, off[g.L]).data();
+    for (size_t l = g.L - 1; l >= 1; --l) {
+      const size_t n = g.Tl[l];
+      float* cl = cbuf + off[l];
+      gf::kernels::gemm_short_k(nI[l], n, dk, lb[l] * g.scale,
+                                q[l].value().data() + (b * n + I0[l]) * dk, dk, klt[l], n, cl, n);
+      if (l + 1 < g.L) {
+        const float* cc = cbuf + off[l + 1];
+        for (size_t I = 0; I < nI[l]; ++I) {
+          expand_blocks(cc + ((I0[l] + I) / s - I0[l + 1]) * g.Tl[l + 1], s, n, up);
+          gf::kernels::axpy(cl + I * n, up, n, 1.0f);
+        }
+      }
+    }
+    const float* c1 = cbuf + off[1];
+    for (size_t I = 0; I < nI[1]; ++I) {
+      expand_blocks(c1 + I * g.Tl[1], s, jmax, up);
+      if (padded) gf::kernels::axpy(up, bias, jmax, 1.0f);
+      const size_t a0 = (I0[1] + I) * s - i0, a1 = std::min(r, a0 + s);
+      for (size_t a = a0; a < a1; ++a) {
+        const float m = gf::kernels::add_max(S + a * jmax, up, jmax);
+        if (mx) mx[a] = m;
+      }
+    }
+    return;
+  }
   for (size_t l = 1; l < g.L; ++l) {
     const size_t n = g.Tl[l], bs = g.blk[l];
     const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs;  // tile rows cover whole blocks
@@ -170,15 +215,11 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
       }
     }
   }
-  const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
-  float* bias = scratch(4, T).data();
-  const bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
-  if (padded)
-    for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
   for (size_t a = 0; a < r; ++a) {
     float* row = S + a * jmax;
     if (padded) gf::kernels::axpy(row, bias, jmax, 1.0f);
     if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
+    if (mx) mx[a] = gf::kernels::row_max(row, jmax);
   }
 }
 
@@ -245,11 +286,12 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
     const size_t jmax = g.causal ? i0 + r : T;
     float* S = detail::scratch(0, r * jmax).data();
-    float* inv = detail::scratch(1, r).data();  // 1 / sum per row: scales the output row
-    detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S);
+    float* inv = detail::scratch(1, 2 * r).data();  // 1 / sum per row: scales the output row
+    float* rmax = inv + r;
+    detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S, rmax);
     for (size_t a = 0; a < r; ++a) {
       float* row = S + a * jmax;
-      const float mx = gf::kernels::row_max(row, jmax);
+      const float mx = rmax[a];
       if (mx == -INFINITY) {
         std::fill(row, row + jmax, 0.0f);
         lse[b * T + i0 + a] = INFINITY;
@@ -294,7 +336,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       const float* lb = lam.data() + b * L;
       const float* vb = v.value().data() + b * T * dv;
       const float* ob = res.value().data() + b * T * dv;
-      std::vector<float> dsl, G, acc(T);
+      std::vector<float> dsl, dsl_prev, G, acc(T);
       size_t ktn = 0;
       for (size_t l = 0; l < L; ++l) ktn += dk * g.Tl[l];
       float* kt = detail::scratch(5, ktn).data();
@@ -308,7 +350,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
         const float* gob = gr + (b * T + i0) * dv;
         float* P = detail::scratch(0, r * jmax).data();
         float* ds = detail::scratch(1, r * jmax).data();
-        detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P);
+        detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P, nullptr);
         for (size_t a = 0; a < r; ++a)
           gf::kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
         if (gv)  // dV = P^T dO
@@ -321,6 +363,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
         }
         // Per level: dS_l (this tile's blocks of dS summed), then G = dS_l k_l.
         // dq_l = c_l G, dk_l = c_l dS_l^T q_l, d lambda_l = scale * sum_I q_l[I] . G[I].
+        size_t prev_cols = 0;  // columns of the previous level's dS_l
         for (size_t l = 0; l < L; ++l) {
           const size_t n = g.Tl[l], bs = g.blk[l];
           const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs, nI = I1 - I0;
@@ -328,6 +371,21 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
           size_t ncols, ld;
           if (l == 0) {
             dsp = ds, ncols = jmax, ld = jmax;
+          } else if (!g.causal && l >= 2) {
+            // Without the causal limits the blocks nest: dS_l is dS_{l-1} summed over
+            // s x s blocks (rows first, then columns), not a second pass over dS.
+            const size_t st = g.blk[1], prev_rows = dsl.size() / prev_cols;
+            std::swap(dsl, dsl_prev);
+            ncols = (prev_cols + st - 1) / st;
+            ld = ncols;
+            dsl.assign(nI * ncols, 0.0f);
+            for (size_t I = 0; I < nI; ++I) {
+              std::fill(acc.begin(), acc.begin() + prev_cols, 0.0f);
+              for (size_t a = I * st; a < std::min(prev_rows, (I + 1) * st); ++a)
+                gf::kernels::axpy(acc.data(), dsl_prev.data() + a * prev_cols, prev_cols, 1.0f);
+              detail::fold_blocks(acc.data(), st, prev_cols, dsl.data() + I * ncols);
+            }
+            dsp = dsl.data();
           } else {
             // Sum the rows of block I first (contiguous adds), then fold columns into blocks.
             ncols = (jmax + bs - 1) / bs;
@@ -346,6 +404,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
             }
             dsp = dsl.data();
           }
+          prev_cols = ncols;
           const float c = lb[l] * g.scale;
           const float* qb = q[l].value().data() + (b * n + I0) * dk;
           const float* kb = k[l].value().data() + b * n * dk;
