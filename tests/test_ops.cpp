@@ -204,6 +204,18 @@ TEST_CASE("embedding, positions, prepend, pooling, select") {
       {randn({2, 3, 4}, 4)});
 }
 
+TEST_CASE("lerp: the composition of add, mul and sub, and finite differences") {
+  Tensor a = randn({3, 5}, 1), b = randn({3, 5}, 2), t = randn({1}, 3);
+  Var y = ops::lerp(constant(a), constant(b), constant(t));
+  Var r = ops::add(constant(a), ops::mul(ops::sub(constant(b), constant(a)), constant(t)));
+  for (size_t i = 0; i < y.size(); ++i) CHECK(y.value()[i] == r.value()[i]);
+  check_gradients(
+      [](const std::vector<Var>& v) { return weighted_sum(ops::lerp(v[0], v[1], v[2])); },
+      {a, b, t});
+  CHECK_THROWS(ops::lerp(constant(a), constant(randn({3, 4}, 4)), constant(t)));
+  CHECK_THROWS(ops::lerp(constant(a), constant(b), constant(randn({2}, 5))));
+}
+
 TEST_CASE("depthwise causal convolution with stride") {
   for (size_t stride : {1, 2, 3}) {
     check_gradients(
@@ -211,6 +223,32 @@ TEST_CASE("depthwise causal convolution with stride") {
           return weighted_sum(ops::depthwise_conv1d_causal(v[0], v[1], &v[2], stride));
         },
         {randn({2, 7, 3}, 1), randn({3, 3}, 2), randn({3}, 3)});
+  }
+  // more channels than one thread's chunk of 8 (19: a short last chunk), a longer kernel
+  for (size_t stride : {1, 2})
+    check_gradients(
+        [stride](const std::vector<Var>& v) {
+          return weighted_sum(ops::depthwise_conv1d_causal(v[0], v[1], &v[2], stride));
+        },
+        {randn({2, 9, 19}, 4), randn({19, 4}, 5), randn({19}, 6)});
+  // the same bits with 1 and 2 threads, and gradients that accumulate onto earlier ones
+  {
+    const size_t keep = gf::num_threads();
+    std::vector<std::vector<float>> runs;
+    for (size_t threads : {1, 2}) {
+      gf::set_num_threads(threads);
+      std::vector<Var> v{parameter(randn({3, 11, 19}, 7)), parameter(randn({19, 4}, 8)),
+                         parameter(randn({19}, 9))};
+      for (int rep = 0; rep < 2; ++rep)
+        backward(weighted_sum(ops::depthwise_conv1d_causal(v[0], v[1], &v[2], 1)));
+      std::vector<float> all = ops::depthwise_conv1d_causal(v[0], v[1], &v[2], 2).value().to_vector();
+      for (auto& t : v)
+        for (float g : t.grad().to_vector()) all.push_back(g);
+      runs.push_back(all);
+    }
+    gf::set_num_threads(keep);
+    REQUIRE(runs[0].size() == runs[1].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
   }
   // hand computation: channel 0, kernel [a b c], out[t] = a x[t-2] + b x[t-1] + c x[t]
   Tensor x = Tensor::from({1, 4, 1}, {1, 2, 3, 4});

@@ -400,6 +400,45 @@ Var mul(const Var& a, const Var& b) {
   return finish(std::move(y), {&a, &b}, grad_fn);
 }
 
+Var lerp(const Var& a, const Var& b, const Var& t) {
+  if (a.size() != b.size())
+    shape_error("lerp", shape_str(a.shape()) + " vs " + shape_str(b.shape()));
+  if (t.size() != 1) shape_error("lerp", "t must be a scalar, got " + shape_str(t.shape()));
+  Tensor y = Tensor::empty(a.shape());
+  const float s = t.value()[0];
+  const float* A = a.value().data();
+  const float* Bv = b.value().data();
+  float* Y = y.data();
+  parallel_elementwise(y.size(), [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) Y[i] = A[i] + (Bv[i] - A[i]) * s;
+  });
+  auto grad_fn = [aa = a, bb = b, tt = t](const Tensor& g, const Tensor&) mutable {
+    const size_t n = g.size();
+    const float s = tt.value()[0];
+    const float* G = g.data();
+    if (aa.requires_grad()) {
+      float* ga = aa.grad_buf().data();
+      parallel_elementwise(n, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) ga[i] += G[i] - G[i] * s;
+      });
+    }
+    if (bb.requires_grad()) {
+      float* gb = bb.grad_buf().data();
+      parallel_elementwise(n, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) gb[i] += G[i] * s;
+      });
+    }
+    if (tt.requires_grad()) {  // one ordered sum: the same bits with any thread count
+      const float* A = aa.value().data();
+      const float* Bv = bb.value().data();
+      double acc = 0;
+      for (size_t i = 0; i < n; ++i) acc += static_cast<double>(G[i]) * (Bv[i] - A[i]);
+      tt.grad_buf()[0] += static_cast<float>(acc);
+    }
+  };
+  return finish(std::move(y), {&a, &b, &t}, grad_fn);
+}
+
 namespace {
 // y = f(x) elementwise with dy/dx = df(x, y).
 template <class F, class DF>
@@ -665,57 +704,79 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
   size_t To = (T + stride - 1) / stride;
   Tensor y(Shape{B, To, C}, 0.0f);
   const float* X = x.value().data();
-  const float* W = w.value().data();
+  // the weights as (k, C): every loop below runs over contiguous channels (vectorised);
+  // each output still sums its taps in the same order
+  auto wt = std::make_shared<std::vector<float>>(K * C);
+  {
+    const float* W = w.value().data();
+    for (size_t c = 0; c < C; ++c)
+      for (size_t j = 0; j < K; ++j) (*wt)[j * C + c] = W[c * K + j];
+  }
+  const float* bv = bias ? bias->value().data() : nullptr;
+  // the input row a tap reads, or -1 before the start
+  auto tap = [K, stride, T](size_t to, size_t j) {
+    const long ti = static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
+    return ti < static_cast<long>(T) ? ti : -1L;
+  };
   parallel_for(B, [&](size_t b) {
     for (size_t to = 0; to < To; ++to) {
       float* yr = y.data() + (b * To + to) * C;
-      if (bias)
-        for (size_t c = 0; c < C; ++c) yr[c] = bias->value()[c];
+      if (bv)
+        for (size_t c = 0; c < C; ++c) yr[c] = bv[c];
       for (size_t j = 0; j < K; ++j) {
-        long ti = static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
-        if (ti < 0 || ti >= static_cast<long>(T)) continue;
+        const long ti = tap(to, j);
+        if (ti < 0) continue;
         const float* xr = X + (b * T + ti) * C;
-        for (size_t c = 0; c < C; ++c) yr[c] += W[c * K + j] * xr[c];
+        const float* wj = wt->data() + j * C;
+        for (size_t c = 0; c < C; ++c) yr[c] += wj[c] * xr[c];
       }
     }
   });
-  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), B, T, C, K, To, stride](
+  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), wt, tap, B, T, C, K, To](
                      const Tensor& g, const Tensor&) mutable {
     const float* X = xx.value().data();
-    const float* W = ww.value().data();
     float* gx = xx.requires_grad() ? xx.grad_buf().data() : nullptr;
     if (gx)
       parallel_for(B, [&](size_t b) {
         for (size_t to = 0; to < To; ++to) {
           const float* gr = g.data() + (b * To + to) * C;
           for (size_t j = 0; j < K; ++j) {
-            long ti =
-                static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
-            if (ti < 0 || ti >= static_cast<long>(T)) continue;
+            const long ti = tap(to, j);
+            if (ti < 0) continue;
             float* gxr = gx + (b * T + ti) * C;
-            for (size_t c = 0; c < C; ++c) gxr[c] += W[c * K + j] * gr[c];
+            const float* wj = wt->data() + j * C;
+            for (size_t c = 0; c < C; ++c) gxr[c] += wj[c] * gr[c];
           }
         }
       });
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
     float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
     if (!gw && !gb) return;
-    // channels split over the pool, each channel's sums over (b, t, j) in the same order
+    // channels split over the pool, each channel's sums over (b, t, j) in the same order, in
+    // a (k, channels) copy of its weight gradients so the channel loops are contiguous
     parallel_chunks(C, 8, [&](size_t c0, size_t c1) {
+      const size_t nc = c1 - c0;
+      std::vector<float> gwt(gw ? K * nc : 0);
+      if (gw)
+        for (size_t c = c0; c < c1; ++c)
+          for (size_t j = 0; j < K; ++j) gwt[j * nc + c - c0] = gw[c * K + j];
       for (size_t b = 0; b < B; ++b)
         for (size_t to = 0; to < To; ++to) {
-          const float* gr = g.data() + (b * To + to) * C;
+          const float* gr = g.data() + (b * To + to) * C + c0;
           if (gb)
-            for (size_t c = c0; c < c1; ++c) gb[c] += gr[c];
+            for (size_t c = 0; c < nc; ++c) gb[c0 + c] += gr[c];
           if (!gw) continue;
           for (size_t j = 0; j < K; ++j) {
-            long ti =
-                static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
-            if (ti < 0 || ti >= static_cast<long>(T)) continue;
-            const float* xr = X + (b * T + ti) * C;
-            for (size_t c = c0; c < c1; ++c) gw[c * K + j] += gr[c] * xr[c];
+            const long ti = tap(to, j);
+            if (ti < 0) continue;
+            const float* xr = X + (b * T + ti) * C + c0;
+            float* gj = gwt.data() + j * nc;
+            for (size_t c = 0; c < nc; ++c) gj[c] += gr[c] * xr[c];
           }
         }
+      if (gw)
+        for (size_t c = c0; c < c1; ++c)
+          for (size_t j = 0; j < K; ++j) gw[c * K + j] = gwt[j * nc + c - c0];
     });
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
@@ -870,8 +931,7 @@ std::vector<float>& scratch(int which, size_t n) {
 
 // xt (d x T) = x^T for x (T x d).
 void transpose_into(const float* x, size_t T, size_t d, float* xt) {
-  for (size_t t = 0; t < T; ++t)
-    for (size_t c = 0; c < d; ++c) xt[c * T + t] = x[t * d + c];
+  kernels::transpose(x, T, d, xt);
 }
 
 // Key bias of one sample (0, or -inf for a padded key) into BIAS (T); false when no key

@@ -42,9 +42,8 @@ class HybridConvHead : public gf::Head {
     gf::QkvProjections::Projected p = proj_.project(in);
     Var att = in.attend(p.q, p.k, p.v);
     Var conv = ops::depthwise_conv1d_causal(p.v, conv_w_, &conv_b_, 1);
-    // g * att + (1 - g) * conv = conv + g * (att - conv)
-    Var g = ops::sigmoid(beta_);
-    return ops::add(conv, ops::mul(ops::sub(att, conv), g));
+    // g * att + (1 - g) * conv = conv + g * (att - conv), in one pass
+    return ops::lerp(conv, att, ops::sigmoid(beta_));
   }
 
   const Var* w_q(size_t level) const override { return proj_.w_q(level); }

@@ -30,6 +30,9 @@ Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = fals
 Var add(const Var& a, const Var& b);  // same shape, or b broadcast over rows of a
 Var sub(const Var& a, const Var& b);  // same shape
 Var mul(const Var& a, const Var& b);  // same shape, or b a scalar (size 1)
+/// a + t (b - a) in one pass, t a scalar (size 1): a gate between two same-shape inputs
+/// (exactly add(a, mul(sub(b, a), t)) forward, without its three temporaries and passes).
+Var lerp(const Var& a, const Var& b, const Var& t);
 Var scale(const Var& a, float s);
 Var add_scalar(const Var& a, float s);
 Var gelu(const Var& x);  // exact (erf) GELU
