@@ -376,3 +376,16 @@ TEST_CASE("gemm_bias: against double loops; a column's value does not depend on 
       }
   }
 }
+
+TEST_CASE("transpose: every element moved, row counts around the 8-row blocks") {
+  for (size_t rows : {1, 7, 8, 9, 17, 512})
+    for (size_t cols : {1, 3, 16}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      std::vector<float> x(rows * cols), xt(rows * cols, -1.0f);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+      kernels::transpose(x.data(), rows, cols, xt.data());
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) REQUIRE(xt[c * rows + r] == x[r * cols + c]);
+    }
+}

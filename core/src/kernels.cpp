@@ -116,6 +116,17 @@ void layer_norm_param_grad(const float* x, const float* g, const float* stats, s
 }
 void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
 float add_max(float* y, const float* x, size_t n) { return active().add_max(y, x, n); }
+void transpose(const float* x, size_t rows, size_t cols, float* xt) {
+  constexpr size_t kRows = 8;
+  size_t r0 = 0;
+  for (; r0 + kRows <= rows; r0 += kRows)
+    for (size_t c = 0; c < cols; ++c) {
+      float* o = xt + c * rows + r0;
+      for (size_t r = 0; r < kRows; ++r) o[r] = x[(r0 + r) * cols + c];
+    }
+  for (; r0 < rows; ++r0)
+    for (size_t c = 0; c < cols; ++c) xt[c * rows + r0] = x[r0 * cols + c];
+}
 void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
 void gelu_grad(const float* x, const float* g, float* gx, size_t n) {
   active().gelu_grad(x, g, gx, n);
