@@ -212,6 +212,32 @@ TEST_CASE("lerp: the composition of add, mul and sub, and finite differences") {
   check_gradients(
       [](const std::vector<Var>& v) { return weighted_sum(ops::lerp(v[0], v[1], v[2])); },
       {a, b, t});
+  // the scalar's gradient over several fixed blocks (100,003 elements): a double loop, and
+  // the same bits with 1 and 2 threads (for mul by a scalar too)
+  {
+    const size_t keep = gf::num_threads(), n = 100003;
+    Tensor xa = randn({n}, 6), xb = randn({n}, 7), gw = randn({n}, 8);
+    double ref_lerp = 0, ref_mul = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ref_lerp += static_cast<double>(gw[i]) * (xb[i] - xa[i]);
+      ref_mul += static_cast<double>(gw[i]) * xa[i];
+    }
+    std::vector<float> got;
+    for (size_t threads : {1, 2}) {
+      gf::set_num_threads(threads);
+      Var tl = parameter(Tensor::scalar(0.3f)), tm = parameter(Tensor::scalar(0.3f));
+      Var w = constant(gw);
+      backward(ops::sum(ops::mul(ops::lerp(constant(xa), constant(xb), tl), w)));
+      backward(ops::sum(ops::mul(ops::mul(constant(xa), tm), w)));
+      CHECK(tl.grad()[0] == doctest::Approx(ref_lerp).epsilon(1e-6));
+      CHECK(tm.grad()[0] == doctest::Approx(ref_mul).epsilon(1e-6));
+      got.push_back(tl.grad()[0]);
+      got.push_back(tm.grad()[0]);
+    }
+    gf::set_num_threads(keep);
+    CHECK(got[0] == got[2]);
+    CHECK(got[1] == got[3]);
+  }
   CHECK_THROWS(ops::lerp(constant(a), constant(randn({3, 4}, 4)), constant(t)));
   CHECK_THROWS(ops::lerp(constant(a), constant(b), constant(randn({2}, 5))));
 }

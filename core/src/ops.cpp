@@ -51,6 +51,25 @@ Var finish(Tensor y, bool requires, F bwd) {
 constexpr size_t kBlock = 1 << 14;
 size_t fixed_blocks(size_t n) { return (n + kBlock - 1) / kBlock; }
 
+// sum_i term(i) over [0, n) in double: partial sums of fixed blocks (over the pool, four
+// chains each), then the blocks in order, so the bits do not depend on the thread count.
+template <class F>
+double fixed_block_sum(size_t n, F term) {
+  std::vector<double> part(fixed_blocks(n), 0.0);
+  parallel_for(part.size(), [&](size_t c) {
+    const size_t b = c * kBlock, e = std::min(n, b + kBlock);
+    double d4[4] = {0.0, 0.0, 0.0, 0.0};
+    size_t i = b;
+    for (; i + 4 <= e; i += 4)
+      for (size_t u = 0; u < 4; ++u) d4[u] += term(i + u);
+    for (; i < e; ++i) d4[0] += term(i);
+    part[c] = (d4[0] + d4[1]) + (d4[2] + d4[3]);
+  });
+  double s = 0.0;
+  for (double p : part) s += p;
+  return s;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -375,9 +394,10 @@ Var mul(const Var& a, const Var& b) {
         });
       }
       if (bb.requires_grad()) {
-        double acc = 0;
-        for (size_t i = 0; i < n; ++i) acc += static_cast<double>(g[i]) * aa.value()[i];
-        bb.grad_buf()[0] += static_cast<float>(acc);
+        const float* G = g.data();
+        const float* A = aa.value().data();
+        bb.grad_buf()[0] += static_cast<float>(
+            fixed_block_sum(n, [&](size_t i) { return static_cast<double>(G[i]) * A[i]; }));
       }
       return;
     }
@@ -428,12 +448,11 @@ Var lerp(const Var& a, const Var& b, const Var& t) {
         for (size_t i = lo; i < hi; ++i) gb[i] += G[i] * s;
       });
     }
-    if (tt.requires_grad()) {  // one ordered sum: the same bits with any thread count
+    if (tt.requires_grad()) {
       const float* A = aa.value().data();
       const float* Bv = bb.value().data();
-      double acc = 0;
-      for (size_t i = 0; i < n; ++i) acc += static_cast<double>(G[i]) * (Bv[i] - A[i]);
-      tt.grad_buf()[0] += static_cast<float>(acc);
+      tt.grad_buf()[0] += static_cast<float>(fixed_block_sum(
+          n, [&](size_t i) { return static_cast<double>(G[i]) * (Bv[i] - A[i]); }));
     }
   };
   return finish(std::move(y), {&a, &b, &t}, grad_fn);
@@ -756,27 +775,31 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
     // a (k, channels) copy of its weight gradients so the channel loops are contiguous
     parallel_chunks(C, 8, [&](size_t c0, size_t c1) {
       const size_t nc = c1 - c0;
-      std::vector<float> gwt(gw ? K * nc : 0);
-      if (gw)
-        for (size_t c = c0; c < c1; ++c)
-          for (size_t j = 0; j < K; ++j) gwt[j * nc + c - c0] = gw[c * K + j];
+      std::vector<float> gwt(gw ? K * nc : 0), gbt(gb ? nc : 0);
+      for (size_t c = 0; c < nc; ++c) {
+        for (size_t j = 0; j < K && gw; ++j) gwt[j * nc + c] = gw[(c0 + c) * K + j];
+        if (gb) gbt[c] = gb[c0 + c];
+      }
       for (size_t b = 0; b < B; ++b)
         for (size_t to = 0; to < To; ++to) {
-          const float* gr = g.data() + (b * To + to) * C + c0;
-          if (gb)
-            for (size_t c = 0; c < nc; ++c) gb[c0 + c] += gr[c];
+          const float* __restrict gr = g.data() + (b * To + to) * C + c0;
+          if (gb) {
+            float* __restrict a = gbt.data();
+            for (size_t c = 0; c < nc; ++c) a[c] += gr[c];
+          }
           if (!gw) continue;
           for (size_t j = 0; j < K; ++j) {
             const long ti = tap(to, j);
             if (ti < 0) continue;
-            const float* xr = X + (b * T + ti) * C + c0;
-            float* gj = gwt.data() + j * nc;
-            for (size_t c = 0; c < nc; ++c) gj[c] += gr[c] * xr[c];
+            const float* __restrict xr = X + (b * T + ti) * C + c0;
+            float* __restrict a = gwt.data() + j * nc;
+            for (size_t c = 0; c < nc; ++c) a[c] += gr[c] * xr[c];
           }
         }
-      if (gw)
-        for (size_t c = c0; c < c1; ++c)
-          for (size_t j = 0; j < K; ++j) gw[c * K + j] = gwt[j * nc + c - c0];
+      for (size_t c = 0; c < nc; ++c) {
+        for (size_t j = 0; j < K && gw; ++j) gw[(c0 + c) * K + j] = gwt[j * nc + c];
+        if (gb) gb[c0 + c] = gbt[c];
+      }
     });
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
