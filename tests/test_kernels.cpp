@@ -60,6 +60,10 @@ TEST_CASE("row kernels: every instruction set against double loops, odd lengths"
         CHECK(e[j] == doctest::Approx(ej).epsilon(2e-6));
       }
       CHECK(s == doctest::Approx(sref).epsilon(1e-5));
+      auto ea = y;
+      kernels::exp_add_shift(ea.data(), x.data(), n, 0.5f);
+      for (size_t j = 0; j < n; ++j)
+        CHECK(ea[j] == doctest::Approx(std::exp(static_cast<double>(y[j] + x[j]) - 0.5)).epsilon(2e-6));
       auto ds = y;
       kernels::softmax_grad_row(ds.data(), x.data(), n, 0.25f, 3.0f);
       auto ax = y;

@@ -97,6 +97,9 @@ void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? default_
 float row_max(const float* x, size_t n) { return active().max(x, n); }
 float exp_shift_sum(float* x, size_t n, float shift) { return active().exp_shift_sum(x, n, shift); }
 void exp_shift(float* x, size_t n, float shift) { active().exp_shift(x, n, shift); }
+void exp_add_shift(float* y, const float* x, size_t n, float shift) {
+  active().exp_add_shift(y, x, n, shift);
+}
 void scale_row(float* x, size_t n, float s) { active().scale(x, n, s); }
 void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s) {
   active().softmax_grad(ds, p, n, dot, s);

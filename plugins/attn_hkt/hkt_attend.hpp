@@ -141,12 +141,15 @@ inline void transpose_levels(const Geom& g, const std::vector<gf::Var>& k, size_
   }
 }
 
-// Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax): S (r x jmax),
-// masked entries -inf; mx[a] = max of row a (mx may be null). KLT[l] is k_l^T (d_k x T_l) of
-// this sample.
+// Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax) into S (r x jmax),
+// masked entries -inf. KLT[l] is k_l^T (d_k x T_l) of this sample. Each row is handed to
+// fin(a, row, up) as soon as it is ready (while it is still in L1): the score row is
+// row + up, with up a T-wide row to add (the coarse levels and the padding), or null when
+// the row is already complete.
+template <class Fin>
 inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
                         const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S,
-                        float* mx) {
+                        Fin&& fin) {
   const size_t T = g.T, dk = g.dk;
   // every level's product has the short d_k inner dimension: in registers (see
   // kernels::gemm_short_k), without BLAS packing
@@ -162,7 +165,7 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
     // Without the causal limits every row of a level-l block adds the same row of S_l, so the
     // coarse levels are summed coarse to fine on their own grids, C_{L-1} = S_{L-1},
     // C_l = S_l + up_s(C_{l+1}) (block indices nest: i / s^l = (i / s^(l-1)) / s), and each
-    // T-wide row takes a single add, of up_s(C_1) plus the padding bias, fused with its max.
+    // T-wide row takes a single add, of up_s(C_1) plus the padding bias, left to fin.
     const size_t s = g.blk[1];
     std::vector<size_t> off(g.L + 1, 0), I0(g.L), nI(g.L);
     for (size_t l = 1; l < g.L; ++l) {
@@ -189,10 +192,7 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
       expand_blocks(c1 + I * g.Tl[1], s, jmax, up);
       if (padded) gf::kernels::axpy(up, bias, jmax, 1.0f);
       const size_t a0 = (I0[1] + I) * s - i0, a1 = std::min(r, a0 + s);
-      for (size_t a = a0; a < a1; ++a) {
-        const float m = gf::kernels::add_max(S + a * jmax, up, jmax);
-        if (mx) mx[a] = m;
-      }
+      for (size_t a = a0; a < a1; ++a) fin(a, S + a * jmax, static_cast<const float*>(up));
     }
     return;
   }
@@ -218,7 +218,7 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
     float* row = S + a * jmax;
     if (padded) gf::kernels::axpy(row, bias, jmax, 1.0f);
     if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
-    if (mx) mx[a] = gf::kernels::row_max(row, jmax);
+    fin(a, row, static_cast<const float*>(nullptr));
   }
 }
 
@@ -285,22 +285,21 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
     const size_t jmax = g.causal ? i0 + r : T;
     float* S = detail::scratch(0, r * jmax).data();
-    float* inv = detail::scratch(1, 2 * r).data();  // 1 / sum per row: scales the output row
-    float* rmax = inv + r;
-    detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S, rmax);
-    for (size_t a = 0; a < r; ++a) {
-      float* row = S + a * jmax;
-      const float mx = rmax[a];
-      if (mx == -INFINITY) {
-        std::fill(row, row + jmax, 0.0f);
-        lse[b * T + i0 + a] = INFINITY;
-        inv[a] = 0.0f;
-        continue;
-      }
-      const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
-      inv[a] = 1.0f / sum;
-      lse[b * T + i0 + a] = mx + std::log(sum);
-    }
+    float* inv = detail::scratch(1, r).data();  // 1 / sum per row: scales the output row
+    detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S,
+                        [&](size_t a, float* row, const float* up) {
+                          const float mx = up ? gf::kernels::add_max(row, up, jmax)
+                                              : gf::kernels::row_max(row, jmax);
+                          if (mx == -INFINITY) {
+                            std::fill(row, row + jmax, 0.0f);
+                            lse[b * T + i0 + a] = INFINITY;
+                            inv[a] = 0.0f;
+                            return;
+                          }
+                          const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
+                          inv[a] = 1.0f / sum;
+                          lse[b * T + i0 + a] = mx + std::log(sum);
+                        });
     gf::kernels::gemm_acc_nd_rows(r, jmax, dv, inv, S, jmax, v.value().data() + b * T * dv, dv,
                                   out.data() + (b * T + i0) * dv, dv);
   });
@@ -349,9 +348,15 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
         const float* gob = gr + (b * T + i0) * dv;
         float* P = detail::scratch(0, r * jmax).data();
         float* ds = detail::scratch(1, r * jmax).data();
-        detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P, nullptr);
-        for (size_t a = 0; a < r; ++a)
-          gf::kernels::exp_shift(P + a * jmax, jmax, lse[b * T + i0 + a]);
+        // P = exp(S - lse), the coarse addend folded into the exp's pass
+        detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P,
+                            [&](size_t a, float* row, const float* up) {
+                              const float shift = lse[b * T + i0 + a];
+                              if (up)
+                                gf::kernels::exp_add_shift(row, up, jmax, shift);
+                              else
+                                gf::kernels::exp_shift(row, jmax, shift);
+                            });
         if (gv)  // dV = P^T dO
           gf::kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, gob, dv, gv + b * T * dv, dv);
         // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = dO_i . out_i.

@@ -50,6 +50,8 @@ float row_max(const float* x, size_t n);
 float exp_shift_sum(float* x, size_t n, float shift);
 /// x[j] = exp(x[j] - shift).
 void exp_shift(float* x, size_t n, float shift);
+/// y[j] = exp((y[j] + x[j]) - shift): a score row's last addend and its exp in one pass.
+void exp_add_shift(float* y, const float* x, size_t n, float shift);
 /// x[j] *= s.
 void scale_row(float* x, size_t n, float s);
 /// ds[j] = p[j] * (ds[j] - dot) * s: the softmax backward of one row.

@@ -18,6 +18,8 @@ struct RowKernels {
   float (*exp_shift_sum)(float* x, size_t n, float shift);
   /// x[j] = exp(x[j] - shift)
   void (*exp_shift)(float* x, size_t n, float shift);
+  /// y[j] = exp((y[j] + x[j]) - shift)
+  void (*exp_add_shift)(float* y, const float* x, size_t n, float shift);
   /// x[j] *= s
   void (*scale)(float* x, size_t n, float s);
   /// ds[j] = p[j] * (ds[j] - dot) * s   (softmax backward)

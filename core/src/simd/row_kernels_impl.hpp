@@ -59,6 +59,14 @@ void k_exp_shift(float* x, size_t n, float shift) {
   for (; j < n; ++j) x[j] = ::expf(x[j] - shift);
 }
 
+void k_exp_add_shift(float* y, const float* x, size_t n, float shift) {
+  B sh(shift);
+  size_t j = 0;
+  for (; j + W <= n; j += W)
+    xsimd::exp((B::load_unaligned(y + j) + B::load_unaligned(x + j)) - sh).store_unaligned(y + j);
+  for (; j < n; ++j) y[j] = ::expf((y[j] + x[j]) - shift);
+}
+
 void k_scale(float* x, size_t n, float s) {
   B sv(s);
   size_t j = 0;
@@ -401,7 +409,7 @@ void k_layer_norm_param_grad(const float* x, const float* g, const float* stats,
 
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
-  return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_scale,
+  return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_exp_add_shift, k_scale,
           k_softmax_grad, k_dot, k_axpy, k_add_max, k_gelu,         k_gelu_grad,
           k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias,
           k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
