@@ -129,6 +129,26 @@ inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
   }
 }
 
+// out[J] = the sum over block J (columns j < lim) of the column sums of NROWS rows (LD
+// apart): each column summed over the rows in order, then the block's columns in order, as
+// axpy into a zeroed ACC followed by fold_blocks. Two rows and blocks of 2 (stride 2) take
+// one pass without ACC; the leading 0 + keeps the sign of an all-zero sum the same.
+inline void fold_rows(const float* rows, size_t ld, size_t nrows, size_t bs, size_t lim,
+                      float* acc, float* out) {
+  if (bs == 2 && nrows == 2) {
+    const float* r0 = rows;
+    const float* r1 = rows + ld;
+    const size_t full = lim / 2;
+    for (size_t J = 0; J < full; ++J)
+      out[J] = (0.0f + (r0[2 * J] + r1[2 * J])) + (r0[2 * J + 1] + r1[2 * J + 1]);
+    if (2 * full < lim) out[full] = 0.0f + (r0[2 * full] + r1[2 * full]);
+    return;
+  }
+  std::fill(acc, acc + lim, 0.0f);
+  for (size_t a = 0; a < nrows; ++a) gf::kernels::axpy(acc, rows + a * ld, lim, 1.0f);
+  fold_blocks(acc, bs, lim, out);
+}
+
 // k_l^T (d_k x T_l) of sample b for every level, into KT (d_k x sum T_l); KLT[l] points at
 // level l's part.
 inline void transpose_levels(const Geom& g, const std::vector<gf::Var>& k, size_t b, float* kt,
@@ -383,12 +403,10 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
             ncols = (prev_cols + st - 1) / st;
             ld = ncols;
             dsl.assign(nI * ncols, 0.0f);
-            for (size_t I = 0; I < nI; ++I) {
-              std::fill(acc.begin(), acc.begin() + prev_cols, 0.0f);
-              for (size_t a = I * st; a < std::min(prev_rows, (I + 1) * st); ++a)
-                gf::kernels::axpy(acc.data(), dsl_prev.data() + a * prev_cols, prev_cols, 1.0f);
-              detail::fold_blocks(acc.data(), st, prev_cols, dsl.data() + I * ncols);
-            }
+            for (size_t I = 0; I < nI; ++I)
+              detail::fold_rows(dsl_prev.data() + I * st * prev_cols, prev_cols,
+                                std::min(prev_rows, (I + 1) * st) - I * st, st, prev_cols,
+                                acc.data(), dsl.data() + I * ncols);
             dsp = dsl.data();
           } else {
             // Sum the rows of block I first (contiguous adds), then fold columns into blocks.
@@ -397,6 +415,11 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
             dsl.assign(nI * ncols, 0.0f);
             for (size_t I = I0; I < I1; ++I) {
               const size_t i1 = std::min(i0 + r, (I + 1) * bs);
+              if (!g.causal) {  // every row of the block sees every key
+                detail::fold_rows(ds + (I * bs - i0) * jmax, jmax, i1 - I * bs, bs, jmax,
+                                  acc.data(), dsl.data() + (I - I0) * ncols);
+                continue;
+              }
               const size_t lim_max =
                   g.causal ? std::min(jmax, causal_blocks(i1 - 1, bs) * bs) : jmax;
               std::fill(acc.begin(), acc.begin() + lim_max, 0.0f);
