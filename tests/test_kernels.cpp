@@ -393,3 +393,36 @@ TEST_CASE("transpose: every element moved, row counts around the 8-row blocks") 
         for (size_t c = 0; c < cols; ++c) REQUIRE(xt[c * rows + r] == x[r * cols + c]);
     }
 }
+
+TEST_CASE("convolution row kernels: every instruction set against double loops") {
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    REQUIRE(kernels::set_simd(isa));
+    for (size_t c : {1, 7, 16, 33, 64, 70, 130})
+      for (size_t rows : {0, 1, 5}) {
+        CAPTURE(isa);
+        CAPTURE(c);
+        CAPTURE(rows);
+        const size_t ldx = 2 * c + 1, ldy = c + 3;  // rows further apart than c
+        auto x = values(rows * ldx + c, c + 1), w = values(c, c + 2), y0 = values(rows * ldy + c, c + 3);
+        auto acc0 = values(c, c + 4);
+        auto y = y0;
+        kernels::mul_add_rows(y.data(), ldy, x.data(), ldx, w.data(), rows, c);
+        auto acc = acc0;
+        kernels::dot_rows(acc.data(), y0.data(), ldy, x.data(), ldx, rows, c);
+        for (size_t j = 0; j < c; ++j) {
+          double a = acc0[j];
+          for (size_t r = 0; r < rows; ++r) {
+            CHECK(y[r * ldy + j] ==
+                  doctest::Approx(y0[r * ldy + j] + static_cast<double>(w[j]) * x[r * ldx + j])
+                      .epsilon(1e-5).scale(1.0));
+            a += static_cast<double>(y0[r * ldy + j]) * x[r * ldx + j];
+          }
+          CHECK(acc[j] == doctest::Approx(a).epsilon(1e-5).scale(1.0));
+        }
+        // nothing between the rows is touched
+        for (size_t r = 0; r + 1 < rows; ++r)
+          for (size_t j = c; j < ldy; ++j) CHECK(y[r * ldy + j] == y0[r * ldy + j]);
+      }
+  }
+}

@@ -119,6 +119,14 @@ void layer_norm_param_grad(const float* x, const float* g, const float* stats, s
 }
 void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
 float add_max(float* y, const float* x, size_t n) { return active().add_max(y, x, n); }
+void mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
+                  size_t c) {
+  active().mul_add_rows(y, ldy, x, ldx, w, rows, c);
+}
+void dot_rows(float* acc, const float* g, size_t ldg, const float* x, size_t ldx, size_t rows,
+              size_t c) {
+  active().dot_rows(acc, g, ldg, x, ldx, rows, c);
+}
 void transpose(const float* x, size_t rows, size_t cols, float* xt) {
   constexpr size_t kRows = 8;
   size_t r0 = 0;

@@ -721,10 +721,9 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
   if (w.dim(0) != C) shape_error("depthwise_conv1d_causal", "weight must be (C, k)");
   if (stride == 0) shape_error("depthwise_conv1d_causal", "stride must be >= 1");
   size_t To = (T + stride - 1) / stride;
-  Tensor y(Shape{B, To, C}, 0.0f);
+  Tensor y = Tensor::empty({B, To, C});
   const float* X = x.value().data();
-  // the weights as (k, C): every loop below runs over contiguous channels (vectorised);
-  // each output still sums its taps in the same order
+  // the weights as (k, C), so each tap is one vector kernel over rows of C channels
   auto wt = std::make_shared<std::vector<float>>(K * C);
   {
     const float* W = w.value().data();
@@ -732,75 +731,78 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
       for (size_t j = 0; j < K; ++j) (*wt)[j * C + c] = W[c * K + j];
   }
   const float* bv = bias ? bias->value().data() : nullptr;
-  // the input row a tap reads, or -1 before the start
-  auto tap = [K, stride, T](size_t to, size_t j) {
-    const long ti = static_cast<long>(to * stride) - static_cast<long>(K - 1) + static_cast<long>(j);
-    return ti < static_cast<long>(T) ? ti : -1L;
+  // Tap j of output row `to` reads input row to * stride - (k - 1) + j; the output rows whose
+  // tap j falls inside the input are [lo, hi), the first reads input row lo * stride - back.
+  struct Span {
+    size_t lo, hi, in0;
+  };
+  auto span = [K, stride, T, To](size_t j) {
+    const size_t back = K - 1 - j;
+    Span sp{(back + stride - 1) / stride, T ? std::min(To, (T - 1 + back) / stride + 1) : 0, 0};
+    if (sp.lo > sp.hi) sp.lo = sp.hi;
+    sp.in0 = sp.lo * stride - back;
+    return sp;
   };
   parallel_for(B, [&](size_t b) {
+    float* yb = y.data() + b * To * C;
     for (size_t to = 0; to < To; ++to) {
-      float* yr = y.data() + (b * To + to) * C;
       if (bv)
-        for (size_t c = 0; c < C; ++c) yr[c] = bv[c];
-      for (size_t j = 0; j < K; ++j) {
-        const long ti = tap(to, j);
-        if (ti < 0) continue;
-        const float* xr = X + (b * T + ti) * C;
-        const float* wj = wt->data() + j * C;
-        for (size_t c = 0; c < C; ++c) yr[c] += wj[c] * xr[c];
-      }
+        std::memcpy(yb + to * C, bv, C * sizeof(float));
+      else
+        std::memset(yb + to * C, 0, C * sizeof(float));
+    }
+    for (size_t j = 0; j < K; ++j) {  // each output sums its taps in order
+      const Span sp = span(j);
+      if (sp.lo < sp.hi)
+        kernels::mul_add_rows(yb + sp.lo * C, C, X + (b * T + sp.in0) * C, stride * C,
+                              wt->data() + j * C, sp.hi - sp.lo, C);
     }
   });
-  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), wt, tap, B, T, C, K, To](
+  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), wt, span, B, T, C, K, To, stride](
                      const Tensor& g, const Tensor&) mutable {
     const float* X = xx.value().data();
+    const float* G = g.data();
     float* gx = xx.requires_grad() ? xx.grad_buf().data() : nullptr;
     if (gx)
       parallel_for(B, [&](size_t b) {
-        for (size_t to = 0; to < To; ++to) {
-          const float* gr = g.data() + (b * To + to) * C;
-          for (size_t j = 0; j < K; ++j) {
-            const long ti = tap(to, j);
-            if (ti < 0) continue;
-            float* gxr = gx + (b * T + ti) * C;
-            const float* wj = wt->data() + j * C;
-            for (size_t c = 0; c < C; ++c) gxr[c] += wj[c] * gr[c];
-          }
+        for (size_t j = 0; j < K; ++j) {
+          const Span sp = span(j);
+          if (sp.lo < sp.hi)
+            kernels::mul_add_rows(gx + (b * T + sp.in0) * C, stride * C, G + (b * To + sp.lo) * C,
+                                  C, wt->data() + j * C, sp.hi - sp.lo, C);
         }
       });
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
     float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
     if (!gw && !gb) return;
-    // channels split over the pool, each channel's sums over (b, t, j) in the same order, in
-    // a (k, channels) copy of its weight gradients so the channel loops are contiguous
-    parallel_chunks(C, 8, [&](size_t c0, size_t c1) {
-      const size_t nc = c1 - c0;
-      std::vector<float> gwt(gw ? K * nc : 0), gbt(gb ? nc : 0);
-      for (size_t c = 0; c < nc; ++c) {
-        for (size_t j = 0; j < K && gw; ++j) gwt[j * nc + c] = gw[(c0 + c) * K + j];
-        if (gb) gbt[c] = gb[c0 + c];
-      }
-      for (size_t b = 0; b < B; ++b)
-        for (size_t to = 0; to < To; ++to) {
-          const float* __restrict gr = g.data() + (b * To + to) * C + c0;
-          if (gb) {
-            float* __restrict a = gbt.data();
-            for (size_t c = 0; c < nc; ++c) a[c] += gr[c];
-          }
-          if (!gw) continue;
-          for (size_t j = 0; j < K; ++j) {
-            const long ti = tap(to, j);
-            if (ti < 0) continue;
-            const float* __restrict xr = X + (b * T + ti) * C + c0;
-            float* __restrict a = gwt.data() + j * nc;
-            for (size_t c = 0; c < nc; ++c) a[c] += gr[c] * xr[c];
-          }
+    // one partial sum per sample (over its rows in order) in parallel, then the samples in
+    // order: the same bits with any thread count
+    std::vector<float> part(B * (K + 1) * C, 0.0f);
+    parallel_for(B, [&](size_t b) {
+      float* pb = part.data() + b * (K + 1) * C;
+      if (gw)
+        for (size_t j = 0; j < K; ++j) {
+          const Span sp = span(j);
+          if (sp.lo < sp.hi)
+            kernels::dot_rows(pb + j * C, G + (b * To + sp.lo) * C, C, X + (b * T + sp.in0) * C,
+                              stride * C, sp.hi - sp.lo, C);
         }
-      for (size_t c = 0; c < nc; ++c) {
-        for (size_t j = 0; j < K && gw; ++j) gw[(c0 + c) * K + j] = gwt[j * nc + c];
-        if (gb) gb[c0 + c] = gbt[c];
+      if (gb) {
+        float* __restrict a = pb + K * C;
+        for (size_t to = 0; to < To; ++to) {
+          const float* __restrict gr = G + (b * To + to) * C;
+          for (size_t c = 0; c < C; ++c) a[c] += gr[c];
+        }
       }
     });
+    std::vector<float> sum((K + 1) * C, 0.0f);
+    for (size_t b = 0; b < B; ++b)
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[b * (K + 1) * C + i];
+    for (size_t c = 0; c < C; ++c) {
+      if (gw)
+        for (size_t j = 0; j < K; ++j) gw[c * K + j] += sum[j * C + c];
+      if (gb) gb[c] += sum[K * C + c];
+    }
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }

@@ -63,6 +63,13 @@ void axpy(float* y, const float* x, size_t n, float a);
 /// y[j] += x[j]; returns the new max_j y[j] (-inf when n == 0): one pass for a score row's
 /// last addend and the max its softmax needs.
 float add_max(float* y, const float* x, size_t n);
+/// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c (a depthwise convolution's tap over
+/// rows of c channels).
+void mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
+                  size_t c);
+/// acc[j] += sum_r g[r ldg + j] x[r ldx + j], the rows in order (a tap's weight gradient).
+void dot_rows(float* acc, const float* g, size_t ldg, const float* x, size_t ldx, size_t rows,
+              size_t c);
 /// xt (cols x rows) = x^T for x (rows x cols), both dense: eight rows at a time, so each
 /// column's stores fill whole cache lines (1.4x the row-by-row loop at 512 x 16).
 void transpose(const float* x, size_t rows, size_t cols, float* xt);

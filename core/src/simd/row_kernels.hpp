@@ -50,6 +50,13 @@ struct RowKernels {
   /// C (m x n) = X (m x k) W (k x n) + bias (n; may be null), each element one FMA chain
   void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                     size_t ldw, const float* bias, float* c, size_t ldc);
+  // Rows of width c (a depthwise convolution's taps):
+  /// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c
+  void (*mul_add_rows)(float* y, size_t ldy, const float* x, size_t ldx, const float* w,
+                       size_t rows, size_t c);
+  /// acc[j] += sum_r g[r ldg + j] x[r ldx + j], rows in order
+  void (*dot_rows)(float* acc, const float* g, size_t ldg, const float* x, size_t ldx,
+                   size_t rows, size_t c);
   // Layer norm over rows of width d (stats: mean, 1 / std per row):
   /// y = (x - mean) / std * gamma + beta
   void (*layer_norm)(const float* x, size_t rows, size_t d, const float* gamma,

@@ -309,6 +309,46 @@ void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const
         [=](float s, size_t r, size_t j) { c[r * ldc + j] = s; });
 }
 
+// ---- rows of a depthwise convolution ------------------------------------------------
+void k_mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w,
+                    size_t rows, size_t c) {
+  for (size_t r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    const float* xr = x + r * ldx;
+    size_t j = 0;
+    for (; j + W <= c; j += W)
+      xsimd::fma(B::load_unaligned(w + j), B::load_unaligned(xr + j), B::load_unaligned(yr + j))
+          .store_unaligned(yr + j);
+    for (; j < c; ++j) yr[j] = lane_fma(w[j], xr[j], yr[j]);
+  }
+}
+
+void k_dot_rows(float* acc, const float* g, size_t ldg, const float* x, size_t ldx, size_t rows,
+                size_t c) {
+  size_t j = 0;
+  // up to four vectors of columns stay in registers over all rows
+  for (; j + 4 * W <= c; j += 4 * W) {
+    B a[4];
+    for (size_t v = 0; v < 4; ++v) a[v] = B::load_unaligned(acc + j + v * W);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t v = 0; v < 4; ++v)
+        a[v] = xsimd::fma(B::load_unaligned(g + r * ldg + j + v * W),
+                          B::load_unaligned(x + r * ldx + j + v * W), a[v]);
+    for (size_t v = 0; v < 4; ++v) a[v].store_unaligned(acc + j + v * W);
+  }
+  for (; j + W <= c; j += W) {
+    B a = B::load_unaligned(acc + j);
+    for (size_t r = 0; r < rows; ++r)
+      a = xsimd::fma(B::load_unaligned(g + r * ldg + j), B::load_unaligned(x + r * ldx + j), a);
+    a.store_unaligned(acc + j);
+  }
+  for (; j < c; ++j) {
+    float a = acc[j];
+    for (size_t r = 0; r < rows; ++r) a = lane_fma(g[r * ldg + j], x[r * ldx + j], a);
+    acc[j] = a;
+  }
+}
+
 // ---- layer norm ---------------------------------------------------------------------
 // Row sums in vector lanes, then across the lanes, then the scalar tail.
 inline float row_sum(const float* x, size_t n) {
@@ -412,6 +452,7 @@ RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_exp_add_shift, k_scale,
           k_softmax_grad, k_dot, k_axpy, k_add_max, k_gelu,         k_gelu_grad,
           k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias,
+          k_mul_add_rows, k_dot_rows,
           k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
 }
 
