@@ -402,7 +402,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
             std::swap(dsl, dsl_prev);
             ncols = (prev_cols + st - 1) / st;
             ld = ncols;
-            dsl.assign(nI * ncols, 0.0f);
+            dsl.resize(nI * ncols);  // fold_rows writes every element
             for (size_t I = 0; I < nI; ++I)
               detail::fold_rows(dsl_prev.data() + I * st * prev_cols, prev_cols,
                                 std::min(prev_rows, (I + 1) * st) - I * st, st, prev_cols,
@@ -412,7 +412,10 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
             // Sum the rows of block I first (contiguous adds), then fold columns into blocks.
             ncols = (jmax + bs - 1) / bs;
             ld = ncols;
-            dsl.assign(nI * ncols, 0.0f);
+            if (g.causal)  // the causal limits leave columns unwritten
+              dsl.assign(nI * ncols, 0.0f);
+            else
+              dsl.resize(nI * ncols);
             for (size_t I = I0; I < I1; ++I) {
               const size_t i1 = std::min(i0 + r, (I + 1) * bs);
               if (!g.causal) {  // every row of the block sees every key

@@ -226,6 +226,11 @@ template <bool TRANS, size_t R0 = RM, class EV, class ES>
 inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
                     size_t ldy, EV ev, ES es) {
   size_t i = 0;
+  // One vector of columns or less (a head width of 16 at AVX-512): 6 rows would be only 6 FMA
+  // chains; 12 rows x 1 vector keep 12 (14 registers, so AVX2 too). 1.37x at 128 x 512 x 16.
+  if (n < 2 * W)
+    for (; i + 2 * RM <= m; i += 2 * RM)
+      product_rows_call<2 * RM, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
   for (; i + R0 <= m; i += R0) product_rows_call<R0, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
   for (; i + 4 <= m; i += 4) product_rows_call<4, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
   for (; i + 2 <= m; i += 2) product_rows_call<2, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
