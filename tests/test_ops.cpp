@@ -399,3 +399,44 @@ TEST_CASE("rng: streams are reproducible and distinct") {
   CHECK(m / 20000 == doctest::Approx(0).epsilon(0.03));
   CHECK(v / 20000 == doctest::Approx(1).epsilon(0.03));
 }
+
+TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row blocks, any thread count") {
+  // 1,000 rows: four blocks of the fixed row split, the last one short
+  const size_t rows = 1000, d = 24, keep = gf::num_threads();
+  Tensor x = randn({rows, d}, 1), w = randn({rows, d}, 2), gam = randn({d}, 3), bet = randn({d}, 4);
+  // reference: d loss / d gamma_j = sum_i w_ij xhat_ij, d / d beta_j = sum_i w_ij, and the
+  // broadcast bias's gradient is the column sum of the incoming gradient
+  std::vector<double> rg(d, 0.0), rb(d, 0.0);
+  for (size_t i = 0; i < rows; ++i) {
+    double mu = 0, var = 0;
+    for (size_t j = 0; j < d; ++j) mu += x[i * d + j];
+    mu /= d;
+    for (size_t j = 0; j < d; ++j) var += (x[i * d + j] - mu) * (x[i * d + j] - mu);
+    var /= d;
+    for (size_t j = 0; j < d; ++j) {
+      rg[j] += w[i * d + j] * (x[i * d + j] - mu) / std::sqrt(var + 1e-5);
+      rb[j] += w[i * d + j];
+    }
+  }
+  std::vector<std::vector<float>> runs;
+  for (size_t threads : {1, 2}) {
+    gf::set_num_threads(threads);
+    Var g = parameter(gam.clone()), b = parameter(bet.clone()), c = parameter(Tensor({d}, 0.5f));
+    Var y = ops::layer_norm(constant(x), g, b, 1e-5f);
+    backward(ops::sum(ops::mul(y, constant(w))));
+    Var z = ops::add(constant(x), c);
+    backward(ops::sum(ops::mul(z, constant(w))));
+    for (size_t j = 0; j < d; ++j) {
+      CHECK(g.grad()[j] == doctest::Approx(rg[j]).epsilon(1e-4).scale(1.0));
+      CHECK(b.grad()[j] == doctest::Approx(rb[j]).epsilon(1e-4).scale(1.0));
+      CHECK(c.grad()[j] == doctest::Approx(rb[j]).epsilon(1e-4).scale(1.0));
+      CHECK(z.value()[3 * d + j] == x[3 * d + j] + 0.5f);
+    }
+    std::vector<float> all = g.grad().to_vector();
+    for (float v : b.grad().to_vector()) all.push_back(v);
+    for (float v : c.grad().to_vector()) all.push_back(v);
+    runs.push_back(all);
+  }
+  gf::set_num_threads(keep);
+  for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
+}

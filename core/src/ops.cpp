@@ -51,6 +51,22 @@ Var finish(Tensor y, bool requires, F bwd) {
 constexpr size_t kBlock = 1 << 14;
 size_t fixed_blocks(size_t n) { return (n + kBlock - 1) / kBlock; }
 
+// Column sums over rows in fixed blocks of 256: fn(r0, r1, part) adds rows [r0, r1) into a
+// zeroed part (width floats) for each block in parallel; the blocks are then summed in order,
+// so the result does not depend on the thread count.
+template <class F>
+std::vector<float> fixed_row_block_sums(size_t rows, size_t width, F fn) {
+  constexpr size_t kRows = 256;
+  const size_t nb = (rows + kRows - 1) / kRows;
+  std::vector<float> part(nb * width, 0.0f), sum(width, 0.0f);
+  parallel_for(nb, [&](size_t c) {
+    fn(c * kRows, std::min(rows, (c + 1) * kRows), part.data() + c * width);
+  });
+  for (size_t c = 0; c < nb; ++c)
+    for (size_t j = 0; j < width; ++j) sum[j] += part[c * width + j];
+  return sum;
+}
+
 // sum_i term(i) over [0, n) in double: partial sums of fixed blocks (over the pool, four
 // chains each), then the blocks in order, so the bits do not depend on the thread count.
 template <class F>
@@ -317,19 +333,19 @@ Var add(const Var& a, const Var& b) {
   size_t d = b.size();
   if (!same && (a.size() % d != 0 || last_dim(a) != d))
     shape_error("add", shape_str(a.shape()) + " + " + shape_str(b.shape()));
-  Tensor y = same ? Tensor::empty(a.shape()) : a.value().clone();
+  Tensor y = Tensor::empty(a.shape());
+  const float* A = a.value().data();
+  const float* Bv = b.value().data();
+  float* Y = y.data();
   if (same) {
-    const float* A = a.value().data();
-    const float* Bv = b.value().data();
-    float* Y = y.data();
     parallel_elementwise(y.size(), [&](size_t lo, size_t hi) {
       for (size_t i = lo; i < hi; ++i) Y[i] = A[i] + Bv[i];
     });
-  } else {
-    size_t rows = a.size() / d;
-    const float* B = b.value().data();
-    for (size_t i = 0; i < rows; ++i)
-      for (size_t j = 0; j < d; ++j) y[i * d + j] += B[j];
+  } else {  // b over the rows of a
+    parallel_chunks(a.size() / d, 256, [&](size_t r0, size_t r1) {
+      for (size_t i = r0; i < r1; ++i)
+        for (size_t j = 0; j < d; ++j) Y[i * d + j] = A[i * d + j] + Bv[j];
+    });
   }
   auto grad_fn = [aa = a, bb = b, same, d](const Tensor& g, const Tensor&) mutable {
     if (aa.requires_grad()) aa.grad_buf().add_(g);
@@ -337,10 +353,14 @@ Var add(const Var& a, const Var& b) {
       if (same) {
         bb.grad_buf().add_(g);
       } else {
+        const float* G = g.data();
+        const std::vector<float> sum =
+            fixed_row_block_sums(g.size() / d, d, [&](size_t r0, size_t r1, float* part) {
+              for (size_t i = r0; i < r1; ++i)
+                for (size_t j = 0; j < d; ++j) part[j] += G[i * d + j];
+            });
         float* gb = bb.grad_buf().data();
-        size_t rows = g.size() / d;
-        for (size_t i = 0; i < rows; ++i)
-          for (size_t j = 0; j < d; ++j) gb[j] += g[i * d + j];
+        for (size_t j = 0; j < d; ++j) gb[j] += sum[j];
       }
     }
   };
@@ -601,8 +621,19 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float eps) {
     }
     float* ggam = gg.requires_grad() ? gg.grad_buf().data() : nullptr;
     float* gbet = bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-    if (ggam || gbet)  // rows in order on one thread: the sums do not depend on the split
-      kernels::layer_norm_param_grad(X, g.data(), stats.data(), rows, d, ggam, gbet);
+    if (ggam || gbet) {  // fixed blocks of rows: the sums do not depend on the split
+      const float* Gr = g.data();
+      const float* st = stats.data();
+      const std::vector<float> sum =
+          fixed_row_block_sums(rows, 2 * d, [&](size_t r0, size_t r1, float* part) {
+            kernels::layer_norm_param_grad(X + r0 * d, Gr + r0 * d, st + 2 * r0, r1 - r0, d,
+                                           ggam ? part : nullptr, gbet ? part + d : nullptr);
+          });
+      for (size_t j = 0; j < d; ++j) {
+        if (ggam) ggam[j] += sum[j];
+        if (gbet) gbet[j] += sum[d + j];
+      }
+    }
   };
   return finish(std::move(y), {&x, &gamma, &beta}, grad_fn);
 }
