@@ -1036,7 +1036,8 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
 
 // One sample's view of the attention's tensors and gradients (a null gradient is not wanted).
 struct AttnSample {
-  const float *Q, *K, *V, *O, *G, *lse;  // (T x dk), (T x dk), (T x dv), (T x dv), (T x dv), (T)
+  // (T x dk), (dk x T) = K^T, (T x dk), (T x dv), (T x dv), (T x dv), (T)
+  const float *Q, *KT, *K, *V, *O, *G, *lse;
   const uint8_t* valid;                  // (T) or null
   float *gq, *gk, *gv;
 };
@@ -1044,9 +1045,8 @@ struct AttnSample {
 // Backward of one sample: its tiles in order, so dK and dV sum in a fixed order.
 void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) {
   const size_t T = g.T, dk = g.dk, dv = g.dv;
-  float* KTb = scratch(3, dk * T).data();
+  const float* KTb = s.KT;  // kept from the forward pass
   float* VTb = scratch(4, dv * T).data();
-  transpose_into(s.K, T, dk, KTb);
   transpose_into(s.V, T, dv, VTb);
   float* bias = scratch(2, T + g.br).data();
   float* dots = bias + T;
@@ -1113,14 +1113,16 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
   // the caller's mask may be gone by the backward pass: keep a copy
   auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;
   g.valid = keep ? keep->data() : nullptr;
-  auto grad_fn = [qq = q, kk = k, vv = v, lse, g, tiles, keep](const Tensor& gr,
-                                                               const Tensor& res) mutable {
+  // the backward pass recomputes the scores from the same K^T (kept: O(B T d_k) floats)
+  auto grad_fn = [qq = q, kk = k, vv = v, lse, g, tiles, keep, KT](const Tensor& gr,
+                                                                   const Tensor& res) mutable {
     const size_t T = g.T, dk = g.dk, dv = g.dv;
     float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
     float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
     float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
     parallel_for(g.B, [&](size_t b) {
-      AttnSample s{qq.value().data() + b * T * dk, kk.value().data() + b * T * dk,
+      AttnSample s{qq.value().data() + b * T * dk, KT.data() + b * dk * T,
+                   kk.value().data() + b * T * dk,
                    vv.value().data() + b * T * dv, res.data() + b * T * dv,
                    gr.data() + b * T * dv, lse.data() + b * T,
                    g.valid ? g.valid + b * T : nullptr,

@@ -337,7 +337,8 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   gf::Var res = gf::make_result(std::move(out), {any});
   if (!res.requires_grad()) return res;
 
-  gf::record([res, q, k, v, logits, lse, lam, g, keep, per_sample]() mutable {
+  // the backward pass recomputes the scores from the same k_l^T (kept: O(B T d_k) floats)
+  gf::record([res, q, k, v, logits, lse, lam, g, keep, per_sample, kt, ktn]() mutable {
     if (!res.grad().defined()) return;
     const size_t B = g.B, T = g.T, L = g.L, dk = g.dk, dv = g.dv, tiles = g.tiles();
     const float* gr = res.grad().data();
@@ -355,11 +356,12 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
       const float* vb = v.value().data() + b * T * dv;
       const float* ob = res.value().data() + b * T * dv;
       std::vector<float> dsl, dsl_prev, G, acc(T);
-      size_t ktn = 0;
-      for (size_t l = 0; l < L; ++l) ktn += dk * g.Tl[l];
-      float* kt = detail::scratch(5, ktn).data();
       std::vector<const float*> klt(L);
-      detail::transpose_levels(g, k, b, kt, klt.data());
+      const float* ktb = kt.data() + b * ktn;
+      for (size_t l = 0; l < L; ++l) {
+        klt[l] = ktb;
+        ktb += dk * g.Tl[l];
+      }
       float* vt = detail::scratch(6, dv * T).data();
       detail::transpose_into(vb, T, dv, vt);
       for (size_t t = 0; t < tiles; ++t) {
