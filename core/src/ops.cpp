@@ -776,11 +776,15 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
   };
   parallel_for(B, [&](size_t b) {
     float* yb = y.data() + b * To * C;
-    for (size_t to = 0; to < To; ++to) {
-      if (bv)
-        std::memcpy(yb + to * C, bv, C * sizeof(float));
-      else
-        std::memset(yb + to * C, 0, C * sizeof(float));
+    if (!bv) {
+      std::memset(yb, 0, To * C * sizeof(float));
+    } else if (To) {  // the bias in every row: one row, then copies that double
+      std::memcpy(yb, bv, C * sizeof(float));
+      for (size_t done = 1; done < To;) {
+        const size_t n = std::min(done, To - done);
+        std::memcpy(yb + done * C, yb, n * C * sizeof(float));
+        done += n;
+      }
     }
     for (size_t j = 0; j < K; ++j) {  // each output sums its taps in order
       const Span sp = span(j);
