@@ -440,3 +440,32 @@ TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row b
   gf::set_num_threads(keep);
   for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
+
+TEST_CASE("a fresh input gradient is written, a later one added (linear, linear_parts, gelu)") {
+  // x's gradient starts undefined (ops write it without zeroing it first) or defined and zero
+  // (ops add to it): the same values, before and after a second backward pass that adds
+  Tensor x = randn({70, 33}, 1), w = randn({33, 40}, 2), w2 = randn({33, 24}, 3);
+  Var wv = parameter(w.clone()), w2v = parameter(w2.clone());
+  auto loss = [&](const Var& xv) {
+    std::vector<Var> parts = ops::linear_parts(xv, {wv, w2v}, {});
+    return ops::add(ops::add(weighted_sum(ops::gelu(ops::linear(xv, wv)), 3),
+                             weighted_sum(parts[0], 4)),
+                    weighted_sum(parts[1], 5));
+  };
+  Var fresh = parameter(x.clone()), zeroed = parameter(x.clone());
+  zeroed.grad_buf();
+  for (int pass = 0; pass < 2; ++pass) {
+    backward(loss(fresh));
+    backward(loss(zeroed));
+    for (size_t i = 0; i < x.size(); ++i) REQUIRE(fresh.grad()[i] == zeroed.grad()[i]);
+  }
+  // and against finite differences (the fresh path)
+  check_gradients(
+      [](const std::vector<Var>& v) {
+        std::vector<Var> parts = ops::linear_parts(v[0], {v[1], v[2]}, {});
+        return ops::add(ops::add(weighted_sum(ops::gelu(ops::linear(v[0], v[1])), 3),
+                                 weighted_sum(parts[0], 4)),
+                        weighted_sum(parts[1], 5));
+      },
+      {randn({5, 6}, 6), randn({6, 7}, 7), randn({6, 3}, 8)});
+}

@@ -14,6 +14,12 @@ Tensor& Node::grad_buf() {
   return grad;
 }
 
+Tensor& Node::grad_buf_for_write(bool& fresh) {
+  fresh = !grad.defined();
+  if (fresh) grad = Tensor::empty(value.shape());
+  return grad;
+}
+
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<Node>()) {
   node_->value = std::move(value);
   node_->requires_grad = requires_grad;

@@ -139,8 +139,8 @@ void transpose(const float* x, size_t rows, size_t cols, float* xt) {
     for (size_t c = 0; c < cols; ++c) xt[c * rows + r0] = x[r0 * cols + c];
 }
 void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
-void gelu_grad(const float* x, const float* g, float* gx, size_t n) {
-  active().gelu_grad(x, g, gx, n);
+void gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accumulate) {
+  active().gelu_grad(x, g, gx, n, accumulate);
 }
 
 void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,

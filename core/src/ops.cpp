@@ -142,10 +142,16 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
       const float* W = ww.value().data();
       for (size_t r = 0; r < in; ++r)
         for (size_t j = 0; j < out; ++j) WT[j * in + r] = W[r * out + j];
-      float* gx = xx.grad_buf().data();
+      bool fresh = false;
+      float* gx = xx.grad_buf_for_write(fresh).data();
+      // a fresh gradient is written (the same FMA chains), not zeroed and added to
       parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-        kernels::gemm_acc_nd(r1 - r0, out, in, 1.0f, G + r0 * out, out, WT.data(), in,
-                             gx + r0 * in, in);
+        if (fresh)
+          kernels::gemm_short_k(r1 - r0, in, out, 1.0f, G + r0 * out, out, WT.data(), in,
+                                gx + r0 * in, in);
+        else
+          kernels::gemm_acc_nd(r1 - r0, out, in, 1.0f, G + r0 * out, out, WT.data(), in,
+                               gx + r0 * in, in);
       });
     }
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
@@ -237,10 +243,15 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
       std::vector<float> WT(N * in);
       for (size_t r = 0; r < in; ++r)
         for (size_t j = 0; j < N; ++j) WT[j * in + r] = (*W)[r * N + j];
-      float* gx = x.grad_buf().data();
+      bool fresh = false;
+      float* gx = x.grad_buf_for_write(fresh).data();
       parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-        kernels::gemm_acc_nd(r1 - r0, N, in, 1.0f, G + r0 * N, N, WT.data(), in,
-                             gx + r0 * in, in);
+        if (fresh)  // written, not zeroed and added to
+          kernels::gemm_short_k(r1 - r0, in, N, 1.0f, G + r0 * N, N, WT.data(), in,
+                                gx + r0 * in, in);
+        else
+          kernels::gemm_acc_nd(r1 - r0, N, in, 1.0f, G + r0 * N, N, WT.data(), in,
+                               gx + r0 * in, in);
       });
     }
     // dW = X^T G and db = column sums of G, columns split over the pool, rows summed in
@@ -522,11 +533,12 @@ Var gelu(const Var& x) {
     kernels::gelu(X + b, y.data() + b, e - b);
   });
   auto grad_fn = [xx = x, n](const Tensor& g, const Tensor&) mutable {
-    float* gx = xx.grad_buf().data();
+    bool fresh = false;
+    float* gx = xx.grad_buf_for_write(fresh).data();  // written, not zeroed, when fresh
     const float* X = xx.value().data();
     parallel_for(fixed_blocks(n), [&](size_t c) {
       size_t b = c * kBlock, e = std::min(n, b + kBlock);
-      kernels::gelu_grad(X + b, g.data() + b, gx + b, e - b);
+      kernels::gelu_grad(X + b, g.data() + b, gx + b, e - b, !fresh);
     });
   };
   return finish(std::move(y), {&x}, grad_fn);

@@ -21,6 +21,10 @@ struct Node {
 
   /// The gradient buffer, zero-filled on first use.
   Tensor& grad_buf();
+  /// The gradient buffer for an op that will write every element: a fresh one is allocated
+  /// without zeroing and `fresh` set, so the op stores instead of accumulating; otherwise the
+  /// existing gradient, to accumulate into.
+  Tensor& grad_buf_for_write(bool& fresh);
   bool has_grad() const { return grad.defined(); }
 };
 
@@ -39,6 +43,7 @@ class Var {
   /// The gradient; undefined tensor when nothing flowed back.
   const Tensor& grad() const { return node_->grad; }
   Tensor& grad_buf() { return node_->grad_buf(); }
+  Tensor& grad_buf_for_write(bool& fresh) { return node_->grad_buf_for_write(fresh); }
   void zero_grad() { node_->grad = Tensor(); }
   const std::shared_ptr<Node>& node() const { return node_; }
   /// Identity of the underlying node (parameters compare by node).

@@ -76,7 +76,8 @@ void transpose(const float* x, size_t rows, size_t cols, float* xt);
 /// y[j] = x[j] Phi(x[j]) (exact GELU).
 void gelu(const float* x, float* y, size_t n);
 /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j])).
-void gelu_grad(const float* x, const float* g, float* gx, size_t n);
+/// With accumulate false gx is written, not added to (a fresh gradient buffer).
+void gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accumulate = true);
 
 /// Products with one short dimension d (a head's width, d_k or d_v), row-major, computed
 /// in registers without packing; each output element is summed in a fixed order.

@@ -33,7 +33,8 @@ struct RowKernels {
   /// y[j] = x[j] Phi(x[j])   (exact GELU)
   void (*gelu)(const float* x, float* y, size_t n);
   /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j]))
-  void (*gelu_grad)(const float* x, const float* g, float* gx, size_t n);
+  /// gx[j] (+)= g[j] (Phi(x[j]) + x[j] phi(x[j])): accumulates, or stores when !accumulate
+  void (*gelu_grad)(const float* x, const float* g, float* gx, size_t n, bool accumulate);
   // Products with one short dimension d (a head's width), row-major, no packing:
   /// C (m x n) = alpha A (m x d) Bt (d x n)
   void (*gemm_short_k)(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,

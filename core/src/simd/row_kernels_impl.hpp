@@ -134,20 +134,21 @@ void k_gelu(const float* x, float* y, size_t n) {
   for (; j < n; ++j) y[j] = 0.5f * x[j] * erfc_scalar(x[j] * kMInvSqrt2);
 }
 
-void k_gelu_grad(const float* x, const float* g, float* gx, size_t n) {
+void k_gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accumulate) {
   B h(0.5f), c(kMInvSqrt2), cp(kInvSqrt2Pi), mh(-0.5f);
   size_t j = 0;
   for (; j + W <= n; j += W) {
     B v = B::load_unaligned(x + j);
     B cdf = h * xsimd::erfc(v * c);
     B pdf = cp * xsimd::exp(mh * v * v);
-    xsimd::fma(B::load_unaligned(g + j), xsimd::fma(v, pdf, cdf), B::load_unaligned(gx + j))
+    xsimd::fma(B::load_unaligned(g + j), xsimd::fma(v, pdf, cdf),
+               accumulate ? B::load_unaligned(gx + j) : B(0.0f))
         .store_unaligned(gx + j);
   }
   for (; j < n; ++j) {
     float cdf = 0.5f * erfc_scalar(x[j] * kMInvSqrt2);
     float pdf = kInvSqrt2Pi * ::expf(-0.5f * x[j] * x[j]);
-    gx[j] += g[j] * (cdf + x[j] * pdf);
+    gx[j] = (accumulate ? gx[j] : 0.0f) + g[j] * (cdf + x[j] * pdf);
   }
 }
 
