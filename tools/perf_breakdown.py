@@ -12,14 +12,18 @@ import sys
 
 RULES = [  # first match wins
     ("GEMM (OpenBLAS)", r"sgemm|cblas_|gemm_rows"),
-    ("attention products (short-d kernels)", r"short_k|acc_tile|gemm_short|gemm_acc"),
-    ("softmax / exp", r"softmax|exp_shift|k_max|k_scale|__expf|fast_exp|k_softmax|k_dot"),
-    ("attention (other: masks, block maps)", r"attention|attn_|hkt_attend|tile_scores|expand|fold|k_axpy|transpose_into"),
+    ("linear layers forward (register kernels, gemm_bias)", r"gemm_bias"),
+    ("other products in register kernels (attention; linear backward)",
+     r"short_k|acc_tile|gemm_short|gemm_acc|acc_product|fma_tile|product_rows"),
+    ("softmax / exp (and the coarse scores' add)", r"softmax|exp_shift|exp_add|add_max|k_max|k_scale|__expf|fast_exp|k_softmax|k_dot"),
+    ("attention (other: masks, block maps, HKT levels)", r"attention|attn_|hkt_attend|tile_scores|expand|fold|k_axpy|transpose"),
+    ("depthwise convolution", r"depthwise|mul_add_rows|dot_rows"),
     ("GELU", r"gelu|erf"),
     ("layer norm", r"layer_norm"),
     ("optimizer", r"optim|Adam|adam"),
+    ("kernel: thread waits, syscalls, page faults", r"pvm_|sched_yield|futex|\[k\]"),
     ("allocation / zeroing / page faults", r"page|memset|clear_page|malloc|free|_int_|mmap|Tensor::Tensor|grad_buf|pool|alloc|charge|fault"),
-    ("tape, copies, elementwise", r"add_|memmove|memcpy|ops::|Function_handler|autograd|backward|record|Tensor"),
+    ("tape, copies, elementwise", r"add_|memmove|memcpy|ops::|Function_handler|autograd|backward|record|Tensor|lerp"),
 ]
 
 
