@@ -158,10 +158,17 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accum
 // products in order (one FMA chain from 0), whatever the tile it falls in, so the row
 // tiling changes no result.
 
-// One lane of xsimd::fma in scalar code, for the columns past the last full vector: fused
-// where the set has FMA, a multiply and an add on SSE2, so a column's bits do not depend on
-// whether it falls in a vector or in the tail. (An xsimd::fma of two broadcasts is not safe
-// for this: GCC 12 compiles it for AVX-512 as vmulss + vaddps, two roundings.)
+// The products' multiply-adds, vector and scalar, fused exactly where the set has FMA (a
+// multiply and an add on SSE2), so that a column's bits do not depend on whether it falls in
+// a vector or in the scalar tail. Neither may be left to the compiler: xsimd 8 has no fma for
+// avx512f (its generic x * y + z is fused only when GCC contracts it, at -O2 but not at -O1),
+// and GCC 12 compiled an xsimd::fma of two broadcasts as vmulss + vaddps (two roundings).
+inline B vfma(B a, B b, B c) {
+#if defined(__AVX512F__)
+  if constexpr (W == 16) return B(_mm512_fmadd_ps(a, b, c));
+#endif
+  return xsimd::fma(a, b, c);  // SSE2: x * y + z; AVX2: fma3 (explicitly fused)
+}
 inline float lane_fma(float a, float b, float c) {
 #ifdef __FMA__
   return __builtin_fmaf(a, b, c);
@@ -189,7 +196,7 @@ inline void fma_tile(size_t i, size_t c0, size_t len, const float* x, size_t ldx
     for (size_t v = 0; v < NC; ++v) yv[v] = B::load_unaligned(y + q * ldy + c0 + v * W);
     for (size_t r = 0; r < R; ++r) {
       B xv(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q]);
-      for (size_t v = 0; v < NC; ++v) acc[r][v] = xsimd::fma(xv, yv[v], acc[r][v]);
+      for (size_t v = 0; v < NC; ++v) acc[r][v] = vfma(xv, yv[v], acc[r][v]);
     }
   }
   for (size_t r = 0; r < R; ++r)
@@ -273,9 +280,9 @@ void acc_product(size_t m, size_t n, size_t len, float alpha, const float* x, si
   product<TRANS>(
       m, n, len, x, ldx, y, ldy,
       [=](B acc, size_t r, size_t j) {
-        xsimd::fma(al, acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
+        vfma(al, acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
       },
-      [=](float s, size_t r, size_t j) { c[r * ldc + j] += alpha * s; });
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]); });
 }
 
 void k_gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
@@ -288,10 +295,11 @@ void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const 
   product<false>(
       m, d, n, x, ldx, y, ldy,
       [=](B acc, size_t r, size_t j) {
-        xsimd::fma(B(alpha[r]), acc, B::load_unaligned(c + r * ldc + j))
-            .store_unaligned(c + r * ldc + j);
+        vfma(B(alpha[r]), acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
       },
-      [=](float s, size_t r, size_t j) { c[r * ldc + j] += alpha[r] * s; });
+      [=](float s, size_t r, size_t j) {
+        c[r * ldc + j] = lane_fma(alpha[r], s, c[r * ldc + j]);
+      });
 }
 
 void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
@@ -323,7 +331,7 @@ void k_mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const floa
     const float* xr = x + r * ldx;
     size_t j = 0;
     for (; j + W <= c; j += W)
-      xsimd::fma(B::load_unaligned(w + j), B::load_unaligned(xr + j), B::load_unaligned(yr + j))
+      vfma(B::load_unaligned(w + j), B::load_unaligned(xr + j), B::load_unaligned(yr + j))
           .store_unaligned(yr + j);
     for (; j < c; ++j) yr[j] = lane_fma(w[j], xr[j], yr[j]);
   }
@@ -338,14 +346,14 @@ void k_dot_rows(float* acc, const float* g, size_t ldg, const float* x, size_t l
     for (size_t v = 0; v < 4; ++v) a[v] = B::load_unaligned(acc + j + v * W);
     for (size_t r = 0; r < rows; ++r)
       for (size_t v = 0; v < 4; ++v)
-        a[v] = xsimd::fma(B::load_unaligned(g + r * ldg + j + v * W),
+        a[v] = vfma(B::load_unaligned(g + r * ldg + j + v * W),
                           B::load_unaligned(x + r * ldx + j + v * W), a[v]);
     for (size_t v = 0; v < 4; ++v) a[v].store_unaligned(acc + j + v * W);
   }
   for (; j + W <= c; j += W) {
     B a = B::load_unaligned(acc + j);
     for (size_t r = 0; r < rows; ++r)
-      a = xsimd::fma(B::load_unaligned(g + r * ldg + j), B::load_unaligned(x + r * ldx + j), a);
+      a = vfma(B::load_unaligned(g + r * ldg + j), B::load_unaligned(x + r * ldx + j), a);
     a.store_unaligned(acc + j);
   }
   for (; j < c; ++j) {
