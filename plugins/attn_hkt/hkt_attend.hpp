@@ -387,9 +387,20 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
           gf::kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, gob, dv, gv + b * T * dv, dv);
         // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = dO_i . out_i.
         gf::kernels::gemm_short_k(r, jmax, dv, 1.0f, gob, dv, vt, T, ds, jmax);
+        // Two-way: each level-1 block of dS rows is folded into dS_1 as soon as its rows are
+        // done, while they are in L1 (the same sums as folding the tile afterwards).
+        const bool fold_now = !g.causal && L > 1;
+        const size_t s1 = fold_now ? g.blk[1] : 1, I0_1 = i0 / s1;
+        const size_t ncols1 = (jmax + s1 - 1) / s1;
+        if (fold_now) dsl.resize(((i0 + r + s1 - 1) / s1 - I0_1) * ncols1);
         for (size_t a = 0; a < r; ++a) {
           const float rs = gf::kernels::dot(gob + a * dv, ob + (i0 + a) * dv, dv);
           gf::kernels::softmax_grad_row(ds + a * jmax, P + a * jmax, jmax, rs, 1.0f);
+          if (fold_now && ((i0 + a + 1) % s1 == 0 || a + 1 == r)) {
+            const size_t I = (i0 + a) / s1, a0 = I * s1 - i0;
+            detail::fold_rows(ds + a0 * jmax, jmax, a + 1 - a0, s1, jmax, acc.data(),
+                              dsl.data() + (I - I0_1) * ncols1);
+          }
         }
         // Per level: dS_l (this tile's blocks of dS summed), then G = dS_l k_l.
         // dq_l = c_l G, dk_l = c_l dS_l^T q_l, d lambda_l = scale * sum_I q_l[I] . G[I].
@@ -401,6 +412,8 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
           size_t ncols, ld;
           if (l == 0) {
             dsp = ds, ncols = jmax, ld = jmax;
+          } else if (fold_now && l == 1) {  // folded above
+            dsp = dsl.data(), ncols = ncols1, ld = ncols1;
           } else if (!g.causal && l >= 2) {
             // Without the causal limits the blocks nest: dS_l is dS_{l-1} summed over
             // s x s blocks (rows first, then columns), not a second pass over dS.
