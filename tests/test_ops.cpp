@@ -459,6 +459,13 @@ TEST_CASE("a fresh input gradient is written, a later one added (linear, linear_
     backward(loss(zeroed));
     for (size_t i = 0; i < x.size(); ++i) REQUIRE(fresh.grad()[i] == zeroed.grad()[i]);
   }
+  // a layer wider than the short-dimension kernels' 256 (their long-d path)
+  Tensor ww = randn({33, 300}, 9);
+  Var wide_fresh = parameter(x.clone()), wide_zeroed = parameter(x.clone());
+  wide_zeroed.grad_buf();
+  backward(weighted_sum(ops::linear(wide_fresh, constant(ww)), 10));
+  backward(weighted_sum(ops::linear(wide_zeroed, constant(ww)), 10));
+  for (size_t i = 0; i < x.size(); ++i) REQUIRE(wide_fresh.grad()[i] == wide_zeroed.grad()[i]);
   // and against finite differences (the fresh path)
   check_gradients(
       [](const std::vector<Var>& v) {

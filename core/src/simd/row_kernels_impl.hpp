@@ -267,10 +267,12 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
     }
   }
   float* ci = c + i * ldc;
-  product<false, 4>(
-      m - i, n, d, a + i * lda, lda, bt, ldb,
-      [=](B acc, size_t r, size_t j) { (acc * al).store_unaligned(ci + r * ldc + j); },
-      [=](float s, size_t r, size_t j) { ci[r * ldc + j] = alpha * s; });
+  auto ev = [=](B acc, size_t r, size_t j) { (acc * al).store_unaligned(ci + r * ldc + j); };
+  auto es = [=](float s, size_t r, size_t j) { ci[r * ldc + j] = alpha * s; };
+  if (d <= kMaxD)  // the last rows, fewer than RM
+    product<false, 4>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es);
+  else  // a long d (a fresh input gradient of a wide linear layer): RM rows a tile
+    product<false>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es);
 }
 
 template <bool TRANS>
