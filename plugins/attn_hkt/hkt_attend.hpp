@@ -414,7 +414,7 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
             dsp = ds, ncols = jmax, ld = jmax;
           } else if (fold_now && l == 1) {  // folded above
             dsp = dsl.data(), ncols = ncols1, ld = ncols1;
-          } else if (!g.causal && l >= 2) {
+          } else if (!g.causal) {  // l >= 2
             // Without the causal limits the blocks nest: dS_l is dS_{l-1} summed over
             // s x s blocks (rows first, then columns), not a second pass over dS.
             const size_t st = g.blk[1], prev_rows = dsl.size() / prev_cols;
@@ -428,25 +428,17 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
                                 acc.data(), dsl.data() + I * ncols);
             dsp = dsl.data();
           } else {
-            // Sum the rows of block I first (contiguous adds), then fold columns into blocks.
+            // Causal: each row of block I adds its usable prefix (the rows first, contiguous
+            // adds), then the columns fold into blocks; columns past the limits stay 0.
             ncols = (jmax + bs - 1) / bs;
             ld = ncols;
-            if (g.causal)  // the causal limits leave columns unwritten
-              dsl.assign(nI * ncols, 0.0f);
-            else
-              dsl.resize(nI * ncols);
+            dsl.assign(nI * ncols, 0.0f);
             for (size_t I = I0; I < I1; ++I) {
               const size_t i1 = std::min(i0 + r, (I + 1) * bs);
-              if (!g.causal) {  // every row of the block sees every key
-                detail::fold_rows(ds + (I * bs - i0) * jmax, jmax, i1 - I * bs, bs, jmax,
-                                  acc.data(), dsl.data() + (I - I0) * ncols);
-                continue;
-              }
-              const size_t lim_max =
-                  g.causal ? std::min(jmax, causal_blocks(i1 - 1, bs) * bs) : jmax;
+              const size_t lim_max = std::min(jmax, causal_blocks(i1 - 1, bs) * bs);
               std::fill(acc.begin(), acc.begin() + lim_max, 0.0f);
               for (size_t i = I * bs; i < i1; ++i) {
-                const size_t lim = g.causal ? std::min(jmax, causal_blocks(i, bs) * bs) : jmax;
+                const size_t lim = std::min(jmax, causal_blocks(i, bs) * bs);
                 gf::kernels::axpy(acc.data(), ds + (i - i0) * jmax, lim, 1.0f);
               }
               detail::fold_blocks(acc.data(), bs, lim_max, dsl.data() + (I - I0) * ncols);
