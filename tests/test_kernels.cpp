@@ -2,6 +2,7 @@
 // double-precision loops, and the streaming attention kernel against a
 // composition of core ops, finite differences, many tiles and thread counts.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "growformer/kernels.hpp"
@@ -378,6 +379,88 @@ TEST_CASE("gemm_bias: against double loops; a column's value does not depend on 
           o += wi;
         }
       }
+  }
+}
+
+TEST_CASE("stride-2 row kernels: the expanded row's results bit for bit, every instruction set") {
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    REQUIRE(kernels::set_simd(isa));
+    for (size_t n : {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 512}) {
+      CAPTURE(isa);
+      CAPTURE(n);
+      const size_t nc = (n + 1) / 2;
+      auto y = values(n, n + 31), c = values(nc + 1, n + 32), r0 = values(n, n + 33),
+           r1 = values(n, n + 34);
+      c[nc] = NAN;  // one past the coarse row: never read
+      std::vector<float> up(n);
+      for (size_t j = 0; j < n; ++j) up[j] = c[j / 2];
+      auto a = y, b = y;
+      kernels::add_up2(a.data(), c.data(), n);
+      kernels::axpy(b.data(), up.data(), n, 1.0f);
+      for (size_t j = 0; j < n; ++j) REQUIRE(a[j] == b[j]);
+      a = y, b = y;
+      const float ma = kernels::add_max_up2(a.data(), c.data(), n);
+      const float mb = kernels::add_max(b.data(), up.data(), n);
+      REQUIRE(ma == mb);
+      for (size_t j = 0; j < n; ++j) REQUIRE(a[j] == b[j]);
+      a = y, b = y;
+      kernels::exp_add_up2_shift(a.data(), c.data(), n, 0.75f);
+      kernels::exp_add_shift(b.data(), up.data(), n, 0.75f);
+      for (size_t j = 0; j < n; ++j) REQUIRE(a[j] == b[j]);
+      // the fold against its definition; -0 pairs give +0
+      for (size_t j = 0; j + 1 < n; j += 4) r0[j] = r1[j] = r0[j + 1] = r1[j + 1] = -0.0f;
+      std::vector<float> out(nc + 1, -5.0f);
+      kernels::fold_pairs2(out.data(), r0.data(), r1.data(), n);
+      for (size_t J = 0; J < nc; ++J) {
+        const float want = 2 * J + 1 < n ? (0.0f + (r0[2 * J] + r1[2 * J])) +
+                                               (r0[2 * J + 1] + r1[2 * J + 1])
+                                         : 0.0f + (r0[2 * J] + r1[2 * J]);
+        REQUIRE(std::memcmp(&out[J], &want, sizeof want) == 0);
+      }
+      if (n >= 2) REQUIRE(!std::signbit(out[0]));  // the -0 block
+      REQUIRE(out[nc] == -5.0f);
+    }
+  }
+}
+
+TEST_CASE("gemm_bias_parts: each part equals gemm_bias's columns bit for bit") {
+  KernelSettings keep;
+  // straddling widths with scalar tails; head-sized parts; 70 parts of 16 (1,120 columns:
+  // more than one table chunk at every width)
+  const std::vector<std::vector<size_t>> layouts{
+      {5, 16, 11, 3}, {16, 16, 16}, {8, 24, 32}, std::vector<size_t>(70, 16)};
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (const auto& widths : layouts)
+      for (size_t m : {1, 7, 13})
+        for (bool with_bias : {true, false}) {
+          CAPTURE(isa);
+          CAPTURE(widths.size());
+          CAPTURE(m);
+          CAPTURE(with_bias);
+          const size_t k = 24, ldx = k + 3;
+          std::vector<size_t> off{0};
+          for (size_t w : widths) off.push_back(off.back() + w);
+          const size_t N = off.back();
+          auto x = values(m * ldx, 21), w = values(k * N, 22), bias = values(N, 23);
+          const float* bp = with_bias ? bias.data() : nullptr;
+          std::vector<float> c(m * N);
+          kernels::gemm_bias(m, N, k, x.data(), ldx, w.data(), N, bp, c.data(), N);
+          // each part with a guard after it
+          std::vector<std::vector<float>> parts;
+          std::vector<float*> dst;
+          for (size_t wi : widths) parts.emplace_back(m * wi + 1, -9.0f);
+          for (auto& p : parts) dst.push_back(p.data());
+          kernels::gemm_bias_parts(m, N, k, x.data(), ldx, w.data(), N, bp, off.data(),
+                                   widths.size(), dst.data());
+          for (size_t p = 0; p < widths.size(); ++p) {
+            const size_t wi = widths[p];
+            for (size_t i = 0; i < m; ++i)
+              for (size_t j = 0; j < wi; ++j) REQUIRE(parts[p][i * wi + j] == c[i * N + off[p] + j]);
+            REQUIRE(parts[p][m * wi] == -9.0f);
+          }
+        }
   }
 }
 

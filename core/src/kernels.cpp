@@ -119,6 +119,14 @@ void layer_norm_param_grad(const float* x, const float* g, const float* stats, s
 }
 void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
 float add_max(float* y, const float* x, size_t n) { return active().add_max(y, x, n); }
+void add_up2(float* y, const float* c, size_t n) { active().add_up2(y, c, n); }
+float add_max_up2(float* y, const float* c, size_t n) { return active().add_max_up2(y, c, n); }
+void exp_add_up2_shift(float* y, const float* c, size_t n, float shift) {
+  active().exp_add_up2_shift(y, c, n, shift);
+}
+void fold_pairs2(float* out, const float* r0, const float* r1, size_t n) {
+  active().fold_pairs2(out, r0, r1, n);
+}
 void mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
                   size_t c) {
   active().mul_add_rows(y, ldy, x, ldx, w, rows, c);
@@ -168,6 +176,13 @@ void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const f
                size_t ldw, const float* bias, float* c, size_t ldc) {
   add_matmul_flops(2ull * m * n * k);
   active().gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc);
+}
+
+void gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                     size_t ldw, const float* bias, const size_t* off, size_t parts,
+                     float* const* dst) {
+  add_matmul_flops(2ull * m * n * k);
+  active().gemm_bias_parts(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
 }
 
 bool softmax_row(float* row, size_t n, const uint8_t* valid) {

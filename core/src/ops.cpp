@@ -197,23 +197,16 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
     os.back() = w[i].dim(1);
     outs.emplace_back(Tensor::empty(os), requires);
   }
-  // Blocks of rows: the block's product in a per-thread buffer (L2-sized), then split.
-  constexpr size_t kRows = 64;
+  // One product, each part's columns stored straight into its own output (no copy of the
+  // product); rows split over the pool in blocks of 64.
   const float* X = x.value().data();
   const float* bp = b.empty() ? nullptr : bias.data();
-  parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
-    thread_local std::vector<float> Y;
-    if (Y.size() < kRows * N) Y.resize(kRows * N);
-    for (size_t s0 = r0; s0 < r1; s0 += kRows) {
-      const size_t rows = std::min(kRows, r1 - s0);
-      kernels::gemm_bias(rows, N, in, X + s0 * in, in, W->data(), N, bp, Y.data(), N);
-      for (size_t i = 0; i < parts; ++i) {
-        const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
-        float* yi = outs[i].value().data() + s0 * ni;
-        for (size_t r = 0; r < rows; ++r)
-          std::memcpy(yi + r * ni, Y.data() + r * N + o, ni * sizeof(float));
-      }
-    }
+  parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
+    std::vector<float*> dst(parts);
+    for (size_t i = 0; i < parts; ++i)
+      dst[i] = outs[i].value().data() + r0 * ((*off)[i + 1] - (*off)[i]);
+    kernels::gemm_bias_parts(r1 - r0, N, in, X + r0 * in, in, W->data(), N, bp, off->data(),
+                             parts, dst.data());
   });
   if (!requires) return outs;
   record([x = Var(x), w = std::vector<Var>(w), b = std::vector<Var>(b), outs, off, W, m, in,

@@ -136,12 +136,7 @@ inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
 inline void fold_rows(const float* rows, size_t ld, size_t nrows, size_t bs, size_t lim,
                       float* acc, float* out) {
   if (bs == 2 && nrows == 2) {
-    const float* r0 = rows;
-    const float* r1 = rows + ld;
-    const size_t full = lim / 2;
-    for (size_t J = 0; J < full; ++J)
-      out[J] = (0.0f + (r0[2 * J] + r1[2 * J])) + (r0[2 * J + 1] + r1[2 * J + 1]);
-    if (2 * full < lim) out[full] = 0.0f + (r0[2 * full] + r1[2 * full]);
+    gf::kernels::fold_pairs2(out, rows, rows + ld, lim);
     return;
   }
   std::fill(acc, acc + lim, 0.0f);
@@ -163,9 +158,10 @@ inline void transpose_levels(const Geom& g, const std::vector<gf::Var>& k, size_
 
 // Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax) into S (r x jmax),
 // masked entries -inf. KLT[l] is k_l^T (d_k x T_l) of this sample. Each row is handed to
-// fin(a, row, up) as soon as it is ready (while it is still in L1): the score row is
-// row + up, with up a T-wide row to add (the coarse levels and the padding), or null when
-// the row is already complete.
+// fin(a, row, up, half) as soon as it is ready (while it is still in L1): the score row is
+// row + up, with up a T-wide row to add (the coarse levels and the padding), or, when half
+// is true, row + up2(up) with up on the stride-2 grid (up2(c)[j] = c[j / 2], see
+// kernels::add_max_up2); up is null when the row is already complete.
 template <class Fin>
 inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
                         const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S,
@@ -202,17 +198,27 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
       if (l + 1 < g.L) {
         const float* cc = cbuf + off[l + 1];
         for (size_t I = 0; I < nI[l]; ++I) {
-          expand_blocks(cc + ((I0[l] + I) / s - I0[l + 1]) * g.Tl[l + 1], s, n, up);
-          gf::kernels::axpy(cl + I * n, up, n, 1.0f);
+          const float* cr = cc + ((I0[l] + I) / s - I0[l + 1]) * g.Tl[l + 1];
+          if (s == 2) {  // the same sums without writing the expanded row
+            gf::kernels::add_up2(cl + I * n, cr, n);
+          } else {
+            expand_blocks(cr, s, n, up);
+            gf::kernels::axpy(cl + I * n, up, n, 1.0f);
+          }
         }
       }
     }
     const float* c1 = cbuf + off[1];
+    const bool half = s == 2 && !padded;  // fin adds c1's rows on their own grid
     for (size_t I = 0; I < nI[1]; ++I) {
-      expand_blocks(c1 + I * g.Tl[1], s, jmax, up);
-      if (padded) gf::kernels::axpy(up, bias, jmax, 1.0f);
+      const float* add = c1 + I * g.Tl[1];
+      if (!half) {
+        expand_blocks(add, s, jmax, up);
+        if (padded) gf::kernels::axpy(up, bias, jmax, 1.0f);
+        add = up;
+      }
       const size_t a0 = (I0[1] + I) * s - i0, a1 = std::min(r, a0 + s);
-      for (size_t a = a0; a < a1; ++a) fin(a, S + a * jmax, static_cast<const float*>(up));
+      for (size_t a = a0; a < a1; ++a) fin(a, S + a * jmax, add, half);
     }
     return;
   }
@@ -238,7 +244,7 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
     float* row = S + a * jmax;
     if (padded) gf::kernels::axpy(row, bias, jmax, 1.0f);
     if (g.causal) std::fill(row + i0 + a + 1, row + jmax, -INFINITY);
-    fin(a, row, static_cast<const float*>(nullptr));
+    fin(a, row, static_cast<const float*>(nullptr), false);
   }
 }
 
@@ -307,9 +313,10 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     float* S = detail::scratch(0, r * jmax).data();
     float* inv = detail::scratch(1, r).data();  // 1 / sum per row: scales the output row
     detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S,
-                        [&](size_t a, float* row, const float* up) {
-                          const float mx = up ? gf::kernels::add_max(row, up, jmax)
-                                              : gf::kernels::row_max(row, jmax);
+                        [&](size_t a, float* row, const float* up, bool half) {
+                          const float mx = !up   ? gf::kernels::row_max(row, jmax)
+                                           : half ? gf::kernels::add_max_up2(row, up, jmax)
+                                                  : gf::kernels::add_max(row, up, jmax);
                           if (mx == -INFINITY) {
                             std::fill(row, row + jmax, 0.0f);
                             lse[b * T + i0 + a] = INFINITY;
@@ -376,12 +383,14 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
         float* ds = detail::scratch(1, r * jmax).data();
         // P = exp(S - lse), the coarse addend folded into the exp's pass
         detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P,
-                            [&](size_t a, float* row, const float* up) {
+                            [&](size_t a, float* row, const float* up, bool half) {
                               const float shift = lse[b * T + i0 + a];
-                              if (up)
-                                gf::kernels::exp_add_shift(row, up, jmax, shift);
-                              else
+                              if (!up)
                                 gf::kernels::exp_shift(row, jmax, shift);
+                              else if (half)
+                                gf::kernels::exp_add_up2_shift(row, up, jmax, shift);
+                              else
+                                gf::kernels::exp_add_shift(row, up, jmax, shift);
                             });
         if (gv)  // dV = P^T dO
           gf::kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, gob, dv, gv + b * T * dv, dv);

@@ -63,6 +63,19 @@ void axpy(float* y, const float* x, size_t n, float a);
 /// y[j] += x[j]; returns the new max_j y[j] (-inf when n == 0): one pass for a score row's
 /// last addend and the max its softmax needs.
 float add_max(float* y, const float* x, size_t n);
+/// Rows against a grid twice as coarse (HKT's stride-2 levels), up2(c)[j] = c[j / 2]; the
+/// same bits as adding an expanded row with add_max / exp_add_shift / axpy(..., 1), without
+/// writing it out. c holds ceil(n / 2) values.
+/// y[j] += c[j / 2].
+void add_up2(float* y, const float* c, size_t n);
+/// y[j] += c[j / 2]; returns the new max_j y[j] (-inf when n == 0).
+float add_max_up2(float* y, const float* c, size_t n);
+/// y[j] = exp((y[j] + c[j / 2]) - shift).
+void exp_add_up2_shift(float* y, const float* c, size_t n, float shift);
+/// out[J] = (0 + (r0[2J] + r1[2J])) + (r0[2J + 1] + r1[2J + 1]) for 2J + 1 < n, and, when n
+/// is odd, out[n / 2] = 0 + (r0[n - 1] + r1[n - 1]): two rows' column sums folded over
+/// blocks of 2 (the 0 + turns an all -0 sum into +0, as a sum from zero does).
+void fold_pairs2(float* out, const float* r0, const float* r1, size_t n);
 /// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c (a depthwise convolution's tap over
 /// rows of c channels).
 void mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
@@ -100,6 +113,13 @@ void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, siz
 /// several weight matrices side by side equals the separate products bit for bit.
 void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                size_t ldw, const float* bias, float* c, size_t ldc);
+
+/// gemm_bias with C's columns split into parts: part p, columns off[p] .. off[p + 1] - 1
+/// (off[parts] == n), goes to dst[p] as dense rows of its own width. Bit for bit the
+/// columns gemm_bias computes, without a copy of the product.
+void gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                     size_t ldw, const float* bias, const size_t* off, size_t parts,
+                     float* const* dst);
 
 /// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
 /// Layer norm of ROWS rows of width D: y = (x - mean) / sqrt(var + eps) * gamma + beta;

@@ -51,6 +51,19 @@ struct RowKernels {
   /// C (m x n) = X (m x k) W (k x n) + bias (n; may be null), each element one FMA chain
   void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                     size_t ldw, const float* bias, float* c, size_t ldc);
+  /// gemm_bias with column part p (columns off[p] .. off[p + 1] - 1) stored in dst[p], dense
+  void (*gemm_bias_parts)(size_t m, size_t n, size_t k, const float* x, size_t ldx,
+                          const float* w, size_t ldw, const float* bias, const size_t* off,
+                          size_t parts, float* const* dst);
+  // Rows against a grid twice as coarse, up2(c)[j] = c[j / 2] (HKT's stride-2 levels):
+  /// y[j] += c[j / 2]
+  void (*add_up2)(float* y, const float* c, size_t n);
+  /// y[j] += c[j / 2]; returns max_j y[j]
+  float (*add_max_up2)(float* y, const float* c, size_t n);
+  /// y[j] = exp((y[j] + c[j / 2]) - shift)
+  void (*exp_add_up2_shift)(float* y, const float* c, size_t n, float shift);
+  /// out[J] = (0 + (r0[2J] + r1[2J])) + (r0[2J + 1] + r1[2J + 1]) (an odd last pair: its first)
+  void (*fold_pairs2)(float* out, const float* r0, const float* r1, size_t n);
   // Rows of width c (a depthwise convolution's taps):
   /// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c
   void (*mul_add_rows)(float* y, size_t ldy, const float* x, size_t ldx, const float* w,

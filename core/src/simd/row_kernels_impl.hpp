@@ -120,6 +120,104 @@ float k_add_max(float* y, const float* x, size_t n) {
   return m;
 }
 
+// ---- rows on a grid twice as coarse (HKT's stride-2 levels) ---------------------------
+// up2(c)[j] = c[j / 2]: one load of W coarse values gives two vectors of the fine row.
+struct DupLo {
+  static constexpr uint32_t get(size_t i, size_t) { return static_cast<uint32_t>(i / 2); }
+};
+struct DupHi {
+  static constexpr uint32_t get(size_t i, size_t n) { return static_cast<uint32_t>(n / 2 + i / 2); }
+};
+struct PairSwap {  // lanes 2i and 2i + 1 exchanged
+  static constexpr uint32_t get(size_t i, size_t) { return static_cast<uint32_t>(i ^ 1); }
+};
+struct EvenLo {  // lane i < n/2 takes lane 2i
+  static constexpr uint32_t get(size_t i, size_t n) { return static_cast<uint32_t>((2 * i) % n); }
+};
+struct EvenHi {  // lane i >= n/2 takes lane 2i - n
+  static constexpr uint32_t get(size_t i, size_t n) {
+    return static_cast<uint32_t>(i < n / 2 ? 0 : 2 * i - n);
+  }
+};
+using U = xsimd::batch<uint32_t, A>;
+
+// Calls f(v, j) for each vector of up2(c) at j (every j + W <= n, as the full-row kernels'
+// vector loops), then fs(j) for the rest.
+template <class F, class FS>
+inline void for_up2(const float* c, size_t n, F f, FS fs) {
+  size_t j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) {
+    const B cv = B::load_unaligned(c + j / 2);
+    f(xsimd::swizzle(cv, xsimd::make_batch_constant<U, DupLo>()), j);
+    f(xsimd::swizzle(cv, xsimd::make_batch_constant<U, DupHi>()), j + W);
+  }
+  if (j + W <= n) {  // one more vector: its W / 2 coarse values, without reading past them
+    alignas(64) float h[W] = {};
+    for (size_t i = 0; i < W / 2; ++i) h[i] = c[j / 2 + i];
+    f(xsimd::swizzle(B::load_aligned(h), xsimd::make_batch_constant<U, DupLo>()), j);
+    j += W;
+  }
+  for (; j < n; ++j) fs(j);  // the scalar tail of the full-row kernels, element for element
+}
+
+void k_add_up2(float* y, const float* c, size_t n) {
+  for_up2(
+      c, n, [=](B u, size_t j) { (B::load_unaligned(y + j) + u).store_unaligned(y + j); },
+      [=](size_t j) { y[j] += c[j / 2]; });
+}
+
+float k_add_max_up2(float* y, const float* c, size_t n) {
+  B acc(-HUGE_VALF);
+  float m = -HUGE_VALF;
+  for_up2(
+      c, n,
+      [&](B u, size_t j) {
+        const B v = B::load_unaligned(y + j) + u;
+        v.store_unaligned(y + j);
+        acc = xsimd::max(acc, v);
+      },
+      [&](size_t j) {
+        y[j] += c[j / 2];
+        m = fmax_(m, y[j]);
+      });
+  alignas(64) float lanes[W];
+  acc.store_aligned(lanes);
+  for (size_t i = 0; i < W; ++i) m = fmax_(m, lanes[i]);
+  return m;
+}
+
+void k_exp_add_up2_shift(float* y, const float* c, size_t n, float shift) {
+  const B sh(shift);
+  for_up2(
+      c, n,
+      [=](B u, size_t j) {
+        xsimd::exp((B::load_unaligned(y + j) + u) - sh).store_unaligned(y + j);
+      },
+      [=](size_t j) { y[j] = ::expf((y[j] + c[j / 2]) - shift); });
+}
+
+// out[J] = (0 + (r0[2J] + r1[2J])) + (r0[2J + 1] + r1[2J + 1]) for 2J + 1 < n, and
+// out[n / 2] = 0 + (r0[n - 1] + r1[n - 1]) when n is odd (the leading 0 + makes an all -0
+// sum +0, as a sum from zero does).
+void k_fold_pairs2(float* out, const float* r0, const float* r1, size_t n) {
+  const B zero(0.0f);
+  alignas(64) float idx[W];
+  for (size_t i = 0; i < W; ++i) idx[i] = static_cast<float>(i);
+  const auto low = B::load_aligned(idx) < B(static_cast<float>(W / 2));
+  size_t j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) {
+    const B sa = B::load_unaligned(r0 + j) + B::load_unaligned(r1 + j);
+    const B sb = B::load_unaligned(r0 + j + W) + B::load_unaligned(r1 + j + W);
+    const B ta = (zero + sa) + xsimd::swizzle(sa, xsimd::make_batch_constant<U, PairSwap>());
+    const B tb = (zero + sb) + xsimd::swizzle(sb, xsimd::make_batch_constant<U, PairSwap>());
+    xsimd::select(low, xsimd::swizzle(ta, xsimd::make_batch_constant<U, EvenLo>()),
+                  xsimd::swizzle(tb, xsimd::make_batch_constant<U, EvenHi>()))
+        .store_unaligned(out + j / 2);
+  }
+  for (; j + 1 < n; j += 2) out[j / 2] = (0.0f + (r0[j] + r1[j])) + (r0[j + 1] + r1[j + 1]);
+  if (j < n) out[j / 2] = 0.0f + (r0[j] + r1[j]);
+}
+
 // Phi(x) = erfc(-x / sqrt 2) / 2 keeps its relative accuracy in the far negative tail.
 constexpr float kMInvSqrt2 = -0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
@@ -325,6 +423,63 @@ void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const
         [=](float s, size_t r, size_t j) { c[r * ldc + j] = s; });
 }
 
+// gemm_bias with C's columns split into parts: part p (columns off[p] .. off[p + 1] - 1) is
+// stored in dst[p], dense rows of its own width. The same FMA chains and bias adds as
+// gemm_bias, so the parts equal its columns bit for bit; a vector of columns that lies in one
+// part (every one when the part widths are multiples of W) is stored whole.
+template <bool BIAS>
+void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t ldx,
+                          const float* w, size_t ldw, const float* bias, const size_t* off,
+                          size_t parts, float* const* dst) {
+  // Columns in chunks of up to kVec vectors, each with a table (plain arrays: no std::
+  // templates in this translation unit): per vector, its first store or null, and its part's
+  // width.
+  constexpr size_t kVec = 64;
+  float* tab[kVec];
+  size_t ldt[kVec];
+  auto put = [=](float s, size_t r, size_t j) {
+    size_t p = 0;
+    while (off[p + 1] <= j) ++p;
+    dst[p][r * (off[p + 1] - off[p]) + (j - off[p])] = s;
+  };
+  for (size_t c0 = 0; c0 < n; c0 += kVec * W) {
+    const size_t nc = n - c0 < kVec * W ? n - c0 : kVec * W;
+    const size_t nv = nc / W;
+    for (size_t v = 0, p = 0; v < nv; ++v) {
+      const size_t a = c0 + v * W;
+      while (p + 1 < parts && off[p + 1] <= a) ++p;
+      const bool whole = a + W <= off[p + 1];
+      tab[v] = whole ? dst[p] + (a - off[p]) : nullptr;
+      ldt[v] = off[p + 1] - off[p];
+    }
+    float* const* tp = tab;
+    const size_t* lp = ldt;
+    product<false>(
+        m, nc, k, x, ldx, w + c0, ldw,
+        [=](B acc, size_t r, size_t j) {
+          const B y = BIAS ? acc + B::load_unaligned(bias + c0 + j) : acc;
+          const size_t v = j / W;
+          if (tp[v]) {
+            y.store_unaligned(tp[v] + r * lp[v]);
+          } else {  // the vector spans two parts
+            alignas(64) float lanes[W];
+            y.store_aligned(lanes);
+            for (size_t u = 0; u < W; ++u) put(lanes[u], r, c0 + j + u);
+          }
+        },
+        [=](float s, size_t r, size_t j) { put(BIAS ? s + bias[c0 + j] : s, r, c0 + j); });
+  }
+}
+
+void k_gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                       size_t ldw, const float* bias, const size_t* off, size_t parts,
+                       float* const* dst) {
+  if (bias)
+    gemm_bias_parts_impl<true>(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
+  else
+    gemm_bias_parts_impl<false>(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
+}
+
 // ---- rows of a depthwise convolution ------------------------------------------------
 void k_mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w,
                     size_t rows, size_t c) {
@@ -468,6 +623,7 @@ RowKernels make_row_kernels(const char* name) {
   return {name,  W,              k_max, k_exp_shift_sum, k_exp_shift, k_exp_add_shift, k_scale,
           k_softmax_grad, k_dot, k_axpy, k_add_max, k_gelu,         k_gelu_grad,
           k_gemm_short_k, k_gemm_acc_nd,  k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias,
+          k_gemm_bias_parts, k_add_up2, k_add_max_up2, k_exp_add_up2_shift, k_fold_pairs2,
           k_mul_add_rows, k_dot_rows,
           k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
 }
