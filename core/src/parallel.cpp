@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -11,6 +12,24 @@
 namespace gf {
 
 namespace {
+
+// Waits of up to kSpinUs are spent awake, polling, before a thread blocks on a condition
+// variable: on this project's 2-core VMs a wake-up from the condition variable took about
+// 20 us, and a step runs some 400 parallel calls.
+constexpr auto kSpinUs = std::chrono::microseconds(50);
+
+// Polls done() (pausing between polls) for up to kSpinUs; true when it held.
+template <class F>
+bool spin_until(F done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - t0 > kSpinUs) return false;
+  }
+}
 
 // A fixed pool; parallel_for hands out indices through an atomic counter and
 // the calling thread works too. Nested calls run serially.
@@ -46,8 +65,10 @@ class Pool {
     lock.unlock();
     cv_.notify_all();
     work();
+    // the workers' last tasks usually end within microseconds of the caller's
+    spin_until([this] { return active_.load(std::memory_order_acquire) == 0; });
     lock.lock();
-    done_cv_.wait(lock, [this] { return active_ == 0; });
+    done_cv_.wait(lock, [this] { return active_.load() == 0; });
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -69,6 +90,8 @@ class Pool {
   }
   void loop(size_t seen) {
     for (;;) {
+      // the next call usually comes within microseconds
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return quit_ || generation_ != seen; });
       if (quit_) return;
@@ -76,7 +99,7 @@ class Pool {
       lock.unlock();
       work();
       lock.lock();
-      if (--active_ == 0) done_cv_.notify_all();
+      if (active_.fetch_sub(1) == 1) done_cv_.notify_all();
     }
   }
   void stop() {
@@ -96,8 +119,8 @@ class Pool {
   const std::function<void(size_t)>* job_ = nullptr;
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
-  size_t active_ = 0;
-  size_t generation_ = 0;
+  std::atomic<size_t> active_{0};
+  std::atomic<size_t> generation_{0};
   bool quit_ = false;
   std::exception_ptr error_;
   static thread_local bool in_parallel_;
