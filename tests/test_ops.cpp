@@ -441,6 +441,18 @@ TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row b
   for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
 
+TEST_CASE("linear_parts: a weight passed twice, an unused part, against finite differences") {
+  // parts 0 and 1 share W and b (their gradients are added by one task after the other);
+  // part 2 is never used (no gradient reaches it); 130 rows: more than two 64-row blocks
+  check_gradients(
+      [](const std::vector<Var>& v) {
+        std::vector<Var> parts = ops::linear_parts(v[0], {v[1], v[1], v[2]}, {v[3], v[3], v[4]});
+        return ops::add(weighted_sum(parts[0], 4), weighted_sum(parts[1], 5));
+      },
+      {randn({130, 6}, 16), randn({6, 5}, 17), randn({6, 3}, 18), randn({5}, 19),
+       randn({3}, 20)});
+}
+
 TEST_CASE("a fresh input gradient is written, a later one added (linear, linear_parts, gelu)") {
   // x's gradient starts undefined (ops write it without zeroing it first) or defined and zero
   // (ops add to it): the same values, before and after a second backward pass that adds
