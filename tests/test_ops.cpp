@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -439,6 +441,48 @@ TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row b
   }
   gf::set_num_threads(keep);
   for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
+}
+
+TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add, lerp, sum_all)") {
+  // each graph gives x and y one gradient each, so the first write is what is seen
+  Tensor x = randn({300, 7}, 31), y = randn({300, 7}, 32), wt = randn({300, 7}, 33);
+  for (size_t i = 0; i < wt.size(); i += 3) wt[i] = -0.0f;
+  {  // the contract itself: a -0 gradient lands as +0, as on a zeroed buffer
+    Tensor g({4}, 0.0f);
+    for (size_t i = 0; i < 4; ++i) g[i] = -0.0f;  // (a fill with 0 would write +0)
+    g[1] = 2.5f;
+    Var fresh = parameter(Tensor({4}, 1.0f)), zeroed = parameter(Tensor({4}, 1.0f));
+    zeroed.grad_buf();
+    fresh.add_grad(g);
+    zeroed.add_grad(g);
+    for (size_t i = 0; i < 4; ++i)
+      REQUIRE(std::memcmp(fresh.grad().data() + i, zeroed.grad().data() + i, sizeof(float)) == 0);
+    REQUIRE(!std::signbit(fresh.grad()[0]));
+    REQUIRE(fresh.grad()[1] == 2.5f);
+  }
+  Var t = parameter(Tensor({1}, 0.3f));
+  const std::vector<std::function<Var(const Var&, const Var&)>> graphs{
+      [](const Var& a, const Var& b) { return ops::add(a, b); },
+      [&](const Var& a, const Var& b) { return ops::lerp(a, b, t); },
+      [](const Var& a, const Var& b) { return ops::sum_all({a, ops::reshape(b, {300, 7})}); }};
+  for (size_t k = 0; k < graphs.size(); ++k) {
+    CAPTURE(k);
+    auto loss = [&](const Var& xv, const Var& yv) {
+      return weighted_sum(ops::mul(graphs[k](xv, yv), constant(wt)), 7);
+    };
+    Var xf = parameter(x.clone()), yf = parameter(y.clone());
+    Var xz = parameter(x.clone()), yz = parameter(y.clone());
+    xz.grad_buf();
+    yz.grad_buf();
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass adds to the first
+      backward(loss(xf, yf));
+      backward(loss(xz, yz));
+      for (size_t i = 0; i < x.size(); ++i) {
+        REQUIRE(std::memcmp(xf.grad().data() + i, xz.grad().data() + i, sizeof(float)) == 0);
+        REQUIRE(std::memcmp(yf.grad().data() + i, yz.grad().data() + i, sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("linear_parts: a weight passed twice, an unused part, against finite differences") {

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "growformer/parallel.hpp"
+
 namespace gf {
 
 namespace {
@@ -18,6 +20,22 @@ Tensor& Node::grad_buf_for_write(bool& fresh) {
   fresh = !grad.defined();
   if (fresh) grad = Tensor::empty(value.shape());
   return grad;
+}
+
+void Node::add_grad(const Tensor& g) {
+  if (g.size() != value.size())
+    throw std::invalid_argument("add_grad: gradient " + shape_str(g.shape()) + " for a value " +
+                                shape_str(value.shape()));
+  if (grad.defined()) {
+    grad.add_(g);
+    return;
+  }
+  grad = Tensor::empty(value.shape());
+  float* d = grad.data();
+  const float* s = g.data();
+  parallel_elementwise(g.size(), [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) d[i] = 0.0f + s[i];
+  });
 }
 
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<Node>()) {

@@ -352,10 +352,10 @@ Var add(const Var& a, const Var& b) {
     });
   }
   auto grad_fn = [aa = a, bb = b, same, d](const Tensor& g, const Tensor&) mutable {
-    if (aa.requires_grad()) aa.grad_buf().add_(g);
+    if (aa.requires_grad()) aa.add_grad(g);
     if (bb.requires_grad()) {
       if (same) {
-        bb.grad_buf().add_(g);
+        bb.add_grad(g);
       } else {
         const float* G = g.data();
         const std::vector<float> sum =
@@ -377,7 +377,7 @@ Var sub(const Var& a, const Var& b) {
   auto yx = xflat(y);
   yx -= xflat(b.value());
   auto grad_fn = [aa = a, bb = b](const Tensor& g, const Tensor&) mutable {
-    if (aa.requires_grad()) aa.grad_buf().add_(g);
+    if (aa.requires_grad()) aa.add_grad(g);
     if (bb.requires_grad()) {
       auto gb = xflat(bb.grad_buf());
       gb -= xflat(g);
@@ -460,16 +460,21 @@ Var lerp(const Var& a, const Var& b, const Var& t) {
     const size_t n = g.size();
     const float s = tt.value()[0];
     const float* G = g.data();
+    // a first gradient is written as 0 + term (the bits of adding onto zeros), not zeroed first
     if (aa.requires_grad()) {
-      float* ga = aa.grad_buf().data();
+      bool fresh = false;
+      float* ga = aa.grad_buf_for_write(fresh).data();
+      const float z = 0.0f;
       parallel_elementwise(n, [&](size_t lo, size_t hi) {
-        for (size_t i = lo; i < hi; ++i) ga[i] += G[i] - G[i] * s;
+        for (size_t i = lo; i < hi; ++i) ga[i] = (fresh ? z : ga[i]) + (G[i] - G[i] * s);
       });
     }
     if (bb.requires_grad()) {
-      float* gb = bb.grad_buf().data();
+      bool fresh = false;
+      float* gb = bb.grad_buf_for_write(fresh).data();
+      const float z = 0.0f;
       parallel_elementwise(n, [&](size_t lo, size_t hi) {
-        for (size_t i = lo; i < hi; ++i) gb[i] += G[i] * s;
+        for (size_t i = lo; i < hi; ++i) gb[i] = (fresh ? z : gb[i]) + G[i] * s;
       });
     }
     if (tt.requires_grad()) {
@@ -677,7 +682,7 @@ Var add_positions(const Var& x, const Var& pos) {
   for (size_t b = 0; b < B; ++b)
     for (size_t i = 0; i < T * d; ++i) y[b * T * d + i] += P[i];
   auto grad_fn = [xx = x, pp = pos, B, T, d](const Tensor& g, const Tensor&) mutable {
-    if (xx.requires_grad()) xx.grad_buf().add_(g);
+    if (xx.requires_grad()) xx.add_grad(g);
     if (pp.requires_grad()) {
       float* gp = pp.grad_buf().data();
       for (size_t b = 0; b < B; ++b)
@@ -850,7 +855,7 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
 // ---------------------------------------------------------------------------
 Var reshape(const Var& x, Shape shape) {
   Tensor y = x.value().reshaped(std::move(shape));
-  auto grad_fn = [xx = x](const Tensor& g, const Tensor&) mutable { xx.grad_buf().add_(g); };
+  auto grad_fn = [xx = x](const Tensor& g, const Tensor&) mutable { xx.add_grad(g); };
   return finish(y, {&x}, grad_fn);
 }
 
@@ -939,7 +944,7 @@ Var sum_all(const std::vector<Var>& xs) {
   auto grad_fn = [ins = std::make_shared<std::vector<Var>>(xs)](const Tensor& g,
                                                                 const Tensor&) mutable {
     for (auto& x : *ins)
-      if (x.requires_grad()) x.grad_buf().add_(g);
+      if (x.requires_grad()) x.add_grad(g);
   };
   return finish(std::move(y), req, grad_fn);
 }

@@ -25,6 +25,9 @@ struct Node {
   /// without zeroing and `fresh` set, so the op stores instead of accumulating; otherwise the
   /// existing gradient, to accumulate into.
   Tensor& grad_buf_for_write(bool& fresh);
+  /// grad += g. A first gradient is written as 0 + g (one pass instead of a zero fill and an
+  /// add; the same bits, -0 included).
+  void add_grad(const Tensor& g);
   bool has_grad() const { return grad.defined(); }
 };
 
@@ -44,6 +47,7 @@ class Var {
   const Tensor& grad() const { return node_->grad; }
   Tensor& grad_buf() { return node_->grad_buf(); }
   Tensor& grad_buf_for_write(bool& fresh) { return node_->grad_buf_for_write(fresh); }
+  void add_grad(const Tensor& g) { node_->add_grad(g); }
   void zero_grad() { node_->grad = Tensor(); }
   const std::shared_ptr<Node>& node() const { return node_; }
   /// Identity of the underlying node (parameters compare by node).
