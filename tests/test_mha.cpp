@@ -254,6 +254,31 @@ TEST_CASE("projections of all heads in one product equal each head's own") {
   clear_tape();
 }
 
+TEST_CASE("the heads' output maps as one product equal the per-head path") {
+  // with head masks on, the block maps each head on its own and sums (ops::linear, sum_all,
+  // add); without, one ops::linear_sum: the same values up to rounding, and the same gradients
+  auto blk = make_block("plugin: mha\nheads: 3\nd_k: 4\n", 8);
+  Tensor x = gf_test::randn({2, 40, 8}, 8);
+  auto run = [&](bool masks) {
+    blk->set_head_masks(masks);
+    Var xin = parameter(x.clone());
+    for (auto& [n, p] : blk->named_parameters()) const_cast<Var&>(p).zero_grad();
+    Var y = blk->forward(xin, ForwardContext{});
+    backward(gf_test::weighted_sum(y));
+    std::vector<float> all = y.value().to_vector();
+    for (float g : xin.grad().to_vector()) all.push_back(g);
+    for (auto& [n, p] : blk->named_parameters())
+      for (float g : p.grad().to_vector()) all.push_back(g);
+    return all;
+  };
+  const std::vector<float> per_head = run(true), fused = run(false);
+  blk->set_head_masks(false);
+  REQUIRE(per_head.size() == fused.size());
+  for (size_t i = 0; i < fused.size(); ++i)
+    REQUIRE(fused[i] == doctest::Approx(per_head[i]).epsilon(1e-4).scale(1e-2));
+  clear_tape();
+}
+
 TEST_CASE("structure round trip recreates the same heads") {
   auto blk = make_block("plugin: mha\nheads: 2\n", 8);
   Rng rng(1, "g");

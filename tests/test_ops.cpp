@@ -485,6 +485,59 @@ TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add,
   }
 }
 
+TEST_CASE("linear_sum: against double loops and finite differences; threads change no bit") {
+  // three inputs of widths 5, 16, 3 and 130 rows (more than two 64-row blocks)
+  const std::vector<size_t> k{5, 16, 3};
+  std::vector<Tensor> xt, wt;
+  for (size_t i = 0; i < k.size(); ++i) {
+    xt.push_back(randn({2, 65, k[i]}, 40 + i));
+    wt.push_back(randn({k[i], 7}, 50 + i));
+  }
+  Tensor bt = randn({7}, 60);
+  auto run = [&](size_t threads) {
+    gf::set_num_threads(threads);
+    std::vector<Var> xs, ws;
+    for (size_t i = 0; i < k.size(); ++i) {
+      xs.push_back(parameter(xt[i].clone()));
+      ws.push_back(parameter(wt[i].clone()));
+    }
+    Var b = parameter(bt.clone());
+    Var y = ops::linear_sum(xs, ws, &b);
+    backward(weighted_sum(y, 3));
+    std::vector<float> all = y.value().to_vector();
+    for (auto* vs : {&xs, &ws})
+      for (const Var& v : *vs)
+        for (float g : v.grad().to_vector()) all.push_back(g);
+    for (float g : b.grad().to_vector()) all.push_back(g);
+    return std::make_pair(y.value().to_vector(), all);
+  };
+  const size_t keep = gf::num_threads();
+  auto one = run(1), two = run(2);
+  gf::set_num_threads(keep);
+  REQUIRE(one.second == two.second);
+  for (size_t r = 0; r < 130; ++r)
+    for (size_t j = 0; j < 7; ++j) {
+      double ref = bt[j];
+      for (size_t i = 0; i < k.size(); ++i)
+        for (size_t c = 0; c < k[i]; ++c)
+          ref += static_cast<double>(xt[i][r * k[i] + c]) * wt[i][c * 7 + j];
+      REQUIRE(one.first[r * 7 + j] == doctest::Approx(ref).epsilon(1e-5).scale(1.0));
+    }
+  check_gradients(
+      [](const std::vector<Var>& v) {
+        return weighted_sum(ops::linear_sum({v[0], v[1]}, {v[2], v[3]}, &v[4]), 5);
+      },
+      {randn({4, 3}, 61), randn({4, 2}, 62), randn({3, 5}, 63), randn({2, 5}, 64),
+       randn({5}, 65)});
+  // a fresh input gradient equals one added to zeros, bit for bit
+  Var xf = parameter(xt[1].clone()), xz = parameter(xt[1].clone());
+  xz.grad_buf();
+  Var w1 = constant(wt[1]);
+  backward(weighted_sum(ops::linear_sum({xf}, {w1}), 6));
+  backward(weighted_sum(ops::linear_sum({xz}, {w1}), 6));
+  REQUIRE(xf.grad().to_vector() == xz.grad().to_vector());
+}
+
 TEST_CASE("linear_parts: a weight passed twice, an unused part, against finite differences") {
   // parts 0 and 1 share W and b (their gradients are added by one task after the other);
   // part 2 is never used (no gradient reaches it); 130 rows: more than two 64-row blocks

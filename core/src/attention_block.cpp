@@ -115,6 +115,17 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
   std::vector<Var> outs;
   outs.reserve(slots_.size());
   if (!head_masks_on_) head_masks_.clear();
+  // Without per-head masks or the mean: the heads' output maps, their sum and the bias as
+  // one product (ops::linear_sum), not one output per head, a sum and a bias pass.
+  if (!head_masks_on_ && !combine_mean_ && slots_.size() > 1) {
+    std::vector<Var> hs, ws;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};
+      hs.push_back(slots_[i]->head->forward(in));
+      ws.push_back(slots_[i]->w_o);
+    }
+    return ops::linear_sum(hs, ws, &b_o_);
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
     auto& s = slots_[i];
     HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};

@@ -274,6 +274,113 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
   return outs;
 }
 
+Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* bias) {
+  const size_t parts = x.size();
+  if (parts == 0 || w.size() != parts)
+    shape_error("linear_sum", std::to_string(parts) + " inputs but " + std::to_string(w.size()) +
+                                  " weights");
+  const size_t n = w[0].shape().size() == 2 ? w[0].dim(1) : 0;
+  const size_t m = x[0].size() / std::max<size_t>(1, last_dim(x[0]));
+  std::vector<size_t> koff(parts + 1, 0);
+  for (size_t i = 0; i < parts; ++i) {
+    if (w[i].shape().size() != 2 || w[i].dim(1) != n || last_dim(x[i]) != w[i].dim(0) ||
+        x[i].size() / last_dim(x[i]) != m)
+      shape_error("linear_sum", "input " + shape_str(x[i].shape()) + " vs weight " +
+                                    shape_str(w[i].shape()) + " (part " + std::to_string(i) + ")");
+    koff[i + 1] = koff[i] + w[i].dim(0);
+  }
+  if (bias && bias->size() != n)
+    shape_error("linear_sum", "bias " + shape_str(bias->shape()) + " for " + std::to_string(n) +
+                                  " outputs");
+  const size_t K = koff.back();
+  // the weights stacked (K x n): part i's rows koff[i] .. koff[i + 1] - 1
+  auto W = std::make_shared<std::vector<float>>(K * n);
+  for (size_t i = 0; i < parts; ++i)
+    std::memcpy(W->data() + koff[i] * n, w[i].value().data(), w[i].size() * sizeof(float));
+  Shape os = x[0].shape();
+  os.back() = n;
+  Tensor y = Tensor::empty(os);
+  // Blocks of 64 rows: the inputs side by side in a per-thread buffer (L1-sized at these
+  // widths), then one product with the stacked weights, + bias last.
+  constexpr size_t kRows = 64;
+  const float* bp = bias ? bias->value().data() : nullptr;
+  parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
+    thread_local std::vector<float> X;
+    if (X.size() < kRows * K) X.resize(kRows * K);
+    for (size_t s0 = r0; s0 < r1; s0 += kRows) {
+      const size_t rows = std::min(kRows, r1 - s0);
+      for (size_t i = 0; i < parts; ++i) {
+        const size_t ki = koff[i + 1] - koff[i];
+        const float* xi = x[i].value().data() + s0 * ki;
+        for (size_t r = 0; r < rows; ++r)
+          std::memcpy(X.data() + r * K + koff[i], xi + r * ki, ki * sizeof(float));
+      }
+      kernels::gemm_bias(rows, n, K, X.data(), K, W->data(), n, bp, y.data() + s0 * n, n);
+    }
+  });
+  bool requires = bias && bias->requires_grad();
+  for (size_t i = 0; i < parts; ++i) requires = requires || x[i].requires_grad() || w[i].requires_grad();
+  auto grad_fn = [xs = std::vector<Var>(x), ws = std::vector<Var>(w), bb = bias ? *bias : Var(),
+                  koff, W, m, n, K](const Tensor& g, const Tensor&) mutable {
+    const size_t parts = xs.size();
+    const float* G = g.data();
+    // dX_i = G W_i^T: one product per block of rows over all parts (each element one FMA
+    // chain over n, as ops::linear's), stored into fresh gradients or added to earlier ones
+    bool any_x = false;
+    for (const Var& v : xs) any_x = any_x || v.requires_grad();
+    if (any_x) {
+      std::vector<float> WT(n * K);
+      for (size_t r = 0; r < K; ++r)
+        for (size_t j = 0; j < n; ++j) WT[j * K + r] = (*W)[r * n + j];
+      std::vector<float*> gx(parts, nullptr);
+      std::vector<char> fresh(parts, 0);
+      for (size_t i = 0; i < parts; ++i)
+        if (xs[i].requires_grad()) {
+          bool f = false;
+          gx[i] = xs[i].grad_buf_for_write(f).data();
+          fresh[i] = f;
+        }
+      constexpr size_t kRows = 64;
+      parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
+        thread_local std::vector<float> D;
+        if (D.size() < kRows * K) D.resize(kRows * K);
+        for (size_t s0 = r0; s0 < r1; s0 += kRows) {
+          const size_t rows = std::min(kRows, r1 - s0);
+          kernels::gemm_short_k(rows, K, n, 1.0f, G + s0 * n, n, WT.data(), K, D.data(), K);
+          for (size_t i = 0; i < parts; ++i) {
+            if (!gx[i]) continue;
+            const size_t ki = koff[i + 1] - koff[i];
+            for (size_t r = 0; r < rows; ++r) {
+              float* dst = gx[i] + (s0 + r) * ki;
+              const float* src = D.data() + r * K + koff[i];
+              if (fresh[i])
+                std::memcpy(dst, src, ki * sizeof(float));
+              else
+                for (size_t c = 0; c < ki; ++c) dst[c] += src[c];
+            }
+          }
+        }
+      });
+    }
+    // dW_i = X_i^T G, each weight from its own input alone (fixed row blocks, weight_grads)
+    for (size_t i = 0; i < parts; ++i)
+      if (ws[i].requires_grad())
+        weight_grads(xs[i].value().data(), m, koff[i + 1] - koff[i], G, n,
+                     ws[i].grad_buf().data(), nullptr);
+    // d bias: column sums in fixed row blocks, as ops::add's broadcast bias
+    if (bb.defined() && bb.requires_grad()) {
+      const std::vector<float> sum =
+          fixed_row_block_sums(m, n, [&](size_t r0, size_t r1, float* part) {
+            for (size_t r = r0; r < r1; ++r)
+              for (size_t j = 0; j < n; ++j) part[j] += G[r * n + j];
+          });
+      float* gb = bb.grad_buf().data();
+      for (size_t j = 0; j < n; ++j) gb[j] += sum[j];
+    }
+  };
+  return finish(std::move(y), requires, grad_fn);
+}
+
 Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   if (a.shape().size() < 2 || b.shape().size() < 2) shape_error("matmul", "inputs must be >= 2-D");
   size_t ar = a.shape().size(), br = b.shape().size();

@@ -22,6 +22,12 @@ Var linear(const Var& x, const Var& w, const Var* bias = nullptr);
 /// weights stand beside it, and each weight's gradient is computed from its own columns alone.
 /// The input's gradient is one product over all outputs. B empty: no biases.
 std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b);
+/// sum_i x_i W_i [+ bias]: inputs (..., in_i) with the same rows, weights (in_i, out), as one
+/// product of the inputs side by side with the weights stacked (kernels::gemm_bias): each
+/// output element is one FMA chain over all inputs in order, then + bias (the heads' output
+/// maps of a block, without a separate output per head, their sum and the bias pass). Each
+/// input's gradient is G W_i^T (the chains of ops::linear), each weight's X_i^T G.
+Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* bias = nullptr);
 /// Batched or plain matmul: a (.., m, k) x b (.., k, n) with optional
 /// transposes of the last two dimensions; batch dims must agree.
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
