@@ -1127,7 +1127,8 @@ void mask_row(float* row, size_t jmax, const float* bias, bool causal, size_t qu
 }
 
 // Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
-// row log-sum-exp (LSEB, T; +inf marks a row with no valid key). KTb is k^T (dk x T).
+// row log-sum-exp (LSEB, T; +inf marks a row with no valid key; null when no backward pass
+// will read it). KTb is k^T (dk x T).
 // The probabilities stay unnormalised in the tile; each output row is scaled by 1 / sum.
 void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, const float* Vb,
                        const uint8_t* vb, size_t i0, float* lseb, float* outb) {
@@ -1144,13 +1145,13 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
     float mx = kernels::row_max(row, jmax);
     if (mx == -INFINITY) {
       std::memset(row, 0, jmax * sizeof(float));
-      lseb[i0 + a] = INFINITY;
+      if (lseb) lseb[i0 + a] = INFINITY;
       inv[a] = 0.0f;
       continue;
     }
     float sum = kernels::exp_shift_sum(row, jmax, mx);
     inv[a] = 1.0f / sum;
-    lseb[i0 + a] = mx + std::log(sum);
+    if (lseb) lseb[i0 + a] = mx + std::log(sum);
   }
   kernels::gemm_acc_nd_rows(r, jmax, g.dv, inv, S, jmax, Vb, g.dv, outb + i0 * g.dv, g.dv);
 }
@@ -1218,7 +1219,10 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
              mask.key_valid ? mask.key_valid->data() : nullptr};
   size_t tiles = (T + g.br - 1) / g.br;
   Tensor out(Shape{B, T, dv}, 0.0f);
-  Tensor lse = Tensor::empty({B, T});  // log-sum-exp per row; +inf marks a row with no valid key
+  // log-sum-exp per row (+inf marks a row with no valid key), for the backward pass only
+  const bool backward_pass =
+      grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  Tensor lse = backward_pass ? Tensor::empty({B, T}) : Tensor();
   const float* Q = q.value().data();
   const float* K = k.value().data();
   const float* V = v.value().data();
@@ -1229,7 +1233,7 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
     size_t b = task / tiles;
     attn_forward_tile(g, Q + b * T * dk, KT.data() + b * dk * T, V + b * T * dv,
                       g.valid ? g.valid + b * T : nullptr, (task % tiles) * g.br,
-                      lse.data() + b * T, out.data() + b * T * dv);
+                      backward_pass ? lse.data() + b * T : nullptr, out.data() + b * T * dv);
   });
   // the caller's mask may be gone by the backward pass: keep a copy
   auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;

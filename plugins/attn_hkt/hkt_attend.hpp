@@ -296,8 +296,21 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   for (size_t b = 0; b < B; ++b)
     detail::softmax_logits(logits.value().data() + (per_sample ? b * L : 0), L, lam.data() + b * L);
 
+  // Any input with a gradient makes the result require one.
+  const gf::Var* any = nullptr;
+  for (size_t l = 0; l < L && !any; ++l) {
+    if (q[l].requires_grad())
+      any = &q[l];
+    else if (k[l].requires_grad())
+      any = &k[l];
+  }
+  if (!any && v.requires_grad()) any = &v;
+  if (!any && logits.requires_grad()) any = &logits;
+  const bool backward_pass = any && gf::grad_enabled();
+
   gf::Tensor out(gf::Shape{B, T, dv}, 0.0f);
-  gf::Tensor lse = gf::Tensor::empty({B, T});  // +inf marks a row with no valid key
+  // the row log-sum-exp, for the backward pass only; +inf marks a row with no valid key
+  gf::Tensor lse = backward_pass ? gf::Tensor::empty({B, T}) : gf::Tensor();
   const size_t tiles = g.tiles();
   size_t ktn = 0;  // d_k x sum T_l floats per sample: every level's k_l^T
   for (size_t l = 0; l < L; ++l) ktn += dk * g.Tl[l];
@@ -319,28 +332,18 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
                                                   : gf::kernels::add_max(row, up, jmax);
                           if (mx == -INFINITY) {
                             std::fill(row, row + jmax, 0.0f);
-                            lse[b * T + i0 + a] = INFINITY;
+                            if (backward_pass) lse[b * T + i0 + a] = INFINITY;
                             inv[a] = 0.0f;
                             return;
                           }
                           const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
                           inv[a] = 1.0f / sum;
-                          lse[b * T + i0 + a] = mx + std::log(sum);
+                          if (backward_pass) lse[b * T + i0 + a] = mx + std::log(sum);
                         });
     gf::kernels::gemm_acc_nd_rows(r, jmax, dv, inv, S, jmax, v.value().data() + b * T * dv, dv,
                                   out.data() + (b * T + i0) * dv, dv);
   });
 
-  // Any input with a gradient makes the result require one.
-  const gf::Var* any = nullptr;
-  for (size_t l = 0; l < L && !any; ++l) {
-    if (q[l].requires_grad())
-      any = &q[l];
-    else if (k[l].requires_grad())
-      any = &k[l];
-  }
-  if (!any && v.requires_grad()) any = &v;
-  if (!any && logits.requires_grad()) any = &logits;
   gf::Var res = gf::make_result(std::move(out), {any});
   if (!res.requires_grad()) return res;
 
