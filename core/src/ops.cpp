@@ -97,7 +97,7 @@ void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n,
                   float* db) {
   if (!dW && !db) return;
   constexpr size_t kRows = 64;
-  parallel_chunks(n, 16, [&](size_t c0, size_t c1) {
+  parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) {
     for (size_t r0 = 0; r0 < m; r0 += kRows) {
       const size_t rows = std::min(kRows, m - r0);
       if (dW)

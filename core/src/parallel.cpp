@@ -157,16 +157,35 @@ void parallel_elementwise(size_t n, const std::function<void(size_t, size_t)>& f
   parallel_chunks(n, kSerial / 4, fn);
 }
 
-void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+namespace {
+// Chunks of whole grains (callers choose the grain as their kernels' unit), PER_THREAD of
+// them per thread, handed out in turn.
+void run_chunks(size_t n, size_t grain, size_t per_thread,
+                const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
-  size_t chunks = std::min(num_threads(), (n + grain - 1) / grain);
+  const size_t nt = num_threads();
+  size_t chunks = std::min(nt > 1 ? per_thread * nt : 1, (n + grain - 1) / grain);
   chunks = std::max<size_t>(1, chunks);
-  size_t per = (n + chunks - 1) / chunks;
+  const size_t per = ((n + chunks - 1) / chunks + grain - 1) / grain * grain;
+  chunks = (n + per - 1) / per;
   pool().run(chunks, [&](size_t c) {
     size_t b = c * per, e = std::min(n, b + per);
     if (b < e) fn(b, e);
   });
+}
+}  // namespace
+
+// Four chunks per thread: the two cores of these VMs often ran at different speeds (one
+// busy on the host), and with one fixed half each the faster thread waited for the slower
+// at the end of every call (the caller's waits in a 20-step hkt bench: 178..674 ms in two
+// runs of the old split, 56..330 ms with four chunks a thread).
+void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+  run_chunks(n, grain, 4, fn);
+}
+
+void parallel_chunks_even(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+  run_chunks(n, grain, 1, fn);
 }
 
 }  // namespace gf

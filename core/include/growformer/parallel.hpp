@@ -15,8 +15,13 @@ size_t num_threads();
 /// Work items must not depend on which thread runs them (results stay deterministic).
 void parallel_for(size_t n, const std::function<void(size_t)>& fn);
 
-/// Runs fn(begin, end) over contiguous chunks of [0, n), at least `grain` items each.
+/// Runs fn(begin, end) over contiguous chunks of [0, n), whole multiples of `grain` items
+/// (the last may be shorter), several per thread, handed out in turn: a thread that runs
+/// slower (a busy core of a virtual machine) takes fewer.
 void parallel_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+/// parallel_chunks with one chunk per thread, for work whose chunks each re-read a shared
+/// input (column splits of a product).
+void parallel_chunks_even(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
 
 /// An elementwise pass fn(begin, end) over [0, n): one call below 65,536 items, else chunks
 /// over the pool. Each item is handled by one thread, so the split changes no value.
