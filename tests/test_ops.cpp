@@ -443,7 +443,7 @@ TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row b
   for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
 
-TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add, lerp, sum_all)") {
+TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add, lerp, sum_all, unary)") {
   // each graph gives x and y one gradient each, so the first write is what is seen
   Tensor x = randn({300, 7}, 31), y = randn({300, 7}, 32), wt = randn({300, 7}, 33);
   for (size_t i = 0; i < wt.size(); i += 3) wt[i] = -0.0f;
@@ -464,7 +464,8 @@ TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add,
   const std::vector<std::function<Var(const Var&, const Var&)>> graphs{
       [](const Var& a, const Var& b) { return ops::add(a, b); },
       [&](const Var& a, const Var& b) { return ops::lerp(a, b, t); },
-      [](const Var& a, const Var& b) { return ops::sum_all({a, ops::reshape(b, {300, 7})}); }};
+      [](const Var& a, const Var& b) { return ops::sum_all({a, ops::reshape(b, {300, 7})}); },
+      [](const Var& a, const Var& b) { return ops::add(ops::sigmoid(a), ops::scale(b, 0.5f)); }};
   for (size_t k = 0; k < graphs.size(); ++k) {
     CAPTURE(k);
     auto loss = [&](const Var& xv, const Var& yv) {

@@ -67,6 +67,28 @@ std::vector<float> fixed_row_block_sums(size_t rows, size_t width, F fn) {
   return sum;
 }
 
+// gb[j] += sum over rows of G[r * d + j] (a bias broadcast over the rows of its input), in
+// fixed row blocks: the same bits with any thread count.
+void add_column_sums(const float* G, size_t rows, size_t d, float* gb) {
+  const std::vector<float> sum = fixed_row_block_sums(rows, d, [&](size_t r0, size_t r1, float* part) {
+    for (size_t i = r0; i < r1; ++i)
+      for (size_t j = 0; j < d; ++j) part[j] += G[i * d + j];
+  });
+  for (size_t j = 0; j < d; ++j) gb[j] += sum[j];
+}
+
+// v's gradient (+)= term(i) for i < n, elementwise over the pool: a first gradient is written
+// as 0 + term (the bits of adding onto zeros) instead of being zero-filled and added to.
+template <class F>
+void add_grad_terms(Var& v, size_t n, F term) {
+  bool fresh = false;
+  float* gv = v.grad_buf_for_write(fresh).data();
+  const float z = 0.0f;
+  parallel_elementwise(n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) gv[i] = (fresh ? z : gv[i]) + term(i);
+  });
+}
+
 // sum_i term(i) over [0, n) in double: partial sums of fixed blocks (over the pool, four
 // chains each), then the blocks in order, so the bits do not depend on the thread count.
 template <class F>
@@ -368,15 +390,7 @@ Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* 
         weight_grads(xs[i].value().data(), m, koff[i + 1] - koff[i], G, n,
                      ws[i].grad_buf().data(), nullptr);
     // d bias: column sums in fixed row blocks, as ops::add's broadcast bias
-    if (bb.defined() && bb.requires_grad()) {
-      const std::vector<float> sum =
-          fixed_row_block_sums(m, n, [&](size_t r0, size_t r1, float* part) {
-            for (size_t r = r0; r < r1; ++r)
-              for (size_t j = 0; j < n; ++j) part[j] += G[r * n + j];
-          });
-      float* gb = bb.grad_buf().data();
-      for (size_t j = 0; j < n; ++j) gb[j] += sum[j];
-    }
+    if (bb.defined() && bb.requires_grad()) add_column_sums(G, m, n, bb.grad_buf().data());
   };
   return finish(std::move(y), requires, grad_fn);
 }
@@ -464,14 +478,7 @@ Var add(const Var& a, const Var& b) {
       if (same) {
         bb.add_grad(g);
       } else {
-        const float* G = g.data();
-        const std::vector<float> sum =
-            fixed_row_block_sums(g.size() / d, d, [&](size_t r0, size_t r1, float* part) {
-              for (size_t i = r0; i < r1; ++i)
-                for (size_t j = 0; j < d; ++j) part[j] += G[i * d + j];
-            });
-        float* gb = bb.grad_buf().data();
-        for (size_t j = 0; j < d; ++j) gb[j] += sum[j];
+        add_column_sums(g.data(), g.size() / d, d, bb.grad_buf().data());
       }
     }
   };
@@ -567,23 +574,8 @@ Var lerp(const Var& a, const Var& b, const Var& t) {
     const size_t n = g.size();
     const float s = tt.value()[0];
     const float* G = g.data();
-    // a first gradient is written as 0 + term (the bits of adding onto zeros), not zeroed first
-    if (aa.requires_grad()) {
-      bool fresh = false;
-      float* ga = aa.grad_buf_for_write(fresh).data();
-      const float z = 0.0f;
-      parallel_elementwise(n, [&](size_t lo, size_t hi) {
-        for (size_t i = lo; i < hi; ++i) ga[i] = (fresh ? z : ga[i]) + (G[i] - G[i] * s);
-      });
-    }
-    if (bb.requires_grad()) {
-      bool fresh = false;
-      float* gb = bb.grad_buf_for_write(fresh).data();
-      const float z = 0.0f;
-      parallel_elementwise(n, [&](size_t lo, size_t hi) {
-        for (size_t i = lo; i < hi; ++i) gb[i] = (fresh ? z : gb[i]) + G[i] * s;
-      });
-    }
+    if (aa.requires_grad()) add_grad_terms(aa, n, [&](size_t i) { return G[i] - G[i] * s; });
+    if (bb.requires_grad()) add_grad_terms(bb, n, [&](size_t i) { return G[i] * s; });
     if (tt.requires_grad()) {
       const float* A = aa.value().data();
       const float* Bv = bb.value().data();
@@ -606,13 +598,10 @@ Var unary(const Var& x, F f, DF df) {
     for (size_t i = lo; i < hi; ++i) Y[i] = f(X[i]);
   });
   auto grad_fn = [xx = x, df, n](const Tensor& g, const Tensor& res) mutable {
-    float* gx = xx.grad_buf().data();
     const float* X = xx.value().data();
     const float* Y = res.data();
     const float* G = g.data();
-    parallel_elementwise(n, [&](size_t lo, size_t hi) {
-      for (size_t i = lo; i < hi; ++i) gx[i] += G[i] * df(X[i], Y[i]);
-    });
+    add_grad_terms(xx, n, [&](size_t i) { return G[i] * df(X[i], Y[i]); });
   };
   return finish(std::move(y), {&x}, grad_fn);
 }
