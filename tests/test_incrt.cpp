@@ -13,6 +13,8 @@
 #include "growformer/structure_editor.hpp"
 #include "testing.hpp"
 
+#include "gain_rounds.hpp"
+
 namespace {
 
 using gf::incrt::Mat;
@@ -123,11 +125,13 @@ struct Driver {
   size_t total = 100000;  // the run's steps (TrainView::total_steps)
   size_t grows = 0, prunes = 0;
   std::vector<gf::Probe> probes;
+  gf::RunMetrics metrics;  // what the next check's view carries
 
   gf::StructureEditor editor() {
     probes = {gf::Probe{probe, {}}};
     gf::StructureEditor ed({block}, {{policy.get(), &rng, "growth"}}, &sink, total);
     ed.set_probes(&probes);
+    ed.set_metrics(&metrics);
     return ed;
   }
   gf::TrainView view() { return editor().view(step, 0); }
@@ -680,6 +684,163 @@ TEST_CASE("incrt_geometric: unknown option and bad choice are config errors") {
 }
 
 // ---- pruning -----------------------------------------------------------------------------
+
+TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reopen on a rise") {
+  gf::incrt::GainOptions o;
+  o.settle_probes = 2;
+  o.settle_tolerance = 0.01;
+  o.min_gain = 0.05;
+  o.reopen_rise = 0.25;
+  o.grow_until = 0.6;
+  using K = gf::incrt::GainDecision::Kind;
+  gf::incrt::GainState g;
+  size_t step = 0;
+  auto feed = [&](std::vector<double> losses) {
+    std::vector<K> out;
+    for (double l : losses) out.push_back(g.observe(l, step += 10, 1000, o).kind);
+    return out;
+  };
+  // flat at chance from the start: no plateau of trained heads, never settles
+  for (K k : feed({2.7, 2.7, 2.7, 2.7, 2.7, 2.7})) CHECK(k == K::None);
+  g = gf::incrt::GainState{};
+  // falling, then flat: settles once the median of the last window (0.8) is within 1 % of
+  // the window before -> grow
+  auto k = feed({2.0, 1.5, 1.0, 0.8, 0.8, 0.8, 0.8});
+  CHECK(k.back() == K::Grow);
+  CHECK(std::count(k.begin(), k.end(), K::Grow) == 1);
+  g.grown(1, 0.8);
+  // the round's plateau is 40 % lower: it paid -> grow again
+  std::vector<K> k2 = feed({0.7, 0.5, 0.4, 0.4, 0.4, 0.4});
+  REQUIRE(k2.back() == K::Grow);
+  g.grown(2, 0.4);
+  g.round = {{0, 3}, {0, 4}};
+  // the next round brings 2.5 %: taken back, growth stops at the earlier plateau
+  gf::incrt::GainDecision d;
+  for (double l : {0.395, 0.39, 0.39, 0.39}) d = g.observe(l, step += 10, 1000, o);
+  CHECK(d.kind == K::Reject);
+  CHECK(d.gain == doctest::Approx((0.4 - 0.39) / 0.4));
+  CHECK(g.done);
+  CHECK(g.done_at == doctest::Approx(0.39));
+  CHECK(g.rounds == 2);
+  CHECK(g.rejected == 1);
+  // stopped: small wobbles do nothing, a lasting rise over 1.25 x reopens (a changed task)
+  for (K x : feed({0.41, 0.45, 0.40, 0.6})) CHECK(x == K::None);
+  CHECK(feed({0.6}).back() == K::Reopen);
+  CHECK(!g.done);
+  // a round settled after grow_until of the run: growth stops instead of growing
+  gf::incrt::GainState late;
+  gf::incrt::GainDecision e;
+  for (double l : {2.0, 1.0, 0.5, 0.5, 0.5, 0.5}) e = late.observe(l, 700, 1000, o);
+  CHECK(e.kind == K::Stop);
+  CHECK(late.done);
+}
+
+TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
+  gf::incrt::GainOptions o;
+  o.settle_probes = 3;
+  gf::incrt::GainState a;
+  for (double l : {2.0, 1.4, 1.1, 0.9}) a.observe(l, 100, 1000, o);
+  a.grown(2, 0.9);
+  a.round = {{0, 5}, {1, 7}};
+  for (double l : {0.85, 0.7}) a.observe(l, 200, 1000, o);
+  std::ostringstream os;
+  a.save(os);
+  gf::incrt::Reader r(os.str());
+  gf::incrt::GainState b;
+  b.load(r);
+  CHECK(b.round == a.round);
+  for (double l : {0.6, 0.55, 0.55, 0.55, 0.55, 0.55, 0.55}) {
+    const auto x = a.observe(l, 300, 1000, o), y = b.observe(l, 300, 1000, o);
+    CHECK(int(x.kind) == int(y.kind));
+    CHECK(x.settled == y.settled);
+  }
+}
+
+TEST_CASE("gain rounds: plane_residual counts the planes no head carries as its top plane") {
+  // two heads, each with one rotation plane of its own, plus a third plane in head 0's
+  // motor: the residual holds exactly that third plane
+  const size_t d = 8;
+  Mat c(d);
+  for (size_t i = 0; i < d; ++i) c(i, i) = 1.0 + 0.5 * double(i);
+  auto rot = [&](Mat& m, size_t i, size_t j, double s) {
+    m(i, j) += s;
+    m(j, i) -= s;
+  };
+  Mat m0(d), m1(d);
+  rot(m0, 0, 1, 2.0);
+  rot(m0, 4, 5, 1.2);  // head 0's second plane
+  rot(m1, 2, 3, 2.0);
+  const auto pr = gf::incrt::plane_residual(c, {m0, m1}, 0.5);
+  // plane (i, j) of strength s: sym(C M) has eigenvalues +-(c_j - c_i) s / 2 ... with C
+  // diagonal the 2x2 block of (C M - M C) / 2 is [[0, (c_i - c_j) s / 2], [., 0]]
+  CHECK(pr.head_strength.size() == 2);
+  CHECK(pr.head_strength[0] == doctest::Approx(std::fabs(c(0, 0) - c(1, 1)) * 2.0 / 2.0 *
+                                                std::max(1.0, 1.2 * std::fabs(c(4, 4) - c(5, 5)) /
+                                                                  (2.0 * std::fabs(c(0, 0) - c(1, 1))))));
+  const double third = 1.2 * std::fabs(c(4, 4) - c(5, 5)) / 2.0;
+  CHECK(std::fabs(pr.values[0]) == doctest::Approx(third).epsilon(1e-9));
+  CHECK(std::fabs(pr.values[1]) == doctest::Approx(third).epsilon(1e-9));
+  CHECK(std::fabs(pr.values[2]) < 1e-9);
+  CHECK(pr.planes == (third > 0.5 * pr.captured_scale ? 1u : 0u));
+  CHECK(gf::incrt::plane_residual(c, {m0, m1}, 10.0).planes == 0);
+  // the leading residual vectors span the (4, 5) plane
+  CHECK(pr.vectors[0][4] * pr.vectors[0][4] + pr.vectors[0][5] * pr.vectors[0][5] ==
+        doctest::Approx(1.0).epsilon(1e-9));
+}
+
+TEST_CASE("incrt_geometric criterion gain: rounds double the heads while they pay; a round that "
+          "does not is removed") {
+  const size_t d = 8;
+  FakeBlock block(d, 16);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\ncalibration: fixed\n"
+                    "calibration_checks: 2\nprobe_every: 1\nsettle_probes: 2\nprobe_examples: 64\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  drv.total = 100000;
+  drv.start();
+  // the policy asks for its probe at every check (probe_every 1)
+  CHECK(drv.policy->validation_probe(10) == 64);
+  auto feed = [&](std::vector<double> losses) {
+    for (double l : losses) {
+      drv.metrics.probe_examples = 64;
+      drv.metrics.probe_loss = l;
+      drv.check();
+    }
+  };
+  // calibration (2 checks), then learning and a plateau: the first round (1 -> 2 heads)
+  // (the first probe comes before calibration ends and is not counted)
+  feed({2.7, 2.7, 2.0, 1.2, 0.9, 0.9, 0.9});
+  CHECK(block.slots.size() == 1);
+  feed({0.9});
+  CHECK(block.slots.size() == 2);
+  // one growth is not enough: the second round pays (0.9 -> 0.5) and doubles again
+  feed({0.8, 0.6, 0.5, 0.5, 0.5, 0.5});
+  CHECK(block.slots.size() == 4);
+  auto grows = drv.of_type("grow");
+  REQUIRE(grows.size() == 3);
+  CHECK(number(grows[2], "gain_of_last_round") == doctest::Approx((0.9 - 0.5) / 0.9));
+  CHECK(number(grows[2], "round_size") == 2.0);
+  // the third round gains 2 %: its two heads are taken back, the two before stay
+  const int kept0 = block.slots[0].id, kept1 = block.slots[1].id;
+  feed({0.495, 0.49, 0.49, 0.49});
+  REQUIRE(block.slots.size() == 2);
+  CHECK(block.slots[0].id == kept0);
+  CHECK(block.slots[1].id == kept1);
+  CHECK(drv.of_type("round_rejected").size() == 1);
+  CHECK(drv.prunes == 2);
+  // stopped: the same plateau grows nothing more
+  feed({0.49, 0.49, 0.49, 0.49, 0.49, 0.49});
+  CHECK(block.slots.size() == 2);
+  const auto s = drv.policy->summary();
+  CHECK(s.at("rounds") == 2.0);
+  CHECK(s.at("rounds_rejected") == 1.0);
+  CHECK(s.at("K_obs") == 2.0);
+  // checks without a probe decide nothing
+  auto quiet = growth("plugin: incrt_geometric\ncriterion: gain\nprobe_every: 3\n");
+  CHECK(quiet->validation_probe(0) > 0);
+  // the energy criterion asks for no probe
+  CHECK(growth("plugin: incrt_geometric\ncriterion: energy\n")->validation_probe(0) == 0);
+}
 
 TEST_CASE("directional_energy: prunes a zeroed head after grace and patience, keeps a useful one") {
   const size_t d = 8;

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
@@ -120,6 +122,51 @@ TEST_CASE("an interrupted and resumed run ends with the same metrics as an unint
   auto a = metrics_without_timing(full), b = metrics_without_timing(cut);
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+  fs::remove_all(full);
+  fs::remove_all(cut);
+}
+
+TEST_CASE("policies see the training window, the latest validation and a validation probe; "
+          "a resumed run sees the same") {
+  // criterion: gain asks for a probe at every check (probe_every 1); with log_every equal to
+  // check_every the window a check sees is the one the train line reports
+  const std::vector<std::string> sets = {
+      "growth={plugin: incrt_geometric, criterion: gain, probe_every: 1, probe_examples: 16, "
+      "settle_probes: 1, calibration: fixed, calibration_checks: 1}",
+      "train.check_every=5", "model.attention.max_heads=8"};
+  std::string full = tmpdir("probe_full"), cut = tmpdir("probe_cut");
+  REQUIRE(train(full, sets) == 0);
+  REQUIRE(train(cut, sets, 17) == 0);
+  auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.quiet = true;
+  REQUIRE(ex->resume(cut, f) == 0);
+  auto lines = [](const std::string& dir) {
+    std::vector<json> out;
+    std::ifstream in(dir + "/events.jsonl");
+    for (std::string l; std::getline(in, l);) out.push_back(json::parse(l));
+    return out;
+  };
+  const auto a = lines(full), b = lines(cut);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+  // a probe at every check (steps 5, 10, ..., 40), each of 16 validation examples (one
+  // batch of 16), with a finite loss and the train window of the log line of the same step
+  std::map<long, json> train_lines;
+  for (const json& m : metrics_without_timing(full))
+    if (m["split"] == "train") train_lines[m["step"].get<long>()] = m;
+  size_t probes = 0;
+  for (const json& e : a) {
+    if (e["type"] != "probe") continue;
+    ++probes;
+    CHECK(e["examples"].get<double>() == 16.0);
+    CHECK(std::isfinite(e["probe_loss"].get<double>()));
+    const long step = std::lround(e["step"].get<double>());
+    REQUIRE(train_lines.count(step));
+    CHECK(e["train_loss"].get<double>() == doctest::Approx(train_lines[step]["loss"].get<double>()));
+    CHECK(e["train_steps"].get<double>() == 5.0);
+  }
+  CHECK(probes == 8);
   fs::remove_all(full);
   fs::remove_all(cut);
 }

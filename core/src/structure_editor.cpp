@@ -23,6 +23,12 @@ bool StructureEditor::needs_probe() const {
                      [](const Policy& p) { return p.policy->needs_probe(); });
 }
 
+size_t StructureEditor::validation_probe(size_t step) const {
+  size_t n = 0;
+  for (const Policy& p : policies_) n = std::max(n, p.policy->validation_probe(step));
+  return n;
+}
+
 bool StructureEditor::needs_head_mask_grads() const {
   return std::any_of(policies_.begin(), policies_.end(),
                      [](const Policy& p) { return p.policy->needs_head_mask_grads(); });
@@ -34,6 +40,7 @@ TrainView StructureEditor::view(size_t step, size_t p) const {
   v.total_steps = total_steps_;
   v.rng = policies_[p].rng;
   v.events = events_;
+  if (metrics_) v.metrics = *metrics_;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     BlockView bv;
     bv.index = i;

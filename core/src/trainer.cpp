@@ -563,6 +563,7 @@ class Experiment::Loop {
                  ex_.switch_dataset_->describe() + "\n");
     st_.best_val = -1;
     st_.best_step = -1;
+    st_.val_step = -1;  // the latest validation was the first task's
   }
 
   void capture_probes(bool on) {
@@ -585,6 +586,7 @@ class Experiment::Loop {
       backward(loss);
       if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
       st_.window.add(logits, batch, lv);
+      st_.since_check.add(logits, batch, lv);
       return logits;
     }
     backward(loss);
@@ -607,6 +609,7 @@ class Experiment::Loop {
     if (!std::isfinite(mean)) fail_non_finite(static_cast<float>(mean), step);
     if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
     st_.window.merge(all);
+    st_.since_check.merge(all);
     return logits;
   }
 
@@ -691,11 +694,43 @@ class Experiment::Loop {
       if (comm_.size() > 1 && in.defined()) in = gather_rows(comm_, in, batch.row_offset, whole.batch);
       probes[i] = make_probe(in, whole.valid, whole.seq);
     }
+    capture_probes(false);
+    RunMetrics metrics = run_metrics(step);
     editor_.set_probes(&probes);
+    editor_.set_metrics(&metrics);
     editor_.check(static_cast<size_t>(step));
     editor_.set_probes(nullptr);
-    capture_probes(false);
+    editor_.set_metrics(nullptr);
+    st_.since_check.clear();
     verify_same_model(step, "after the structure check");
+  }
+
+  /// What the policies see at the check of STEP: the training window since the last check, the
+  /// latest validation, and the validation probe when a policy asks for one (every process
+  /// evaluates its rows of it, so all see the same numbers).
+  RunMetrics run_metrics(long step) {
+    RunMetrics m;
+    if (st_.since_check.count > 0) {
+      m.train_loss = st_.since_check.mean_loss();
+      m.train_accuracy = st_.since_check.accuracy();
+      m.train_steps = static_cast<size_t>(std::llround(st_.since_check.count)) /
+                      std::max<size_t>(1, static_cast<size_t>(ts_.batch_size));
+    }
+    if (st_.val_step >= 0) {
+      m.val_step = st_.val_step;
+      m.val_loss = st_.val_loss;
+      m.val_accuracy = st_.val_accuracy;
+    }
+    const size_t want = editor_.validation_probe(static_cast<size_t>(step));
+    const auto& val = task(step).val;
+    if (want > 0 && !val.empty()) {
+      const size_t bs = std::max<size_t>(1, static_cast<size_t>(ts_.batch_size));
+      EvalResult r = ex_.evaluate(val, static_cast<long>((want + bs - 1) / bs));
+      m.probe_examples = r.examples;
+      m.probe_loss = r.loss;
+      m.probe_accuracy = r.accuracy;
+    }
+    return m;
   }
 
   // Each block's diagnostics (HKT: fusion weights `lambda`) and its heads' (hybrid: `beta`) as
@@ -728,6 +763,9 @@ class Experiment::Loop {
     if (!validated_ || task(step).val.empty()) return;
     EvalResult r = ex_.evaluate(task(step).val, ts_.eval_batches);
     report_->validation(step, r, heads);
+    st_.val_step = step;
+    st_.val_loss = r.loss;
+    st_.val_accuracy = r.accuracy;
     if (r.accuracy > st_.best_val) {
       st_.best_val = r.accuracy;
       st_.best_step = step;

@@ -43,22 +43,29 @@ void to_json(json& j, const Rng& r) { j = {r.state(), r.increment()}; }
 void from_json(const json& j, Rng& r) { r.restore(j.at(0).get<uint64_t>(), j.at(1).get<uint64_t>()); }
 
 namespace {
-/// The one list of the trainer state's fields and their names in the checkpoint.
+/// The one list of the trainer state's fields and their names in the checkpoint; F(name,
+/// value[, optional]): an optional field may be absent from an older checkpoint.
 template <class State, class F>
 void each_field(State& s, F&& f) {
   f("step", s.step);
   f("best_val", s.best_val);
   f("best_step", s.best_step);
   f("win", s.window);
+  // added with the policies' RunMetrics; a checkpoint written before them loads with these
+  // at their defaults (absent = not measured yet)
+  f("chk", s.since_check, true);
+  f("val", std::forward_as_tuple(s.val_step, s.val_loss, s.val_accuracy), true);
   f("rng", std::forward_as_tuple(s.dropout_rng, s.growth_rng, s.pruning_rng));
 }
 }  // namespace
 
 std::string TrainerState::to_json() const {
   json j;
-  each_field(*this, [&](const char* name, const auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>,
-                                 std::tuple<const Rng&, const Rng&, const Rng&>>)
+  each_field(*this, [&](const char* name, const auto& v, bool = false) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<V, std::tuple<const Rng&, const Rng&, const Rng&>>)
+      j[name] = {std::get<0>(v), std::get<1>(v), std::get<2>(v)};
+    else if constexpr (std::is_same_v<V, std::tuple<const long&, const double&, const double&>>)
       j[name] = {std::get<0>(v), std::get<1>(v), std::get<2>(v)};
     else
       j[name] = v;
@@ -69,12 +76,19 @@ std::string TrainerState::to_json() const {
 void TrainerState::from_json(const std::string& text, const std::string& where) {
   try {
     json j = json::parse(text);
-    each_field(*this, [&](const char* name, auto&& v) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::tuple<Rng&, Rng&, Rng&>>) {
+    each_field(*this, [&](const char* name, auto&& v, bool optional = false) {
+      using V = std::decay_t<decltype(v)>;
+      if (optional && !j.contains(name)) return;
+      if constexpr (std::is_same_v<V, std::tuple<Rng&, Rng&, Rng&>>) {
         const json& r = j.at(name);
         std::get<0>(v) = r.at(0).get<Rng>();
         std::get<1>(v) = r.at(1).get<Rng>();
         std::get<2>(v) = r.at(2).get<Rng>();
+      } else if constexpr (std::is_same_v<V, std::tuple<long&, double&, double&>>) {
+        const json& r = j.at(name);
+        std::get<0>(v) = r.at(0).get<long>();
+        std::get<1>(v) = r.at(1).get<double>();
+        std::get<2>(v) = r.at(2).get<double>();
       } else {
         j.at(name).get_to(v);
       }
@@ -89,10 +103,15 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
   if (step < 0) bad("step " + std::to_string(step) + " is negative");
   if (best_step < -1 || best_step > step)
     bad("best_step " + std::to_string(best_step) + " is not in [-1, " + std::to_string(step) + "]");
-  for (double v : {best_val, window.loss, window.correct, window.count, window.tokens})
+  for (double v : {best_val, window.loss, window.correct, window.count, window.tokens,
+                   since_check.loss, since_check.correct, since_check.count, since_check.tokens,
+                   val_loss, val_accuracy})
     if (!std::isfinite(v)) bad("state holds a non-finite number");
-  if (window.count < 0 || window.correct < 0 || window.correct > window.count)
-    bad("window counts are inconsistent");
+  for (const TrainWindow* w : {&window, &since_check})
+    if (w->count < 0 || w->correct < 0 || w->correct > w->count)
+      bad("window counts are inconsistent");
+  if (val_step < -1 || val_step > step)
+    bad("val step " + std::to_string(val_step) + " is not in [-1, " + std::to_string(step) + "]");
 }
 
 // ---------------------------------------------------------------------------

@@ -16,6 +16,8 @@
 
 #include <growformer/incrt_math.hpp>
 
+#include "gain_rounds.hpp"
+
 namespace {
 
 using gf::incrt::Mat;
@@ -84,12 +86,28 @@ class IncrtGeometric : public gf::GrowthPolicy {
         k_constant_(o.get_float("k_constant")),
         head_cost_(o.get_float("head_cost")),
         release_default_(o.get_bool("release_direction")),
-        lyapunov_guard_(o.get_bool("lyapunov_guard")) {
+        lyapunov_guard_(o.get_bool("lyapunov_guard")),
+        gain_mode_(o.get_string("criterion") == "gain"),
+        round_(o.get_string("round")),
+        plane_threshold_(o.get_float("plane_threshold")) {
+    gain_opt_.probe_examples = static_cast<size_t>(o.get_int("probe_examples"));
+    gain_opt_.probe_every = static_cast<size_t>(o.get_int("probe_every"));
+    gain_opt_.settle_probes = static_cast<size_t>(o.get_int("settle_probes"));
+    gain_opt_.settle_tolerance = o.get_float("settle_tolerance");
+    gain_opt_.min_gain = o.get_float("min_gain");
+    gain_opt_.reopen_rise = o.get_float("reopen_rise");
+    gain_opt_.grow_until = o.get_float("grow_until");
     if (absolute_ && !o.is_set("theta_w"))
       o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
   }
 
   bool needs_probe() const override { return true; }
+
+  size_t validation_probe(size_t step) const override {
+    (void)step;
+    if (!gain_mode_) return 0;
+    return gain_checks_ % std::max<size_t>(gain_opt_.probe_every, 1) == 0 ? gain_opt_.probe_examples : 0;
+  }
 
   void on_start(const gf::TrainView& view) override {
     if (!seeded_) {
@@ -110,6 +128,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
       BlockState& st = blocks_[bv.index];
       check_block(view, bv, st, edits);
     }
+    if (gain_mode_) {
+      if (view.metrics.probe_examples > 0) gain_step(view, edits);
+      gain_checks_ += 1;
+    }
     return edits;
   }
 
@@ -119,6 +141,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (it == blocks_.end()) return;
     BlockState& st = it->second;
     const size_t d = st.tracker.up.size();
+    if (e.kind == gf::Edit::Kind::AddHead && gain_pending_ > 0) {
+      gain_pending_ -= 1;  // a head of this policy's round
+      gain_.round.emplace_back(e.block, new_head_id);
+      st.grown += 1;
+      st.heads += 1;
+      return;
+    }
     if (e.kind == gf::Edit::Kind::AddHead) {
       if (!st.pending) return;  // someone else's growth edit
       st.pending = false;
@@ -137,6 +166,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
     } else {
       const bool release = e.release_direction.value_or(release_default_);
       if (st.heads > 0) st.heads -= 1;
+      auto& r = gain_.round;
+      r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
+              r.end());
       if (!release) return;
       for (size_t i = 0; i < st.q_owner.size();)
         if (st.q_owner[i] == e.head_id) {
@@ -165,6 +197,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
       if (blocks_.size() > 1)
         for (const auto& q : b) out["block" + std::to_string(kv.first) + "." + q.first] = q.second;
     }
+    if (gain_mode_) {
+      out["rounds"] = static_cast<double>(gain_.rounds);
+      out["rounds_rejected"] = static_cast<double>(gain_.rejected);
+      out["reopened"] = static_cast<double>(gain_.reopened);
+    }
     if (blocks_.size() > 1) {
       out["K_pred"] = k_pred_total;
       out["K_obs"] = k_obs_total;
@@ -176,7 +213,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 3 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 4 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& kv : blocks_) {
       const BlockState& s = kv.second;
@@ -202,6 +239,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
       gf::incrt::put_vec(os, s.pending_dir);
       gf::incrt::put_vec(os, s.pending_dir2);
     }
+    gain_.save(os);
+    os << gain_checks_ << ' ' << gain_pending_ << ' ';
     os << "end";
     return os.str();
   }
@@ -212,8 +251,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
     r.expect("incrt_geometric");
     // Version 2 (before growth patience) has no over-threshold counter: it loads as 0.
     const std::string version = r.word();
-    if (version != "2" && version != "3")
-      throw gf::RuntimeError("incrt: policy state: expected version '2' or '3', got '" + version + "'");
+    // Version 3 (before growth in rounds) has no round state: it loads with none.
+    if (version != "2" && version != "3" && version != "4")
+      throw gf::RuntimeError("incrt: policy state: expected version '2', '3' or '4', got '" + version + "'");
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);
@@ -247,6 +287,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.over = version == "2" ? 0 : r.u64();
       st.pending_dir = r.vec();
       st.pending_dir2 = r.vec();
+    }
+    gain_ = gf::incrt::GainState{};
+    gain_checks_ = 0;
+    gain_pending_ = 0;
+    if (version == "4") {
+      gain_.load(r);
+      gain_checks_ = r.u64();
+      gain_pending_ = r.u64();
     }
     r.expect("end");
   }
@@ -349,9 +397,12 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
     // M_a = sum of the heads' antisymmetric motors; C from the probe.
     Mat ma(d);
+    std::vector<Mat>& motors = motors_[bv.index];
+    motors.clear();
     for (const gf::HeadInfo& h : heads) {
       if (!h.head) continue;
-      const Mat m = gf::incrt::head_motor(*h.head, d);
+      motors.push_back(gf::incrt::head_motor(*h.head, d));
+      const Mat& m = motors.back();
       for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
     }
     size_t ntok = 0;
@@ -359,6 +410,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
         gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_, normalize_c_, &ntok);
     const size_t nseq = first_sequence_ ? std::min<size_t>(bv.probe->input.dim(0), 1)
                                         : bv.probe->input.dim(0);
+    grams_[bv.index] = c;
+    seq_len_[bv.index] = nseq ? double(ntok) / double(nseq) : 1.0;
     const Mat sfull = gf::incrt::sym_cm(c, ma);
     const double energy = gf::incrt::frobenius(sfull);  // E_t: total directional energy
     const Mat a = gf::incrt::project(sfull, st.q);
@@ -476,7 +529,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
                         {"phase", st.calibrated ? "active" : "calibrating"}};
     if (view.events) view.events->emit(ev_check);
 
-    if (!st.calibrated || calibrated_now) return;
+    if (gain_mode_ || !st.calibrated || calibrated_now) return;
     const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
                                 block.max_heads());
     const bool enough = st.over >= std::max<size_t>(patience_, 1);
@@ -518,6 +571,119 @@ class IncrtGeometric : public gf::GrowthPolicy {
     edits.push_back(std::move(e));
   }
 
+  /// The round rule at a check with a validation probe (criterion: gain).
+  void gain_step(const gf::TrainView& view, std::vector<gf::Edit>& edits) {
+    gain_pending_ = 0;  // edits returned by an earlier check and not applied
+    const gf::RunMetrics& m = view.metrics;
+    const gf::incrt::GainState before = gain_;
+    // The rounds begin once every block's calibration has ended (its first heads have learned:
+    // before that the probe loss can sit flat at chance and look settled).
+    bool calibrated = true;
+    for (const gf::BlockView& bv : view.blocks)
+      if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calibrated;
+    const gf::incrt::GainDecision dec =
+        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_)
+                   : gf::incrt::GainDecision{};
+    gf::Event pe;
+    pe.type = "probe";
+    pe.numbers = {{"step", double(view.step)},          {"probe_loss", m.probe_loss},
+                  {"probe_accuracy", m.probe_accuracy}, {"examples", double(m.probe_examples)},
+                  {"train_loss", m.train_loss},         {"train_steps", double(m.train_steps)},
+                  {"val_step", double(m.val_step)},      {"val_loss", m.val_loss},
+                  {"window", gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1)).first},
+                  {"window_before", gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1)).second}};
+    // numbers not measured yet (no validation, no full window) are left out, not written as null
+    pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
+                                    [](const auto& kv) { return !std::isfinite(kv.second); }),
+                     pe.numbers.end());
+    pe.strings = {{"policy", "incrt_geometric"},
+                  {"phase", !calibrated ? "calibrating" : before.done ? "stopped" : "settling"}};
+    if (view.events) view.events->emit(pe);
+    using K = gf::incrt::GainDecision::Kind;
+    if (dec.kind == K::None) return;
+    auto note = [&](const char* type, std::vector<std::pair<std::string, double>> nums) {
+      gf::Event e;
+      e.type = type;
+      e.numbers = {{"step", double(view.step)}};
+      for (auto& kv : nums) e.numbers.push_back(kv);
+      e.strings = {{"policy", "incrt_geometric"}};
+      if (view.events) view.events->emit(e);
+    };
+    if (dec.kind == K::Reopen) {
+      note("reopen", {{"probe_loss", m.probe_loss}, {"settled_before", before.done_at}});
+      return;
+    }
+    if (dec.kind == K::Stop) {
+      note("growth_stop", {{"settled", dec.settled}, {"grow_until", gain_opt_.grow_until}});
+      return;
+    }
+    if (dec.kind == K::Reject) {
+      // the last round did not pay: its heads go
+      for (const auto& [b, id] : before.round) {
+        gf::Edit e;
+        e.kind = gf::Edit::Kind::RemoveHead;
+        e.block = b;
+        e.head_id = static_cast<int>(id);
+        e.cause.type = "prune";
+        e.cause.block = static_cast<long>(b);
+        e.cause.numbers = {{"step", double(view.step)},   {"gain", dec.gain},
+                           {"min_gain", gain_opt_.min_gain}, {"settled_before", before.prev},
+                           {"settled", dec.settled}};
+        e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
+        edits.push_back(std::move(e));
+      }
+      gain_.round.clear();
+      note("round_rejected", {{"gain", dec.gain}, {"min_gain", gain_opt_.min_gain},
+                              {"settled_before", before.prev}, {"settled", dec.settled},
+                              {"heads_removed", double(before.round.size())}});
+      return;
+    }
+    // Grow: one round over the editable blocks
+    size_t added = 0;
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block || !bv.block->can_edit_heads() || !grams_.count(bv.index)) continue;
+      const std::vector<gf::HeadInfo> heads = bv.block->heads();
+      const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
+                                  bv.block->max_heads());
+      const size_t room = cap > heads.size() ? cap - heads.size() : 0;
+      const gf::incrt::PlaneResidual pr =
+          gf::incrt::plane_residual(grams_[bv.index], motors_[bv.index], plane_threshold_);
+      size_t n = round_ == "one" ? 1 : round_ == "double" ? heads.size() : std::min(pr.planes, heads.size());
+      n = std::min(n, room);
+      for (size_t i = 0; i < n; ++i) {
+        const size_t v = std::min(2 * i, pr.vectors.size() - 1);
+        gf::Edit e;
+        e.kind = gf::Edit::Kind::AddHead;
+        e.block = bv.index;
+        e.init.mode = directed_ ? "directed" : "random";
+        e.init.direction.assign(pr.vectors[v].begin(), pr.vectors[v].end());
+        e.init.preserve_function = preserve_;
+        e.init.value_variance = value_variance_ > 0 ? value_variance_
+                                                    : ntk_variance(heads, grams_[bv.index].n, seq_len_[bv.index]);
+        e.cause.type = "grow";
+        e.cause.block = static_cast<long>(bv.index);
+        e.cause.numbers = {{"step", double(view.step)},
+                           {"settled", dec.settled},
+                           {"gain_of_last_round", std::isfinite(dec.gain) ? dec.gain : -1.0},
+                           {"planes", double(pr.planes)},
+                           {"plane_energy", std::fabs(pr.values[v])},
+                           {"captured_scale", pr.captured_scale},
+                           {"heads_before", double(heads.size())},
+                           {"round_size", double(n)},
+                           {"value_variance", e.init.value_variance}};
+        e.cause.strings = {{"policy", "incrt_geometric"}, {"init", e.init.mode}, {"criterion", "gain"}};
+        edits.push_back(std::move(e));
+      }
+      if (n == 0)
+        note("no_plane", {{"block", double(bv.index)}, {"planes", double(pr.planes)},
+                          {"captured_scale", pr.captured_scale}, {"room", double(room)},
+                          {"settled", dec.settled}});
+      added += n;
+    }
+    gain_.grown(added, dec.settled);
+    gain_pending_ = added;
+  }
+
   /// NTK-consistent value variance Var(W_V) = d_k n / (d d_v) with n the sequence
   /// length (valid tokens per probe sequence), as in the reference code.
   static double ntk_variance(const std::vector<gf::HeadInfo>& heads, size_t d, double n) {
@@ -555,6 +721,17 @@ class IncrtGeometric : public gf::GrowthPolicy {
   size_t max_heads_;
   double k_constant_, head_cost_;
   bool release_default_, lyapunov_guard_;
+  bool gain_mode_;
+  std::string round_;
+  double plane_threshold_;
+  gf::incrt::GainOptions gain_opt_;
+  gf::incrt::GainState gain_;
+  size_t gain_checks_ = 0;   // checks seen (a probe every probe_every of them)
+  size_t gain_pending_ = 0;  // AddHead edits of a round returned and not yet confirmed
+  // this check's C, head motors and tokens per probe sequence, per block (not state)
+  std::map<size_t, Mat> grams_;
+  std::map<size_t, std::vector<Mat>> motors_;
+  std::map<size_t, double> seq_len_;
 
   bool seeded_ = false;
   gf::Rng rng_;
@@ -565,6 +742,33 @@ gf::OptionSpecs incrt_options() {
   using gf::OptType;
   const double inf = std::numeric_limits<double>::infinity();
   return {
+      {"criterion", OptType::String, "energy",
+       "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
+       "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
+       "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
+       -inf, inf, {"gain", "energy"}},
+      {"round", OptType::String, "double",
+       "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
+       "over plane_threshold, at most doubling) or one",
+       -inf, inf, {"double", "planes", "one"}},
+      {"plane_threshold", OptType::Float, "0.5",
+       "gain: an uncaptured plane counts when over this fraction of the median head's top plane",
+       0.0, inf, {}},
+      {"probe_examples", OptType::Int, "128", "gain: validation examples per probe", 1, 1e7, {}},
+      {"probe_every", OptType::Int, "2", "gain: a validation probe every N checks", 1, 1e6, {}},
+      {"settle_probes", OptType::Int, "4",
+       "gain: W, settled when the median probe loss of the last W probes fell by less than "
+       "settle_tolerance against the W before", 1, 1e6, {}},
+      {"settle_tolerance", OptType::Float, "0.01",
+       "gain: settled when the windowed median fell by less than this fraction", 0.0, 1.0, {}},
+      {"min_gain", OptType::Float, "0.05",
+       "gain: a round is kept when the settled probe loss fell by this fraction", 0.0, 1.0, {}},
+      {"reopen_rise", OptType::Float, "0.25",
+       "gain: after growth stopped, a probe loss this fraction over the settled one for "
+       "settle_probes probes reopens growth (a changed task)",
+       0.0, inf, {}},
+      {"grow_until", OptType::Float, "0.6",
+       "gain: no new round after this fraction of the run's steps", 0.0, 1.0, {}},
       {"probe", OptType::String, "batch",
        "tokens for C = X^T X: first_sequence (reference code) or batch (all valid tokens)", -inf,
        inf, {"first_sequence", "batch"}},

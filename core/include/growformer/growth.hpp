@@ -2,6 +2,7 @@
 // and return structural edits; they never reach into the trainer.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,10 +60,30 @@ struct BlockView {
   const Probe* probe = nullptr;
 };
 
+/// What the run has measured, as a policy sees it at a check. NaN (and step -1) = not measured.
+struct RunMetrics {
+  /// Mean training loss and accuracy over the steps since the previous check (this check's
+  /// step included), and how many steps that is.
+  double train_loss = std::numeric_limits<double>::quiet_NaN();
+  double train_accuracy = std::numeric_limits<double>::quiet_NaN();
+  size_t train_steps = 0;
+  /// The latest validation (train.eval_every) of the current task: its step, loss and accuracy.
+  long val_step = -1;
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
+  double val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The validation probe at this check, when a policy asked for one
+  /// (GrowthPolicy::validation_probe): the first `probe_examples` validation examples of the
+  /// current task, evaluated without gradients on the model as it is before this check's edits.
+  size_t probe_examples = 0;
+  double probe_loss = std::numeric_limits<double>::quiet_NaN();
+  double probe_accuracy = std::numeric_limits<double>::quiet_NaN();
+};
+
 struct TrainView {
   size_t step = 0;
   size_t total_steps = 0;
   std::vector<BlockView> blocks;
+  RunMetrics metrics;
   Rng* rng = nullptr;  // the policy's own stream
   EventSink* events = nullptr;
 };
@@ -72,6 +93,10 @@ class GrowthPolicy {
   virtual ~GrowthPolicy() = default;
   /// Ask the trainer to capture block inputs before each check.
   virtual bool needs_probe() const { return false; }
+  /// How many validation examples the check at STEP should evaluate for this policy
+  /// (TrainView::metrics.probe_*); 0 = none. Asked before every check; the trainer evaluates
+  /// the largest number any policy asked for.
+  virtual size_t validation_probe(size_t step) const { (void)step; return 0; }
   /// Ask for head-mask gradients on every step (after_backward is then called).
   virtual bool needs_head_mask_grads() const { return false; }
   virtual void on_start(const TrainView& view) { (void)view; }

@@ -31,7 +31,12 @@ class StructureEditor {
   /// Probes (one per block; undefined tensors are skipped) the next views carry; null = none.
   void set_probes(const std::vector<Probe>* probes) { probes_ = probes; }
 
+  /// What the next views carry as TrainView::metrics; null = nothing measured.
+  void set_metrics(const RunMetrics* metrics) { metrics_ = metrics; }
+
   bool needs_probe() const;
+  /// The most validation examples any policy asks the check at STEP to evaluate.
+  size_t validation_probe(size_t step) const;
   bool needs_head_mask_grads() const;
   void on_start();
   /// After the backward pass of STEP: the policies that asked for head-mask gradients.
@@ -52,6 +57,7 @@ class StructureEditor {
   EventSink* events_ = nullptr;
   size_t total_steps_ = 0;
   const std::vector<Probe>* probes_ = nullptr;
+  const RunMetrics* metrics_ = nullptr;
   const Module* model_ = nullptr;
   Optimizer* optimizer_ = nullptr;
 };

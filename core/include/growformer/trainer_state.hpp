@@ -39,6 +39,11 @@ struct TrainerState {
   double best_val = -1;  // best validation accuracy so far (-1 = none yet)
   long best_step = -1;
   TrainWindow window;
+  /// Training loss and accuracy summed since the last structure check (what policies see).
+  TrainWindow since_check;
+  /// The latest validation of the current task (step -1 = none yet).
+  long val_step = -1;
+  double val_loss = 0, val_accuracy = 0;
   Rng dropout_rng, growth_rng, pruning_rng;
 
   /// The state as the checkpoint's "trainer" entry (JSON text), and back. Fields are listed

@@ -1,0 +1,225 @@
+// INCRT growth in rounds, each accepted on the marginal gain it brings on a validation probe
+// (`criterion: gain`, the default of `incrt_geometric`; docs/INCRT.md, "Growth in rounds").
+//
+// The stages of one decision: the block's geometry says how many uncaptured planes it holds
+// and where they are (planes of sym(C M_a) that no head carries as its own top plane); the
+// validation probe says when the heads have settled (the probe loss has stopped falling) and
+// whether the last round paid (its relative fall in the settled loss). A round that did not pay
+// is taken back and growth stops until the probe loss rises again (a changed task).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <growformer/errors.hpp>
+#include <growformer/incrt_math.hpp>
+#include <growformer/state_text.hpp>
+
+namespace gf::incrt {
+
+/// Planes of a block's directional energy that no head carries as its own top plane.
+struct PlaneResidual {
+  /// Each head's top-plane strength: the spectral radius of its own sym(C M_a,h).
+  Vec head_strength;
+  /// The median of head_strength: the energy scale of a captured plane.
+  double captured_scale = 0.0;
+  /// Eigenvalues of R = P sym(C M_a) P (P: the complement of every head's top plane), by
+  /// decreasing |value|, with their unit eigenvectors.
+  Vec values;
+  std::vector<Vec> vectors;
+  /// Planes of R stronger than `threshold` x captured_scale (a +- pair counts once).
+  size_t planes = 0;
+};
+
+/// The residual planes of S = sym(C M_a) (M_a = the sum of MOTORS) against the heads' own top
+/// planes: PLANES counts the eigenvalues of R above THRESHOLD x the captured scale, halved
+/// (rounded up) since a rotation plane shows as a +- pair.
+inline PlaneResidual plane_residual(const Mat& c, const std::vector<Mat>& motors,
+                                    double threshold) {
+  PlaneResidual out;
+  const size_t d = c.n;
+  Mat ma(d);
+  std::vector<Vec> basis;
+  for (const Mat& m : motors) {
+    for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
+    const Eigen e = jacobi_eigen(sym_cm(c, m));
+    if (d == 0) continue;
+    out.head_strength.push_back(std::max(e.values[d - 1], -e.values[0]));
+    for (const Vec* v : {&e.vectors[d - 1], &e.vectors[0]}) {
+      Vec u = *v;
+      orthogonalize(u, basis);
+      if (normalize(u) && basis.size() < d) basis.push_back(u);
+    }
+  }
+  if (d == 0) return out;
+  out.captured_scale = out.head_strength.empty() ? 0.0 : median(out.head_strength);
+  const Eigen r = jacobi_eigen(project(sym_cm(c, ma), basis));
+  std::vector<size_t> order(d);
+  for (size_t i = 0; i < d; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::fabs(r.values[a]) > std::fabs(r.values[b]);
+  });
+  size_t over = 0;
+  for (size_t i : order) {
+    out.values.push_back(r.values[i]);
+    out.vectors.push_back(r.vectors[i]);
+    if (out.captured_scale > 0 && std::fabs(r.values[i]) > threshold * out.captured_scale) ++over;
+  }
+  out.planes = (over + 1) / 2;
+  return out;
+}
+
+/// The options of the round rule.
+struct GainOptions {
+  size_t probe_examples = 128;  // validation examples per probe
+  size_t probe_every = 2;       // a probe every N checks
+  size_t settle_probes = 4;     // W: the settled test compares the median probe loss of the
+                                // last W probes with the W before
+  double settle_tolerance = 0.01;  // settled: the median fell by less than this fraction
+  double min_gain = 0.05;       // a round pays when the settled loss fell by this fraction
+  double reopen_rise = 0.25;    // after growth stopped: the probe loss this fraction over the
+                                // settled loss for W probes in a row reopens growth
+  double grow_until = 0.6;      // no new round after this fraction of the run's steps
+};
+
+/// What a probe decided.
+struct GainDecision {
+  enum class Kind { None, Grow, Reject, Stop, Reopen } kind = Kind::None;
+  double settled = 0.0;  // the settled probe loss (Grow, Reject, Stop)
+  double gain = std::numeric_limits<double>::quiet_NaN();  // the last round's gain (if any)
+};
+
+/// The round rule's state across probes (saved with the policy state).
+struct GainState {
+  bool done = false;            // growth stopped (a round did not pay, no plane, or late)
+  Vec recent;                   // the phase's last 2 W probe losses
+  double first = 0.0;           // the phase's first probe loss
+  size_t probes = 0;            // probes seen since the phase began
+  bool has_prev = false;        // a round was grown and is waiting for its test
+  double prev = 0.0;            // the settled loss before that round
+  double done_at = 0.0;         // the settled loss growth stopped at
+  size_t rise = 0;              // consecutive probes over done_at (1 + reopen_rise)
+  size_t rounds = 0, rejected = 0, reopened = 0;
+  std::vector<std::pair<size_t, long>> round;  // (block, head id) of the last round's heads
+
+  /// Starts a new settling phase (after a growth, a reopening or at the start).
+  void restart() {
+    recent.clear();
+    probes = 0;
+    first = 0.0;
+  }
+
+  /// The median of the last W probes and of the W before (NaN while fewer than 2 W).
+  std::pair<double, double> windows(size_t w) const {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (w == 0 || recent.size() < 2 * w) return {nan, nan};
+    const auto end = recent.end();
+    return {median(Vec(end - long(w), end)), median(Vec(end - long(2 * w), end - long(w)))};
+  }
+
+  /// One probe of loss LOSS at STEP of TOTAL: what to do now. After Grow the caller grows a
+  /// round and calls grown(); after Reject it removes `round`'s heads.
+  GainDecision observe(double loss, size_t step, size_t total, const GainOptions& o) {
+    GainDecision out;
+    if (!std::isfinite(loss)) return out;
+    const size_t w = std::max<size_t>(o.settle_probes, 1);
+    if (done) {
+      rise = loss > done_at * (1.0 + o.reopen_rise) ? rise + 1 : 0;
+      if (rise < w) return out;
+      done = false;
+      has_prev = false;
+      rise = 0;
+      reopened += 1;
+      round.clear();
+      restart();
+      out.kind = GainDecision::Kind::Reopen;
+      return out;
+    }
+    if (probes == 0) first = loss;
+    probes += 1;
+    recent.push_back(loss);
+    if (recent.size() > 2 * w) recent.erase(recent.begin());
+    const auto [last, before] = windows(w);
+    if (!std::isfinite(last) || last < before * (1.0 - o.settle_tolerance)) return out;
+    // The first phase must show learning before it can settle (a loss flat at chance is not
+    // a plateau of trained heads).
+    if (!has_prev && rounds == 0 && last > first * (1.0 - o.min_gain)) return out;
+    out.settled = last;
+    if (has_prev) {
+      out.gain = prev > 0 ? (prev - last) / prev : 0.0;
+      if (out.gain < o.min_gain) {
+        out.kind = GainDecision::Kind::Reject;
+        rejected += 1;
+        stop(std::min(prev, last));
+        return out;
+      }
+    }
+    if (total > 0 && double(step) > o.grow_until * double(total)) {
+      out.kind = GainDecision::Kind::Stop;
+      stop(last);
+      return out;
+    }
+    out.kind = GainDecision::Kind::Grow;
+    return out;
+  }
+
+  /// The caller grew a round (possibly empty: then growth stops) from settled loss SETTLED.
+  void grown(size_t heads_added, double settled) {
+    round.clear();
+    if (heads_added == 0) {
+      stop(settled);
+      return;
+    }
+    rounds += 1;
+    has_prev = true;
+    prev = settled;
+    restart();
+  }
+
+  void stop(double at) {
+    done = true;
+    has_prev = false;
+    done_at = at;
+    rise = 0;
+  }
+
+  void save(std::ostringstream& os) const {
+    os << "gain " << done << ' ';
+    put_vec(os, recent);
+    put(os, first);
+    os << probes << ' ' << has_prev << ' ';
+    put(os, prev);
+    put(os, done_at);
+    os << rise << ' ' << rounds << ' ' << rejected << ' ' << reopened << ' ' << round.size() << ' ';
+    for (const auto& [b, h] : round) os << b << ' ' << h << ' ';
+  }
+
+  void load(Reader& r) {
+    r.expect("gain");
+    done = r.u64() != 0;
+    recent = r.vec();
+    first = r.num();
+    probes = r.u64();
+    has_prev = r.u64() != 0;
+    prev = r.num();
+    done_at = r.num();
+    rise = r.u64();
+    rounds = r.u64();
+    rejected = r.u64();
+    reopened = r.u64();
+    const size_t n = r.u64();
+    if (n > 1000000) throw RuntimeError("incrt: policy state: a round of " + std::to_string(n) + " heads");
+    round.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t b = r.u64();
+      round.emplace_back(b, r.i64());
+    }
+  }
+};
+
+}  // namespace gf::incrt
