@@ -649,7 +649,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       const gf::incrt::PlaneResidual pr =
           gf::incrt::plane_residual(grams_[bv.index], motors_[bv.index], plane_threshold_);
       size_t n = round_ == "one" ? 1 : round_ == "double" ? heads.size() : std::min(pr.planes, heads.size());
-      n = std::min(n, room);
+      n = pr.vectors.empty() ? 0 : std::min(n, room);
       for (size_t i = 0; i < n; ++i) {
         const size_t v = std::min(2 * i, pr.vectors.size() - 1);
         gf::Edit e;
