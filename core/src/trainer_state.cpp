@@ -54,7 +54,9 @@ void each_field(State& s, F&& f) {
   // added with the policies' RunMetrics; a checkpoint written before them loads with these
   // at their defaults (absent = not measured yet)
   f("chk", s.since_check, true);
-  f("val", std::forward_as_tuple(s.val_step, s.val_loss, s.val_accuracy), true);
+  f("val_step", s.val_step, true);
+  f("val_loss", s.val_loss, true);
+  f("val_accuracy", s.val_accuracy, true);
   f("rng", std::forward_as_tuple(s.dropout_rng, s.growth_rng, s.pruning_rng));
 }
 }  // namespace
@@ -64,8 +66,6 @@ std::string TrainerState::to_json() const {
   each_field(*this, [&](const char* name, const auto& v, bool = false) {
     using V = std::decay_t<decltype(v)>;
     if constexpr (std::is_same_v<V, std::tuple<const Rng&, const Rng&, const Rng&>>)
-      j[name] = {std::get<0>(v), std::get<1>(v), std::get<2>(v)};
-    else if constexpr (std::is_same_v<V, std::tuple<const long&, const double&, const double&>>)
       j[name] = {std::get<0>(v), std::get<1>(v), std::get<2>(v)};
     else
       j[name] = v;
@@ -84,11 +84,6 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
         std::get<0>(v) = r.at(0).get<Rng>();
         std::get<1>(v) = r.at(1).get<Rng>();
         std::get<2>(v) = r.at(2).get<Rng>();
-      } else if constexpr (std::is_same_v<V, std::tuple<long&, double&, double&>>) {
-        const json& r = j.at(name);
-        std::get<0>(v) = r.at(0).get<long>();
-        std::get<1>(v) = r.at(1).get<double>();
-        std::get<2>(v) = r.at(2).get<double>();
       } else {
         j.at(name).get_to(v);
       }

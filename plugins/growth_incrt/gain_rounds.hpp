@@ -99,7 +99,6 @@ struct GainState {
   bool done = false;            // growth stopped (a round did not pay, no plane, or late)
   Vec recent;                   // the phase's last 2 W probe losses
   double first = 0.0;           // the phase's first probe loss
-  size_t probes = 0;            // probes seen since the phase began
   bool has_prev = false;        // a round was grown and is waiting for its test
   double prev = 0.0;            // the settled loss before that round
   double done_at = 0.0;         // the settled loss growth stopped at
@@ -110,7 +109,6 @@ struct GainState {
   /// Starts a new settling phase (after a growth, a reopening or at the start).
   void restart() {
     recent.clear();
-    probes = 0;
     first = 0.0;
   }
 
@@ -140,8 +138,7 @@ struct GainState {
       out.kind = GainDecision::Kind::Reopen;
       return out;
     }
-    if (probes == 0) first = loss;
-    probes += 1;
+    if (recent.empty()) first = loss;  // recent holds 2 W >= 2 probes once the phase began
     recent.push_back(loss);
     if (recent.size() > 2 * w) recent.erase(recent.begin());
     const auto [last, before] = windows(w);
@@ -192,7 +189,7 @@ struct GainState {
     os << "gain " << done << ' ';
     put_vec(os, recent);
     put(os, first);
-    os << probes << ' ' << has_prev << ' ';
+    os << has_prev << ' ';
     put(os, prev);
     put(os, done_at);
     os << rise << ' ' << rounds << ' ' << rejected << ' ' << reopened << ' ' << round.size() << ' ';
@@ -204,7 +201,6 @@ struct GainState {
     done = r.u64() != 0;
     recent = r.vec();
     first = r.num();
-    probes = r.u64();
     has_prev = r.u64() != 0;
     prev = r.num();
     done_at = r.num();

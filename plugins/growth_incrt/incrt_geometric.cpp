@@ -397,23 +397,22 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
     // M_a = sum of the heads' antisymmetric motors; C from the probe.
     Mat ma(d);
-    std::vector<Mat>& motors = motors_[bv.index];
-    motors.clear();
+    std::vector<Mat> motors;  // kept for a round (criterion: gain)
     for (const gf::HeadInfo& h : heads) {
       if (!h.head) continue;
-      motors.push_back(gf::incrt::head_motor(*h.head, d));
-      const Mat& m = motors.back();
+      Mat m = gf::incrt::head_motor(*h.head, d);
       for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
+      if (gain_mode_) motors.push_back(std::move(m));
     }
     size_t ntok = 0;
     const Mat c =
         gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_, normalize_c_, &ntok);
     const size_t nseq = first_sequence_ ? std::min<size_t>(bv.probe->input.dim(0), 1)
                                         : bv.probe->input.dim(0);
-    grams_[bv.index] = c;
-    seq_len_[bv.index] = nseq ? double(ntok) / double(nseq) : 1.0;
+    const double seq_len = nseq ? double(ntok) / double(nseq) : 1.0;
     const Mat sfull = gf::incrt::sym_cm(c, ma);
     const double energy = gf::incrt::frobenius(sfull);  // E_t: total directional energy
+    if (gain_mode_) round_inputs_[bv.index] = {c, std::move(motors), seq_len};
     const Mat a = gf::incrt::project(sfull, st.q);
     const double a_norm = gf::incrt::frobenius(a);
 
@@ -547,8 +546,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     e.init.mode = directed_ ? "directed" : "random";
     e.init.direction.assign(dir.begin(), dir.end());
     e.init.preserve_function = preserve_;
-    const double seq_len = nseq ? double(ntok) / double(nseq) : 1.0;
-    e.init.value_variance = value_variance_ > 0 ? value_variance_ : ntk_variance(heads, d, seq_len);
+    e.init.value_variance = new_head_variance(heads, d, seq_len);
     e.cause.type = "grow";
     e.cause.block = static_cast<long>(bv.index);
     e.cause.numbers = {{"step", double(view.step)},   {"lambda_max", st.lambda_max},
@@ -584,14 +582,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
     const gf::incrt::GainDecision dec =
         calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_)
                    : gf::incrt::GainDecision{};
+    const auto windows = gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1));
     gf::Event pe;
     pe.type = "probe";
     pe.numbers = {{"step", double(view.step)},          {"probe_loss", m.probe_loss},
                   {"probe_accuracy", m.probe_accuracy}, {"examples", double(m.probe_examples)},
                   {"train_loss", m.train_loss},         {"train_steps", double(m.train_steps)},
                   {"val_step", double(m.val_step)},      {"val_loss", m.val_loss},
-                  {"window", gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1)).first},
-                  {"window_before", gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1)).second}};
+                  {"window", windows.first},            {"window_before", windows.second}};
     // numbers not measured yet (no validation, no full window) are left out, not written as null
     pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
@@ -641,13 +639,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // Grow: one round over the editable blocks
     size_t added = 0;
     for (const gf::BlockView& bv : view.blocks) {
-      if (!bv.block || !bv.block->can_edit_heads() || !grams_.count(bv.index)) continue;
+      auto in = round_inputs_.find(bv.index);
+      if (!bv.block || !bv.block->can_edit_heads() || in == round_inputs_.end()) continue;
       const std::vector<gf::HeadInfo> heads = bv.block->heads();
       const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
                                   bv.block->max_heads());
       const size_t room = cap > heads.size() ? cap - heads.size() : 0;
       const gf::incrt::PlaneResidual pr =
-          gf::incrt::plane_residual(grams_[bv.index], motors_[bv.index], plane_threshold_);
+          gf::incrt::plane_residual(in->second.c, in->second.motors, plane_threshold_);
       size_t n = round_ == "one" ? 1 : round_ == "double" ? heads.size() : std::min(pr.planes, heads.size());
       n = pr.vectors.empty() ? 0 : std::min(n, room);
       for (size_t i = 0; i < n; ++i) {
@@ -658,8 +657,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         e.init.mode = directed_ ? "directed" : "random";
         e.init.direction.assign(pr.vectors[v].begin(), pr.vectors[v].end());
         e.init.preserve_function = preserve_;
-        e.init.value_variance = value_variance_ > 0 ? value_variance_
-                                                    : ntk_variance(heads, grams_[bv.index].n, seq_len_[bv.index]);
+        e.init.value_variance = new_head_variance(heads, in->second.c.n, in->second.seq_len);
         e.cause.type = "grow";
         e.cause.block = static_cast<long>(bv.index);
         e.cause.numbers = {{"step", double(view.step)},
@@ -682,6 +680,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
     }
     gain_.grown(added, dec.settled);
     gain_pending_ = added;
+  }
+
+  /// Var(W_V) of a new head: the option, else the NTK rule.
+  double new_head_variance(const std::vector<gf::HeadInfo>& heads, size_t d, double seq_len) const {
+    return value_variance_ > 0 ? value_variance_ : ntk_variance(heads, d, seq_len);
   }
 
   /// NTK-consistent value variance Var(W_V) = d_k n / (d d_v) with n the sequence
@@ -728,10 +731,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
   gf::incrt::GainState gain_;
   size_t gain_checks_ = 0;   // checks seen (a probe every probe_every of them)
   size_t gain_pending_ = 0;  // AddHead edits of a round returned and not yet confirmed
-  // this check's C, head motors and tokens per probe sequence, per block (not state)
-  std::map<size_t, Mat> grams_;
-  std::map<size_t, std::vector<Mat>> motors_;
-  std::map<size_t, double> seq_len_;
+  // what a round reads of this check, per block (criterion: gain; not state): C, the heads'
+  // motors and the valid tokens per probe sequence
+  struct RoundInputs {
+    Mat c;
+    std::vector<Mat> motors;
+    double seq_len = 1.0;
+  };
+  std::map<size_t, RoundInputs> round_inputs_;
 
   bool seeded_ = false;
   gf::Rng rng_;
