@@ -30,10 +30,12 @@ constexpr int kInterrupted = 130;  // the trainer's exit status after Ctrl-C / S
 const char* kJobFile = "sweep_job.json";
 
 // One axis: a dotted path and its values, each with a label that names run directories and
-// table rows. Values are a list (labels derived) or a mapping label -> value.
+// table rows. Values are a list (labels derived) or a mapping label -> value. The axis `set`
+// maps labels to lists of KEY=VALUE overrides (an arm that changes several keys at once).
 struct Axis {
   std::string path;
   std::vector<std::string> values, labels;
+  std::vector<std::vector<std::string>> overrides;  // axis `set`: each label's overrides
 };
 
 struct Job {
@@ -77,6 +79,30 @@ std::vector<Axis> read_axes(const gf::ConfigNode& axes) {
     gf::ConfigNode v = axes.child(k);
     Axis a;
     a.path = k;
+    if (k == "set") {  // label -> [KEY=VALUE, ...]
+      if (!v.is_map())
+        v.fail("the axis `set` is a mapping from labels to lists of KEY=VALUE overrides");
+      for (auto& label : v.keys()) {
+        gf::ConfigNode list = v.child(label);
+        if (safe_name(label) != label)
+          list.fail("an axis label names run directories: use letters, digits, '-', '_', '.'");
+        if (!list.is_sequence() || list.items().empty())
+          list.fail("an arm of the axis `set` is a non-empty list of KEY=VALUE overrides");
+        std::vector<std::string> kv;
+        for (auto& it : list.items()) {
+          const std::string text = value_text(it);
+          if (!it.is_scalar() || text.find('=') == std::string::npos || text.front() == '=')
+            it.fail("expected KEY=VALUE, got '" + text + "'");
+          kv.push_back(text);
+        }
+        a.labels.push_back(label);
+        a.values.push_back(label);
+        a.overrides.push_back(kv);
+      }
+      if (a.values.empty()) v.fail("the axis `set` needs at least one arm");
+      out.push_back(a);
+      continue;
+    }
     if (v.is_map()) {  // label -> value
       for (auto& label : v.keys()) {
         if (safe_name(label) != label)
@@ -118,7 +144,10 @@ std::vector<Job> make_jobs(const std::vector<Axis>& ax, const std::vector<int64_
       j.overrides = sets;
       std::string name;
       for (size_t i = 0; i < ax.size(); ++i) {
-        j.overrides.push_back(ax[i].path + "=" + ax[i].values[c[i]]);
+        if (!ax[i].overrides.empty())
+          for (const std::string& kv : ax[i].overrides[c[i]]) j.overrides.push_back(kv);
+        else
+          j.overrides.push_back(ax[i].path + "=" + ax[i].values[c[i]]);
         j.labels.push_back(ax[i].labels[c[i]]);
         name += (name.empty() ? "" : "__") + safe_name(ax[i].labels[c[i]]);
       }
@@ -302,7 +331,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
                   {"base", gf::OptType::String, "", "base config (relative to this file)", 0, 0, {}, true},
                   {"seeds", gf::OptType::IntList, "[1]", "seeds; every combination runs once per seed"},
                   {"axes", gf::OptType::Component, "{}",
-                   "dotted path -> list of values, or mapping label -> value"},
+                   "dotted path -> list of values, or mapping label -> value; `set`: label -> list of "
+                   "KEY=VALUE overrides (one arm that sets several keys)"},
                   {"set", gf::OptType::StringList, "[]", "KEY=VALUE overrides for every job"}},
                  "sweep");
   std::string base = so.resolve_path(so.get_string("base"));

@@ -371,6 +371,44 @@ TEST_CASE("cli: sweep runs every combination and writes one table") {
   fs::remove(sw);
 }
 
+TEST_CASE("cli: a sweep's `set` axis gives each arm several overrides; a bad arm is named") {
+  std::string base = tmpdir("sws_base") + ".yaml", sw = tmpdir("sws") + ".yaml", out = tmpdir("sws_out");
+  std::ofstream(base) << kTiny;
+  std::ofstream(sw) << "name: t\nbase: " << base
+                    << "\nseeds: [1]\nset: [train.steps=4, train.eval_every=2]\n"
+                       "axes:\n  set:\n"
+                       "    fixed2: [model.attention.heads=2, \"growth={plugin: none}\"]\n"
+                       "    grown: [model.attention.heads=1, \"growth={plugin: fixed_schedule, every: 2, "
+                       "max_heads: 3}\"]\n";
+  Cli c = run_cli("sweep " + sw + " --out " + out + " --quiet");
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // two jobs, not the product of the keys; each arm's keys reach its job's config
+  CHECK(fs::exists(out + "/fixed2__seed1"));
+  CHECK(fs::exists(out + "/grown__seed1"));
+  CHECK(!fs::exists(out + "/fixed2__grown__seed1"));
+  const std::string fixed = slurp(out + "/fixed2__seed1/config.resolved.yaml");
+  const std::string grown = slurp(out + "/grown__seed1/config.resolved.yaml");
+  CHECK(has(fixed, "heads: 2"));
+  CHECK(has(grown, "heads: 1"));
+  CHECK(has(grown, "fixed_schedule"));
+  CHECK(!has(fixed, "fixed_schedule"));
+  CHECK(has(slurp(out + "/summary.csv"), "job,set,seed"));
+  fs::remove_all(out);
+  // an arm that is not a list of KEY=VALUE is a config error naming it
+  std::ofstream(sw) << "name: t\nbase: " << base << "\naxes:\n  set:\n    a: [model.attention.heads]\n";
+  Cli bad = run_cli("sweep " + sw + " --out " + out + " --quiet");
+  CHECK(bad.status != 0);
+  CHECK(has(bad.output, "expected KEY=VALUE, got 'model.attention.heads'"));
+  fs::remove_all(out);
+  fs::remove(base);
+  fs::remove(sw);
+}
+
 TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues without redoing jobs") {
   std::string base = tmpdir("swr_base") + ".yaml", sw = tmpdir("swr") + ".yaml", out = tmpdir("swr_out");
   std::ofstream(base) << kTiny;
