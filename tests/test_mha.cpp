@@ -279,6 +279,49 @@ TEST_CASE("the heads' output maps as one product equal the per-head path") {
   clear_tape();
 }
 
+TEST_CASE("a muted head: the block output equals the output with that head's W_O at zero") {
+  for (const char* combine : {"sum", "mean"}) {
+    INFO(combine);
+    auto blk = make_block(std::string("plugin: mha\nheads: 3\nd_k: 4\ncombine: ") + combine + "\n", 8);
+    Tensor x = gf_test::randn({2, 6, 8}, 9);
+    const std::vector<HeadInfo> heads = blk->heads();
+    REQUIRE(heads.size() == 3);
+    auto out = [&] { return blk->forward(constant(x), ForwardContext{}).value().to_vector(); };
+    const std::vector<float> full = out();
+    blk->set_muted({heads[1].id, 999});  // ids that are not heads are ignored
+    const std::vector<float> muted = out();
+    blk->set_muted({});
+    CHECK(out() == full);
+    // the independent way: the head's output map at zero
+    Tensor& w = const_cast<Var*>(heads[1].w_o)->value();
+    const Tensor saved = w.clone();
+    w.zero();
+    const std::vector<float> zeroed = out();
+    w = saved;
+    REQUIRE(muted.size() == zeroed.size());
+    bool differs = false;
+    for (size_t i = 0; i < muted.size(); ++i) {
+      REQUIRE(muted[i] == doctest::Approx(zeroed[i]).epsilon(1e-5).scale(1e-3));
+      differs = differs || std::fabs(muted[i] - full[i]) > 1e-4f;
+    }
+    CHECK(differs);  // the head mattered
+    // every head muted: the output bias alone
+    std::vector<float> bias;
+    for (auto& [n, p] : blk->named_parameters())
+      if (n == "b_o") {
+        Tensor& b = const_cast<Var&>(p).value();
+        for (size_t i = 0; i < b.size(); ++i) b[i] = 0.1f * float(i) - 0.3f;
+        bias = b.to_vector();
+      }
+    REQUIRE(bias.size() == 8);
+    blk->set_muted({heads[0].id, heads[1].id, heads[2].id});
+    const std::vector<float> none = out();
+    blk->set_muted({});
+    for (size_t i = 0; i < none.size(); ++i) REQUIRE(none[i] == bias[i % 8]);
+  }
+  clear_tape();
+}
+
 TEST_CASE("structure round trip recreates the same heads") {
   auto blk = make_block("plugin: mha\nheads: 2\n", 8);
   Rng rng(1, "g");

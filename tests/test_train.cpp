@@ -171,6 +171,94 @@ TEST_CASE("policies see the training window, the latest validation and a validat
   fs::remove_all(cut);
 }
 
+TEST_CASE("pruning: ablation measures each head's removal on the validation probe, prunes the "
+          "cheapest, and a resumed run does the same") {
+  auto lines = [](const std::string& dir) {
+    std::vector<json> out;
+    std::ifstream in(dir + "/events.jsonl");
+    for (std::string l; std::getline(in, l);) out.push_back(json::parse(l));
+    return out;
+  };
+  auto ablation_checks = [](const std::vector<json>& ev) {
+    std::vector<json> out;
+    for (const json& e : ev)
+      if (e["type"] == "check" && e.value("policy", "") == "ablation") out.push_back(e);
+    return out;
+  };
+  // never prunes (max_cost under any cost): the costs of the last check against the final
+  // model evaluated here with each head's output map at zero
+  {
+    std::string dir = tmpdir("abl_keep");
+    REQUIRE(train(dir, {"model.attention.heads=3", "model.attention.d_k=4", "train.check_every=5",
+                        "pruning={plugin: ablation, probe_every: 1, probe_examples: 16, grace: 0, "
+                        "max_cost: -1000}"}) == 0);
+    const auto checks = ablation_checks(lines(dir));
+    REQUIRE(checks.size() == 8);  // steps 5, 10, ..., 40
+    const json& last = checks.back();
+    CHECK(last["step"].get<double>() == 40.0);
+    auto ex = experiment_from_checkpoint(dir + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+    ex->load_weights(dir + "/checkpoints/last.safetensors");
+    const auto& val = ex->data().val;
+    const double base = ex->evaluate(val, 1).loss;
+    CHECK(last["probe_loss"].get<double>() == doctest::Approx(base).epsilon(1e-6));
+    AttentionBlock* blk = ex->model().blocks()[0];
+    const auto heads = blk->heads();
+    REQUIRE(heads.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(last["head_ids"][i].get<double>() == double(heads[i].id));
+      Tensor& w = const_cast<Var*>(heads[i].w_o)->value();
+      const Tensor saved = w.clone();
+      w.zero();
+      const double without = ex->evaluate(val, 1).loss;
+      w = saved;
+      const double cost = (without - base) / std::max(base, 0.05);
+      CHECK(last["cost"][i].get<double>() == doctest::Approx(cost).epsilon(1e-5).scale(1e-6));
+    }
+    for (const json& e : lines(dir)) CHECK(e["type"] != "prune");
+    fs::remove_all(dir);
+  }
+  // prunes every head it can (max_cost over any cost), the cheapest first, after 2 probes
+  // under it, one per check, down to min_heads 1; a run stopped at step 7 and resumed writes
+  // the same events
+  const std::vector<std::string> sets = {
+      "model.attention.heads=3", "model.attention.d_k=4", "train.check_every=5",
+      "pruning={plugin: ablation, probe_every: 1, probe_examples: 16, grace: 0, patience: 2, "
+      "max_cost: 1000}"};
+  std::string full = tmpdir("abl_full"), cut = tmpdir("abl_cut");
+  REQUIRE(train(full, sets) == 0);
+  REQUIRE(train(cut, sets, 7) == 0);
+  auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.quiet = true;
+  REQUIRE(ex->resume(cut, f) == 0);
+  const auto a = lines(full), b = lines(cut);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+  std::vector<json> prunes;
+  const auto checks = ablation_checks(a);
+  for (const json& e : a)
+    if (e["type"] == "prune") prunes.push_back(e);
+  REQUIRE(prunes.size() == 2);
+  CHECK(prunes[0]["step"].get<double>() == 10.0);
+  CHECK(prunes[1]["step"].get<double>() == 15.0);
+  CHECK(prunes[1]["heads"][0].get<double>() == 1.0);
+  CHECK(prunes[0]["reason"] == "removal_costs_under_max_cost");
+  for (const json& p : prunes) {
+    // the pruned head is the cheapest of its check
+    const json* c = nullptr;
+    for (const json& k : checks)
+      if (k["step"] == p["step"]) c = &k;
+    REQUIRE(c);
+    double lowest = 1e300;
+    for (const json& v : (*c)["cost"]) lowest = std::min(lowest, v.get<double>());
+    CHECK(p["score"].get<double>() == lowest);
+  }
+  // with one head left nothing is ablated
+  CHECK(checks.back()["step"].get<double>() == 15.0);
+  fs::remove_all(full);
+  fs::remove_all(cut);
+}
+
 TEST_CASE("checkpoints: round trip, and corrupt or truncated files are refused") {
   std::string dir = tmpdir("ck");
   REQUIRE(train(dir) == 0);

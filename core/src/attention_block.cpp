@@ -117,7 +117,7 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
   if (!head_masks_on_) head_masks_.clear();
   // Without per-head masks or the mean: the heads' output maps, their sum and the bias as
   // one product (ops::linear_sum), not one output per head, a sum and a bias pass.
-  if (!head_masks_on_ && !combine_mean_ && slots_.size() > 1) {
+  if (!head_masks_on_ && !combine_mean_ && slots_.size() > 1 && muted_.empty()) {
     std::vector<Var> hs, ws;
     for (size_t i = 0; i < slots_.size(); ++i) {
       HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};
@@ -128,6 +128,7 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     auto& s = slots_[i];
+    if (is_muted(s->id)) continue;  // an ablation: this head's output is left out
     HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};
     Var h = s->head->forward(in);
     Var o = ops::linear(h, s->w_o);
@@ -138,8 +139,12 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
     }
     outs.push_back(o);
   }
+  if (outs.empty()) return ops::add(ops::scale(x, 0.0f), b_o_);  // every head muted
   Var y = outs.size() == 1 ? outs[0] : ops::sum_all(outs);
-  if (combine_mean_ && outs.size() > 1) y = ops::scale(y, 1.0f / static_cast<float>(outs.size()));
+  // combine: mean divides by the block's head count, muted heads included (a muted head
+  // contributes zero, as if its W_O were zero)
+  const size_t n_mean = slots_.size();
+  if (combine_mean_ && n_mean > 1) y = ops::scale(y, 1.0f / static_cast<float>(n_mean));
   return ops::add(y, b_o_);
 }
 

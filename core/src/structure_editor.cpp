@@ -29,6 +29,33 @@ size_t StructureEditor::validation_probe(size_t step) const {
   return n;
 }
 
+namespace {
+std::vector<HeadRef> canonical(std::vector<HeadRef> heads) {
+  std::sort(heads.begin(), heads.end(), [](const HeadRef& a, const HeadRef& b) {
+    return a.block != b.block ? a.block < b.block : a.head < b.head;
+  });
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  return heads;
+}
+}  // namespace
+
+const Ablation* RunMetrics::ablation(std::vector<HeadRef> heads) const {
+  heads = canonical(std::move(heads));
+  for (const Ablation& a : ablations)
+    if (canonical(a.heads) == heads) return &a;
+  return nullptr;
+}
+
+std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) const {
+  std::vector<std::vector<HeadRef>> out;
+  for (size_t p = 0; p < policies_.size(); ++p)
+    for (auto& set : policies_[p].policy->probe_ablations(view(step, p))) {
+      std::vector<HeadRef> c = canonical(set);
+      if (!c.empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
+  return out;
+}
+
 bool StructureEditor::needs_head_mask_grads() const {
   return std::any_of(policies_.begin(), policies_.end(),
                      [](const Policy& p) { return p.policy->needs_head_mask_grads(); });

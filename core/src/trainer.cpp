@@ -725,12 +725,42 @@ class Experiment::Loop {
     const auto& val = task(step).val;
     if (want > 0 && !val.empty()) {
       const size_t bs = std::max<size_t>(1, static_cast<size_t>(ts_.batch_size));
-      EvalResult r = ex_.evaluate(val, static_cast<long>((want + bs - 1) / bs));
+      const long batches = static_cast<long>((want + bs - 1) / bs);
+      EvalResult r = ex_.evaluate(val, batches);
       m.probe_examples = r.examples;
       m.probe_loss = r.loss;
       m.probe_accuracy = r.accuracy;
+      for (const std::vector<HeadRef>& set : editor_.probe_ablations(static_cast<size_t>(step)))
+        m.ablations.push_back(ablate(set, val, batches));
     }
     return m;
+  }
+
+  /// The probe (BATCHES of VAL) with the heads of SET muted.
+  Ablation ablate(const std::vector<HeadRef>& set, const std::vector<Example>& val, long batches) {
+    std::vector<AttentionBlock*> blocks = ex_.model_->blocks();
+    for (AttentionBlock* b : blocks) b->set_muted({});
+    for (const HeadRef& h : set) {
+      if (h.block >= blocks.size())
+        throw RuntimeError("a policy asked to ablate a head of block " + std::to_string(h.block) +
+                           " of " + std::to_string(blocks.size()));
+      std::vector<int> ids = blocks[h.block]->muted();
+      ids.push_back(h.head);
+      blocks[h.block]->set_muted(ids);
+    }
+    EvalResult r;
+    try {
+      r = ex_.evaluate(val, batches);
+    } catch (...) {
+      for (AttentionBlock* b : blocks) b->set_muted({});
+      throw;
+    }
+    for (AttentionBlock* b : blocks) b->set_muted({});
+    Ablation a;
+    a.heads = set;
+    a.loss = r.loss;
+    a.accuracy = r.accuracy;
+    return a;
   }
 
   // Each block's diagnostics (HKT: fusion weights `lambda`) and its heads' (hybrid: `beta`) as

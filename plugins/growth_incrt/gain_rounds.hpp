@@ -85,6 +85,8 @@ struct GainOptions {
   double reopen_rise = 0.25;    // after growth stopped: the probe loss this fraction over the
                                 // settled loss for W probes in a row reopens growth
   double grow_until = 0.6;      // no new round after this fraction of the run's steps
+  double round_patience = 1.5;  // a round is not taken back before it has trained this many
+                                // times the steps the first head took to start learning
 };
 
 /// What a probe decided.
@@ -101,10 +103,32 @@ struct GainState {
   double first = 0.0;           // the phase's first probe loss
   bool has_prev = false;        // a round was grown and is waiting for its test
   double prev = 0.0;            // the settled loss before that round
-  double done_at = 0.0;         // the settled loss growth stopped at
+  double done_at = 0.0;         // the settled loss growth stopped at (NaN: a round was taken
+                                // back and the model has not settled without it yet)
   size_t rise = 0;              // consecutive probes over done_at (1 + reopen_rise)
   size_t rounds = 0, rejected = 0, reopened = 0;
   std::vector<std::pair<size_t, long>> round;  // (block, head id) of the last round's heads
+  // The run's learning onset: its first probe (loss, step) and the steps until a probe loss
+  // first fell by min_gain below it (-1 until then): how long a head takes to start learning.
+  double start_loss = std::numeric_limits<double>::quiet_NaN();
+  size_t start_step = 0;
+  long onset = -1;
+  size_t round_step = 0;  // the step the last round was grown at
+
+  /// Every probe, from the run's first (before the rounds begin too): the learning onset.
+  void watch(double loss, size_t step, double min_gain) {
+    if (!std::isfinite(loss)) return;
+    if (!std::isfinite(start_loss)) {
+      start_loss = loss;
+      start_step = step;
+    }
+    if (onset < 0 && loss <= start_loss * (1.0 - min_gain)) onset = long(step - start_step);
+  }
+
+  /// The steps a round is given before it can be taken back.
+  double patience_steps(const GainOptions& o) const {
+    return onset > 0 ? o.round_patience * double(onset) : 0.0;
+  }
 
   /// Starts a new settling phase (after a growth, a reopening or at the start).
   void restart() {
@@ -127,6 +151,15 @@ struct GainState {
     if (!std::isfinite(loss)) return out;
     const size_t w = std::max<size_t>(o.settle_probes, 1);
     if (done) {
+      if (!std::isfinite(done_at)) {
+        // growth stopped by taking a round back: the rise test starts from the level the
+        // model settles at without those heads (their removal raises the loss for a while)
+        recent.push_back(loss);
+        if (recent.size() > 2 * w) recent.erase(recent.begin());
+        const auto [last, before] = windows(w);
+        if (std::isfinite(last) && last >= before * (1.0 - o.settle_tolerance)) done_at = last;
+        return out;
+      }
       rise = loss > done_at * (1.0 + o.reopen_rise) ? rise + 1 : 0;
       if (rise < w) return out;
       done = false;
@@ -144,15 +177,20 @@ struct GainState {
     const auto [last, before] = windows(w);
     if (!std::isfinite(last) || last < before * (1.0 - o.settle_tolerance)) return out;
     // The first phase must show learning before it can settle (a loss flat at chance is not
-    // a plateau of trained heads).
-    if (!has_prev && rounds == 0 && last > first * (1.0 - o.min_gain)) return out;
+    // a plateau of trained heads): the run's learning onset (watch) or, without it, a fall
+    // from the phase's first probe.
+    if (!has_prev && rounds == 0 && onset < 0 && last > first * (1.0 - o.min_gain)) return out;
     out.settled = last;
     if (has_prev) {
       out.gain = prev > 0 ? (prev - last) / prev : 0.0;
+      // A new head is dormant while it finds what to attend to (as the first head was before
+      // its loss began to fall): a round is judged once it has trained as long as that.
+      if (out.gain < o.min_gain && double(step - round_step) < patience_steps(o)) return GainDecision{};
       if (out.gain < o.min_gain) {
         out.kind = GainDecision::Kind::Reject;
         rejected += 1;
-        stop(std::min(prev, last));
+        stop(std::numeric_limits<double>::quiet_NaN());
+        restart();
         return out;
       }
     }
@@ -165,9 +203,11 @@ struct GainState {
     return out;
   }
 
-  /// The caller grew a round (possibly empty: then growth stops) from settled loss SETTLED.
-  void grown(size_t heads_added, double settled) {
+  /// The caller grew a round (possibly empty: then growth stops) at STEP from settled loss
+  /// SETTLED.
+  void grown(size_t heads_added, double settled, size_t step) {
     round.clear();
+    round_step = step;
     if (heads_added == 0) {
       stop(settled);
       return;
@@ -194,9 +234,12 @@ struct GainState {
     put(os, done_at);
     os << rise << ' ' << rounds << ' ' << rejected << ' ' << reopened << ' ' << round.size() << ' ';
     for (const auto& [b, h] : round) os << b << ' ' << h << ' ';
+    put(os, start_loss);
+    os << start_step << ' ' << onset << ' ' << round_step << ' ';
   }
 
-  void load(Reader& r) {
+  /// WITH_ONSET: the text holds the learning onset (policy state version 5 on).
+  void load(Reader& r, bool with_onset) {
     r.expect("gain");
     done = r.u64() != 0;
     recent = r.vec();
@@ -215,6 +258,11 @@ struct GainState {
       const size_t b = r.u64();
       round.emplace_back(b, r.i64());
     }
+    if (!with_onset) return;
+    start_loss = r.num();
+    start_step = r.u64();
+    onset = r.i64();
+    round_step = r.u64();
   }
 };
 

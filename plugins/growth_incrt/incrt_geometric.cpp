@@ -97,6 +97,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     gain_opt_.min_gain = o.get_float("min_gain");
     gain_opt_.reopen_rise = o.get_float("reopen_rise");
     gain_opt_.grow_until = o.get_float("grow_until");
+    gain_opt_.round_patience = o.get_float("round_patience");
     if (absolute_ && !o.is_set("theta_w"))
       o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
   }
@@ -213,7 +214,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 4 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 5 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& kv : blocks_) {
       const BlockState& s = kv.second;
@@ -251,9 +252,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
     r.expect("incrt_geometric");
     // Version 2 (before growth patience) has no over-threshold counter: it loads as 0.
     const std::string version = r.word();
-    // Version 3 (before growth in rounds) has no round state: it loads with none.
-    if (version != "2" && version != "3" && version != "4")
-      throw gf::RuntimeError("incrt: policy state: expected version '2', '3' or '4', got '" + version + "'");
+    // Version 3 (before growth in rounds) has no round state: it loads with none; version 4
+    // (before the round patience) has no learning onset: it loads as not seen yet.
+    if (version != "2" && version != "3" && version != "4" && version != "5")
+      throw gf::RuntimeError("incrt: policy state: expected version '2' to '5', got '" + version + "'");
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);
@@ -291,8 +293,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     gain_ = gf::incrt::GainState{};
     gain_checks_ = 0;
     gain_pending_ = 0;
-    if (version == "4") {
-      gain_.load(r);
+    if (version == "4" || version == "5") {
+      gain_.load(r, version == "5");
       gain_checks_ = r.u64();
       gain_pending_ = r.u64();
     }
@@ -573,6 +575,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   void gain_step(const gf::TrainView& view, std::vector<gf::Edit>& edits) {
     gain_pending_ = 0;  // edits returned by an earlier check and not applied
     const gf::RunMetrics& m = view.metrics;
+    gain_.watch(m.probe_loss, view.step, gain_opt_.min_gain);
     const gf::incrt::GainState before = gain_;
     // The rounds begin once every block's calibration has ended (its first heads have learned:
     // before that the probe loss can sit flat at chance and look settled).
@@ -583,13 +586,15 @@ class IncrtGeometric : public gf::GrowthPolicy {
         calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_)
                    : gf::incrt::GainDecision{};
     const auto windows = gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1));
+    const double nan = std::numeric_limits<double>::quiet_NaN();
     gf::Event pe;
     pe.type = "probe";
     pe.numbers = {{"step", double(view.step)},          {"probe_loss", m.probe_loss},
                   {"probe_accuracy", m.probe_accuracy}, {"examples", double(m.probe_examples)},
                   {"train_loss", m.train_loss},         {"train_steps", double(m.train_steps)},
                   {"val_step", double(m.val_step)},      {"val_loss", m.val_loss},
-                  {"window", windows.first},            {"window_before", windows.second}};
+                  {"window", windows.first},            {"window_before", windows.second},
+                  {"onset_steps", gain_.onset >= 0 ? double(gain_.onset) : nan}};
     // numbers not measured yet (no validation, no full window) are left out, not written as null
     pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
@@ -633,7 +638,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
       gain_.round.clear();
       note("round_rejected", {{"gain", dec.gain}, {"min_gain", gain_opt_.min_gain},
                               {"settled_before", before.prev}, {"settled", dec.settled},
-                              {"heads_removed", double(before.round.size())}});
+                              {"heads_removed", double(before.round.size())},
+                              {"round_age", double(view.step - before.round_step)},
+                              {"patience_steps", before.patience_steps(gain_opt_)}});
       return;
     }
     // Grow: one round over the editable blocks
@@ -678,7 +685,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
                           {"settled", dec.settled}});
       added += n;
     }
-    gain_.grown(added, dec.settled);
+    gain_.grown(added, dec.settled, view.step);
     gain_pending_ = added;
   }
 
@@ -773,6 +780,10 @@ gf::OptionSpecs incrt_options() {
       {"reopen_rise", OptType::Float, "0.25",
        "gain: after growth stopped, a probe loss this fraction over the settled one for "
        "settle_probes probes reopens growth (a changed task)",
+       0.0, inf, {}},
+      {"round_patience", OptType::Float, "1.5",
+       "gain: a round is not taken back before it has trained this many times the steps the "
+       "run's first head took to start learning (its probe loss to fall by min_gain)",
        0.0, inf, {}},
       {"grow_until", OptType::Float, "0.6",
        "gain: no new round after this fraction of the run's steps", 0.0, 1.0, {}},

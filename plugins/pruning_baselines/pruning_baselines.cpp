@@ -1,6 +1,7 @@
 // Baseline pruning rules for INCRT ablations:
 //  `magnitude`: remove a head whose output map W_O has a small Frobenius norm;
-//  `head_importance`: Michel et al. 2019, accumulated |d loss / d mask_h|.
+//  `head_importance`: Michel et al. 2019, accumulated |d loss / d mask_h|;
+//  `ablation`: remove a head whose removal costs the validation probe almost nothing.
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -251,6 +252,125 @@ class HeadImportance : public gf::GrowthPolicy {
   std::map<size_t, Acc> acc_;
 };
 
+/// `ablation`: every probe_every checks the validation probe is evaluated once more per head
+/// past its grace, with that head muted; its cost is (L_muted - L) / max(L, loss_floor). A head
+/// under max_cost at `patience` probes in a row is removed, the cheapest first. Unlike
+/// |d loss / d mask| this is the loss without the head, not its first-order estimate, and it is
+/// measured on held-out examples.
+class AblationRule : public gf::GrowthPolicy {
+ public:
+  explicit AblationRule(const gf::Options& o)
+      : probe_examples_(size_t(o.get_int("probe_examples"))),
+        probe_every_(std::max<size_t>(1, size_t(o.get_int("probe_every")))),
+        max_cost_(o.get_float("max_cost")),
+        loss_floor_(o.get_float("loss_floor")),
+        patience_(std::max<size_t>(1, size_t(o.get_int("patience")))),
+        grace_(size_t(o.get_int("grace"))),
+        min_heads_(size_t(o.get_int("min_heads"))),
+        max_per_check_(size_t(o.get_int("max_per_check"))) {}
+
+  size_t validation_probe(size_t step) const override {
+    (void)step;
+    return probing() ? probe_examples_ : 0;
+  }
+
+  std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
+    std::vector<std::vector<gf::HeadRef>> out;
+    if (!probing()) return out;
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block || !bv.block->can_edit_heads()) continue;
+      const std::vector<gf::HeadInfo> heads = bv.block->heads();
+      if (heads.size() <= min_heads_) continue;
+      for (const gf::HeadInfo& h : heads)
+        if (age_of(view, h) >= grace_) out.push_back({{bv.index, h.id}});
+    }
+    return out;
+  }
+
+  void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    (void)new_head_id;
+    (void)view;
+    if (e.kind == gf::Edit::Kind::RemoveHead) low_.erase({e.block, e.head_id});
+  }
+
+  std::vector<gf::Edit> check(const gf::TrainView& view) override {
+    std::vector<gf::Edit> edits;
+    const gf::RunMetrics& m = view.metrics;
+    const bool measured = probing() && m.probe_examples > 0 && std::isfinite(m.probe_loss);
+    checks_ += 1;
+    if (!measured) return edits;
+    const double denom = std::max(m.probe_loss, loss_floor_);
+    for (const gf::BlockView& bv : view.blocks) {
+      if (!bv.block || !bv.block->can_edit_heads()) continue;
+      const std::vector<gf::HeadInfo> heads = bv.block->heads();
+      std::vector<Scored> cand;
+      std::vector<double> ids, costs, counts;
+      for (size_t i = 0; i < heads.size(); ++i) {
+        const gf::Ablation* a = m.ablation({{bv.index, heads[i].id}});
+        if (!a || !std::isfinite(a->loss)) continue;  // in its grace (or the last head)
+        const double cost = (a->loss - m.probe_loss) / denom;
+        size_t& low = low_[{bv.index, heads[i].id}];
+        low = cost < max_cost_ ? low + 1 : 0;
+        ids.push_back(heads[i].id);
+        costs.push_back(cost);
+        counts.push_back(double(low));
+        if (low >= patience_) cand.push_back({i, heads[i].id, cost, age_of(view, heads[i])});
+      }
+      if (view.events && !ids.empty()) {
+        gf::Event ev;
+        ev.type = "check";
+        ev.block = long(bv.index);
+        ev.numbers = {{"step", double(view.step)},      {"max_cost", max_cost_},
+                      {"probe_loss", m.probe_loss},     {"probe_accuracy", m.probe_accuracy},
+                      {"examples", double(m.probe_examples)}, {"heads", double(heads.size())}};
+        ev.strings = {{"policy", "ablation"}};
+        ev.lists = {{"head_ids", ids}, {"cost", costs}, {"checks_under", counts}};
+        view.events->emit(ev);
+      }
+      const size_t before = edits.size();
+      emit_prunes(view, bv, cand, heads.size(), min_heads_, max_per_check_, "ablation", max_cost_,
+                  edits);
+      for (size_t k = before; k < edits.size(); ++k) {
+        edits[k].cause.numbers.push_back({"probe_loss", m.probe_loss});
+        edits[k].cause.strings.push_back({"reason", "removal_costs_under_max_cost"});
+      }
+    }
+    return edits;
+  }
+
+  std::string save_state() const override {
+    std::ostringstream os;
+    os << "ablation 1 " << checks_ << ' ' << low_.size() << ' ';
+    for (const auto& kv : low_) os << kv.first.first << ' ' << kv.first.second << ' ' << kv.second << ' ';
+    os << "end";
+    return os.str();
+  }
+
+  void load_state(const std::string& text) override {
+    auto opened = gf::incrt::Reader::open(text, "ablation", "1");
+    if (!opened) return;
+    gf::incrt::Reader& r = *opened;
+    checks_ = r.u64();
+    const size_t n = r.u64();
+    low_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t b = r.u64();
+      const int id = int(r.i64());
+      low_[{b, id}] = r.u64();
+    }
+    r.expect("end");
+  }
+
+ private:
+  bool probing() const { return checks_ % probe_every_ == 0; }
+
+  size_t probe_examples_, probe_every_;
+  double max_cost_, loss_floor_;
+  size_t patience_, grace_, min_heads_, max_per_check_;
+  size_t checks_ = 0;                         // checks seen
+  std::map<std::pair<size_t, int>, size_t> low_;  // probes in a row under max_cost, per head
+};
+
 void register_rules(gf::Registry& r) {
   using gf::OptType;
   const double inf = std::numeric_limits<double>::infinity();
@@ -284,6 +404,29 @@ void register_rules(gf::Registry& r) {
                  "Michel et al. 2019: prune heads with small accumulated |d loss / d head mask|",
                  imp},
                 [](const gf::Options& o) { return std::make_unique<HeadImportance>(o); });
+  gf::OptionSpecs abl = {
+      {"grace", OptType::Int, "300", "steps after a head's birth before it can be pruned", 0,
+       1e12, {}},
+      {"min_heads", OptType::Int, "1", "never prune a block below this many heads", 0, 1e6, {}},
+      {"max_per_check", OptType::Int, "1", "heads removed per block and check at most", 1, 1e6,
+       {}},
+      {"probe_examples", OptType::Int, "128", "validation examples per probe", 1, 1e7, {}},
+      {"probe_every", OptType::Int, "10",
+       "a probe every N checks (each probe evaluates the examples once per head past its grace)",
+       1, 1e6, {}},
+      {"max_cost", OptType::Float, "0.02",
+       "prune a head whose removal raises the probe loss by less than this fraction", -inf, inf, {}},
+      {"loss_floor", OptType::Float, "0.05",
+       "the cost's denominator is max(probe loss, loss_floor): near-zero losses do not magnify "
+       "float noise",
+       1e-12, inf, {}},
+      {"patience", OptType::Int, "2", "probes in a row under max_cost before a head is pruned", 1,
+       1e6, {}},
+  };
+  r.add_pruning({"ablation",
+                 "prune heads whose removal costs the validation probe less than max_cost",
+                 abl},
+                [](const gf::Options& o) { return std::make_unique<AblationRule>(o); });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // head's output map W_O, so any head plugin works inside any block plugin.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -137,6 +138,13 @@ class AttentionBlock : public Module {
     return out;
   }
 
+  /// Heads whose output the following forward passes leave out (an ablation of the validation
+  /// probe, RunMetrics::ablations); empty = every head counts. Ids that are not heads of the
+  /// block are ignored.
+  void set_muted(std::vector<int> ids) { muted_ = std::move(ids); }
+  const std::vector<int>& muted() const { return muted_; }
+  bool is_muted(int id) const { return std::find(muted_.begin(), muted_.end(), id) != muted_.end(); }
+
   /// Named scalars for analysis (e.g. fusion weights).
   virtual std::map<std::string, std::vector<double>> diagnostics() const { return {}; }
   /// Short human-readable summary.
@@ -152,6 +160,7 @@ class AttentionBlock : public Module {
   Tensor captured_;
   bool head_masks_on_ = false;
   std::map<int, Var> head_masks_;
+  std::vector<int> muted_;
 };
 
 /// What a block factory receives.

@@ -60,6 +60,20 @@ struct BlockView {
   const Probe* probe = nullptr;
 };
 
+/// One head of one block.
+struct HeadRef {
+  size_t block = 0;
+  int head = 0;
+  bool operator==(const HeadRef& o) const { return block == o.block && head == o.head; }
+};
+
+/// The validation probe evaluated with HEADS muted (their outputs left out).
+struct Ablation {
+  std::vector<HeadRef> heads;
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+};
+
 /// What the run has measured, as a policy sees it at a check. NaN (and step -1) = not measured.
 struct RunMetrics {
   /// Mean training loss and accuracy over the steps since the previous check (this check's
@@ -77,6 +91,11 @@ struct RunMetrics {
   size_t probe_examples = 0;
   double probe_loss = std::numeric_limits<double>::quiet_NaN();
   double probe_accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The same probe with sets of heads muted, one entry per set any policy asked for
+  /// (GrowthPolicy::probe_ablations), in no particular order: find yours by its heads.
+  std::vector<Ablation> ablations;
+  /// The entry for exactly HEADS (in any order), or null.
+  const Ablation* ablation(std::vector<HeadRef> heads) const;
 };
 
 struct TrainView {
@@ -97,6 +116,13 @@ class GrowthPolicy {
   /// (TrainView::metrics.probe_*); 0 = none. Asked before every check; the trainer evaluates
   /// the largest number any policy asked for.
   virtual size_t validation_probe(size_t step) const { (void)step; return 0; }
+  /// Sets of heads whose ablation the check at VIEW.step should measure on the validation
+  /// probe (RunMetrics::ablations; only at checks where some policy asked for a probe). Each set
+  /// is one more evaluation of the probe. VIEW holds the blocks, not yet the metrics.
+  virtual std::vector<std::vector<HeadRef>> probe_ablations(const TrainView& view) const {
+    (void)view;
+    return {};
+  }
   /// Ask for head-mask gradients on every step (after_backward is then called).
   virtual bool needs_head_mask_grads() const { return false; }
   virtual void on_start(const TrainView& view) { (void)view; }
