@@ -726,10 +726,21 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
   // not a changed task; the rise test starts once the model settled without them
   for (K x : feed({0.62, 0.6, 0.6, 0.6, 0.6, 0.6})) CHECK(x == K::None);
   CHECK(g.done_at == doctest::Approx(0.6));
-  // stopped: small wobbles do nothing, a lasting rise over 1.25 x reopens (a changed task)
+  // stopped: small wobbles do nothing, a lasting rise over 1.25 x reopens (a changed task,
+  // here late in the run: step 610 of 1000)
+  step = 560;
   for (K x : feed({0.65, 0.7, 0.6, 0.9})) CHECK(x == K::None);
   CHECK(feed({0.9}).back() == K::Reopen);
   CHECK(!g.done);
+  CHECK(g.phase_start == step);
+  // after a reopening at step S, rounds may grow until S + grow_until x (total - S): a
+  // plateau past 0.6 of the run but before that still grows
+  const size_t reopened_at = step;
+  K after = K::None;
+  for (double l : {0.8, 0.7, 0.6, 0.6, 0.6, 0.6}) after = g.observe(l, step += 10, 1000, o).kind;
+  CHECK(step > 600);
+  CHECK(double(step) < double(reopened_at) + 0.6 * double(1000 - reopened_at));
+  CHECK(after == K::Grow);
   // a round settled after grow_until of the run: growth stops instead of growing
   gf::incrt::GainState late;
   gf::incrt::GainDecision e;
@@ -828,7 +839,7 @@ TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
   a.save(os);
   gf::incrt::Reader r(os.str());
   gf::incrt::GainState b;
-  b.load(r, true);
+  b.load(r, true, true);
   CHECK(b.round == a.round);
   CHECK(b.onset == a.onset);
   CHECK(b.round_step == 100);

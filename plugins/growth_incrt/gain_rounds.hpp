@@ -84,7 +84,8 @@ struct GainOptions {
   double min_gain = 0.05;       // a round pays when the settled loss fell by this fraction
   double reopen_rise = 0.25;    // after growth stopped: the probe loss this fraction over the
                                 // settled loss for W probes in a row reopens growth
-  double grow_until = 0.6;      // no new round after this fraction of the run's steps
+  double grow_until = 0.6;      // no new round after this fraction of the run's steps (after a
+                                // reopening: of the steps left at the reopening)
   double round_patience = 1.5;  // a round is not taken back before it has trained this many
                                 // times the steps the first head took to start learning
 };
@@ -114,6 +115,7 @@ struct GainState {
   size_t start_step = 0;
   long onset = -1;
   size_t round_step = 0;  // the step the last round was grown at
+  size_t phase_start = 0;  // the step growth last reopened at (0: the run's start)
 
   /// Every probe, from the run's first (before the rounds begin too): the learning onset.
   void watch(double loss, size_t step, double min_gain) {
@@ -166,6 +168,7 @@ struct GainState {
       has_prev = false;
       rise = 0;
       reopened += 1;
+      phase_start = step;
       round.clear();
       restart();
       out.kind = GainDecision::Kind::Reopen;
@@ -194,7 +197,7 @@ struct GainState {
         return out;
       }
     }
-    if (total > 0 && double(step) > o.grow_until * double(total)) {
+    if (total > 0 && double(step) > double(phase_start) + o.grow_until * double(total - std::min(total, phase_start))) {
       out.kind = GainDecision::Kind::Stop;
       stop(last);
       return out;
@@ -235,11 +238,12 @@ struct GainState {
     os << rise << ' ' << rounds << ' ' << rejected << ' ' << reopened << ' ' << round.size() << ' ';
     for (const auto& [b, h] : round) os << b << ' ' << h << ' ';
     put(os, start_loss);
-    os << start_step << ' ' << onset << ' ' << round_step << ' ';
+    os << start_step << ' ' << onset << ' ' << round_step << ' ' << phase_start << ' ';
   }
 
-  /// WITH_ONSET: the text holds the learning onset (policy state version 5 on).
-  void load(Reader& r, bool with_onset) {
+  /// WITH_ONSET: the text holds the learning onset (policy state version 5 on); WITH_PHASE:
+  /// the step of the last reopening (version 6 on).
+  void load(Reader& r, bool with_onset, bool with_phase) {
     r.expect("gain");
     done = r.u64() != 0;
     recent = r.vec();
@@ -263,6 +267,7 @@ struct GainState {
     start_step = r.u64();
     onset = r.i64();
     round_step = r.u64();
+    phase_start = with_phase ? r.u64() : 0;
   }
 };
 

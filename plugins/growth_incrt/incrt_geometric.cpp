@@ -214,7 +214,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 5 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 6 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& kv : blocks_) {
       const BlockState& s = kv.second;
@@ -254,8 +254,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
     const std::string version = r.word();
     // Version 3 (before growth in rounds) has no round state: it loads with none; version 4
     // (before the round patience) has no learning onset: it loads as not seen yet.
-    if (version != "2" && version != "3" && version != "4" && version != "5")
-      throw gf::RuntimeError("incrt: policy state: expected version '2' to '5', got '" + version + "'");
+    // (version 5, before growth_until counted from a reopening, loads as never reopened)
+    if (version != "2" && version != "3" && version != "4" && version != "5" && version != "6")
+      throw gf::RuntimeError("incrt: policy state: expected version '2' to '6', got '" + version + "'");
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);
@@ -293,8 +294,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     gain_ = gf::incrt::GainState{};
     gain_checks_ = 0;
     gain_pending_ = 0;
-    if (version == "4" || version == "5") {
-      gain_.load(r, version == "5");
+    if (version == "4" || version == "5" || version == "6") {
+      gain_.load(r, version != "4", version == "6");
       gain_checks_ = r.u64();
       gain_pending_ = r.u64();
     }
@@ -786,7 +787,8 @@ gf::OptionSpecs incrt_options() {
        "run's first head took to start learning (its probe loss to fall by min_gain)",
        0.0, inf, {}},
       {"grow_until", OptType::Float, "0.6",
-       "gain: no new round after this fraction of the run's steps", 0.0, 1.0, {}},
+       "gain: no new round after this fraction of the run's steps (after a reopening: of the "
+       "steps left then)", 0.0, 1.0, {}},
       {"probe", OptType::String, "batch",
        "tokens for C = X^T X: first_sequence (reference code) or batch (all valid tokens)", -inf,
        inf, {"first_sequence", "batch"}},
