@@ -2,9 +2,11 @@
 // disk, and the command line's answers to them. Every fixture is generated here.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -547,4 +549,120 @@ TEST_CASE("run directory: resume refuses an edited or garbage config.resolved.ya
   CHECK(run_cli("resume " + run + " --quiet").status == 1);
   write_text(run + "/config.resolved.yaml", cfg);
   CHECK(run_cli("resume " + run + " --quiet").status == 0);
+}
+
+// ------------------------------------------------------------------ round 3: bounded answers
+
+namespace {
+
+// A command's answer with its wall time and peak memory (the child's own rusage), so that a
+// case can require "within seconds and bounded memory"; a hung command is killed at 60 s.
+struct Bounded {
+  int status;
+  std::string output;
+  double seconds;
+  double max_rss_mb;
+};
+Bounded run_bounded(const std::string& args) {
+  TempDir d;
+  std::string out = d.file("out.txt");
+  std::string cmd = "exec timeout -s KILL 60 " + std::string(GF_BIN) + " " + args + " > " + out + " 2>&1";
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  struct rusage ru {};
+  wait4(pid, &st, 0, &ru);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), read_text(out), secs,
+          ru.ru_maxrss / 1024.0};
+}
+
+// one clear refusal: exit 1 or 2, the message, no bare std:: exception, seconds, bounded memory
+void check_refusal(const Bounded& b, int status, const std::string& message) {
+  INFO(b.output);
+  CHECK(b.status == status);
+  CHECK(has(b.output, message));
+  CHECK(!has(b.output, "std::"));
+  CHECK(b.seconds < 20);
+  CHECK(b.max_rss_mb < 1500);
+}
+
+}  // namespace
+
+TEST_CASE("devices: /dev/zero as a config, a sweep file, a data file or predict input") {
+  if (!fs::exists("/dev/zero")) {
+    MESSAGE("skipped: this platform has no /dev/zero");
+    return;
+  }
+  TempDir d;
+  std::string ck = tiny_run(d.file("run"));
+  check_refusal(run_bounded("config check /dev/zero"), 2, "/dev/zero: is a device");
+  check_refusal(run_bounded("sweep /dev/zero"), 2, "/dev/zero: is a device");
+  check_refusal(run_bounded("train /dev/zero"), 2, "/dev/zero: is a device");
+  check_refusal(run_bounded("eval " + ck + " --data /dev/zero"), 2, "/dev/zero: is a device");
+  check_refusal(run_bounded("predict " + ck + " /dev/zero --out " + d.file("p.tsv")), 2,
+                "/dev/zero: is a character device, expected a data file");
+  CHECK(!fs::exists(d.file("p.tsv")));
+  CHECK(has(error_of([] { LineReader r("/dev/zero"); }), "is a character device"));
+  CHECK(has(error_of([] { read_file_bytes("/dev/urandom"); }), "is a character device"));
+}
+
+TEST_CASE("pipes: a config or data file that is a FIFO is read up to a cap of bytes read") {
+  TempDir d;
+  std::string fifo = d.file("fifo");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // a writer of endless zeros: its size reads as 0, so only the bytes read can bound it
+  auto endless_zeros = [&] {
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGPIPE, SIG_DFL);
+      FILE* f = std::fopen(fifo.c_str(), "w");
+      std::vector<char> zeros(1 << 16, '\0');
+      while (f && std::fwrite(zeros.data(), 1, zeros.size(), f) == zeros.size()) {
+      }
+      _exit(0);
+    }
+    return pid;
+  };
+  pid_t w = endless_zeros();
+  check_refusal(run_bounded("config check " + fifo), 2, "more than 16 MiB");
+  kill(w, SIGKILL);
+  waitpid(w, nullptr, 0);
+  w = endless_zeros();
+  CHECK(has(error_of([&] {
+              LineReader r(fifo);
+              std::string line;
+              while (r.next(line)) {
+              }
+            }),
+            fifo + ":1: a NUL byte"));
+  kill(w, SIGKILL);
+  waitpid(w, nullptr, 0);
+}
+
+TEST_CASE("data files: a NUL byte and an endless line are named with their line") {
+  TempDir d;
+  write_text(d.file("nul.tsv"), std::string("label\ttext\n1\tok\n0\tb\0d\n", 22));
+  CHECK(has(error_of([&] {
+              LineReader r(d.file("nul.tsv"));
+              std::string line;
+              while (r.next(line)) {
+              }
+            }),
+            "nul.tsv:3: a NUL byte"));
+  {
+    std::ofstream big(d.file("long.txt"), std::ios::binary);
+    std::string chunk(1 << 20, 'x');
+    for (size_t i = 0; i <= (LineReader::kMaxLineBytes >> 20); ++i) big << chunk;
+  }
+  CHECK(has(error_of([&] {
+              LineReader r(d.file("long.txt"));
+              std::string line;
+              r.next(line);
+            }),
+            "long.txt:1: a line longer than 64 MiB"));
 }

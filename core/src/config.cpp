@@ -1,10 +1,15 @@
 #include "growformer/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -283,22 +288,55 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   return ConfigNode(impl);
 }
 
+CappedRead read_file_capped(const std::string& path, size_t max_bytes, std::string& text) {
+  text.clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return CappedRead::unreadable;
+  char buf[1 << 16];
+  for (;;) {
+    size_t want = std::min(sizeof buf, max_bytes + 1 - text.size());  // one byte past the cap
+    ssize_t n = ::read(fd, buf, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      errno = err;
+      return CappedRead::unreadable;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes) {
+      ::close(fd);
+      text.resize(max_bytes);
+      return CappedRead::too_large;
+    }
+  }
+  ::close(fd);
+  return CappedRead::ok;
+}
+
 ConfigNode ConfigNode::load_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) throw ConfigError(path + ": no such configuration file");
   if (fs::is_directory(path, ec))
     throw ConfigError(path + ": is a directory, expected a YAML configuration file");
-  constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
-  std::uintmax_t size = fs::file_size(path, ec);
-  if (!ec && size > kMaxConfigBytes)
-    throw ConfigError(path + ": " + std::to_string(size) + " bytes is too large for a "
-                      "configuration file (at most 16 MiB)");
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot read the configuration file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  ConfigNode n = load_string(ss.str(), path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
+    throw ConfigError(path + ": is a device, expected a YAML configuration file");
+  // the cap counts the bytes read: a pipe, like a device, reports a size of 0
+  constexpr size_t kMaxConfigBytes = 16u << 20;
+  std::string text;
+  switch (read_file_capped(path, kMaxConfigBytes, text)) {
+    case CappedRead::unreadable:
+      throw ConfigError(path + ": cannot read the configuration file: " + std::strerror(errno));
+    case CappedRead::too_large:
+      throw ConfigError(path + ": more than 16 MiB: too large for a configuration file" +
+                        (S_ISREG(st.st_mode) ? std::string() : " (and not a regular file)"));
+    case CappedRead::ok:
+      break;
+  }
+  ConfigNode n = load_string(text, path);
   n.impl_->doc->base_dir = fs::absolute(fs::path(path)).parent_path().string();
   return n;
 }

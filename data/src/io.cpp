@@ -36,6 +36,13 @@ gzFile open_gz(const std::string& path) {
     throw ConfigError(path + ": cannot open data file: " + std::strerror(errno));
   }
   if (S_ISDIR(st.st_mode)) throw ConfigError(path + ": is a directory, expected a data file");
+  // a device has no end (/dev/zero, /dev/urandom); a pipe (a FIFO, /dev/stdin) is read as a file
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    throw ConfigError(path + ": is " +
+                      (S_ISCHR(st.st_mode)   ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device"
+                                             : "not a regular file") +
+                      ", expected a data file");
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw ConfigError(path + ": cannot open data file: " + std::strerror(errno));
   gzbuffer(f, 1 << 18);
@@ -87,6 +94,11 @@ bool LineReader::next(std::string& line) {
       }
       m.pos = 0;
       m.len = static_cast<size_t>(n);
+      // text has no NUL byte: a binary file is named at once, not read as one endless line
+      if (const char* nul = static_cast<const char*>(std::memchr(m.buf.data(), '\0', m.len))) {
+        size_t at = line_no_ + 1 + static_cast<size_t>(std::count(static_cast<const char*>(m.buf.data()), nul, '\n'));
+        data_error(path_, at, "a NUL byte: binary data, not a text file");
+      }
     }
     const char* begin = m.buf.data() + m.pos;
     const char* end = m.buf.data() + m.len;
@@ -99,6 +111,11 @@ bool LineReader::next(std::string& line) {
       ++line_no_;
       return true;
     }
+    if (line.size() + static_cast<size_t>(end - begin) > kMaxLineBytes)
+      data_error(path_, line_no_ + 1,
+                 "a line longer than " + std::to_string(kMaxLineBytes >> 20) +
+                     " MiB: not a line-oriented text file (wrap long FASTA sequences over "
+                     "several lines)");
     line.append(begin, end);
     m.pos = m.len;
   }

@@ -24,6 +24,14 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 /// tabs kept), and every line longer than `max_line` bytes cut with "... (N more bytes)".
 std::string printable(const std::string& s, size_t max_line = 1000);
 
+/// What `read_file_capped` found.
+enum class CappedRead { ok, too_large, unreadable };
+/// Reads the file at PATH whole into TEXT, counting the bytes as they are read: a device or a
+/// pipe reports a size of 0, so the size the file system gives is never trusted. `too_large`
+/// (TEXT then holds the first MAX_BYTES) when the file has more than MAX_BYTES; `unreadable`
+/// (errno set) when it cannot be opened or a read fails.
+CappedRead read_file_capped(const std::string& path, size_t max_bytes, std::string& text);
+
 /// A node of a loaded configuration document.
 class ConfigNode {
  public:

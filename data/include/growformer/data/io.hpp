@@ -23,9 +23,12 @@ namespace gf {
 bool file_exists(const std::string& path);
 
 /// Reads a text file line by line; gzip is detected by its magic bytes, plain
-/// files are read as they are. Line endings "\n" and "\r\n" are stripped.
+/// files are read as they are. Line endings "\n" and "\r\n" are stripped. A NUL byte
+/// (binary data) and a line over kMaxLineBytes are errors naming the line, so memory stays
+/// bounded whatever the file holds; devices are refused when opened, pipes are read.
 class LineReader {
  public:
+  static constexpr size_t kMaxLineBytes = size_t(64) << 20;
   /// Throws ConfigError naming the path when it cannot be opened.
   explicit LineReader(const std::string& path);
   ~LineReader();
