@@ -39,6 +39,7 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
                                                       const std::vector<std::string>& data_sets,
                                                       const std::string& data_config,
                                                       const std::string& need) {
+  gf::check_checkpoint_format(ck, path);  // before its config builds anything
   auto cfg_text = ck.metadata.find("config");
   if (cfg_text == ck.metadata.end())
     throw gf::RuntimeError(path + ": not a growformer checkpoint (no embedded config)");

@@ -666,3 +666,106 @@ TEST_CASE("data files: a NUL byte and an endless line are named with their line"
             }),
             "long.txt:1: a line longer than 64 MiB"));
 }
+
+TEST_CASE("checkpoint: crafted architectures are bounded before anything is allocated") {
+  TempDir d;
+  std::string run = d.file("run");
+  std::string ck = tiny_run(run);
+  std::string arch0 = json::parse(load_checkpoint(ck).metadata.at("architecture"))[0];
+  // the head count of the structure text ("... heads 2 ...") replaced by N
+  auto with_heads = [&](const std::string& n) {
+    size_t at = arch0.find(" heads ") + 7;
+    return arch0.substr(0, at) + n + arch0.substr(arch0.find(' ', at));
+  };
+  struct Case {
+    std::function<void(Checkpoint&)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      // 10^11 heads in the structure and in the heads record
+      {[&](Checkpoint& c) {
+         c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump();
+         c.metadata["heads"] = "[100000000000]";
+       },
+       "claims 100000000000 heads (at most 65536)"},
+      // the structure alone (the heads record agrees with the tensors)
+      {[&](Checkpoint& c) { c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump(); },
+       "names 100000000000 heads, more than max_heads"},
+      // no heads record at all: the structure's bound still holds
+      {[&](Checkpoint& c) {
+         c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump();
+         c.metadata.erase("heads");
+       },
+       "more than max_heads"},
+      // a heads record that disagrees with the tensors
+      {[&](Checkpoint& c) { c.metadata["heads"] = "[3]"; }, "claims 3 heads but the checkpoint's tensors hold 2"},
+      {[&](Checkpoint& c) { c.metadata["heads"] = "[2, 2]"; }, "not a list of 1 head counts"},
+      {[&](Checkpoint& c) { c.metadata["architecture"] = "[7]"; }, "block 0 is not a structure string"},
+  };
+  for (auto& cs : cases) {
+    CAPTURE(cs.message);
+    std::string bad = d.file("bad.safetensors");
+    fs::copy_file(ck, bad, fs::copy_options::overwrite_existing);
+    edit_and_save(bad, cs.edit);
+    check_refusal(run_bounded("eval " + bad), 1, cs.message);
+    // resume of a run whose last checkpoint is the crafted one: refused, nothing rewritten
+    std::string r = d.file("r");
+    fs::remove_all(r);
+    fs::copy(run, r, fs::copy_options::recursive);
+    fs::copy_file(bad, r + "/checkpoints/last.safetensors", fs::copy_options::overwrite_existing);
+    std::string metrics = read_text(r + "/metrics.jsonl"), best = read_text(r + "/checkpoints/best.safetensors");
+    check_refusal(run_bounded("resume " + r + " --quiet"), 1, cs.message);
+    CHECK(read_text(r + "/metrics.jsonl") == metrics);
+    CHECK(read_text(r + "/checkpoints/best.safetensors") == best);
+  }
+}
+
+TEST_CASE("checkpoint: a fractional step and an unknown format are refused") {
+  TempDir d;
+  std::string run = d.file("run");
+  std::string ck = tiny_run(run);
+  for (auto [field, value] : std::vector<std::pair<std::string, json>>{
+           {"step", 10.5}, {"best_step", 2.5}, {"val_step", 3.25}, {"step", "6"}}) {
+    CAPTURE(field);
+    std::string r = d.file("r");
+    fs::remove_all(r);
+    fs::copy(run, r, fs::copy_options::recursive);
+    edit_and_save(r + "/checkpoints/last.safetensors", [&](Checkpoint& c) {
+      json t = json::parse(c.metadata["trainer"]);
+      t[field] = value;
+      c.metadata["trainer"] = t.dump();
+    });
+    std::string metrics = read_text(r + "/metrics.jsonl");
+    Cli c = run_cli("resume " + r + " --quiet");
+    CHECK(c.status == 1);
+    CHECK(has(c.output, "corrupt trainer state"));
+    CHECK(has(c.output, "`" + field + "`"));
+    CHECK(read_text(r + "/metrics.jsonl") == metrics);
+  }
+  std::string frac = d.file("frac.safetensors");
+  fs::copy_file(ck, frac);
+  edit_and_save(frac, [](Checkpoint& c) {
+    json t = json::parse(c.metadata["trainer"]);
+    t["step"] = 10.5;
+    c.metadata["trainer"] = t.dump();
+  });
+  Cli i = run_cli("inspect " + frac);
+  CHECK(i.status == 1);
+  CHECK(has(i.output, "`step` is 10.5, not a whole number"));
+
+  std::string v99 = d.file("v99.safetensors");
+  fs::copy_file(ck, v99);
+  edit_and_save(v99, [](Checkpoint& c) { c.metadata["format"] = "growformer-checkpoint-99"; });
+  for (std::string cmd : {"eval " + v99, "inspect " + v99, "predict " + v99 + " " + v99, "analyze " + v99}) {
+    CAPTURE(cmd);
+    Cli c = run_cli(cmd);
+    CHECK(c.status == 1);
+    CHECK(has(c.output, "checkpoint format `growformer-checkpoint-99` is not the `growformer-checkpoint-1`"));
+  }
+  std::string none = d.file("none.safetensors");
+  fs::copy_file(ck, none);
+  edit_and_save(none, [](Checkpoint& c) { c.metadata.erase("format"); });
+  Cli n = run_cli("eval " + none);
+  CHECK(n.status == 1);
+  CHECK(has(n.output, "no `format` entry"));
+}

@@ -218,7 +218,14 @@ void MultiHeadBlock::restore_structure(const std::string& text) {
   size_t n = 0;
   in >> k1 >> next >> k2 >> st >> inc >> k3 >> n;
   if (!in || k1 != "next_id" || k2 != "rng" || k3 != "heads" || n == 0)
-    throw RuntimeError(block_name() + ": malformed block structure `" + text + "`");
+    throw RuntimeError(block_name() + ": malformed block structure `" + printable(text.substr(0, 200)) + "`");
+  // bounded before anything is allocated: a crafted structure may claim any count
+  if (n > max_heads_ || n > text.size() / 4)  // each head is written as " ID BORN"
+    throw RuntimeError(block_name() + ": the block structure names " + std::to_string(n) +
+                       " heads, more than " +
+                       (n > max_heads_ ? "max_heads = " + std::to_string(max_heads_)
+                                       : "its text holds") +
+                       " (a damaged or crafted checkpoint)");
   std::vector<std::pair<int, size_t>> heads(n);
   for (auto& h : heads) in >> h.first >> h.second;
   if (!in) throw RuntimeError(block_name() + ": malformed block structure `" + text + "`");

@@ -898,6 +898,7 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
 
 std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& ck, const std::string& path,
                                                        const std::vector<std::string>& plugin_paths) {
+  check_checkpoint_format(ck, path);  // before its config builds anything
   auto it = ck.metadata.find("config");
   if (it == ck.metadata.end())
     throw RuntimeError(path + ": not a growformer checkpoint (no embedded config)");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "growformer/errors.hpp"
@@ -85,7 +87,13 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
         std::get<1>(v) = r.at(1).get<Rng>();
         std::get<2>(v) = r.at(2).get<Rng>();
       } else {
-        j.at(name).get_to(v);
+        const json& x = j.at(name);
+        // a step of 10.5 would be read as 10: a whole number or nothing
+        if constexpr (std::is_integral_v<V>)
+          if (!x.is_number_integer())
+            throw std::runtime_error(std::string("`") + name + "` is " + x.dump().substr(0, 40) +
+                                     ", not a whole number");
+        x.get_to(v);
       }
     });
   } catch (const std::exception& e) {
@@ -116,7 +124,7 @@ Checkpoint make_training_checkpoint(const TrainingParts& p) {
   for (auto& [n, t] : p.optimizer->state_tensors()) ck.tensors["optim." + n] = t;
   json arch = json::array();
   for (auto* b : p.model->blocks()) arch.push_back(b->save_structure());
-  ck.metadata["format"] = "growformer-checkpoint-1";
+  ck.metadata["format"] = kCheckpointFormat;
   ck.metadata["growformer_version"] = GROWFORMER_VERSION;
   ck.metadata["config"] = p.config->dump();
   ck.metadata["config_dir"] = p.config->base_dir();
@@ -129,7 +137,51 @@ Checkpoint make_training_checkpoint(const TrainingParts& p) {
   return ck;
 }
 
+void check_checkpoint_format(const Checkpoint& ck, const std::string& path) {
+  auto it = ck.metadata.find("format");
+  if (it == ck.metadata.end())
+    throw RuntimeError(path + ": not a growformer training checkpoint (no `format` entry)");
+  if (it->second != kCheckpointFormat)
+    throw RuntimeError(path + ": checkpoint format `" + printable(it->second.substr(0, 80)) +
+                       "` is not the `" + kCheckpointFormat + "` this growformer " +
+                       GROWFORMER_VERSION + " reads (written by another version?)");
+}
+
+namespace {
+// Before any block allocates the heads its structure claims: the `heads` record has one
+// count per block, each at most kMaxCheckpointHeads, equal to the heads the tensors hold.
+std::map<std::string, std::set<std::string>> checked_heads(const Checkpoint& ck,
+                                                           const std::string& path, size_t blocks) {
+  std::map<std::string, std::set<std::string>> held;  // block -> its heads with tensors
+  for (auto& [k, t] : ck.tensors)
+    if (k.rfind(kModel, 0) == 0) {
+      ParamPlace place = Model::place_of(k.substr(kModel.size()));
+      if (!place.head.empty()) held[place.block].insert(place.head);
+    }
+  auto it = ck.metadata.find("heads");
+  if (it == ck.metadata.end()) return held;
+  json heads = json::parse(it->second, nullptr, false);
+  if (!heads.is_array() || heads.size() != blocks)
+    throw RuntimeError(path + ": invalid checkpoint: the `heads` record is not a list of " +
+                       std::to_string(blocks) + " head counts (one per block)");
+  for (size_t i = 0; i < blocks; ++i) {
+    const json& h = heads[i];
+    size_t tensors = held["layers." + std::to_string(i)].size();
+    if (!h.is_number_unsigned() || h.get<uint64_t>() > kMaxCheckpointHeads)
+      throw RuntimeError(path + ": invalid checkpoint: block " + std::to_string(i) + " claims " +
+                         h.dump().substr(0, 40) + " heads (at most " +
+                         std::to_string(kMaxCheckpointHeads) + ")");
+    if (tensors != 0 && h.get<uint64_t>() != tensors)
+      throw RuntimeError(path + ": invalid checkpoint: block " + std::to_string(i) + " claims " +
+                         h.dump() + " heads but the checkpoint's tensors hold " +
+                         std::to_string(tensors));
+  }
+  return held;
+}
+}  // namespace
+
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model) {
+  check_checkpoint_format(ck, path);
   auto it = ck.metadata.find("architecture");
   if (it == ck.metadata.end()) throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
   json arch;
@@ -142,7 +194,18 @@ void restore_model(const Checkpoint& ck, const std::string& path, Model& model) 
   if (!arch.is_array() || arch.size() != blocks.size())
     throw RuntimeError(path + ": the checkpoint has " + std::to_string(arch.size()) +
                        " blocks but the model has " + std::to_string(blocks.size()));
-  for (size_t i = 0; i < blocks.size(); ++i) blocks[i]->restore_structure(arch[i].get<std::string>());
+  auto held = checked_heads(ck, path, blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!arch[i].is_string())
+      throw RuntimeError(path + ": corrupt architecture record: block " + std::to_string(i) +
+                         " is not a structure string");
+    blocks[i]->restore_structure(arch[i].get<std::string>());
+    size_t tensors = held["layers." + std::to_string(i)].size();
+    if (tensors != 0 && blocks[i]->num_heads() != tensors)
+      throw RuntimeError(path + ": invalid checkpoint: block " + std::to_string(i) +
+                         "'s structure names " + std::to_string(blocks[i]->num_heads()) +
+                         " heads but the checkpoint's tensors hold " + std::to_string(tensors));
+  }
   auto params = model.named_parameters();
   for (auto& [n, p] : params) {
     auto t = ck.tensors.find(kModel + n);
@@ -181,8 +244,13 @@ CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& p
       throw RuntimeError(path + ": corrupt `" + key + "` record: " + e.what());
     }
   };
+  check_checkpoint_format(ck, path);
   try {
-    m.step = entry("trainer", "{}").value("step", 0L);
+    json step = entry("trainer", "{}").value("step", json(0));
+    if (!step.is_number_integer())
+      throw RuntimeError(path + ": corrupt trainer state in checkpoint: `step` is " +
+                         step.dump().substr(0, 40) + ", not a whole number");
+    m.step = step.get<long>();
     m.heads_per_block = entry("heads", "[]").get<std::vector<size_t>>();
     m.architecture = entry("architecture", "[]").get<std::vector<std::string>>();
   } catch (const json::exception& e) {

@@ -63,11 +63,19 @@ struct TrainingParts {
   TrainerState* state = nullptr;
 };
 
+/// The `format` entry of the training checkpoints this build writes and reads.
+inline constexpr const char* kCheckpointFormat = "growformer-checkpoint-1";
+/// The most heads per block a checkpoint may claim (the `max_heads` option's own bound).
+inline constexpr uint64_t kMaxCheckpointHeads = 65536;
+/// RuntimeError naming PATH unless the checkpoint's `format` is kCheckpointFormat.
+void check_checkpoint_format(const Checkpoint& ck, const std::string& path);
+
 /// A checkpoint of every part at STATE.step ("model.<param>", "optim.<state>" tensors; config,
 /// architecture, heads, optimizer scalars, trainer state and policy states as metadata).
 Checkpoint make_training_checkpoint(const TrainingParts& parts);
 /// Recreates MODEL's structure from the checkpoint and copies every parameter; RuntimeError
-/// naming PATH on a missing, extra or misshapen parameter.
+/// naming PATH on another format, head counts beyond kMaxCheckpointHeads or other than the
+/// tensors hold, and a missing, extra or misshapen parameter.
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
 /// What a training checkpoint says of its model without building it (for `inspect`).
 struct CheckpointModel {
