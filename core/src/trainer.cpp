@@ -510,6 +510,7 @@ class Experiment::Loop {
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
       log_and_validate(step, lr);
       if (step == ts_.switch_at) switch_task(step);
+      report_step(step, lr);
       if (checkpoint_or_stop(step)) return interrupted_status();
     }
     report_->end_bar();
@@ -587,6 +588,7 @@ class Experiment::Loop {
       if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
       st_.window.add(logits, batch, lv);
       st_.since_check.add(logits, batch, lv);
+      if (flags_.on_step) since_report_.add(logits, batch, lv);
       return logits;
     }
     backward(loss);
@@ -610,6 +612,7 @@ class Experiment::Loop {
     if (need_masks_) editor_.after_backward(static_cast<size_t>(step));
     st_.window.merge(all);
     st_.since_check.merge(all);
+    if (flags_.on_step) since_report_.merge(all);
     return logits;
   }
 
@@ -804,12 +807,35 @@ class Experiment::Loop {
     }
   }
 
+  /// RunFlags::on_step after STEP when it is due; a false answer (from any process) stops the
+  /// run after this step.
+  void report_step(long step, float lr) {
+    if (!flags_.on_step) return;
+    if (step % std::max(1L, flags_.on_step_every) != 0 && step != ts_.steps) return;
+    StepReport r;
+    r.step = step;
+    r.total_steps = ts_.steps;
+    r.loss = since_report_.mean_loss();
+    r.accuracy = since_report_.accuracy();
+    r.steps = static_cast<size_t>(std::llround(since_report_.count)) /
+              std::max<size_t>(1, static_cast<size_t>(ts_.batch_size));
+    r.lr = lr;
+    r.heads = ex_.model_->heads_per_block();
+    r.val_step = st_.val_step;
+    r.val_loss = st_.val_loss;
+    r.val_accuracy = st_.val_accuracy;
+    since_report_.clear();
+    double stop = flags_.on_step(r) ? 0.0 : 1.0;
+    if (comm_.size() > 1) comm_.allreduce_sum(&stop, 1);
+    stop_requested_ = stop_requested_ || stop > 0;
+  }
+
   /// Writes checkpoints/last when due or stopping; true when the run stops here.
   bool checkpoint_or_stop(long step) {
     bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
                step == ts_.steps;
     bool interrupted = comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load();
-    bool stop = interrupted || (flags_.stop_after >= 0 && step >= flags_.stop_after);
+    bool stop = interrupted || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
     st_.step = step;
     if (due || stop) ex_.save(dir_.last_checkpoint());
     if (!stop || step >= ts_.steps) return false;
@@ -857,6 +883,8 @@ class Experiment::Loop {
   std::unique_ptr<Reporter> report_;
   GradientSync sync_;
   bool interrupt_requested_ = false;  // a process was interrupted (several processes)
+  TrainWindow since_report_;          // the steps since RunFlags::on_step was last called
+  bool stop_requested_ = false;       // RunFlags::on_step answered false
   BatchSampler sampler_, switch_sampler_;
   std::vector<AttentionBlock*> blocks_;
   StructureEditor editor_;

@@ -5,6 +5,7 @@
 // and the reporter (reporter.hpp). The command-line program is a thin layer over this.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,10 +41,27 @@ struct TrainSettings {
   ConfigNode switch_data;
 };
 
+/// What RunFlags::on_step is shown after a step: the training loss and accuracy averaged over
+/// the steps since its previous call (the whole batch of every process), the step's learning
+/// rate, heads per block, and the latest validation (val_step -1 = none yet on this task).
+struct StepReport {
+  long step = 0, total_steps = 0;
+  double loss = 0, accuracy = 0, lr = 0;
+  size_t steps = 0;  // how many steps the loss and accuracy average
+  std::vector<size_t> heads;
+  long val_step = -1;
+  double val_loss = 0, val_accuracy = 0;
+};
+
 struct RunFlags {
   std::string run_dir;                 // "" = runs/<name>
   std::vector<std::string> plugin_paths;
   long stop_after = -1;                // stop (with a checkpoint) after this step: simulates an interruption
+  /// Called after every `on_step_every`-th step (and the last) once it is logged and validated;
+  /// returning false stops the run after that step with a checkpoint, as stop_after does (the
+  /// processes of a data-parallel run stop together when any asks). Null = never called.
+  std::function<bool(const StepReport&)> on_step;
+  long on_step_every = 1;
   bool quiet = false;
   /// The processes training together (data-parallel); null = this process alone. Rank 0 alone
   /// writes the run directory; the run directory must be on a file system every rank reads.
