@@ -119,9 +119,41 @@ std::vector<Axis> read_axes(const gf::ConfigNode& axes) {
     }
     if (a.values.empty())
       v.fail("an axis is a non-empty list of values, or a mapping from labels to values");
+    // each value is one group of jobs: a repeated value would be counted as more seeds of
+    // one group, and two labels with one directory name would share a run directory
+    for (size_t i = 0; i < a.values.size(); ++i)
+      for (size_t j = 0; j < i; ++j) {
+        if (v.is_sequence() && a.values[i] == a.values[j])
+          v.fail("the value `" + gf::printable(a.values[i].substr(0, 200)) +
+                 "` is listed twice (entries " + std::to_string(j + 1) + " and " +
+                 std::to_string(i + 1) + "); each value of an axis is one group of jobs");
+        if (safe_name(a.labels[i]) == safe_name(a.labels[j]))
+          v.fail("the labels `" + gf::printable(a.labels[j].substr(0, 200)) + "` and `" +
+                 gf::printable(a.labels[i].substr(0, 200)) + "` name the same run directory `" +
+                 safe_name(a.labels[i]).substr(0, 200) + "`; give them distinct labels");
+      }
     out.push_back(a);
   }
   return out;
+}
+
+constexpr size_t kMaxJobs = 10000;
+
+// The number of jobs (combinations x seeds), counted before any is made: a refusal naming
+// each axis's size when it exceeds kMaxJobs.
+size_t count_jobs(const std::vector<Axis>& ax, size_t seeds, const gf::ConfigNode& axes) {
+  size_t jobs = seeds;
+  bool over = jobs > kMaxJobs;
+  std::string sizes;
+  for (auto& a : ax) {
+    sizes += (sizes.empty() ? "" : " x ") + std::to_string(a.values.size()) + " (" + a.path + ")";
+    if (!over && jobs > kMaxJobs / a.values.size()) over = true;
+    if (!over) jobs *= a.values.size();
+  }
+  if (over || jobs > kMaxJobs)
+    axes.fail("the sweep has more than " + std::to_string(kMaxJobs) + " jobs: " + sizes + " x " +
+              std::to_string(seeds) + " seed(s); split it into several sweep files");
+  return jobs;
 }
 
 std::vector<Job> make_jobs(const std::vector<Axis>& ax, const std::vector<int64_t>& seeds,
@@ -338,15 +370,34 @@ int cmd_sweep(const std::vector<std::string>& args) {
   std::string base = so.resolve_path(so.get_string("base"));
   for (auto& s : so.get_string_list("set")) sets.insert(sets.begin(), s);
   std::vector<Axis> ax = read_axes(so.get_node("axes"));
-  std::vector<Job> jobs = make_jobs(ax, so.get_int_list("seeds"), sets);
+  std::vector<int64_t> seeds = so.get_int_list("seeds");
+  if (seeds.empty()) so.fail("seeds", "is empty: a sweep runs every combination once per seed");
+  for (size_t i = 0; i < seeds.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (seeds[i] == seeds[j])
+        so.fail("seeds", "seed " + std::to_string(seeds[i]) + " is listed twice; each seed runs once");
+  size_t job_count = count_jobs(ax, seeds.size(), so.get_node("axes"));
+  std::vector<Job> jobs = make_jobs(ax, seeds, sets);
   if (out_dir.empty()) out_dir = "runs/sweep-" + so.get_string("name");
   size_t shard = 0, shards = 1;
   if (vm.count("shard")) {
     std::string v = vm["shard"].as<std::string>();
-    char extra;
-    unsigned long i, n;
-    if (std::sscanf(v.c_str(), "%lu/%lu%c", &i, &n, &extra) != 2 || n == 0 || i >= n)
-      throw UsageError("--shard " + v + ": expected I/N with 0 <= I < N, e.g. 0/2");
+    // whole numbers of at most 9 digits (no sign, no overflow), 0 <= I < N <= the job count
+    auto number = [&](const std::string& t, size_t* out) {
+      if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+        return false;
+      *out = std::stoul(t);
+      return true;
+    };
+    size_t slash = v.find('/'), i = 0, n = 0;
+    if (slash == std::string::npos || !number(v.substr(0, slash), &i) ||
+        !number(v.substr(slash + 1), &n) || n == 0 || i >= n)
+      throw UsageError("--shard " + gf::printable(v.substr(0, 100)) +
+                       ": expected I/N, whole numbers with 0 <= I < N (e.g. 0/2)");
+    if (n > job_count)
+      throw UsageError("--shard " + v + ": " + std::to_string(n) + " shards for " +
+                       std::to_string(job_count) + " job(s): a shard past the last job would run "
+                       "nothing; use N <= " + std::to_string(job_count));
     shard = i;
     shards = n;
   }

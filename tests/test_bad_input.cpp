@@ -769,3 +769,27 @@ TEST_CASE("checkpoint: a fractional step and an unknown format are refused") {
   CHECK(n.status == 1);
   CHECK(has(n.output, "no `format` entry"));
 }
+
+TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and absurd shards") {
+  TempDir d;
+  write_text(d.file("tiny.yaml"), kTiny);
+  auto sweep = [&](const std::string& body, const std::string& args = "") {
+    write_text(d.file("s.yaml"), "name: s\nbase: tiny.yaml\n" + body);
+    return run_bounded("sweep " + d.file("s.yaml") + " --out " + d.file("out") + " " + args);
+  };
+  check_refusal(sweep("axes:\n  model.d_model: [32, 32]\n"), 2,
+                "`axes.model.d_model`: the value `32` is listed twice (entries 1 and 2)");
+  check_refusal(sweep("axes:\n  growth: [\"{plugin: none}\", \"{plugin: none}\"]\n"), 2,
+                "is listed twice");
+  check_refusal(sweep("axes:\n  name: [a/b, a_b]\n"), 2, "name the same run directory `a_b`");
+  check_refusal(sweep("seeds: []\n"), 2, "`seeds`: is empty");
+  check_refusal(sweep("seeds: [1, 2, 1]\n"), 2, "`seeds`: seed 1 is listed twice");
+  std::string big = "axes:\n";
+  for (int i = 0; i < 12; ++i) big += "  k" + std::to_string(i) + ": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n";
+  check_refusal(sweep(big), 2, "the sweep has more than 10000 jobs: 10 (k0) x 10 (k1)");
+  check_refusal(sweep("seeds: [1, 2]\n", "--shard 1/1000000000000000000000"), 2,
+                "--shard 1/1000000000000000000000: expected I/N, whole numbers");
+  check_refusal(sweep("seeds: [1, 2]\n", "--shard 1/3"), 2, "3 shards for 2 job(s)");
+  check_refusal(sweep("seeds: [1, 2]\n", "--shard 0/-2"), 2, "expected I/N");
+  CHECK(!fs::exists(d.file("out")));  // nothing written
+}
