@@ -1,0 +1,100 @@
+"""growformer from Python: configs, training with a callback, evaluation, prediction,
+checkpoints, a run's logs, sweep tables, and growth/pruning policies written in Python.
+
+    import growformer as gf
+    ex = gf.Experiment("configs/quickstart.yaml", overrides=["train.steps=200"])
+    result = ex.train("runs/py-quickstart", callback=lambda m: print(m["step"], m["loss"]), every=50)
+    model = gf.load("runs/py-quickstart/checkpoints/best.safetensors")
+    probs = model.predict(["[MAX 2 9 [MIN 4 7 ] 0 ]"])        # numpy (1, classes)
+
+A policy in Python is a class named in the config:
+    growth: {plugin: python, class: grow_on_plateau.GrowOnPlateau, path: [examples/python],
+             options: {patience: 3}}
+see examples/python/grow_on_plateau.py.
+"""
+
+import csv as _csv
+import json as _json
+import os as _os
+
+from ._core import (  # noqa: F401
+    Config,
+    ConfigError,
+    Experiment,
+    RunError,
+    load,
+    read_events,
+    read_metrics,
+    resume,
+)
+
+__all__ = ["Config", "ConfigError", "Experiment", "RunError", "load", "resume", "read_events",
+           "read_metrics", "read_sweep", "add_head", "remove_head"]
+
+
+def add_head(block, reason="", preserve_function=True, value_variance=None, **info):
+    """The edit a policy's check() returns to add a head to BLOCK (info: extra event fields)."""
+    edit = {"op": "add_head", "block": block,
+            "init": {"preserve_function": preserve_function, "value_variance": value_variance}}
+    if reason:
+        edit["reason"] = reason
+    if info:
+        edit["info"] = info
+    return edit
+
+
+def remove_head(block, head, reason="", **info):
+    """The edit a policy's check() returns to remove head id HEAD of BLOCK."""
+    edit = {"op": "remove_head", "block": block, "head": head}
+    if reason:
+        edit["reason"] = reason
+    if info:
+        edit["info"] = info
+    return edit
+
+
+def _cell(text):
+    if text == "":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_sweep(sweep_dir):
+    """The jobs of a sweep directory as rows (dicts), one per job.
+
+    Each row holds summary.csv's columns (job, the axis labels, seed, the results, exit), with
+    the job's own record (JOB/sweep_job.json: its overrides and its result at full precision)
+    merged in. A sweep still running has no summary.csv yet: the rows are then the jobs that
+    finished, from their records, in job-name order.
+    """
+    summary = _os.path.join(sweep_dir, "summary.csv")
+    rows = []
+    if _os.path.exists(summary):
+        with open(summary, newline="") as f:
+            for r in _csv.DictReader(f):
+                rows.append({k: _cell(v) for k, v in r.items()})
+    else:
+        if not _os.path.isdir(sweep_dir):
+            raise ConfigError(f"{sweep_dir}: no such sweep directory")
+        for name in sorted(_os.listdir(sweep_dir)):
+            if _os.path.exists(_os.path.join(sweep_dir, name, "sweep_job.json")):
+                rows.append({"job": name})
+    for row in rows:
+        rec_path = _os.path.join(sweep_dir, str(row.get("job", "")), "sweep_job.json")
+        if not _os.path.exists(rec_path):
+            continue
+        try:
+            with open(rec_path) as f:
+                rec = _json.load(f)
+        except (OSError, ValueError) as e:
+            raise RunError(f"{rec_path}: unreadable job record: {e}") from None
+        if not isinstance(rec, dict):
+            raise RunError(f"{rec_path}: a job record is a JSON object")
+        row.update(rec.get("result", {}))
+        row["overrides"] = rec.get("overrides", [])
+    return rows

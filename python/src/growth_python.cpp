@@ -1,0 +1,107 @@
+// The `python` growth and pruning components: a policy class written in Python, named in the
+// config (`growth: {plugin: python, class: mymod.MyPolicy, options: {...}}`).
+//
+// This library holds no Python code: the policy lives in the bridge library
+// (libgrowformer_pypolicy.so, policy_bridge.cpp), whose Python symbols are those of the process.
+// Inside python3 (the growformer module) they are the interpreter's own; in the `growformer`
+// program there is none yet, so the first policy made loads libpython globally, then the
+// bridge, which starts the interpreter.
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <growformer/errors.hpp>
+#include <growformer/growth.hpp>
+#include <growformer/plugin.hpp>
+#include <growformer/registry.hpp>
+
+#include "policy_args.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The bridge beside this plugin's folder (lib/growformer/plugins -> lib/), where the build
+// tree and an install tree put it; else the build tree's path.
+std::string bridge_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&bridge_path), &info) && info.dli_fname) {
+    fs::path p = fs::path(info.dli_fname).parent_path().parent_path().parent_path() /
+                 fs::path(GF_PYPOLICY_BUILD).filename();
+    std::error_code ec;
+    if (fs::exists(p, ec)) return p.string();
+  }
+  return GF_PYPOLICY_BUILD;
+}
+
+gfpy::MakePolicyFn load_bridge() {
+  static std::mutex m;
+  static gfpy::MakePolicyFn fn = nullptr;
+  std::lock_guard<std::mutex> lock(m);
+  if (fn) return fn;
+  // Python symbols in the process already: we run inside python3 (or a program embedding it)
+  if (!dlsym(RTLD_DEFAULT, "Py_IsInitialized")) {
+    if (!dlopen(GF_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL)) {
+      const char* e = dlerror();
+      throw gf::RuntimeError(std::string("the `python` policy plugin cannot load the Python runtime " GF_LIBPYTHON
+                                         ": ") + (e ? e : "unknown error") +
+                             " (install the libpython package of the Python it was built for)");
+    }
+  }
+  std::string path = bridge_path();
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    throw gf::RuntimeError("the `python` policy plugin cannot load its bridge " + path + ": " +
+                           (e ? e : "unknown error"));
+  }
+  fn = reinterpret_cast<gfpy::MakePolicyFn>(dlsym(h, gfpy::kMakePolicySymbol));
+  if (!fn)
+    throw gf::RuntimeError(path + ": no `" + std::string(gfpy::kMakePolicySymbol) +
+                           "` entry point (a bridge of another build?)");
+  return fn;
+}
+
+gf::OptionSpecs python_options() {
+  using gf::OptType;
+  return {
+      {"class", OptType::String, "",
+       "the policy class, module.Class (the module on sys.path, `path` or PYTHONPATH)", 0, 0, {},
+       true},
+      {"path", OptType::StringList, "[]",
+       "folders put in front of sys.path, relative to the config's folder"},
+      {"options", OptType::Any, "{}", "a mapping passed to the class as keyword arguments"},
+  };
+}
+
+std::unique_ptr<gf::GrowthPolicy> make(const gf::Options& o, const std::string& role) {
+  gfpy::PolicyArgs a;
+  a.role = role;
+  a.class_path = o.get_string("class");
+  a.class_where = o.where("class");
+  for (const std::string& p : o.get_string_list("path")) {
+    std::string r = o.resolve_path(p);
+    std::error_code ec;
+    a.paths.push_back(fs::absolute(r, ec).lexically_normal().string());
+  }
+  a.options = o.get_node("options");
+  a.options_where = o.where("options");
+  a.python_dir = GF_PYTHON_BUILD_DIR;
+  return std::unique_ptr<gf::GrowthPolicy>(load_bridge()(a));
+}
+
+void register_python(gf::Registry& r) {
+  r.add_growth({"python", "a growth policy class written in Python (class: module.Class)",
+                python_options()},
+               [](const gf::Options& o) { return make(o, "growth"); });
+  r.add_pruning({"python", "a pruning rule class written in Python (class: module.Class)",
+                 python_options()},
+                [](const gf::Options& o) { return make(o, "pruning"); });
+}
+
+}  // namespace
+
+GROWFORMER_PLUGIN("growth_python", "0.1.0", register_python)

@@ -1,0 +1,626 @@
+// The Python module growformer._core (re-exported by the package growformer): configs,
+// experiments (train with a callback, evaluate, predict), checkpoints, parameters as numpy
+// arrays, and a run directory's logs as lists of dicts. Arrays are copies of the model's
+// tensors (the model's buffers are pooled and replaced by every optimizer step, so a view
+// into them would not stay valid).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <growformer/autograd.hpp>
+#include <growformer/batch_sampler.hpp>
+#include <growformer/checkpoint.hpp>
+#include <growformer/config.hpp>
+#include <growformer/errors.hpp>
+#include <growformer/ops.hpp>
+#include <growformer/run_dir.hpp>
+#include <growformer/run_events.hpp>
+#include <growformer/trainer.hpp>
+
+#include "py_convert.hpp"
+
+namespace fs = std::filesystem;
+using namespace pybind11::literals;
+
+namespace gfpy {
+namespace {
+
+// ---- configs ---------------------------------------------------------------------------
+// A config as its source (a file or YAML text) plus overrides: every Experiment gets a fresh
+// parse, since building one marks keys consumed and writes defaults into the document.
+struct Config {
+  std::string path;      // a file, or
+  std::string text;      // YAML text (a dict arrives as JSON, which is YAML)
+  std::string name = "<config>";
+  std::string base_dir;  // relative paths of a text config resolve against it
+  std::vector<std::string> overrides;
+
+  gf::ConfigNode node() const {
+    gf::ConfigNode n = path.empty() ? gf::ConfigNode::load_string(text, name, base_dir)
+                                    : gf::ConfigNode::load_file(path);
+    for (const std::string& o : overrides) n.apply_override(o);
+    return n;
+  }
+};
+
+Config config_from(py::handle src, const std::vector<std::string>& overrides,
+                   const std::string& base_dir) {
+  Config c;
+  if (py::isinstance<Config>(src)) {
+    c = src.cast<Config>();
+  } else if (py::isinstance<py::dict>(src)) {
+    c.text = py::module_::import("json").attr("dumps")(src).cast<std::string>();
+    c.name = "<dict>";
+    c.base_dir = base_dir.empty() ? fs::current_path().string() : base_dir;
+  } else if (py::isinstance<py::str>(src) || py::hasattr(src, "__fspath__")) {
+    c.path = py::module_::import("os").attr("fspath")(src).cast<std::string>();
+    if (!fs::exists(c.path)) throw gf::ConfigError(c.path + ": no such config file");
+  } else {
+    throw py::type_error("a config is a growformer.Config, a path to a YAML file or a dict, not " +
+                         py::repr(src).cast<std::string>());
+  }
+  for (const std::string& o : overrides) c.overrides.push_back(o);
+  c.node();  // parse now: a malformed document or override fails here, with its location
+  return c;
+}
+
+// ---- experiments -----------------------------------------------------------------------
+struct PyExperiment {
+  std::unique_ptr<gf::Experiment> ex;
+  std::string data_need = "all";  // "none": built from a checkpoint alone (no splits)
+  std::string source;             // the checkpoint it was loaded from, if any
+  bool trained = false;
+};
+
+py::dict eval_dict(const gf::EvalResult& r) {
+  return py::dict("loss"_a = r.loss, "accuracy"_a = r.accuracy, "examples"_a = r.examples);
+}
+
+// A run's end as a dict: status, where it stopped, the final test (when it ran to the end).
+struct RunWatch {
+  long last_step = -1, total = 0;
+  std::exception_ptr error;  // raised by the callback or a Ctrl-C, raised again after the run
+};
+
+// RunFlags for a run from Python: the callback every EVERY steps (and the last) with the mean
+// training loss and accuracy since its previous call; Ctrl-C (Python's signal flag, checked
+// after every step) stops the run after that step with a checkpoint and raises
+// KeyboardInterrupt once it is written; an exception in the callback does the same.
+gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long every, long stop_after,
+                       bool quiet, std::vector<std::string> plugin_paths, RunWatch& w) {
+  if (every < 1) throw py::value_error("every must be >= 1");
+  gf::RunFlags f;
+  f.run_dir = run_dir;
+  f.quiet = quiet;
+  f.stop_after = stop_after;
+  f.plugin_paths = std::move(plugin_paths);
+  f.on_step_every = 1;
+  struct Acc {
+    double loss = 0, correct = 0, steps = 0;
+  };
+  auto acc = std::make_shared<Acc>();
+  // copies of the std::function (none are made, but a copy must not touch Python's counts
+  // without the GIL) share the one reference to the callable
+  auto cb = std::make_shared<py::object>(std::move(callback));
+  f.on_step = [cb, every, acc, &w](const gf::StepReport& r) -> bool {
+    py::gil_scoped_acquire gil;
+    w.last_step = r.step;
+    w.total = r.total_steps;
+    double n = static_cast<double>(std::max<size_t>(1, r.steps));
+    acc->loss += r.loss * n;
+    acc->correct += r.accuracy * n;
+    acc->steps += n;
+    try {
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      const py::object& callback = *cb;
+      if (callback.is_none() || (r.step % every != 0 && r.step != r.total_steps)) return true;
+      py::list heads;
+      for (size_t h : r.heads) heads.append(h);
+      py::dict m("step"_a = r.step, "total_steps"_a = r.total_steps,
+                 "loss"_a = acc->loss / acc->steps, "accuracy"_a = acc->correct / acc->steps,
+                 "steps"_a = static_cast<long>(acc->steps), "lr"_a = r.lr, "heads"_a = heads,
+                 "val_step"_a = r.val_step >= 0 ? py::object(py::int_(r.val_step)) : py::object(py::none()),
+                 "val_loss"_a = r.val_step >= 0 ? py::object(py::float_(r.val_loss)) : py::object(py::none()),
+                 "val_accuracy"_a = r.val_step >= 0 ? py::object(py::float_(r.val_accuracy))
+                                                    : py::object(py::none()));
+      *acc = Acc{};
+      py::object go = callback(m);
+      if (go.is_none()) return true;
+      if (!py::isinstance<py::bool_>(go))
+        throw py::type_error("the train callback returned " + py::repr(go).cast<std::string>() +
+                             " at step " + std::to_string(r.step) +
+                             "; return True or None to go on, False to stop the run");
+      return go.cast<bool>();
+    } catch (...) {
+      w.error = std::current_exception();
+      return false;  // stop after this step, with a checkpoint
+    }
+  };
+  return f;
+}
+
+py::dict run_result(int status, const RunWatch& w, const std::string& run_dir,
+                    const gf::Experiment* ex) {
+  bool finished = status == 0 && w.total > 0 && w.last_step == w.total;
+  py::dict d("status"_a = status, "run_dir"_a = run_dir, "finished"_a = finished,
+             "stopped_at"_a = finished || w.last_step < 0 ? py::object(py::none())
+                                                          : py::object(py::int_(w.last_step)));
+  d["test"] = py::none();
+  d["best_val"] = py::none();
+  if (finished && ex) {
+    const gf::RunOutcome& o = ex->outcome();
+    if (o.tested)
+      d["test"] = py::dict("loss"_a = o.test.result.loss, "accuracy"_a = o.test.result.accuracy,
+                           "examples"_a = o.test.result.examples, "model"_a = o.test.model,
+                           "evaluated_on"_a = o.test.evaluated_on,
+                           "majority_class_accuracy"_a = o.test.majority_class_accuracy);
+    if (o.best_val >= 0) d["best_val"] = o.best_val;
+    d["growth_summary"] = o.growth_summary;
+    d["pruning_summary"] = o.pruning_summary;
+  } else if (finished) {
+    // a resumed run's experiment lives inside resume_run: its test line is in the log
+    for (const gf::MetricsLine& l : gf::read_metrics(gf::RunDir(run_dir).metrics()))
+      if (l.split == "test") {
+        py::dict t("loss"_a = number_or_none(l.number("loss").value_or(NAN)),
+                   "accuracy"_a = number_or_none(l.number("accuracy").value_or(NAN)),
+                   "model"_a = l.text("model"), "evaluated_on"_a = l.text("evaluated_on"));
+        if (auto n = l.number("examples")) t["examples"] = static_cast<long>(*n);
+        d["test"] = t;
+      }
+  }
+  return d;
+}
+
+// Runs BODY (the training loop) without the GIL, then raises what the callback raised.
+template <class F>
+int run_released(RunWatch& w, F&& body) {
+  int status;
+  {
+    py::gil_scoped_release nogil;
+    status = body();
+  }
+  if (w.error) std::rethrow_exception(w.error);
+  return status;
+}
+
+const std::vector<gf::Example>& split_of(const PyExperiment& p, const std::string& split) {
+  if (p.data_need == "none")
+    throw gf::ConfigError("this experiment was loaded from " + p.source +
+                          " with data='none' (no data read): load it with data='all' (or the split) "
+                          "to evaluate");
+  const gf::DataSplits& d = p.ex->data();
+  if (split == "train") return d.train;
+  if (split == "val") return d.val;
+  if (split == "test") return d.test;
+  throw py::value_error("split must be 'train', 'val' or 'test', not '" + split + "'");
+}
+
+py::array_t<float> to_numpy(const gf::Tensor& t) {
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  py::array_t<float> a(shape);
+  std::copy(t.data(), t.data() + t.size(), a.mutable_data());
+  return a;
+}
+
+// Class probabilities of token sequences, (N, C) float64, in batches of B.
+py::array_t<double> probabilities(gf::Experiment& ex, std::vector<gf::Example> rows, size_t B) {
+  const size_t C = ex.data().num_classes, N = rows.size();
+  py::array_t<double> out({py::ssize_t(N), py::ssize_t(C)});
+  double* o = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    gf::NoGradGuard ng;
+    for (size_t start = 0; start < N; start += B) {
+      const size_t n = std::min(B, N - start);
+      std::vector<size_t> idx(n);
+      for (size_t i = 0; i < n; ++i) idx[i] = start + i;
+      gf::Batch b = ex.make_batch(rows, idx);
+      gf::Var logits = ex.model().forward(b, false, nullptr);
+      for (size_t i = 0; i < n; ++i) {
+        const float* row = logits.value().data() + i * C;
+        double mx = *std::max_element(row, row + C), sum = 0;
+        double* p = o + (start + i) * C;
+        for (size_t c = 0; c < C; ++c) sum += p[c] = std::exp(double(row[c]) - mx);
+        for (size_t c = 0; c < C; ++c) p[c] /= sum;
+      }
+      gf::clear_tape();
+    }
+  }
+  return out;
+}
+
+std::string data_plugin(const gf::Experiment& ex) {
+  gf::ConfigNode d = ex.config().child("data");
+  return d.valid() && d.has("plugin") ? d.child("plugin").as_string() : "";
+}
+
+// Strings as the dataset's records (written to a temporary file in its record format and
+// read back through its record reader, so they are tokenised exactly as `growformer predict`).
+std::vector<gf::Example> tokenize_strings(gf::Experiment& ex, const std::vector<std::string>& texts) {
+  const std::string plugin = data_plugin(ex);
+  std::string body;
+  if (plugin == "text_tsv") {
+    gf::ConfigNode col = ex.config().child("data").child("text_column");
+    body = (col.valid() ? col.as_string() : std::string("text")) + "\n";
+  } else if (plugin != "listops") {
+    throw gf::ConfigError("predict: strings need a one-line record format, which dataset `" + plugin +
+                          "` has not here (listops and text_tsv have); pass token id sequences, or "
+                          "a file of records to predict_file");
+  }
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (texts[i].find_first_of("\t\n\r") != std::string::npos)
+      throw py::value_error("predict: input " + std::to_string(i) +
+                            " holds a tab or a line break; one record is one line");
+    if (texts[i].find_first_not_of(" ") == std::string::npos)
+      throw py::value_error("predict: input " + std::to_string(i) + " is empty");
+    body += texts[i] + "\n";
+  }
+  char tmpl[] = "/tmp/growformer_predict_XXXXXX";
+  int fd = mkstemp(tmpl);
+  if (fd < 0) throw gf::RuntimeError("predict: cannot create a temporary file in /tmp");
+  close(fd);
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }
+  } remove{tmpl};
+  {
+    std::ofstream f(tmpl, std::ios::binary);
+    f << body;
+    if (!f) throw gf::RuntimeError(std::string("predict: cannot write ") + tmpl);
+  }
+  auto reader = ex.dataset().open_records(tmpl);
+  std::vector<gf::Example> rows;
+  gf::Record r;
+  while (reader->next(r)) {
+    if (!r.error.empty())
+      throw py::value_error("predict: input " + std::to_string(rows.size()) + " (" +
+                            texts[rows.size()] + "): " + r.error);
+    gf::Example e;
+    e.tokens = std::move(r.tokens);
+    rows.push_back(std::move(e));
+  }
+  if (rows.size() != texts.size())
+    throw gf::RuntimeError("predict: the record reader gave " + std::to_string(rows.size()) +
+                           " records for " + std::to_string(texts.size()) + " strings");
+  return rows;
+}
+
+std::vector<gf::Example> token_rows(const gf::Experiment& ex, py::handle inputs) {
+  const gf::DataSplits& d = ex.data();
+  std::vector<gf::Example> rows;
+  size_t i = 0;
+  for (auto seq : inputs) {
+    py::array_t<long long, py::array::c_style | py::array::forcecast> a;
+    try {
+      a = py::array_t<long long, py::array::c_style | py::array::forcecast>::ensure(seq);
+    } catch (...) {
+    }
+    if (!a || a.ndim() != 1 || py::isinstance<py::str>(seq))
+      throw py::type_error("predict: input " + std::to_string(i) +
+                           " is not a sequence of token ids (or all inputs strings)");
+    py::array_t<double> as_f = py::array_t<double>::ensure(seq);
+    gf::Example e;
+    for (py::ssize_t k = 0; k < a.size(); ++k) {
+      long long t = a.at(k);
+      if (as_f && as_f.at(k) != static_cast<double>(t))
+        throw py::value_error("predict: input " + std::to_string(i) + ": token " + std::to_string(k) +
+                              " is not an integer");
+      if (t < 0 || static_cast<size_t>(t) >= d.vocab_size || t == d.pad_id)
+        throw py::value_error("predict: input " + std::to_string(i) + ": token " + std::to_string(k) +
+                              " = " + std::to_string(t) + " is not a token id (0 <= id < " +
+                              std::to_string(d.vocab_size) + ", not the pad id " +
+                              std::to_string(d.pad_id) + ")");
+      e.tokens.push_back(static_cast<int32_t>(t));
+    }
+    if (e.tokens.empty()) throw py::value_error("predict: input " + std::to_string(i) + " is empty");
+    rows.push_back(std::move(e));
+    ++i;
+  }
+  return rows;
+}
+
+py::object predict(PyExperiment& p, py::object inputs, long batch_size) {
+  if (py::isinstance<py::str>(inputs))
+    throw py::type_error("predict takes a list of inputs (strings or token id sequences); "
+                         "wrap one string in a list");
+  size_t B = batch_size > 0 ? size_t(batch_size) : size_t(p.ex->settings().batch_size);
+  bool strings = true, any = false;
+  for (auto x : inputs) {
+    any = true;
+    strings = strings && py::isinstance<py::str>(x);
+  }
+  if (!any) return py::array_t<double>(std::vector<py::ssize_t>{0, py::ssize_t(p.ex->data().num_classes)});
+  std::vector<gf::Example> rows =
+      strings ? tokenize_strings(*p.ex, inputs.cast<std::vector<std::string>>()) : token_rows(*p.ex, inputs);
+  return probabilities(*p.ex, std::move(rows), B);
+}
+
+py::tuple predict_file(PyExperiment& p, const std::string& path, long batch_size) {
+  if (!fs::exists(path)) throw gf::ConfigError(path + ": no such input file");
+  size_t B = batch_size > 0 ? size_t(batch_size) : size_t(p.ex->settings().batch_size);
+  auto reader = p.ex->dataset().open_records(path);
+  std::vector<gf::Example> rows;
+  py::list ids;
+  gf::Record r;
+  while (reader->next(r)) {
+    if (!r.error.empty())
+      throw gf::ConfigError(path + ":" + std::to_string(r.line) + ": record `" + r.id + "`: " + r.error);
+    ids.append(r.id);
+    gf::Example e;
+    e.tokens = std::move(r.tokens);
+    rows.push_back(std::move(e));
+  }
+  return py::make_tuple(ids, probabilities(*p.ex, std::move(rows), B));
+}
+
+py::dict parameters(const PyExperiment& p) {
+  py::dict out;
+  for (auto& [name, v] : p.ex->model().named_parameters()) out[py::str(name)] = to_numpy(v.value());
+  return out;
+}
+
+// Per block, per head: its id, birth step and tensors by full name (its own parameters and the
+// block's output map W_O of the head).
+py::list heads(const PyExperiment& p) {
+  gf::NamedParams all = p.ex->model().named_parameters();
+  py::list blocks;
+  size_t b = 0;
+  for (gf::AttentionBlock* blk : p.ex->model().blocks()) {
+    py::list hs;
+    const std::string prefix = "layers." + std::to_string(b) + ".attn.heads.";
+    for (const gf::HeadInfo& h : blk->heads()) {
+      py::dict tensors;
+      const std::string mine = prefix + std::to_string(h.id) + ".";
+      for (auto& [name, v] : all) {
+        bool own = name.rfind(mine, 0) == 0;
+        bool w_o = h.w_o && h.w_o->value().defined() && v.value().data() == h.w_o->value().data();
+        if (own || w_o) tensors[py::str(name)] = to_numpy(v.value());
+      }
+      hs.append(py::dict("id"_a = h.id, "born"_a = h.born_step, "tensors"_a = tensors));
+    }
+    blocks.append(hs);
+    ++b;
+  }
+  return blocks;
+}
+
+std::unique_ptr<PyExperiment> load(const std::string& checkpoint, const std::string& data,
+                                   const std::vector<std::string>& plugin_paths) {
+  if (data != "all" && data != "none" && data != "train" && data != "val" && data != "test")
+    throw py::value_error("data must be 'all', 'none', 'train', 'val' or 'test'");
+  auto p = std::make_unique<PyExperiment>();
+  py::gil_scoped_release nogil;  // a policy class of the checkpoint's config takes the GIL
+  gf::Checkpoint ck = gf::load_checkpoint(checkpoint);
+  auto cfg = ck.metadata.find("config");
+  if (cfg == ck.metadata.end())
+    throw gf::RuntimeError(checkpoint + ": not a growformer checkpoint (no embedded config)");
+  auto record = ck.metadata.find("data");
+  if (data != "all" && record == ck.metadata.end())
+    throw gf::ConfigError(checkpoint + ": the checkpoint has no saved tokenizer; load it with data='all'");
+  auto dir = ck.metadata.find("config_dir");
+  gf::ConfigNode node = gf::ConfigNode::load_string(cfg->second, checkpoint + " (embedded config)",
+                                                    dir == ck.metadata.end() ? "" : dir->second);
+  p->ex = std::make_unique<gf::Experiment>(node, plugin_paths,
+                                           record == ck.metadata.end() ? "" : record->second, data);
+  p->ex->load_weights(ck, checkpoint);
+  p->data_need = data;
+  p->source = checkpoint;
+  return p;
+}
+
+py::list events_list(const std::string& path) {
+  std::string file = fs::is_directory(path) ? gf::RunDir(path).events() : path;
+  std::vector<gf::RunEvent> evs = gf::read_run_events(file);
+  py::list out;
+  for (const gf::RunEvent& e : evs) {
+    py::dict d = event_to_dict(e.event);
+    py::dict row("step"_a = e.step);
+    for (auto kv : d) row[kv.first] = kv.second;
+    out.append(row);
+  }
+  return out;
+}
+
+py::list metrics_list(const std::string& path) {
+  std::string file = fs::is_directory(path) ? gf::RunDir(path).metrics() : path;
+  std::vector<gf::MetricsLine> lines = gf::read_metrics(file);
+  py::list out;
+  for (const gf::MetricsLine& l : lines) {
+    py::dict d("step"_a = l.step, "split"_a = l.split);
+    for (const auto& [k, v] : l.numbers) d[py::str(k)] = number_or_none(v);
+    for (const auto& [k, v] : l.strings) d[py::str(k)] = v;
+    for (const auto& [k, v] : l.lists) {
+      py::list xs;
+      for (double x : v) xs.append(number_or_none(x));
+      d[py::str(k)] = xs;
+    }
+    if (!l.blocks.empty()) {
+      py::list bl;
+      for (const gf::BlockDiagnostics& b : l.blocks) {
+        py::dict heads;
+        for (const auto& [id, m] : b.heads) heads[py::int_(id)] = m;
+        bl.append(py::dict("lists"_a = b.lists, "heads"_a = heads));
+      }
+      d["blocks"] = bl;
+    }
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace gfpy
+
+PYBIND11_MODULE(_core, m) {
+  using namespace gfpy;
+  m.doc() = "growformer: attention models that grow and prune their own heads (C++ core)";
+  py::register_exception<gf::ConfigError>(m, "ConfigError", PyExc_ValueError);
+  py::register_exception<gf::RuntimeError>(m, "RunError", PyExc_RuntimeError);
+
+  py::class_<Config>(m, "Config", "A configuration: a YAML file or a dict, plus KEY=VALUE overrides")
+      .def_static("load",
+                  [](const std::string& path, const std::vector<std::string>& overrides) {
+                    return config_from(py::str(path), overrides, "");
+                  },
+                  "path"_a, "overrides"_a = std::vector<std::string>{},
+                  "A YAML config file (relative data paths resolve against its folder)")
+      .def_static("from_dict",
+                  [](py::dict d, const std::vector<std::string>& overrides, const std::string& base_dir) {
+                    return config_from(d, overrides, base_dir);
+                  },
+                  "config"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
+                  "A config as nested dicts (relative paths resolve against base_dir, default the "
+                  "current folder)")
+      .def_static("from_yaml",
+                  [](const std::string& text, const std::vector<std::string>& overrides,
+                     const std::string& base_dir) {
+                    Config c;
+                    c.text = text;
+                    c.name = "<yaml>";
+                    c.base_dir = base_dir.empty() ? fs::current_path().string() : base_dir;
+                    return config_from(py::cast(c), overrides, "");
+                  },
+                  "text"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "")
+      .def("set",
+           [](Config& c, const std::string& assignment) {
+             Config next = c;
+             next.overrides.push_back(assignment);
+             next.node();
+             c = next;
+             return c;
+           },
+           "assignment"_a, "Adds a KEY=VALUE override (dotted key, YAML value); returns the config")
+      .def_readonly("overrides", &Config::overrides)
+      .def("yaml", [](const Config& c) { return c.node().dump(); }, "The document with the overrides applied")
+      .def("to_dict", [](const Config& c) { return config_to_py(c.node()); })
+      .def("__repr__", [](const Config& c) {
+        return "growformer.Config(" + (c.path.empty() ? c.name : c.path) + ", overrides=" +
+               py::repr(py::cast(c.overrides)).cast<std::string>() + ")";
+      });
+
+  py::class_<PyExperiment>(m, "Experiment",
+                           "Everything a config builds: data, model, optimizer, growth and pruning")
+      .def(py::init([](py::object config, const std::vector<std::string>& overrides,
+                       const std::vector<std::string>& plugin_paths) {
+             Config c = config_from(config, overrides, "");
+             auto p = std::make_unique<PyExperiment>();
+             gf::ConfigNode node = c.node();
+             py::gil_scoped_release nogil;  // a Python policy class takes the GIL itself
+             p->ex = std::make_unique<gf::Experiment>(node, plugin_paths);
+             return p;
+           }),
+           "config"_a, "overrides"_a = std::vector<std::string>{},
+           "plugin_paths"_a = std::vector<std::string>{})
+      .def("train",
+           [](PyExperiment& p, const std::string& run_dir, py::object callback, long every,
+              long stop_after, bool quiet) {
+             if (p.data_need != "all")
+               throw gf::ConfigError("an experiment loaded from a checkpoint trains with "
+                                     "growformer.resume(run_dir), not train");
+             if (p.trained)
+               throw gf::ConfigError("this experiment has trained already; build a new Experiment "
+                                     "for another run");
+             if (run_dir.empty()) throw py::value_error("train needs a run directory");
+             RunWatch w;
+             gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, {}, w);
+             p.trained = true;
+             int status = run_released(w, [&] { return p.ex->train(f); });
+             return run_result(status, w, run_dir, p.ex.get());
+           },
+           "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1,
+           "quiet"_a = true,
+           "Trains into RUN_DIR (new or empty). callback(metrics) runs every EVERY steps and at the "
+           "last: a dict of step, total_steps, loss and accuracy (means over the steps since its "
+           "previous call), steps, lr, heads (per block), val_step, val_loss, val_accuracy; "
+           "returning False stops the run after that step with a checkpoint (resume() continues). "
+           "Returns a dict: status, run_dir, finished, stopped_at, test, best_val, summaries. "
+           "After the final test the model holds the weights it tested (test_on: best loads the best).")
+      .def("evaluate",
+           [](PyExperiment& p, const std::string& split, long max_batches) {
+             const auto& rows = split_of(p, split);
+             if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
+             gf::EvalResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = p.ex->evaluate(rows, max_batches);
+             }
+             py::dict d = eval_dict(r);
+             d["split"] = split;
+             return d;
+           },
+           "split"_a = "val", "max_batches"_a = 0,
+           "Loss, accuracy and example count on a split (the batches `growformer eval` uses)")
+      .def("predict", &predict, "inputs"_a, "batch_size"_a = 0,
+           "Class probabilities, an (N, classes) float64 array, of a list of token id sequences "
+           "or of strings (datasets with one-line records: listops, text_tsv)")
+      .def("predict_file", &predict_file, "path"_a, "batch_size"_a = 0,
+           "(ids, probabilities) of a file of records, as `growformer predict` reads it")
+      .def("parameters", &parameters, "Every parameter by dotted name, as numpy float32 copies")
+      .def("heads", &heads,
+           "Per block, per head: {id, born, tensors: {name: numpy copy}} with the head's W_O")
+      .def_property_readonly("name", [](const PyExperiment& p) { return p.ex->name(); })
+      .def_property_readonly("classes", [](const PyExperiment& p) {
+        std::vector<std::string> n = p.ex->data().class_names;
+        for (size_t c = n.size(); c < p.ex->data().num_classes; ++c) n.push_back(std::to_string(c));
+        return n;
+      })
+      .def_property_readonly("vocab", [](const PyExperiment& p) { return p.ex->data().vocab; })
+      .def_property_readonly("vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; })
+      .def_property_readonly("pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; })
+      .def_property_readonly("heads_per_block",
+                             [](const PyExperiment& p) { return p.ex->model().heads_per_block(); })
+      .def_property_readonly("num_parameters",
+                             [](const PyExperiment& p) { return p.ex->model().num_parameters(); })
+      .def_property_readonly("config", [](const PyExperiment& p) { return p.ex->config().dump(); },
+                             "The resolved config (every default spelled out) as YAML")
+      .def_property_readonly("data_sizes", [](const PyExperiment& p) {
+        const gf::DataSplits& d = p.ex->data();
+        return py::dict("train"_a = d.train.size(), "val"_a = d.val.size(), "test"_a = d.test.size());
+      })
+      .def("split_tokens",
+           [](const PyExperiment& p, const std::string& split) {
+             py::list toks, labels;
+             for (const gf::Example& e : split_of(p, split)) {
+               toks.append(py::cast(e.tokens));
+               labels.append(e.label);
+             }
+             return py::make_tuple(toks, labels);
+           },
+           "split"_a, "(token id lists, labels) of a split");
+
+  m.def("load", &load, "checkpoint"_a, "data"_a = "all", "plugin_paths"_a = std::vector<std::string>{},
+        "An Experiment from a checkpoint (its embedded config, saved tokenizer and weights). "
+        "data: 'all' reads every split (evaluate), a split name reads that one, 'none' reads no "
+        "data (predict only)");
+  m.def("resume",
+        [](const std::string& run_dir, py::object callback, long every, long stop_after, bool quiet,
+           const std::vector<std::string>& plugin_paths) {
+          RunWatch w;
+          gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, plugin_paths, w);
+          int status = run_released(w, [&] { return gf::resume_run(run_dir, f); });
+          py::dict d = run_result(status, w, run_dir, nullptr);
+          return d;
+        },
+        "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1, "quiet"_a = true,
+        "plugin_paths"_a = std::vector<std::string>{},
+        "Continues the run in RUN_DIR from its last checkpoint (as `growformer resume`); the "
+        "callback as in Experiment.train. The test result is in read_metrics(run_dir).");
+  m.def("read_events", &events_list, "run_dir"_a,
+        "events.jsonl of a run directory (or the file) as a list of dicts: step, type, block, "
+        "head, then the event's numbers, strings and lists by name");
+  m.def("read_metrics", &metrics_list, "run_dir"_a,
+        "metrics.jsonl of a run directory (or the file) as a list of dicts: step, split, numbers, "
+        "heads, and blocks (diagnostics) where logged");
+}

@@ -1,0 +1,632 @@
+// The policy bridge: a GrowthPolicy whose decisions a Python class makes.
+//
+// The class (see examples/python/grow_on_plateau.py):
+//   __init__(self, **options)          the config's `options:` mapping as keyword arguments
+//   check(self, view) -> list          edits: {"op": "add_head", "block": b, "reason": "..."} or
+//                                      {"op": "remove_head", "block": b, "head": id, ...}
+//   optional: on_start(self, view), edited(self, edit, view), summary(self) -> {name: number},
+//             save_state(self) -> str and load_state(self, str) (without them the instance's
+//             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) -> int,
+//             probe_ablations(self, view) -> [[(block, head), ...], ...]
+// Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
+// ConfigError for the class, its import and its options) naming the class, the method and the step.
+#include <pybind11/embed.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <growformer/errors.hpp>
+#include <growformer/growth.hpp>
+#include <growformer/rng.hpp>
+
+#include "policy_args.hpp"
+#include "py_convert.hpp"
+
+namespace gfpy {
+namespace {
+
+using namespace pybind11::literals;
+
+// The growformer program has no interpreter: start one (without Python's signal handlers, so
+// Ctrl-C stays the trainer's) and release the GIL, which every call below takes. It is never
+// finalised: the process ends with it.
+void ensure_interpreter() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (Py_IsInitialized()) return;
+    py::initialize_interpreter(false);
+    PyEval_SaveThread();
+  });
+}
+
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// Helpers written in Python: the instance's attributes as exact JSON, and the check that they
+// come back equal (int keys and tuples would not).
+const char* kHelpers = R"PY(
+import json, math
+
+def _same(a, b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+def dump_vars(obj):
+    v = vars(obj)
+    s = json.dumps(v, allow_nan=True)
+    if not _same(v, json.loads(s)):
+        raise TypeError("its attributes do not come back equal from JSON (tuples, dict keys "
+                        "that are not strings, or number subclasses)")
+    return s
+
+def load_vars(obj, s):
+    obj.__dict__.update(json.loads(s))
+)PY";
+
+py::object helpers() {
+  static py::object* mod = nullptr;  // leaked: lives as long as the interpreter
+  if (!mod) {
+    py::dict ns;
+    ns["__builtins__"] = py::module_::import("builtins");
+    py::exec(kHelpers, ns);
+    auto* m = new py::object(py::module_::import("types").attr("SimpleNamespace")(**ns));
+    mod = m;
+  }
+  return *mod;
+}
+
+std::string short_repr(py::handle h) {
+  std::string s;
+  try {
+    s = py::repr(h).cast<std::string>();
+  } catch (...) {
+    PyErr_Clear();
+    s = "<unprintable>";
+  }
+  if (s.size() > 200) s = s.substr(0, 200) + "...";
+  return s;
+}
+
+bool is_int(py::handle h) { return py::isinstance<py::int_>(h) && !py::isinstance<py::bool_>(h); }
+bool is_number(py::handle h) {
+  return (py::isinstance<py::int_>(h) || py::isinstance<py::float_>(h)) &&
+         !py::isinstance<py::bool_>(h);
+}
+
+// What a view's methods reach, valid only while the call that got the view runs.
+struct ViewState {
+  bool alive = true;
+  gf::EventSink* events = nullptr;
+  gf::Rng* rng = nullptr;
+  std::string label;
+  void check(const char* what) const {
+    if (!alive)
+      throw py::value_error(label + ": view." + what + "() called after the call that got the "
+                            "view returned (keep numbers, not the view)");
+  }
+};
+
+// An event's extra fields from keyword arguments: numbers, strings, lists of numbers.
+void add_fields(gf::Event& e, py::handle fields, const std::string& where) {
+  for (auto kv : py::reinterpret_borrow<py::dict>(fields)) {
+    std::string k = py::str(kv.first).cast<std::string>();
+    py::handle v = kv.second;
+    if (py::isinstance<py::bool_>(v)) {
+      e.numbers.push_back({k, v.cast<bool>() ? 1.0 : 0.0});
+    } else if (is_number(v)) {
+      e.numbers.push_back({k, v.cast<double>()});
+    } else if (py::isinstance<py::str>(v)) {
+      e.strings.push_back({k, v.cast<std::string>()});
+    } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+      std::vector<double> xs;
+      for (auto x : v) {
+        if (!is_number(x))
+          throw py::type_error(where + ": field `" + k + "`: a list holds numbers only, not " +
+                               short_repr(x));
+        xs.push_back(x.cast<double>());
+      }
+      e.lists.push_back({k, xs});
+    } else {
+      throw py::type_error(where + ": field `" + k + "` is " + short_repr(v) +
+                           "; an event field is a number, a string or a list of numbers");
+    }
+  }
+}
+
+class PythonPolicy : public gf::GrowthPolicy {
+ public:
+  explicit PythonPolicy(const PolicyArgs& a) : role_(a.role), class_path_(a.class_path) {
+    label_ = a.role + " `python` (" + a.class_path + ")";
+    ensure_interpreter();
+    py::gil_scoped_acquire gil;
+    const std::string where = a.class_where + ": `" + a.role + ".class`: ";
+    size_t dot = a.class_path.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == a.class_path.size())
+      throw gf::ConfigError(where + "`" + a.class_path + "` is not module.Class");
+    std::string mod_name = a.class_path.substr(0, dot), cls_name = a.class_path.substr(dot + 1);
+    py::object cls;
+    try {
+      py::list path = py::module_::import("sys").attr("path");
+      for (auto it = a.paths.rbegin(); it != a.paths.rend(); ++it)
+        if (!path.contains(py::str(*it))) path.insert(0, py::str(*it));
+      if (!a.python_dir.empty() && !path.contains(py::str(a.python_dir))) path.append(a.python_dir);
+      py::module_ mod = py::module_::import(mod_name.c_str());
+      if (!py::hasattr(mod, cls_name.c_str()))
+        throw gf::ConfigError(where + "module `" + mod_name + "` (" +
+                              py::str(mod.attr("__file__")).cast<std::string>() +
+                              ") has no `" + cls_name + "`");
+      cls = mod.attr(cls_name.c_str());
+    } catch (py::error_already_set& e) {
+      std::string search;
+      try {
+        search = py::str(py::module_::import("sys").attr("path")).cast<std::string>();
+      } catch (...) {
+        PyErr_Clear();
+      }
+      throw gf::ConfigError(where + "cannot import module `" + mod_name + "`: " +
+                            describe_python_error(e) + "\n  sys.path: " + search +
+                            "\n  (add its folder to `" + a.role + ".path` or PYTHONPATH)");
+    }
+    if (!PyCallable_Check(cls.ptr()))
+      throw gf::ConfigError(where + "`" + a.class_path + "` is " + short_repr(cls) + ", not a class");
+    py::object opts = config_to_py(a.options);
+    if (opts.is_none()) opts = py::dict();
+    if (!py::isinstance<py::dict>(opts))
+      throw gf::ConfigError(a.options_where + ": `" + a.role + ".options`: expected a mapping of "
+                            "keyword arguments for " + a.class_path + ", got " + short_repr(opts));
+    py::object obj;
+    try {
+      obj = cls(**py::reinterpret_borrow<py::dict>(opts));
+    } catch (py::error_already_set& e) {
+      std::string msg = a.options_where + ": `" + a.role + ".options`: " + a.class_path +
+                        "(**options) with options " + short_repr(opts) + " raised " +
+                        describe_python_error(e);
+      if (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError)) throw gf::ConfigError(msg);
+      throw gf::RuntimeError(msg);
+    }
+    if (!py::hasattr(obj, "check") || !PyCallable_Check(obj.attr("check").ptr()))
+      throw gf::ConfigError(where + a.class_path + " has no check(self, view) method");
+    needs_probe_ = call("needs_probe", -1, [&] {
+      if (!py::hasattr(obj, "needs_probe")) return false;
+      py::object v = obj.attr("needs_probe");
+      if (PyCallable_Check(v.ptr())) v = v();
+      if (!py::isinstance<py::bool_>(v))
+        throw gf::RuntimeError(label_ + ": needs_probe is " + short_repr(v) + ", not True or False");
+      return v.cast<bool>();
+    });
+    obj_ = std::move(obj);  // last: a member destroyed by a throw here would lack the GIL
+  }
+
+  ~PythonPolicy() override {
+    if (python_alive()) {
+      py::gil_scoped_acquire gil;
+      obj_ = py::object();
+    } else {
+      obj_.release();  // the interpreter is gone: nothing to give back
+    }
+  }
+
+  bool needs_probe() const override { return needs_probe_; }
+
+  size_t validation_probe(size_t step) const override {
+    py::gil_scoped_acquire gil;
+    return call("validation_probe", long(step), [&]() -> size_t {
+      if (!py::hasattr(obj_, "validation_probe")) return 0;
+      py::object v = obj_.attr("validation_probe");
+      if (PyCallable_Check(v.ptr())) v = v(step);
+      if (!is_int(v) || v.cast<long long>() < 0)
+        throw gf::RuntimeError(label_ + ".validation_probe at step " + std::to_string(step) +
+                               " returned " + short_repr(v) + "; expected a count of examples >= 0");
+      return v.cast<size_t>();
+    });
+  }
+
+  std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(obj_, "probe_ablations")) return {};
+    const std::string where = label_ + ".probe_ablations at step " + std::to_string(view.step);
+    auto st = std::make_shared<ViewState>();
+    py::object pv = make_view(view, st, false);
+    py::object ret = call("probe_ablations", long(view.step), [&] { return obj_.attr("probe_ablations")(pv); });
+    st->alive = false;
+    std::vector<std::vector<gf::HeadRef>> out;
+    if (!py::isinstance<py::list>(ret) && !py::isinstance<py::tuple>(ret))
+      throw gf::RuntimeError(where + " returned " + short_repr(ret) +
+                             "; expected a list of head sets, each a list of (block, head) pairs");
+    for (auto set : ret) {
+      std::vector<gf::HeadRef> s;
+      bool ok = py::isinstance<py::list>(set) || py::isinstance<py::tuple>(set);
+      for (auto pair : ok ? py::reinterpret_borrow<py::object>(set) : py::list()) {
+        py::sequence p = py::isinstance<py::sequence>(pair) && !py::isinstance<py::str>(pair)
+                             ? py::reinterpret_borrow<py::sequence>(pair)
+                             : py::sequence(py::list());
+        if (p.size() != 2 || !is_int(p[0]) || !is_int(p[1]) || p[0].cast<long>() < 0 ||
+            p[0].cast<size_t>() >= view.blocks.size()) {
+          ok = false;
+          break;
+        }
+        s.push_back({p[0].cast<size_t>(), p[1].cast<int>()});
+      }
+      if (!ok)
+        throw gf::RuntimeError(where + ": the head set " + short_repr(set) +
+                               " is not a list of (block, head) pairs of this model's " +
+                               std::to_string(view.blocks.size()) + " block(s)");
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  void on_start(const gf::TrainView& view) override {
+    py::gil_scoped_acquire gil;
+    if (!has("on_start")) return;
+    auto st = std::make_shared<ViewState>();
+    py::object pv = make_view(view, st, true);
+    call("on_start", long(view.step), [&] { obj_.attr("on_start")(pv); });
+    st->alive = false;
+  }
+
+  std::vector<gf::Edit> check(const gf::TrainView& view) override {
+    py::gil_scoped_acquire gil;
+    auto st = std::make_shared<ViewState>();
+    py::object pv = make_view(view, st, true);
+    py::object ret = call("check", long(view.step), [&] { return obj_.attr("check")(pv); });
+    st->alive = false;
+    return parse_edits(ret, view);
+  }
+
+  void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    py::gil_scoped_acquire gil;
+    if (!has("edited")) return;
+    py::dict d;
+    d["op"] = e.kind == gf::Edit::Kind::AddHead ? "add_head" : "remove_head";
+    d["block"] = e.block;
+    d["head"] = e.kind == gf::Edit::Kind::AddHead ? new_head_id : e.head_id;
+    d["cause"] = event_to_dict(e.cause);
+    auto st = std::make_shared<ViewState>();
+    py::object pv = make_view(view, st, true);
+    call("edited", long(view.step), [&] { obj_.attr("edited")(d, pv); });
+    st->alive = false;
+  }
+
+  std::map<std::string, double> summary() const override {
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(obj_, "summary")) return {};
+    return call("summary", -1, [&] {
+      py::object r = obj_.attr("summary")();
+      std::map<std::string, double> out;
+      if (!py::isinstance<py::dict>(r))
+        throw gf::RuntimeError(label_ + ".summary returned " + short_repr(r) +
+                               "; expected a dict of name -> number");
+      for (auto kv : py::reinterpret_borrow<py::dict>(r)) {
+        if (!py::isinstance<py::str>(kv.first) || !is_number(kv.second))
+          throw gf::RuntimeError(label_ + ".summary: entry " + short_repr(kv.first) + ": " +
+                                 short_repr(kv.second) + " is not a name and a number");
+        out[kv.first.cast<std::string>()] = kv.second.cast<double>();
+      }
+      return out;
+    });
+  }
+
+  // The state in checkpoints: JSON {"class", "format": "user" | "attributes", "state"}.
+  std::string save_state() const override {
+    py::gil_scoped_acquire gil;
+    return call("save_state", -1, [&] {
+      bool user = py::hasattr(obj_, "save_state");
+      py::object s;
+      if (user) {
+        s = obj_.attr("save_state")();
+        if (!py::isinstance<py::str>(s))
+          throw gf::RuntimeError(label_ + ".save_state returned " + short_repr(s) + "; expected a str");
+      } else {
+        try {
+          s = helpers().attr("dump_vars")(obj_);
+        } catch (py::error_already_set& e) {
+          throw gf::RuntimeError(label_ + ": its state cannot be saved for resuming: " +
+                                 describe_python_error(e) +
+                                 "\n  define save_state(self) -> str and load_state(self, text)");
+        }
+      }
+      py::dict rec;
+      rec["class"] = class_path_;
+      rec["format"] = user ? "user" : "attributes";
+      rec["state"] = s;
+      return py::module_::import("json").attr("dumps")(rec).cast<std::string>();
+    });
+  }
+
+  void load_state(const std::string& text) override {
+    if (text.empty()) return;
+    py::gil_scoped_acquire gil;
+    call("load_state", -1, [&] {
+      py::dict rec;
+      try {
+        rec = py::module_::import("json").attr("loads")(text);
+      } catch (py::error_already_set&) {
+        throw gf::RuntimeError(label_ + ": the checkpoint's policy state is not this bridge's JSON");
+      }
+      std::string cls = rec.contains("class") ? py::str(rec["class"]).cast<std::string>() : "";
+      if (cls != class_path_)
+        throw gf::RuntimeError(label_ + ": the checkpoint's policy state is of class `" + cls +
+                               "`, not `" + class_path_ + "`");
+      std::string format = rec.contains("format") ? py::str(rec["format"]).cast<std::string>() : "";
+      py::object s = rec.contains("state") ? py::object(rec["state"]) : py::object(py::none());
+      if (format == "user") {
+        if (!has("load_state"))
+          throw gf::RuntimeError(label_ + ": the checkpoint holds the state its save_state wrote, "
+                                 "but the class has no load_state(self, text)");
+        obj_.attr("load_state")(s);
+      } else if (format == "attributes") {
+        helpers().attr("load_vars")(obj_, s);
+      } else {
+        throw gf::RuntimeError(label_ + ": unknown policy state format `" + format + "`");
+      }
+    });
+  }
+
+ private:
+  bool has(const char* name) const {
+    return py::hasattr(obj_, name) && PyCallable_Check(obj_.attr(name).ptr());
+  }
+
+  // Runs F (GIL held); a Python exception becomes a RuntimeError naming the method and the step.
+  template <class F>
+  auto call(const char* method, long step, F&& f) const -> decltype(f()) {
+    try {
+      return f();
+    } catch (py::error_already_set& e) {
+      throw gf::RuntimeError(label_ + "." + method +
+                             (step >= 0 ? " at step " + std::to_string(step) : std::string()) +
+                             " raised " + describe_python_error(e));
+    } catch (const py::builtin_exception& e) {  // a conversion of what the method gave
+      throw gf::RuntimeError(label_ + "." + method +
+                             (step >= 0 ? " at step " + std::to_string(step) : std::string()) +
+                             ": " + e.what());
+    }
+  }
+
+  // The view a Python method gets: plain attributes and numpy copies; its methods (emit,
+  // uniform, randint, normal) work while the call runs.
+  py::object make_view(const gf::TrainView& v, const std::shared_ptr<ViewState>& st,
+                       bool with_metrics) const {
+    py::object ns = py::module_::import("types").attr("SimpleNamespace");
+    st->events = v.events;
+    st->rng = v.rng;
+    st->label = label_;
+    py::list blocks;
+    for (const gf::BlockView& bv : v.blocks) {
+      py::list ids, born;
+      size_t n = 0, cap = 0;
+      bool editable = false;
+      if (bv.block) {
+        for (const gf::HeadInfo& h : bv.block->heads()) {
+          ids.append(h.id);
+          born.append(h.born_step);
+        }
+        n = bv.block->num_heads();
+        cap = bv.block->max_heads();
+        editable = bv.block->can_edit_heads();
+      }
+      py::object probe = py::none(), valid = py::none();
+      if (bv.probe && bv.probe->input.defined()) {
+        const gf::Tensor& t = bv.probe->input;
+        std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+        py::array_t<float> a(shape);
+        std::copy(t.data(), t.data() + t.size(), a.mutable_data());
+        probe = a;
+        if (!bv.probe->valid.empty() && t.ndim() == 3) {
+          py::array_t<uint8_t> m({py::ssize_t(t.dim(0)), py::ssize_t(t.dim(1))});
+          std::copy(bv.probe->valid.begin(), bv.probe->valid.end(), m.mutable_data());
+          valid = m;
+        }
+      }
+      blocks.append(ns("index"_a = bv.index, "heads"_a = ids, "born"_a = born, "num_heads"_a = n,
+                       "max_heads"_a = cap == static_cast<size_t>(-1) ? py::object(py::none())
+                                                                      : py::object(py::int_(cap)),
+                       "can_edit"_a = editable, "probe"_a = probe, "valid"_a = valid));
+    }
+    py::object metrics = py::none();
+    if (with_metrics) {
+      const gf::RunMetrics& m = v.metrics;
+      py::list abl;
+      for (const gf::Ablation& a : m.ablations) {
+        py::list heads;
+        for (const gf::HeadRef& h : a.heads) heads.append(py::make_tuple(h.block, h.head));
+        abl.append(ns("heads"_a = heads, "loss"_a = number_or_none(a.loss),
+                      "accuracy"_a = number_or_none(a.accuracy)));
+      }
+      metrics = ns("train_loss"_a = number_or_none(m.train_loss),
+                   "train_accuracy"_a = number_or_none(m.train_accuracy),
+                   "train_steps"_a = m.train_steps,
+                   "val_step"_a = m.val_step >= 0 ? py::object(py::int_(m.val_step)) : py::object(py::none()),
+                   "val_loss"_a = number_or_none(m.val_loss),
+                   "val_accuracy"_a = number_or_none(m.val_accuracy),
+                   "probe_examples"_a = m.probe_examples,
+                   "probe_loss"_a = number_or_none(m.probe_loss),
+                   "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
+    }
+    std::shared_ptr<ViewState> s = st;
+    py::cpp_function emit(
+        [s](const std::string& type, long block, long head, py::kwargs fields) {
+          s->check("emit");
+          if (type.empty()) throw py::value_error(s->label + ": view.emit: the event type is empty");
+          gf::Event e;
+          e.type = type;
+          e.block = block;
+          e.head = head;
+          add_fields(e, fields, s->label + ": view.emit(\"" + type + "\")");
+          if (s->events) s->events->emit(e);
+        },
+        py::arg("type"), py::arg("block") = -1, py::arg("head") = -1);
+    py::cpp_function uniform([s] {
+      s->check("uniform");
+      return s->rng ? s->rng->uniform() : 0.0;
+    });
+    py::cpp_function normal([s] {
+      s->check("normal");
+      return s->rng ? s->rng->normal() : 0.0;
+    });
+    py::cpp_function randint(
+        [s](long long n) {
+          s->check("randint");
+          if (n <= 0) throw py::value_error(s->label + ": view.randint(n) needs n > 0");
+          return s->rng ? static_cast<long long>(s->rng->below(static_cast<uint64_t>(n))) : 0LL;
+        },
+        py::arg("n"));
+    return ns("step"_a = v.step, "total_steps"_a = v.total_steps, "role"_a = role_,
+              "blocks"_a = blocks, "metrics"_a = metrics, "emit"_a = emit, "uniform"_a = uniform,
+              "normal"_a = normal, "randint"_a = randint);
+  }
+
+  // The edits a check returned, checked against the blocks as they will be when each applies.
+  std::vector<gf::Edit> parse_edits(const py::object& ret, const gf::TrainView& view) const {
+    const std::string where = label_ + ".check at step " + std::to_string(view.step);
+    if (!py::isinstance<py::list>(ret) && !py::isinstance<py::tuple>(ret))
+      throw gf::RuntimeError(where + " returned " + short_repr(ret) +
+                             "; expected a list of edits ([] for none), each a dict such as "
+                             "{\"op\": \"add_head\", \"block\": 0, \"reason\": \"...\"}");
+    // heads per block as the edits before each one leave them
+    std::vector<std::vector<int>> heads(view.blocks.size());
+    for (size_t b = 0; b < view.blocks.size(); ++b)
+      if (view.blocks[b].block)
+        for (const gf::HeadInfo& h : view.blocks[b].block->heads()) heads[b].push_back(h.id);
+    std::vector<gf::Edit> out;
+    size_t k = 0;
+    for (auto item : ret) {
+      const std::string at = where + ": edit " + std::to_string(k++) + " " + short_repr(item);
+      if (!py::isinstance<py::dict>(item))
+        throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
+      py::dict d = py::reinterpret_borrow<py::dict>(item);
+      static const std::vector<std::string> known = {"op", "block", "head", "reason", "init",
+                                                     "release_direction", "info"};
+      for (auto kv : d) {
+        std::string key = py::isinstance<py::str>(kv.first) ? kv.first.cast<std::string>() : "";
+        if (std::find(known.begin(), known.end(), key) == known.end())
+          throw gf::RuntimeError(at + ": unknown key " + short_repr(kv.first) +
+                                 " (valid: op, block, head, reason, init, release_direction, info)");
+      }
+      auto get = [&](const char* key) { return d.contains(key) ? py::object(d[key]) : py::object(); };
+      py::object op = get("op"), block = get("block");
+      std::string ops = op && py::isinstance<py::str>(op) ? op.cast<std::string>() : "";
+      if (ops != "add_head" && ops != "remove_head")
+        throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
+      if (!block || !is_int(block) || block.cast<long long>() < 0 ||
+          block.cast<unsigned long long>() >= view.blocks.size())
+        throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
+                               std::to_string(view.blocks.size()) + ")");
+      gf::Edit e;
+      e.block = block.cast<size_t>();
+      const gf::BlockView& bv = view.blocks[e.block];
+      if (!bv.block || !bv.block->can_edit_heads())
+        throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
+                               (bv.block ? bv.block->describe() : std::string("?")) +
+                               ") cannot add or remove heads");
+      std::vector<int>& ids = heads[e.block];
+      if (py::object reason = get("reason")) {
+        if (!py::isinstance<py::str>(reason))
+          throw gf::RuntimeError(at + ": `reason` must be a str");
+        e.cause.strings.push_back({"reason", reason.cast<std::string>()});
+      }
+      e.cause.strings.push_back({"class", class_path_});
+      if (py::object info = get("info")) {
+        if (!py::isinstance<py::dict>(info))
+          throw gf::RuntimeError(at + ": `info` must be a dict of name -> number, str or list of numbers");
+        try {
+          add_fields(e.cause, info, at + ": `info`");
+        } catch (py::error_already_set& err) {
+          throw gf::RuntimeError(std::string(py::str(err.value())));
+        }
+      }
+      if (ops == "add_head") {
+        if (get("head"))
+          throw gf::RuntimeError(at + ": an add_head edit has no `head` (the block gives the new id)");
+        if (get("release_direction"))
+          throw gf::RuntimeError(at + ": `release_direction` belongs to remove_head");
+        e.kind = gf::Edit::Kind::AddHead;
+        e.init.preserve_function = true;  // the default of the built-in baselines
+        if (ids.size() >= bv.block->max_heads())
+          throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " already has " +
+                                 std::to_string(ids.size()) + " heads, its maximum");
+        if (py::object init = get("init")) parse_init(init, at, e.init);
+        ids.push_back(-1);  // a new head (its id comes when it is applied)
+      } else {
+        py::object head = get("head");
+        if (!head || !is_int(head))
+          throw gf::RuntimeError(at + ": a remove_head edit needs `head`, the id of a head");
+        e.kind = gf::Edit::Kind::RemoveHead;
+        e.head_id = head.cast<int>();
+        auto it = std::find(ids.begin(), ids.end(), e.head_id);
+        if (it == ids.end())
+          throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " has no head " +
+                                 std::to_string(e.head_id) + " (heads: " + short_repr(py::cast(ids)) +
+                                 ", -1 = added by this check)");
+        if (ids.size() == 1)
+          throw gf::RuntimeError(at + ": head " + std::to_string(e.head_id) + " is the last of block " +
+                                 std::to_string(e.block));
+        ids.erase(it);
+        if (py::object rel = get("release_direction")) {
+          if (!py::isinstance<py::bool_>(rel))
+            throw gf::RuntimeError(at + ": `release_direction` must be True or False");
+          e.release_direction = rel.cast<bool>();
+        }
+      }
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  void parse_init(const py::object& init, const std::string& at, gf::HeadInit& out) const {
+    if (!py::isinstance<py::dict>(init))
+      throw gf::RuntimeError(at + ": `init` must be a dict (mode, value_variance, preserve_function)");
+    for (auto kv : py::reinterpret_borrow<py::dict>(init)) {
+      std::string key = py::isinstance<py::str>(kv.first) ? kv.first.cast<std::string>() : "";
+      py::handle v = kv.second;
+      if (key == "mode") {
+        if (!py::isinstance<py::str>(v) || v.cast<std::string>() != "random")
+          throw gf::RuntimeError(at + ": init `mode` must be \"random\" (directed heads need a "
+                                 "direction only C++ policies give)");
+        out.mode = "random";
+      } else if (key == "value_variance") {
+        if (!v.is_none() && (!is_number(v) || v.cast<double>() < 0))
+          throw gf::RuntimeError(at + ": init `value_variance` must be a number >= 0 or None");
+        out.value_variance = v.is_none() ? -1.0 : v.cast<double>();
+      } else if (key == "preserve_function") {
+        if (!py::isinstance<py::bool_>(v))
+          throw gf::RuntimeError(at + ": init `preserve_function` must be True or False");
+        out.preserve_function = v.cast<bool>();
+      } else {
+        throw gf::RuntimeError(at + ": unknown init key " + short_repr(kv.first) +
+                               " (valid: mode, value_variance, preserve_function)");
+      }
+    }
+  }
+
+  std::string role_, class_path_, label_;
+  py::object obj_;
+  bool needs_probe_ = false;
+};
+
+}  // namespace
+}  // namespace gfpy
+
+extern "C" __attribute__((visibility("default"))) gf::GrowthPolicy* growformer_python_policy(
+    const gfpy::PolicyArgs& args) {
+  return new gfpy::PythonPolicy(args);
+}

@@ -1,0 +1,89 @@
+"""Python policies the tests name in configs (`class: policies.NAME`)."""
+import os
+
+
+class AddAt:
+    """Adds one head to block 0 at the check of step `at`; user-format state (a counter)."""
+
+    def __init__(self, at=20, reason="scheduled"):
+        self.at, self.reason = at, reason
+        self.checks = 0
+        self.told = []
+
+    def check(self, view):
+        self.checks += 1
+        view.emit("python_check", block=0, checks=self.checks, loss=view.metrics.train_loss)
+        if view.step == self.at:
+            return [{"op": "add_head", "block": 0, "reason": self.reason, "info": {"checks": self.checks}}]
+        return []
+
+    def edited(self, edit, view):
+        self.told.append([edit["op"], edit["block"], edit["head"], view.step])
+
+    def summary(self):
+        return {"checks": self.checks, "edits_seen": len(self.told)}
+
+    def save_state(self):
+        return f"{self.checks}"
+
+    def load_state(self, text):
+        self.checks = int(text)
+
+
+class RemoveFirst:
+    """Pruning: removes the oldest head of block 0 at step `at`."""
+
+    def __init__(self, at=30):
+        self.at = at
+
+    def check(self, view):
+        if view.step != self.at:
+            return []
+        return [{"op": "remove_head", "block": 0, "head": view.blocks[0].heads[0], "reason": "oldest"}]
+
+
+class Raises:
+    def __init__(self, at=10):
+        self.at = at
+
+    def check(self, view):
+        if view.step == self.at:
+            return 1 / 0
+        return []
+
+
+class ReturnsNone:
+    def check(self, view):
+        pass
+
+
+class BadEdit:
+    def __init__(self, edit="{}"):
+        import ast
+        self.edit = ast.literal_eval(edit)
+
+    def check(self, view):
+        return [self.edit]
+
+
+class TupleState:
+    """Attributes that JSON cannot give back equal: saving must refuse, not drift."""
+
+    def __init__(self):
+        self.seen = {0: (1, 2)}
+
+    def check(self, view):
+        return []
+
+
+class RankDivergent:
+    """Grows on MPI rank 0 only: a policy whose decisions differ between processes."""
+
+    def check(self, view):
+        if view.step == 10 and os.environ.get("OMPI_COMM_WORLD_RANK", "0") == "0":
+            return [{"op": "add_head", "block": 0}]
+        return []
+
+
+class NotAPolicy:
+    pass

@@ -1,0 +1,254 @@
+"""The growformer Python module: training with a callback, evaluation, prediction, parameters,
+logs, sweeps, and growth/pruning policies written in Python (in the module, the growformer
+program and under mpirun)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import growformer as gf
+from conftest import EXAMPLES, MPIRUN, TINY, cli, python_growth
+
+
+def train(tiny, run_dir, sets=(), **kw):
+    ex = gf.Experiment(tiny, overrides=list(sets))
+    return ex, ex.train(str(run_dir), **kw)
+
+
+def events_without_timing(run_dir):
+    return gf.read_events(str(run_dir))
+
+
+def test_import_and_api():
+    for name in ("Config", "Experiment", "load", "resume", "read_events", "read_metrics",
+                 "read_sweep", "ConfigError", "RunError"):
+        assert hasattr(gf, name), name
+    assert issubclass(gf.ConfigError, ValueError)
+    assert issubclass(gf.RunError, RuntimeError)
+
+
+def test_callback_sees_metrics_and_stops_the_run(tiny, tmp_path):
+    seen = []
+
+    def cb(m):
+        seen.append(m)
+        return m["step"] < 15  # False at 15: stop there
+
+    ex, r = train(tiny, tmp_path / "run", callback=cb, every=5)
+    assert [m["step"] for m in seen] == [5, 10, 15]
+    assert r["stopped_at"] == 15 and not r["finished"] and r["status"] == 0
+    m = seen[1]
+    assert m["total_steps"] == 40 and m["steps"] == 5 and m["heads"] == [2]
+    assert 0 < m["loss"] < 10 and 0 <= m["accuracy"] <= 1 and m["lr"] > 0
+    assert m["val_step"] == 10 and m["val_accuracy"] is not None
+    assert seen[0]["val_step"] is None
+    # the callback's loss is the mean of the 5 training steps the log's line at step 10 covers
+    lines = gf.read_metrics(str(tmp_path / "run"))
+    train10 = [l for l in lines if l["split"] == "train" and l["step"] == 10][0]
+    assert m["loss"] == pytest.approx(train10["loss"], rel=1e-6)
+    # nothing after step 15 was trained or logged; the checkpoint is at 15, and resume finishes
+    assert max(l["step"] for l in lines) == 15
+    r2 = gf.resume(str(tmp_path / "run"))
+    assert r2["finished"] and r2["test"]["examples"] == 64
+    assert max(l["step"] for l in gf.read_metrics(str(tmp_path / "run"))) == 40
+
+
+def test_callback_errors_stop_with_a_checkpoint(tiny, tmp_path):
+    def boom(m):
+        if m["step"] == 10:
+            raise KeyError("from the callback")
+        return True
+
+    with pytest.raises(KeyError, match="from the callback"):
+        train(tiny, tmp_path / "a", callback=boom, every=5)
+    assert os.path.exists(tmp_path / "a" / "checkpoints" / "last.safetensors")
+    assert max(l["step"] for l in gf.read_metrics(str(tmp_path / "a"))) == 10
+    with pytest.raises(TypeError, match="return True or None to go on"):
+        train(tiny, tmp_path / "b", callback=lambda m: "yes", every=5)
+
+
+def test_evaluate_equals_the_program_and_predict_matches(tiny, tmp_path):
+    _, r = train(tiny, tmp_path / "run")
+    assert r["finished"] and r["test"]["examples"] == 64
+    ck = str(tmp_path / "run" / "checkpoints" / "best.safetensors")
+    model = gf.load(ck)
+    mine = model.evaluate("test")
+    rc, out = cli("eval", ck, "--split", "test", "--json")
+    assert rc == 0, out
+    theirs = json.loads(out.strip().splitlines()[-1])
+    assert mine["examples"] == theirs["examples"] == 64
+    assert mine["accuracy"] == theirs["accuracy"]
+    assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-12)
+    # the final test of the run tested this model on this split
+    assert mine["accuracy"] == r["test"]["accuracy"]
+
+    tokens, labels = model.split_tokens("test")
+    p = model.predict(tokens)
+    assert p.shape == (64, len(model.classes)) and p.dtype == np.float64
+    assert np.allclose(p.sum(axis=1), 1.0, atol=1e-9)
+    assert np.mean(p.argmax(axis=1) == np.array(labels)) == mine["accuracy"]
+    # strings: the listops expressions of the same tokens give the same probabilities
+    # (a batch pads to its longest row, so another batch gives the same values to float rounding)
+    texts = [" ".join(model.vocab[t] for t in row) for row in tokens[:5]]
+    first5 = model.predict(tokens[:5])
+    assert np.allclose(first5, p[:5], rtol=1e-5, atol=1e-7)
+    assert np.array_equal(model.predict(texts), first5)
+    # from the checkpoint alone (no data read) as well
+    alone = gf.load(ck, data="none")
+    assert np.array_equal(alone.predict(tokens[:5]), first5)
+    with pytest.raises(gf.ConfigError, match="data='none'"):
+        alone.evaluate("test")
+    with pytest.raises(ValueError, match="not a token id"):
+        model.predict([[model.pad_id, 3]])
+    with pytest.raises(ValueError, match="predict: input 1 .*"):
+        model.predict(["[MAX 3 4 ]", "[MAX 3 x ]"])
+    with pytest.raises(TypeError, match="wrap one string"):
+        model.predict("[MAX 3 4 ]")
+
+
+def test_parameters_and_heads_are_copies_by_name(tiny, tmp_path):
+    ex, _ = train(tiny, tmp_path / "run", stop_after=5)
+    params = ex.parameters()
+    assert sum(a.size for a in params.values()) == ex.num_parameters
+    heads = ex.heads()
+    assert [h["id"] for h in heads[0]] == [0, 1]
+    t = heads[0][1]["tensors"]
+    assert "layers.0.attn.heads.1.w_q" in t and "layers.0.attn.heads.1.w_o" in t
+    for name, a in t.items():
+        assert a.dtype == np.float32 and np.array_equal(a, params[name]), name
+    params["embed"][:] = 0  # a copy: the model keeps its weights
+    assert np.any(ex.parameters()["embed"] != 0)
+
+
+def test_config_from_dict_and_errors(tmp_path):
+    base = {"name": "d", "seed": 7, "threads": 2,
+            "data": {"plugin": "listops", "train_size": 64, "val_size": 16, "test_size": 16,
+                     "min_length": 4, "max_length": 16, "max_depth": 2, "max_args": 3},
+            "model": {"d_model": 8, "layers": 1, "max_len": 20,
+                      "attention": {"plugin": "mha", "heads": 1}},
+            "train": {"steps": 4, "batch_size": 8, "eval_every": 2, "log_every": 2}}
+    cfg = gf.Config.from_dict(base, overrides=["train.steps=6"])
+    assert cfg.to_dict()["train"]["steps"] == 6
+    r = gf.Experiment(cfg).train(str(tmp_path / "run"))
+    assert r["finished"]
+    bad = dict(base, train={"stpes": 4})
+    with pytest.raises(gf.ConfigError, match="did you mean `steps`"):
+        gf.Experiment(bad)
+    with pytest.raises(gf.ConfigError):
+        gf.Config.load(str(tmp_path / "missing.yaml"))
+
+
+# ---- Python policies --------------------------------------------------------------------
+
+def test_python_policy_grows_at_its_step_and_is_told(tiny, tmp_path):
+    ex, r = train(tiny, tmp_path / "run", [python_growth("AddAt", at=20, reason="at-twenty")])
+    assert r["finished"] and ex.heads_per_block == [3]
+    evs = gf.read_events(str(tmp_path / "run"))
+    grows = [e for e in evs if e["type"] == "grow"]
+    assert len(grows) == 1
+    g = grows[0]
+    assert g["step"] == 20 and g["block"] == 0 and g["head"] == 2
+    assert g["reason"] == "at-twenty" and g["class"] == "policies.AddAt" and g["checks"] == 2
+    checks = [e for e in evs if e["type"] == "python_check"]
+    assert [e["step"] for e in checks] == [10, 20, 30, 40] and checks[-1]["checks"] == 4
+    assert r["growth_summary"] == {"checks": 4.0, "edits_seen": 1.0}
+
+
+def test_python_pruning_removes_a_head(tiny, tmp_path):
+    ex, r = train(tiny, tmp_path / "run", [python_growth("RemoveFirst", role="pruning", at=30)])
+    assert ex.heads_per_block == [1]
+    prunes = [e for e in gf.read_events(str(tmp_path / "run")) if e["type"] == "prune"]
+    assert [(e["step"], e["head"], e["policy"]) for e in prunes] == [(30, 0, "pruning")]
+
+
+@pytest.mark.parametrize("policy", [
+    ("AddAt", {"at": 20}),                                                  # its own save_state
+    ("grow_on_plateau.GrowOnPlateau", {"patience": 1, "min_delta": 0.5}),  # attributes as JSON
+])
+def test_stop_and_resume_write_identical_events(tiny, tmp_path, policy):
+    cls, opts = policy
+    sets = [python_growth(cls, **opts)]
+    train(tiny, tmp_path / "whole", sets)
+    _, r = train(tiny, tmp_path / "parts", sets, callback=lambda m: m["step"] < 15, every=5)
+    assert r["stopped_at"] == 15
+    gf.resume(str(tmp_path / "parts"))
+    whole = gf.read_events(str(tmp_path / "whole"))
+    assert any(e["type"] == "grow" for e in whole)
+    assert gf.read_events(str(tmp_path / "parts")) == whole
+
+    def metrics(d):
+        return [{k: v for k, v in l.items() if k not in ("elapsed_s", "tokens_per_s", "steps_per_s")}
+                for l in gf.read_metrics(str(d))]
+    assert metrics(tmp_path / "parts") == metrics(tmp_path / "whole")
+
+
+def test_the_program_runs_python_policies_as_the_module(tiny, tmp_path):
+    sets = [python_growth("grow_on_plateau.GrowOnPlateau", patience=1, min_delta=0.5)]
+    train(tiny, tmp_path / "module", sets)
+    rc, out = cli("train", tiny, "--run-dir", str(tmp_path / "cli"), "--quiet", "--set", sets[0])
+    assert rc == 0, out
+    assert gf.read_events(str(tmp_path / "cli")) == gf.read_events(str(tmp_path / "module"))
+    # and resumes one: stop at 25 (stop_after through the module), resume with the program
+    _, r = train(tiny, tmp_path / "mixed", sets, stop_after=25)
+    assert r["stopped_at"] is None or r["stopped_at"] == 25
+    rc, out = cli("resume", str(tmp_path / "mixed"), "--quiet")
+    assert rc == 0, out
+    assert gf.read_events(str(tmp_path / "mixed")) == gf.read_events(str(tmp_path / "module"))
+
+
+@pytest.mark.parametrize("sets, kind, message", [
+    (python_growth("NoSuchClass"), gf.ConfigError, "module `policies` .* has no `NoSuchClass`"),
+    (python_growth("no_such_module.X"), gf.ConfigError, "cannot import module `no_such_module`"),
+    (python_growth("NotAPolicy"), gf.ConfigError, "has no check\\(self, view\\) method"),
+    (python_growth("AddAt", att=3), gf.ConfigError, "unexpected keyword argument 'att'"),
+    (python_growth("Raises", at=10), gf.RunError,
+     "growth `python` \\(policies.Raises\\).check at step 10 raised .*ZeroDivisionError"),
+    (python_growth("ReturnsNone"), gf.RunError, "check at step 10 returned None; expected a list"),
+    (python_growth("BadEdit", edit="\"{'op': 'add_head', 'block': 3}\""), gf.RunError,
+     "`block` must be a block index in \\[0, 1\\)"),
+    (python_growth("BadEdit", edit="\"{'op': 'grow', 'block': 0}\""), gf.RunError,
+     "`op` must be \"add_head\" or \"remove_head\""),
+    (python_growth("BadEdit", edit="\"{'op': 'remove_head', 'block': 0, 'head': 7}\""), gf.RunError,
+     "block 0 has no head 7"),
+    (python_growth("BadEdit", edit="\"{'op': 'add_head', 'block': 0, 'colour': 1}\""), gf.RunError,
+     "unknown key 'colour'"),
+    (python_growth("TupleState"), gf.RunError, "state cannot be saved for resuming"),
+])
+def test_bad_policies_fail_with_one_clear_message(tiny, tmp_path, sets, kind, message):
+    with pytest.raises(kind, match=message):
+        train(tiny, tmp_path / "run", [sets])
+    # the program: the same message, exit 2 for configuration errors, 1 for run failures
+    rc, out = cli("train", tiny, "--run-dir", str(tmp_path / "cli"), "--quiet", "--set", sets)
+    assert rc == (2 if kind is gf.ConfigError else 1), out
+    assert "policies" in out or "no_such_module" in out
+
+
+@pytest.mark.skipif(not MPIRUN, reason="no MPI in this build")
+def test_mpi_ranks_decide_alike_and_divergence_is_caught(tiny, tmp_path):
+    sets = [python_growth("grow_on_plateau.GrowOnPlateau", patience=1, min_delta=0.5)]
+    train(tiny, tmp_path / "one", sets)
+    rc, out = cli("train", tiny, "--run-dir", str(tmp_path / "two"), "--quiet", "--set", "threads=1",
+                  "--set", sets[0], procs=2)
+    assert rc == 0, out
+    assert gf.read_events(str(tmp_path / "two")) == gf.read_events(str(tmp_path / "one"))
+    rc, out = cli("train", tiny, "--run-dir", str(tmp_path / "div"), "--quiet", "--set", "threads=1",
+                  "--set", python_growth("RankDivergent"), procs=2)
+    assert rc != 0
+    assert "hold different models after the structure check (step 10)" in out
+
+
+def test_read_sweep_rows(tiny, tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"name: s\nbase: {tiny}\nseeds: [1]\nset: [train.steps=10]\n"
+                     "axes:\n  model.attention.heads: [1, 2]\n")
+    rc, out = cli("sweep", str(sweep), "--out", str(tmp_path / "out"))
+    assert rc == 0, out
+    rows = gf.read_sweep(str(tmp_path / "out"))
+    assert len(rows) == 2
+    assert {r["model.attention.heads"] for r in rows} == {1, 2}
+    for r in rows:
+        assert r["exit"] == 0 and 0 <= r["test_accuracy"] <= 1
+        assert isinstance(r["test_loss"], float) and "train.steps=10" in r["overrides"]
+    with pytest.raises(gf.ConfigError):
+        gf.read_sweep(str(tmp_path / "nothing"))
