@@ -218,6 +218,7 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
   } else {
     if (fs::exists(dir, ec)) {  // stopped before its first checkpoint: nothing worth keeping
       rd.lock();                // refuses while another process runs this job
+      rd.refuse_restart_over_best();  // unless a best checkpoint is there (last was lost)
       fs::remove_all(dir);
     }
     *how = "ran";

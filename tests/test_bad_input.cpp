@@ -793,3 +793,34 @@ TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and abs
   check_refusal(sweep("seeds: [1, 2]\n", "--shard 0/-2"), 2, "expected I/N");
   CHECK(!fs::exists(d.file("out")));  // nothing written
 }
+
+TEST_CASE("run directory: best but no last is never restarted over") {
+  TempDir d;
+  std::string run = d.file("run");
+  tiny_run(run);
+  fs::remove(run + "/checkpoints/last.safetensors");
+  REQUIRE(fs::exists(run + "/checkpoints/best.safetensors"));
+  std::string best = read_text(run + "/checkpoints/best.safetensors");
+  std::string metrics = read_text(run + "/metrics.jsonl");
+  check_refusal(run_bounded("resume " + run + " --quiet"), 1,
+                "best.safetensors but no " + run + "/checkpoints/last.safetensors: starting the run "
+                "again from step 0 would overwrite it");
+  CHECK(read_text(run + "/checkpoints/best.safetensors") == best);
+  CHECK(read_text(run + "/metrics.jsonl") == metrics);
+  CHECK(!fs::exists(run + "/checkpoints/last.safetensors"));
+
+  // a sweep job in that state fails with the message and keeps its directory
+  write_text(d.file("tiny.yaml"), kTiny);
+  write_text(d.file("s.yaml"), "name: s\nbase: tiny.yaml\nseeds: [1]\n");
+  std::string out = d.file("out");
+  REQUIRE(run_cli("sweep " + d.file("s.yaml") + " --out " + out + " --quiet").status == 0);
+  std::string job = out + "/job__seed1";
+  fs::remove(job + "/sweep_job.json");
+  fs::remove(job + "/checkpoints/last.safetensors");
+  std::string job_best = read_text(job + "/checkpoints/best.safetensors");
+  Cli c = run_cli("sweep " + d.file("s.yaml") + " --out " + out + " --quiet");
+  INFO(c.output);
+  CHECK(c.status == 1);
+  CHECK(has(c.output, "would overwrite it"));
+  CHECK(read_text(job + "/checkpoints/best.safetensors") == job_best);
+}

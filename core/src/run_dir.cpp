@@ -79,6 +79,15 @@ std::string RunDir::best_checkpoint() const {
   return (fs::path(checkpoints()) / "best.safetensors").string();
 }
 
+void RunDir::refuse_restart_over_best() const {
+  std::error_code ec;
+  if (fs::exists(best_checkpoint(), ec))
+    throw RuntimeError(root_ + ": has " + best_checkpoint() + " but no " + last_checkpoint() +
+                       ": starting the run again from step 0 would overwrite it. To continue "
+                       "from the best checkpoint's step, copy it to " + last_checkpoint() +
+                       " and resume; to start again, move it away first");
+}
+
 void RunDir::reset_logs() const {
   write(metrics(), "");
   write(events(), "");

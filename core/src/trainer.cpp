@@ -903,6 +903,7 @@ int resume_run(const std::string& run_dir, const RunFlags& flags) {
     throw RuntimeError(run_dir + ": no such run directory");
   if (fs::exists(dir.last_checkpoint(), ec))
     return experiment_from_checkpoint(dir.last_checkpoint(), flags.plugin_paths)->resume(run_dir, flags);
+  dir.refuse_restart_over_best();
   if (!fs::exists(dir.resolved_config(), ec))
     throw RuntimeError(run_dir + ": not a run directory, or a run stopped before writing its "
                        "configuration (no checkpoints/last.safetensors and no config.resolved.yaml); "

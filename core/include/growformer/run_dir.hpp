@@ -27,6 +27,11 @@ class RunDir {
   std::string last_checkpoint() const;  // checkpoints/last.safetensors
   std::string best_checkpoint() const;  // checkpoints/best.safetensors
 
+  /// Before a run starts again from step 0 in this directory (no last checkpoint): a
+  /// RuntimeError, naming both files and the fix, when a best checkpoint is there, which the
+  /// new run would overwrite.
+  void refuse_restart_over_best() const;
+
   /// Empties both logs (a fresh run).
   void reset_logs() const;
   /// Keeps only the log lines of steps <= STEP and drops test lines and torn lines: a resume
