@@ -87,3 +87,20 @@ class RankDivergent:
 
 class NotAPolicy:
     pass
+
+
+class Probing:
+    """Asks for the block inputs and a validation probe; logs what it saw and random draws."""
+
+    needs_probe = True
+
+    def validation_probe(self, step):
+        return 16
+
+    def check(self, view):
+        b = view.blocks[0]
+        m = view.metrics
+        view.emit("saw", block=0, probe_shape=list(b.probe.shape), valid_shape=list(b.valid.shape),
+                  valid_sum=int(b.valid.sum()), probe_examples=m.probe_examples,
+                  probe_loss=m.probe_loss, draw=view.uniform(), pick=view.randint(1000))
+        return []

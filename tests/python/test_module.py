@@ -162,7 +162,20 @@ def test_python_pruning_removes_a_head(tiny, tmp_path):
     assert [(e["step"], e["head"], e["policy"]) for e in prunes] == [(30, 0, "pruning")]
 
 
+def test_python_policy_sees_probes_and_draws_from_its_stream(tiny, tmp_path):
+    train(tiny, tmp_path / "run", [python_growth("Probing")])
+    saw = [e for e in gf.read_events(str(tmp_path / "run")) if e["type"] == "saw"]
+    assert [e["step"] for e in saw] == [10, 20, 30, 40]
+    for e in saw:
+        assert e["probe_shape"][0] == 16 and e["probe_shape"][2] == 16  # batch, d_model
+        assert e["valid_shape"] == e["probe_shape"][:2] and 0 < e["valid_sum"] <= 16 * e["probe_shape"][1]
+        assert e["probe_examples"] == 16 and e["probe_loss"] > 0
+        assert 0 <= e["draw"] < 1 and 0 <= e["pick"] < 1000
+    assert len({e["draw"] for e in saw}) == 4
+
+
 @pytest.mark.parametrize("policy", [
+    ("Probing", {}),                                # the policy's random stream across a resume
     ("AddAt", {"at": 20}),                                                  # its own save_state
     ("grow_on_plateau.GrowOnPlateau", {"patience": 1, "min_delta": 0.5}),  # attributes as JSON
 ])
@@ -174,7 +187,7 @@ def test_stop_and_resume_write_identical_events(tiny, tmp_path, policy):
     assert r["stopped_at"] == 15
     gf.resume(str(tmp_path / "parts"))
     whole = gf.read_events(str(tmp_path / "whole"))
-    assert any(e["type"] == "grow" for e in whole)
+    assert any(e["type"] in ("grow", "saw") for e in whole)
     assert gf.read_events(str(tmp_path / "parts")) == whole
 
     def metrics(d):
