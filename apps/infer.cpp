@@ -306,7 +306,9 @@ int cmd_predict(const std::vector<std::string>& args) {
   gf::Record r;
   while (reader->next(r)) {
     if (!r.error.empty()) {
-      std::string msg = input + ":" + std::to_string(r.line) + ": record `" + r.id + "`: " + r.error;
+      // a reader's message may already start with where the record is (FASTA's k-mer errors)
+      std::string where = input + ":" + std::to_string(r.line) + ": record `" + r.id + "`";
+      std::string msg = r.error.rfind(where, 0) == 0 ? r.error : where + ": " + r.error;
       if (bad == "fail")
         throw gf::ConfigError(msg + " (--bad-records skip to go on without it)");
       if (progress) std::cerr << "\r\033[K";

@@ -824,3 +824,65 @@ TEST_CASE("run directory: best but no last is never restarted over") {
   CHECK(has(c.output, "would overwrite it"));
   CHECK(read_text(job + "/checkpoints/best.safetensors") == job_best);
 }
+
+TEST_CASE("messages: a log write with no checkpoint yet, a FASTA record's place once, a switch to another dataset") {
+  TempDir d;
+  // a full disk before the first checkpoint: no "the last checkpoint is intact"
+  write_text(d.file("tiny.yaml"), kTiny);
+  std::string run = d.file("run");
+  std::string out = d.file("full.txt");
+  int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) + " train " +
+                        d.file("tiny.yaml") + " --set train.steps=200 --set train.eval_every=0 --set "
+                        "train.log_every=1 --run-dir " + run + " --quiet\" > " + out + " 2>&1").c_str());
+  std::string msg = read_text(out);
+  INFO(msg);
+  CHECK(WEXITSTATUS(rc) == 1);
+  CHECK(has(msg, "metrics.jsonl: cannot write the run log"));
+  CHECK(has(msg, "no checkpoint was written yet"));
+  CHECK(!has(msg, "intact"));
+  CHECK(!fs::exists(run + "/checkpoints/last.safetensors"));
+
+  // predict: a FASTA record with a bad base names its file, line and record once
+  std::string fasta, meta = "strain\tv\n";
+  Rng rng(5, "fasta");
+  for (int i = 0; i < 24; ++i) {
+    std::string seq;
+    for (int j = 0; j < 40; ++j) seq += "ACGT"[rng.below(4)];
+    fasta += ">g" + std::to_string(i) + "\n" + seq + "\n";
+    meta += "g" + std::to_string(i) + "\t" + "AB"[i % 2] + "\n";
+  }
+  write_text(d.file("g.fa"), fasta);
+  write_text(d.file("m.tsv"), meta);
+  write_text(d.file("f.yaml"),
+             "name: f\nseed: 2\nthreads: 1\n"
+             "data: {plugin: fasta_variants, fasta: g.fa, metadata: m.tsv, label_column: v, k: 3, "
+             "stride: 3, val_ratio: 0.25, test_ratio: 0.25}\n"
+             "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}\n"
+             "train: {steps: 4, batch_size: 4, warmup: 1, eval_every: 2, log_every: 2}\n");
+  REQUIRE(run_cli("train " + d.file("f.yaml") + " --run-dir " + d.file("frun") + " --quiet").status == 0);
+  write_text(d.file("bad.fa"), ">ok\nACGTACGTACGT\n>bad\nACGTXACGT\n");
+  Cli p = run_cli("predict " + d.file("frun/checkpoints/last.safetensors") + " " + d.file("bad.fa"));
+  CHECK(p.status == 2);
+  std::string where = d.file("bad.fa") + ":3: record `bad`";
+  CHECK(has(p.output, where + ": unknown base 'X'"));
+  CHECK(p.output.find(where) == p.output.rfind(where));  // once
+
+  // a task switch to another dataset plugin names both plugins, not "16 tokens is not 16 tokens"
+  auto be32 = [](uint32_t v) {
+    return std::string{char(v >> 24), char((v >> 16) & 255), char((v >> 8) & 255), char(v & 255)};
+  };
+  std::string pixels, labels;
+  for (int i = 0; i < 40 * 16; ++i) pixels += static_cast<char>(rng.below(256));
+  for (int i = 0; i < 40; ++i) labels += static_cast<char>(i % 10);
+  write_file(d.file("img"), be32(0x803) + be32(40) + be32(4) + be32(4) + pixels);
+  write_file(d.file("lab"), be32(0x801) + be32(40) + labels);
+  std::string idx = "{plugin: idx_images, levels: 15, train_images: " + d.file("img") +
+                    ", train_labels: " + d.file("lab") + ", test_images: " + d.file("img") +
+                    ", test_labels: " + d.file("lab") + "}";
+  Cli s = run_cli("train " + d.file("tiny.yaml") + " --set \"train.switch={at: 3, data: " + idx +
+                  "}\" --run-dir " + d.file("srun") + " --quiet");
+  INFO(s.output);
+  CHECK(s.status == 2);
+  CHECK(has(s.output, "dataset `idx_images`, the first data by `listops`"));
+  CHECK(!fs::exists(d.file("srun")));
+}

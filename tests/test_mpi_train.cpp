@@ -188,6 +188,22 @@ TEST_CASE("a batch smaller than the process count is refused with one message") 
         std::string::npos);
 }
 
+TEST_CASE("processes given different run directories stop with one message, nothing written") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
+  // one process per launch spec (MPMD): rank 0 gets A, rank 1 gets B
+  std::string a = dir.file("A"), b = dir.file("B");
+  std::string one = std::string(GF_BIN) + " train " + dir.file("tiny.yaml") + " --quiet --run-dir ";
+  Run r = growformer(1, "train " + dir.file("tiny.yaml") + " --quiet --run-dir " + a + " : -np 1 " +
+                            one + b, dir);
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("--run-dir: the processes of this run were given different ones") !=
+        std::string::npos);
+  CHECK(!fs::exists(a));
+  CHECK(!fs::exists(b));
+}
+
 TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job recorded, one table") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;

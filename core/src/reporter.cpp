@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -21,9 +22,17 @@ void write_line(std::ofstream& out, const std::string& path, const std::string& 
   if (path.empty()) return;  // a muted reporter
   out << line << "\n";
   out.flush();
-  if (!out)
-    throw RuntimeError(path + ": cannot write the run log (disk full or not a writable file?); "
-                       "the last checkpoint is intact: free space and `growformer resume`");
+  if (!out) {
+    // the logs sit in the run directory's root, beside checkpoints/
+    RunDir dir(std::filesystem::path(path).parent_path().string());
+    std::error_code ec;
+    bool saved = std::filesystem::exists(dir.last_checkpoint(), ec);
+    throw RuntimeError(path + ": cannot write the run log (disk full or not a writable file?); " +
+                       (saved ? "the last checkpoint " + dir.last_checkpoint() +
+                                    " is intact: free space and `growformer resume " + dir.root() + "`"
+                              : "no checkpoint was written yet: free space and `growformer resume " +
+                                    dir.root() + "` starts the run again"));
+  }
 }
 std::ofstream open_log(const std::string& path) {
   std::ofstream out(path, std::ios::app);

@@ -263,11 +263,24 @@ void Experiment::load_switch_data() {
   }
   if (switch_data_.vocab_size != data_.vocab_size ||
       vocab_fingerprint(switch_data_.vocab) != vocab_fingerprint(data_.vocab) ||
-      switch_data_.pad_id != data_.pad_id)
-    throw ConfigError(std::string(where) + ": its vocabulary (" +
-                      std::to_string(switch_data_.vocab_size) + " tokens) is not the first data's (" +
-                      std::to_string(data_.vocab_size) +
-                      " tokens): give both the same tokenizer options");
+      switch_data_.pad_id != data_.pad_id) {
+    std::string plugin = settings_.switch_data.has("plugin")
+                             ? settings_.switch_data.child("plugin").as_string()
+                             : std::string();
+    std::string differ =
+        switch_data_.vocab_size != data_.vocab_size
+            ? "its vocabulary (" + std::to_string(switch_data_.vocab_size) +
+                  " tokens) is not the first data's (" + std::to_string(data_.vocab_size) + " tokens)"
+            : "its vocabulary holds other tokens than the first data's (" +
+                  std::to_string(data_.vocab_size) + " tokens each" +
+                  (switch_data_.pad_id != data_.pad_id ? ", another padding token" : "") + ")";
+    throw ConfigError(std::string(where) + ": " + differ +
+                      (plugin != data_plugin_
+                           ? ": it is read by dataset `" + plugin + "`, the first data by `" +
+                                 data_plugin_ + "`; both tasks share the first data's tokenizer, "
+                                 "so use one dataset plugin with the same tokenizer options"
+                           : ": give both the same tokenizer options"));
+  }
   if (switch_data_.num_classes != data_.num_classes)
     throw ConfigError(std::string(where) + ": it has " + std::to_string(switch_data_.num_classes) +
                       " classes (" + join_names(switch_data_.class_names) + ") but the first data has " +
@@ -376,8 +389,20 @@ void Experiment::use_communicator(const RunFlags& flags) {
                       std::to_string(comm_->size()) + " or fewer processes");
 }
 
+namespace {
+// Every process of a data-parallel run must be given the same run directory (rank 0 alone
+// writes it); otherwise each process stops naming its own, instead of ignoring it.
+void check_same_on_every_process(Communicator& comm, const char* what, const std::string& value) {
+  if (comm.size() == 1 || comm.all_equal(hash_name(value))) return;
+  throw ConfigError(std::string(what) + ": the processes of this run were given different ones "
+                    "(rank " + std::to_string(comm.rank()) + ": `" + printable(value.substr(0, 300)) +
+                    "`); give every process the same");
+}
+}  // namespace
+
 int Experiment::train(const RunFlags& flags) {
   use_communicator(flags);
+  check_same_on_every_process(*comm_, "--run-dir", flags.run_dir);
   std::string root_dir;
   if (!comm_->root()) {
     // rank 0 picks and creates the run directory; the others learn its name
@@ -407,6 +432,7 @@ int Experiment::train(const RunFlags& flags) {
 
 int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
   use_communicator(flags);
+  check_same_on_every_process(*comm_, "the run directory", run_dir);
   RunDir dir(run_dir);
   resolved_config_crc_ = text_crc(read_resolved_config(dir));
   if (!comm_->root()) return run_loop(dir, 0, flags);
@@ -421,6 +447,7 @@ int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
 
 int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
   use_communicator(flags);
+  check_same_on_every_process(*comm_, "the run directory", run_dir);
   RunDir dir(run_dir);
   if (comm_->root()) dir.lock();
   std::string ck = dir.last_checkpoint();
