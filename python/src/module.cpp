@@ -576,7 +576,9 @@ PYBIND11_MODULE(_core, m) {
         for (size_t c = n.size(); c < p.ex->data().num_classes; ++c) n.push_back(std::to_string(c));
         return n;
       })
-      .def_property_readonly("vocab", [](const PyExperiment& p) { return p.ex->data().vocab; })
+      .def_property_readonly("vocab", [](const PyExperiment& p) { return p.ex->data().vocab; },
+                             "Token text by id (empty when loaded with data='none': the checkpoint's "
+                             "tokenizer still tokenises strings)")
       .def_property_readonly("vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; })
       .def_property_readonly("pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; })
       .def_property_readonly("heads_per_block",

@@ -107,6 +107,28 @@ def test_evaluate_equals_the_program_and_predict_matches(tiny, tmp_path):
         model.predict("[MAX 3 4 ]")
 
 
+def test_predict_strings_of_a_text_dataset(tmp_path):
+    words = ["good", "great", "fun", "bad", "dull", "awful"]
+    rows = ["sentence\tlabel"] + [f"{words[i % 3 + 3 * (i % 2)]} {words[(i + 1) % 3 + 3 * (i % 2)]}\t{i % 2}"
+                                   for i in range(80)]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    cfg = {"name": "t", "seed": 3, "threads": 2,
+           "data": {"plugin": "text_tsv", "train": str(tmp_path / "train.tsv")},
+           "model": {"d_model": 8, "layers": 1, "max_len": 8, "attention": {"plugin": "mha", "heads": 1}},
+           "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "log_every": 3}}
+    assert gf.Experiment(cfg).train(str(tmp_path / "run"))["finished"]
+    ck = str(tmp_path / "run" / "checkpoints" / "last.safetensors")
+    model, alone = gf.load(ck), gf.load(ck, data="none")
+    assert np.array_equal(alone.predict(["good fun", "dull"]), model.predict(["good fun", "dull"]))
+    ids = [[model.vocab.index("good"), model.vocab.index("fun")], [model.vocab.index("awful")]]
+    # the word tokenizer lower-cases; an unseen word is the unknown token
+    assert np.array_equal(model.predict(["Good FUN", "awful"]), model.predict(ids))
+    unk = model.vocab.index("<unk>")
+    assert np.array_equal(model.predict(["zebra"]), model.predict([[unk]]))
+    with pytest.raises(ValueError, match="tab or a line break"):
+        model.predict(["good\tfun"])
+
+
 def test_parameters_and_heads_are_copies_by_name(tiny, tmp_path):
     ex, _ = train(tiny, tmp_path / "run", stop_after=5)
     params = ex.parameters()
