@@ -23,6 +23,7 @@
 #include <growformer/batch_sampler.hpp>
 #include <growformer/checkpoint.hpp>
 #include <growformer/config.hpp>
+#include <growformer/distributed.hpp>
 #include <growformer/errors.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/run_dir.hpp>
@@ -101,6 +102,12 @@ struct RunWatch {
 gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long every, long stop_after,
                        bool quiet, std::vector<std::string> plugin_paths, RunWatch& w) {
   if (every < 1) throw py::value_error("every must be >= 1");
+  // the module trains in one process: N copies under a launcher would share one run directory
+  if (gf::launcher_size() > 1)
+    throw gf::ConfigError("the growformer module trains in one process, but this is one of " +
+                          std::to_string(gf::launcher_size()) + " processes a launcher started (" +
+                          gf::launcher_variable() + "); for a data-parallel run use `mpirun -np N "
+                          "growformer train CONFIG` (Python policies run there as well)");
   gf::RunFlags f;
   f.run_dir = run_dir;
   f.quiet = quiet;

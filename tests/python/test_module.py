@@ -3,6 +3,8 @@ logs, sweeps, and growth/pruning policies written in Python (in the module, the 
 program and under mpirun)."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -271,6 +273,17 @@ def test_mpi_ranks_decide_alike_and_divergence_is_caught(tiny, tmp_path):
                   "--set", python_growth("RankDivergent"), procs=2)
     assert rc != 0
     assert "hold different models after the structure check (step 10)" in out
+
+
+def test_the_module_refuses_to_train_as_one_of_several_processes(tiny, tmp_path):
+    code = ("import growformer as gf\n"
+            f"gf.Experiment({tiny!r}).train({str(tmp_path / 'run')!r})\n")
+    env = dict(os.environ, OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_RANK="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "one of 2 processes a launcher started (OMPI_COMM_WORLD_SIZE=2)" in r.stdout
+    assert not os.path.exists(tmp_path / "run")
 
 
 def test_read_sweep_rows(tiny, tmp_path):
