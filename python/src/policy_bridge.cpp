@@ -15,9 +15,11 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,17 @@ std::string short_repr(py::handle h) {
 }
 
 bool is_int(py::handle h) { return py::isinstance<py::int_>(h) && !py::isinstance<py::bool_>(h); }
+// H as a long long when it is an int (not a bool) that fits one; else nothing.
+std::optional<long long> int_value(py::handle h) {
+  if (!is_int(h)) return std::nullopt;
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return v;
+}
 bool is_number(py::handle h) {
   return (py::isinstance<py::int_>(h) || py::isinstance<py::float_>(h)) &&
          !py::isinstance<py::bool_>(h);
@@ -232,10 +245,11 @@ class PythonPolicy : public gf::GrowthPolicy {
       if (!py::hasattr(obj_, "validation_probe")) return 0;
       py::object v = obj_.attr("validation_probe");
       if (PyCallable_Check(v.ptr())) v = v(step);
-      if (!is_int(v) || v.cast<long long>() < 0)
+      auto n = int_value(v);
+      if (!n || *n < 0)
         throw gf::RuntimeError(label_ + ".validation_probe at step " + std::to_string(step) +
                                " returned " + short_repr(v) + "; expected a count of examples >= 0");
-      return v.cast<size_t>();
+      return static_cast<size_t>(*n);
     });
   }
 
@@ -258,12 +272,14 @@ class PythonPolicy : public gf::GrowthPolicy {
         py::sequence p = py::isinstance<py::sequence>(pair) && !py::isinstance<py::str>(pair)
                              ? py::reinterpret_borrow<py::sequence>(pair)
                              : py::sequence(py::list());
-        if (p.size() != 2 || !is_int(p[0]) || !is_int(p[1]) || p[0].cast<long>() < 0 ||
-            p[0].cast<size_t>() >= view.blocks.size()) {
+        auto b = p.size() == 2 ? int_value(p[0]) : std::nullopt;
+        auto h = p.size() == 2 ? int_value(p[1]) : std::nullopt;
+        if (!b || !h || *b < 0 || static_cast<size_t>(*b) >= view.blocks.size() || *h < 0 ||
+            *h > std::numeric_limits<int>::max()) {
           ok = false;
           break;
         }
-        s.push_back({p[0].cast<size_t>(), p[1].cast<int>()});
+        s.push_back({static_cast<size_t>(*b), static_cast<int>(*h)});
       }
       if (!ok)
         throw gf::RuntimeError(where + ": the head set " + short_repr(set) +
@@ -289,7 +305,7 @@ class PythonPolicy : public gf::GrowthPolicy {
     py::object pv = make_view(view, st, true);
     py::object ret = call("check", long(view.step), [&] { return obj_.attr("check")(pv); });
     st->alive = false;
-    return parse_edits(ret, view);
+    return call("check", long(view.step), [&] { return parse_edits(ret, view); });
   }
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
@@ -527,12 +543,12 @@ class PythonPolicy : public gf::GrowthPolicy {
       std::string ops = op && py::isinstance<py::str>(op) ? op.cast<std::string>() : "";
       if (ops != "add_head" && ops != "remove_head")
         throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
-      if (!block || !is_int(block) || block.cast<long long>() < 0 ||
-          block.cast<unsigned long long>() >= view.blocks.size())
+      auto bi = block ? int_value(block) : std::nullopt;
+      if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= view.blocks.size())
         throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
                                std::to_string(view.blocks.size()) + ")");
       gf::Edit e;
-      e.block = block.cast<size_t>();
+      e.block = static_cast<size_t>(*bi);
       const gf::BlockView& bv = view.blocks[e.block];
       if (!bv.block || !bv.block->can_edit_heads())
         throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
@@ -568,10 +584,11 @@ class PythonPolicy : public gf::GrowthPolicy {
         ids.push_back(-1);  // a new head (its id comes when it is applied)
       } else {
         py::object head = get("head");
-        if (!head || !is_int(head))
+        auto hi = head ? int_value(head) : std::nullopt;
+        if (!hi || *hi < 0 || *hi > std::numeric_limits<int>::max())
           throw gf::RuntimeError(at + ": a remove_head edit needs `head`, the id of a head");
         e.kind = gf::Edit::Kind::RemoveHead;
-        e.head_id = head.cast<int>();
+        e.head_id = static_cast<int>(*hi);
         auto it = std::find(ids.begin(), ids.end(), e.head_id);
         if (it == ids.end())
           throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " has no head " +

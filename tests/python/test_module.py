@@ -251,6 +251,10 @@ def test_the_program_runs_python_policies_as_the_module(tiny, tmp_path):
     (python_growth("BadEdit", edit="\"{'op': 'add_head', 'block': 0, 'colour': 1}\""), gf.RunError,
      "unknown key 'colour'"),
     (python_growth("TupleState"), gf.RunError, "state cannot be saved for resuming"),
+    (python_growth("BadEdit", edit="\"{'op': 'add_head', 'block': 1000000000000000000000000000000}\""), gf.RunError,
+     "`block` must be a block index in \\[0, 1\\)"),
+    (python_growth("BadEdit", edit="\"{'op': 'add_head', 'block': 0, 'init': {'mode': 'directed'}}\""),
+     gf.RunError, "init `mode` must be \"random\""),
 ])
 def test_bad_policies_fail_with_one_clear_message(tiny, tmp_path, sets, kind, message):
     with pytest.raises(kind, match=message):
