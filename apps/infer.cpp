@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include <growformer/autograd.hpp>
 #include <growformer/checkpoint.hpp>
@@ -227,6 +228,12 @@ int cmd_predict(const std::vector<std::string>& args) {
                                "tokenizers were saved); `growformer resume` it once, or re-train");
   // the checkpoint alone: model, saved tokenizer and classes; no training data is read
   auto ex = checkpoint_experiment(loaded, ck, paths, {}, "", "none");
+  if (threads > 0 && static_cast<unsigned long>(threads) > std::max(1u, std::thread::hardware_concurrency())) {
+    size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    std::cerr << "warning: --threads " << threads << " is more than the " << cores
+              << " cores of this machine; using " << cores << "\n";
+    threads = static_cast<long>(cores);
+  }
   if (threads >= 0) gf::set_num_threads(static_cast<size_t>(threads));
   auto reader = ex->dataset().open_records(input);
 

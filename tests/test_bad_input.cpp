@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
@@ -885,4 +886,47 @@ TEST_CASE("messages: a log write with no checkpoint yet, a FASTA record's place 
   CHECK(s.status == 2);
   CHECK(has(s.output, "dataset `idx_images`, the first data by `listops`"));
   CHECK(!fs::exists(d.file("srun")));
+}
+
+TEST_CASE("memory: a run that cannot fit is refused up front with the estimate and the limit") {
+  TempDir d;
+  write_text(d.file("tiny.yaml"), kTiny);
+  // 2^20 examples of up to 12 tokens, width 1024: about 1.5 TiB of activations, beyond any
+  // machine these tests run on; a training set of 64 examples (the batch repeats them)
+  Bounded b = run_bounded("train " + d.file("tiny.yaml") + " --set train.batch_size=1048576 --set "
+                          "model.d_model=1024 --run-dir " + d.file("run"));
+  check_refusal(b, 2, "train.batch_size: a training step needs about");
+  CHECK(has(b.output, "batch 1048576 x "));
+  CHECK(has(b.output, "more than the "));
+  CHECK(!fs::exists(d.file("run")));
+  // parameters alone: d_model 65536 with 2 layers is over a TiB of weights and optimizer state
+  Bounded p = run_bounded("train " + d.file("tiny.yaml") +
+                          " --set model.d_model=65536 --set model.layers=2 --run-dir " + d.file("run"));
+  check_refusal(p, 2, "model: the parameters with their gradients and optimizer state need about");
+  CHECK(has(p.output, "lower model.d_model"));
+  CHECK(!fs::exists(d.file("run")));
+  // the same model in a checkpoint's embedded config: eval refuses it before building it
+  std::string ck = tiny_run(d.file("ok"));
+  edit_and_save(ck, [](Checkpoint& c) {
+    ConfigNode cfg = ConfigNode::load_string(c.metadata["config"]);
+    cfg.apply_override("model.d_model=65536");
+    c.metadata["config"] = cfg.dump();
+  });
+  check_refusal(run_bounded("eval " + ck), 2, "model: the parameters");
+}
+
+TEST_CASE("threads: more than the cores are capped with a warning") {
+  TempDir d;
+  write_text(d.file("tiny.yaml"), kTiny);
+  Bounded b = run_bounded("train " + d.file("tiny.yaml") + " --set threads=4096 --run-dir " + d.file("run"));
+  INFO(b.output);
+  CHECK(b.status == 0);
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  CHECK(has(b.output, "warning: threads: 4096 is more than the " + std::to_string(cores) +
+                          " cores of this machine; using " + std::to_string(cores)));
+  CHECK(has(b.output, ", " + std::to_string(cores) + " threads, "));
+  CHECK(b.seconds < 30);
+  Bounded p = run_bounded("predict " + d.file("run/checkpoints/last.safetensors") + " " +
+                          d.file("tiny.yaml") + " --threads 4096 --bad-records skip -q");
+  CHECK(has(p.output, "warning: --threads 4096 is more than the"));
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "growformer/batch_sampler.hpp"
 #include "growformer/blas.hpp"
@@ -190,6 +192,74 @@ void check_data_against_record(const DataSplits& d, const json& saved) {
 }
 }  // namespace
 
+namespace {
+// What this process may allocate: the smallest of physical memory, a cgroup's limit and the
+// address-space limit (ulimit -v), with where it comes from.
+std::pair<double, std::string> memory_limit_bytes() {
+  double limit = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  std::string from = "physical memory";
+  for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(f);
+    double v = 0;
+    if (in >> v && v > 0 && v < limit) {
+      limit = v;
+      from = std::string("the cgroup limit in ") + f;
+    }
+  }
+  struct rlimit as {};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+      static_cast<double>(as.rlim_cur) < limit) {
+    limit = static_cast<double>(as.rlim_cur);
+    from = "the address-space limit (ulimit -v)";
+  }
+  return {limit, from};
+}
+
+std::string gib(double bytes) {
+  char b[32];
+  if (bytes < double(1u << 30))
+    std::snprintf(b, sizeof b, "%.0f MiB", std::ceil(bytes / double(1u << 20)));
+  else
+    std::snprintf(b, sizeof b, "%.1f GiB", bytes / double(1u << 30));
+  return b;
+}
+
+// Refuses, before the model is built, a run whose parameters (with gradients and optimizer
+// state) or, when TRAINING, one step's activations cannot fit in memory. Both estimates are
+// lower bounds measured on mha: parameters vocab x d + positions x d + layers x (4 + 2 x
+// mlp_ratio) x d^2 + d x classes, 16 bytes each; activations kept for the backward pass about
+// 16 x d floats per token and layer, plus one layer's worth for the embedding and the head,
+// for batch x length tokens (length: the data's longest sequence, cut at model.max_len).
+void check_memory(ConfigNode model_node, const DataSplits& data, long batch, bool training) {
+  Options mo(model_node, Model::options(), "model");
+  double d = static_cast<double>(mo.get_int("d_model")), layers = static_cast<double>(mo.get_int("layers"));
+  double max_len = static_cast<double>(mo.get_int("max_len"));
+  double length = data.max_len > 0 ? std::min(max_len, static_cast<double>(data.max_len)) : max_len;
+  length += mo.get_string("pool") == "cls";
+  double params = static_cast<double>(data.vocab_size) * d + max_len * d +
+                  layers * (4 + 2 * mo.get_float("mlp_ratio")) * d * d +
+                  d * static_cast<double>(data.num_classes);
+  double param_bytes = 16 * params;
+  double act_bytes = training ? 4.0 * static_cast<double>(batch) * length * (layers + 1) * 16 * d : 0;
+  auto [limit, from] = memory_limit_bytes();
+  if (param_bytes + act_bytes <= limit) return;
+  std::ostringstream what;
+  what.precision(6);
+  if (act_bytes > param_bytes)
+    what << "train.batch_size: a training step needs about " << gib(param_bytes + act_bytes)
+         << " (batch " << batch << " x " << length << " tokens x d_model " << d << " x " << layers
+         << " layer(s) of activations, and " << gib(param_bytes)
+         << " of parameters and optimizer state)";
+  else
+    what << "model: the parameters with their gradients and optimizer state need about "
+         << gib(param_bytes) << " (d_model " << d << ", " << layers << " layer(s), mlp_ratio "
+         << mo.get_float("mlp_ratio") << ", max_len " << max_len << ")";
+  throw ConfigError(what.str() + ", more than the " + gib(limit) + " of " + from + "; lower " +
+                    (act_bytes > param_bytes ? "train.batch_size, model.max_len or the model's size"
+                                             : "model.d_model, model.layers or model.mlp_ratio"));
+}
+}  // namespace
+
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
                        const std::string& data_record, const std::string& data_need)
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
@@ -199,6 +269,12 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
     top.fail("name", "a run name must be non-empty and contain no '/'");
   seed_ = static_cast<uint64_t>(top.get_int("seed"));
   threads_ = static_cast<size_t>(top.get_int("threads"));
+  size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  if (threads_ > cores) {  // more threads than cores only contend (results do not change)
+    std::cerr << "warning: threads: " << threads_ << " is more than the " << cores
+              << " cores of this machine; using " << cores << "\n";
+    threads_ = cores;
+  }
   // threads: 0 = this machine's cores, shared among the processes of an MPI job running on it
   set_num_threads(threads_ ? threads_ : cores_per_process());
   registry_->load_directories(Registry::search_path(plugin_paths));
@@ -206,6 +282,7 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   // validate the cheap parts before the (possibly slow) data load
   build_training_parts(top);
   load_data(top.get_node("data"), data_record, data_need);
+  check_memory(top.get_node("model"), data_, settings_.batch_size, data_need == "all");
   model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
                                    *registry_, seed_);
   cfg_.check_all_consumed();
