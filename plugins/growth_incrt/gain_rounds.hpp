@@ -88,6 +88,7 @@ struct GainOptions {
                                 // reopening: of the steps left at the reopening)
   double round_patience = 1.5;  // a round is not taken back before it has trained this many
                                 // times the steps the first head took to start learning
+  bool attribution = true;      // a round pays only when muting its heads costs min_gain too
 };
 
 /// What a probe decided.
@@ -95,6 +96,9 @@ struct GainDecision {
   enum class Kind { None, Grow, Reject, Stop, Reopen } kind = Kind::None;
   double settled = 0.0;  // the settled probe loss (Grow, Reject, Stop)
   double gain = std::numeric_limits<double>::quiet_NaN();  // the last round's gain (if any)
+  // the last round's share: the median over the settling window of (L with its heads muted -
+  // L) / L (NaN when not measured)
+  double share = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The round rule's state across probes (saved with the policy state).
@@ -116,6 +120,7 @@ struct GainState {
   long onset = -1;
   size_t round_step = 0;  // the step the last round was grown at
   size_t phase_start = 0;  // the step growth last reopened at (0: the run's start)
+  Vec shares;              // the last round's share at the phase's last W probes
 
   /// Every probe, from the run's first (before the rounds begin too): the learning onset.
   void watch(double loss, size_t step, double min_gain) {
@@ -135,6 +140,7 @@ struct GainState {
   /// Starts a new settling phase (after a growth, a reopening or at the start).
   void restart() {
     recent.clear();
+    shares.clear();
     first = 0.0;
   }
 
@@ -148,10 +154,15 @@ struct GainState {
 
   /// One probe of loss LOSS at STEP of TOTAL: what to do now. After Grow the caller grows a
   /// round and calls grown(); after Reject it removes `round`'s heads.
-  GainDecision observe(double loss, size_t step, size_t total, const GainOptions& o) {
+  GainDecision observe(double loss, size_t step, size_t total, const GainOptions& o,
+                       double muted_loss = std::numeric_limits<double>::quiet_NaN()) {
     GainDecision out;
     if (!std::isfinite(loss)) return out;
     const size_t w = std::max<size_t>(o.settle_probes, 1);
+    if (has_prev && !done && std::isfinite(muted_loss) && loss > 0) {
+      shares.push_back((muted_loss - loss) / loss);
+      if (shares.size() > w) shares.erase(shares.begin());
+    }
     if (done) {
       if (!std::isfinite(done_at)) {
         // growth stopped by taking a round back: the rise test starts from the level the
@@ -186,10 +197,20 @@ struct GainState {
     out.settled = last;
     if (has_prev) {
       out.gain = prev > 0 ? (prev - last) / prev : 0.0;
+      if (!shares.empty()) out.share = median(shares);
+      // The fall must come from the round's heads, not from the older heads training on: with
+      // attribution, muting the round's heads must cost min_gain of the loss as well.
+      const bool pays = out.gain >= o.min_gain &&
+                        !(o.attribution && std::isfinite(out.share) && out.share < o.min_gain);
       // A new head is dormant while it finds what to attend to (as the first head was before
       // its loss began to fall): a round is judged once it has trained as long as that.
-      if (out.gain < o.min_gain && double(step - round_step) < patience_steps(o)) return GainDecision{};
-      if (out.gain < o.min_gain) {
+      if (!pays && double(step - round_step) < patience_steps(o)) {
+        GainDecision wait;
+        wait.gain = out.gain;
+        wait.share = out.share;
+        return wait;
+      }
+      if (!pays) {
         out.kind = GainDecision::Kind::Reject;
         rejected += 1;
         stop(std::numeric_limits<double>::quiet_NaN());
@@ -239,11 +260,12 @@ struct GainState {
     for (const auto& [b, h] : round) os << b << ' ' << h << ' ';
     put(os, start_loss);
     os << start_step << ' ' << onset << ' ' << round_step << ' ' << phase_start << ' ';
+    put_vec(os, shares);
   }
 
   /// WITH_ONSET: the text holds the learning onset (policy state version 5 on); WITH_PHASE:
-  /// the step of the last reopening (version 6 on).
-  void load(Reader& r, bool with_onset, bool with_phase) {
+  /// the step of the last reopening (version 6 on); WITH_SHARES: the round's shares (7 on).
+  void load(Reader& r, bool with_onset, bool with_phase, bool with_shares) {
     r.expect("gain");
     done = r.u64() != 0;
     recent = r.vec();
@@ -268,6 +290,7 @@ struct GainState {
     onset = r.i64();
     round_step = r.u64();
     phase_start = with_phase ? r.u64() : 0;
+    shares = with_shares ? r.vec() : Vec{};
   }
 };
 

@@ -98,11 +98,22 @@ class IncrtGeometric : public gf::GrowthPolicy {
     gain_opt_.reopen_rise = o.get_float("reopen_rise");
     gain_opt_.grow_until = o.get_float("grow_until");
     gain_opt_.round_patience = o.get_float("round_patience");
+    gain_opt_.attribution = o.get_bool("attribution");
     if (absolute_ && !o.is_set("theta_w"))
       o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
   }
 
   bool needs_probe() const override { return true; }
+
+  /// criterion: gain, at a probe while a round waits for its test: the round's heads muted.
+  std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
+    if (!gain_mode_ || !gain_opt_.attribution || !gain_.has_prev || gain_.done || gain_.round.empty() ||
+        validation_probe(view.step) == 0)
+      return {};
+    std::vector<gf::HeadRef> set;
+    for (const auto& [b, id] : gain_.round) set.push_back({b, static_cast<int>(id)});
+    return {set};
+  }
 
   size_t validation_probe(size_t step) const override {
     (void)step;
@@ -214,7 +225,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 6 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 7 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& kv : blocks_) {
       const BlockState& s = kv.second;
@@ -255,8 +266,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // Version 3 (before growth in rounds) has no round state: it loads with none; version 4
     // (before the round patience) has no learning onset: it loads as not seen yet.
     // (version 5, before growth_until counted from a reopening, loads as never reopened)
-    if (version != "2" && version != "3" && version != "4" && version != "5" && version != "6")
-      throw gf::RuntimeError("incrt: policy state: expected version '2' to '6', got '" + version + "'");
+    // (version 6, before the round's shares, loads with none measured)
+    if (version != "2" && version != "3" && version != "4" && version != "5" && version != "6" &&
+        version != "7")
+      throw gf::RuntimeError("incrt: policy state: expected version '2' to '7', got '" + version + "'");
     seeded_ = r.u64() != 0;
     const uint64_t s = r.u64(), inc = r.u64();
     rng_.restore(s, inc);
@@ -294,8 +307,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     gain_ = gf::incrt::GainState{};
     gain_checks_ = 0;
     gain_pending_ = 0;
-    if (version == "4" || version == "5" || version == "6") {
-      gain_.load(r, version != "4", version == "6");
+    if (version == "4" || version == "5" || version == "6" || version == "7") {
+      gain_.load(r, version != "4", version == "6" || version == "7", version == "7");
       gain_checks_ = r.u64();
       gain_pending_ = r.u64();
     }
@@ -583,8 +596,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
     bool calibrated = true;
     for (const gf::BlockView& bv : view.blocks)
       if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calibrated;
+    double muted = std::numeric_limits<double>::quiet_NaN();  // the probe without the round
+    if (!gain_.round.empty()) {
+      std::vector<gf::HeadRef> set;
+      for (const auto& [b, id] : gain_.round) set.push_back({b, static_cast<int>(id)});
+      if (const gf::Ablation* a = m.ablation(set)) muted = a->loss;
+    }
     const gf::incrt::GainDecision dec =
-        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_)
+        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_, muted)
                    : gf::incrt::GainDecision{};
     const auto windows = gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1));
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -595,7 +614,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
                   {"train_loss", m.train_loss},         {"train_steps", double(m.train_steps)},
                   {"val_step", double(m.val_step)},      {"val_loss", m.val_loss},
                   {"window", windows.first},            {"window_before", windows.second},
-                  {"onset_steps", gain_.onset >= 0 ? double(gain_.onset) : nan}};
+                  {"onset_steps", gain_.onset >= 0 ? double(gain_.onset) : nan},
+                  {"probe_loss_without_round", muted},
+                  {"round_share", dec.share}};
     // numbers not measured yet (no validation, no full window) are left out, not written as null
     pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
@@ -632,7 +653,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
         e.cause.block = static_cast<long>(b);
         e.cause.numbers = {{"step", double(view.step)},   {"gain", dec.gain},
                            {"min_gain", gain_opt_.min_gain}, {"settled_before", before.prev},
-                           {"settled", dec.settled}};
+                           {"settled", dec.settled},
+                           {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
         e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
         edits.push_back(std::move(e));
       }
@@ -640,6 +662,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       note("round_rejected", {{"gain", dec.gain}, {"min_gain", gain_opt_.min_gain},
                               {"settled_before", before.prev}, {"settled", dec.settled},
                               {"heads_removed", double(before.round.size())},
+                              {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
                               {"round_age", double(view.step - before.round_step)},
                               {"patience_steps", before.patience_steps(gain_opt_)}});
       return;
@@ -671,6 +694,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         e.cause.numbers = {{"step", double(view.step)},
                            {"settled", dec.settled},
                            {"gain_of_last_round", std::isfinite(dec.gain) ? dec.gain : -1.0},
+                           {"share_of_last_round", std::isfinite(dec.share) ? dec.share : -1.0},
                            {"planes", double(pr.planes)},
                            {"plane_energy", std::fabs(pr.values[v])},
                            {"captured_scale", pr.captured_scale},
@@ -786,6 +810,10 @@ gf::OptionSpecs incrt_options() {
        "gain: a round is not taken back before it has trained this many times the steps the "
        "run's first head took to start learning (its probe loss to fall by min_gain)",
        0.0, inf, {}},
+      {"attribution", OptType::Bool, "true",
+       "gain: a round is kept only when muting its heads on the probe also costs min_gain of "
+       "the loss (the fall came from the new heads, not from the older ones training on)",
+       -inf, inf, {}},
       {"grow_until", OptType::Float, "0.6",
        "gain: no new round after this fraction of the run's steps (after a reopening: of the "
        "steps left then)", 0.0, 1.0, {}},
