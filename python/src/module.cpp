@@ -7,9 +7,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -95,10 +97,34 @@ struct RunWatch {
   std::exception_ptr error;  // raised by the callback or a Ctrl-C, raised again after the run
 };
 
+// Ctrl-C while training: the trainer's way (stop after the current step with a checkpoint),
+// not Python's (a KeyboardInterrupt wherever Python code runs, which could be halfway through a
+// policy's check). While a run goes on, SIGINT sets this flag instead of Python's; the step's
+// end reads it. A SIGINT that was ignored (a background job) stays ignored.
+std::atomic<bool> g_sigint{false};
+extern "C" void on_sigint(int) { g_sigint = true; }
+
+struct SigintDuringRun {
+  struct sigaction old {};
+  bool installed = false;
+  SigintDuringRun() {
+    g_sigint = false;
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) return;
+    installed = sigaction(SIGINT, &sa, nullptr) == 0;
+  }
+  ~SigintDuringRun() {
+    if (installed) sigaction(SIGINT, &old, nullptr);
+  }
+};
+
 // RunFlags for a run from Python: the callback every EVERY steps (and the last) with the mean
-// training loss and accuracy since its previous call; Ctrl-C (Python's signal flag, checked
-// after every step) stops the run after that step with a checkpoint and raises
-// KeyboardInterrupt once it is written; an exception in the callback does the same.
+// training loss and accuracy since its previous call; Ctrl-C (SigintDuringRun's flag, and
+// Python's for other signals, checked after every step) stops the run after that step with a
+// checkpoint and raises KeyboardInterrupt once it is written; an exception in the callback does
+// the same.
 gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long every, long stop_after,
                        bool quiet, std::vector<std::string> plugin_paths, RunWatch& w) {
   if (every < 1) throw py::value_error("every must be >= 1");
@@ -130,6 +156,10 @@ gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long eve
     acc->correct += r.accuracy * n;
     acc->steps += n;
     try {
+      if (g_sigint.exchange(false)) {
+        PyErr_SetNone(PyExc_KeyboardInterrupt);
+        throw py::error_already_set();
+      }
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
       const py::object& callback = *cb;
       if (callback.is_none() || (r.step % every != 0 && r.step != r.total_steps)) return true;
@@ -195,6 +225,7 @@ template <class F>
 int run_released(RunWatch& w, F&& body) {
   int status;
   {
+    SigintDuringRun sigint;
     py::gil_scoped_release nogil;
     status = body();
   }

@@ -104,3 +104,20 @@ class Probing:
                   valid_sum=int(b.valid.sum()), probe_examples=m.probe_examples,
                   probe_loss=m.probe_loss, draw=view.uniform(), pick=view.randint(1000))
         return []
+
+
+class SelfInterrupt:
+    """Sends this process SIGINT (Ctrl-C) in the middle of its check at step `at`; the check must
+    run to its end (the run then stops after the step with a checkpoint)."""
+
+    def __init__(self, at=20):
+        self.at = at
+        self.checks = 0
+
+    def check(self, view):
+        import signal
+        self.checks += 1
+        if view.step == self.at and not os.environ.get("GF_TEST_NO_KILL"):
+            os.kill(os.getpid(), signal.SIGINT)
+        view.emit("after_kill", checks=self.checks)
+        return [{"op": "add_head", "block": 0}] if view.step == self.at else []

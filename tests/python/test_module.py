@@ -220,6 +220,20 @@ def test_stop_and_resume_write_identical_events(tiny, tmp_path, policy):
     assert metrics(tmp_path / "parts") == metrics(tmp_path / "whole")
 
 
+def test_ctrl_c_stops_after_the_step_even_inside_a_policy(tiny, tmp_path, monkeypatch):
+    sets = [python_growth("SelfInterrupt", at=20)]
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny, tmp_path / "run", sets)
+    # the check at 20 ran to its end and its edit applied; the run stopped after step 20
+    evs = gf.read_events(str(tmp_path / "run"))
+    assert [(e["step"], e["type"]) for e in evs][-2:] == [(20, "after_kill"), (20, "grow")]
+    assert max(l["step"] for l in gf.read_metrics(str(tmp_path / "run"))) == 20
+    monkeypatch.setenv("GF_TEST_NO_KILL", "1")
+    assert gf.resume(str(tmp_path / "run"))["finished"]
+    train(tiny, tmp_path / "whole", sets)
+    assert gf.read_events(str(tmp_path / "run")) == gf.read_events(str(tmp_path / "whole"))
+
+
 def test_the_program_runs_python_policies_as_the_module(tiny, tmp_path):
     sets = [python_growth("grow_on_plateau.GrowOnPlateau", patience=1, min_delta=0.5)]
     train(tiny, tmp_path / "module", sets)
