@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include <growformer/classification.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/parallel.hpp>
+#include <growformer/registry.hpp>
 #include <growformer/trainer.hpp>
 
 #include "commands.hpp"
@@ -30,6 +32,30 @@ namespace fs = std::filesystem;
 namespace gfapp {
 
 namespace {
+
+// `--set data.KEY=VALUE` that switches the data set's mode (listops' `source: files` for a
+// model trained on generated data) drops the embedded options of the mode left: the
+// checkpoint's resolved config spells them all out, and the dataset refuses them in the other
+// mode. An option is another mode's when its spec says `mode: "KEY=VALUE"` and the data's KEY,
+// set on the command line, now has another value; options set on the command line stay.
+void drop_other_mode_options(const gf::ConfigNode& cfg, const std::set<std::string>& set_keys,
+                             const std::vector<std::string>& plugin_paths) {
+  gf::ConfigNode data = cfg.child("data");
+  if (set_keys.empty() || !data.is_map() || !data.has("plugin") || !data.child("plugin").is_scalar())
+    return;
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(plugin_paths));
+  const gf::ComponentInfo* info = reg.find(gf::Kind::Dataset, data.child("plugin").as_string());
+  if (!info) return;  // the experiment names the unknown plugin
+  for (const gf::OptionSpec& spec : info->spec.options) {
+    size_t eq = spec.mode.find('=');
+    if (eq == std::string::npos || set_keys.count(spec.name) || !data.has(spec.name)) continue;
+    std::string key = spec.mode.substr(0, eq), value = spec.mode.substr(eq + 1);
+    if (set_keys.count(key) && data.has(key) && data.child(key).is_scalar() &&
+        data.child(key).as_string() != value)
+      data.remove(spec.name);
+  }
+}
 
 // The checkpoint's experiment, its data changed by `--set data.KEY=VALUE` or replaced by the
 // `data` section of another config; the dataset tokenises with the checkpoint's tokenizer.
@@ -64,9 +90,11 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
   gf::ConfigNode cfg =
       gf::ConfigNode::load_string(cfg_text->second, path + " (embedded config)", base);
   if (!data_config.empty()) cfg.apply_override("data=" + data_node.dump());
+  std::set<std::string> set_keys;  // the KEY of each data.KEY... given
   for (const std::string& s : data_sets) {
     if (s.rfind("data.", 0) != 0)
       throw UsageError("--set " + s + ": only data.KEY=VALUE can change (the model is the checkpoint's)");
+    set_keys.insert(s.substr(5, s.find_first_of(".=", 5) - 5));
     // a path given on the command line is relative to the current directory
     auto eq = s.find('=');
     std::string value = eq == std::string::npos ? "" : s.substr(eq + 1);
@@ -75,6 +103,7 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
     else
       cfg.apply_override(s);
   }
+  drop_other_mode_options(cfg, set_keys, plugin_paths);
   auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
                                              record == ck.metadata.end() ? "" : record->second, need);
   ex->load_weights(ck, path);

@@ -930,3 +930,34 @@ TEST_CASE("threads: more than the cores are capped with a warning") {
                           d.file("tiny.yaml") + " --threads 4096 --bad-records skip -q");
   CHECK(has(p.output, "warning: --threads 4096 is more than the"));
 }
+
+TEST_CASE("eval on new files: a model of generated ListOps on a test file, and --data with only the test file") {
+  TempDir d;
+  std::string ck = tiny_run(d.file("run"));  // source: generate, min_length 4 (not the default)
+  write_text(d.file("t.tsv"), "Source\tTarget\n[MAX 2 9 ]\t9\n( [MIN 3 4 ] )\t3\n[SM 1 2 ]\t3\n7\t7\n");
+  // switching to files from --set: the embedded generate options are dropped, not refused
+  Cli e = run_cli("eval " + ck + " --set data.source=files --set data.test_file=" + d.file("t.tsv") + " --json");
+  INFO(e.output);
+  REQUIRE(e.status == 0);
+  json j = json::parse(e.output.substr(e.output.find('{')));
+  CHECK(j["examples"] == 4);
+  // an option of the other mode given on the command line is still refused
+  Cli m = run_cli("eval " + ck + " --set data.source=files --set data.test_file=" + d.file("t.tsv") +
+                  " --set data.min_length=3");
+  CHECK(m.status == 2);
+  CHECK(has(m.output, "`data.min_length`: is only used with source: generate"));
+  // --data with source: files needs only the file of the split evaluated
+  write_text(d.file("data.yaml"), "data: {plugin: listops, source: files, test_file: t.tsv, max_length: 12}\n");
+  Cli f = run_cli("eval " + ck + " --data " + d.file("data.yaml") + " --json");
+  INFO(f.output);
+  REQUIRE(f.status == 0);
+  CHECK(json::parse(f.output.substr(f.output.find('{')))["examples"] == 4);
+  // the val split asked for: the val file is the one required
+  Cli v = run_cli("eval " + ck + " --data " + d.file("data.yaml") + " --split val");
+  CHECK(v.status == 2);
+  CHECK(has(v.output, "`data.val_file`: is required with source: files"));
+  // a training run still needs all three
+  ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
+  cfg.apply_override("data={plugin: listops, source: files, test_file: " + d.file("t.tsv") + "}");
+  CHECK(has(error_of([&] { Experiment ex(cfg, {GF_PLUGIN_DIR}); }), "`data.train_file`: is required"));
+}

@@ -392,6 +392,12 @@ bool ConfigNode::has(const std::string& key) const {
   return false;
 }
 
+void ConfigNode::remove(const std::string& key) const {
+  if (!is_map()) return;
+  YAML::Node n = impl_->node;
+  n.remove(key);
+}
+
 ConfigNode ConfigNode::child(const std::string& key) const {
   auto impl = std::make_shared<Impl>();
   impl->doc = impl_->doc;

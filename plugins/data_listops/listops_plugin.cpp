@@ -41,7 +41,7 @@ gf::OptionSpec option(const char* name, gf::OptType type, const char* def, const
 gf::OptionSpecs listops_options() {
   using gf::OptType;
   const double inf = std::numeric_limits<double>::infinity();
-  return {
+  gf::OptionSpecs specs = {
       option("source", OptType::String, "generate",
              "generate: random trees by the LRA rules; files: read train/val/test TSV files", -inf,
              inf, {"generate", "files"}),
@@ -76,6 +76,13 @@ gf::OptionSpecs listops_options() {
              "files: cut rows longer than max_length to max_length tokens (LRA's input pipeline) "
              "instead of dropping them"),
   };
+  for (auto& spec : specs) {
+    for (const char* name : kGenerateOnly)
+      if (spec.name == name) spec.mode = "source=generate";
+    for (const char* name : kFilesOnly)
+      if (spec.name == name) spec.mode = "source=files";
+  }
+  return specs;
 }
 
 class ListOpsDataset : public gf::Dataset {
@@ -91,7 +98,16 @@ class ListOpsDataset : public gf::Dataset {
       truncate_ = o.get_bool("truncate");
       const char* names[3] = {"train_file", "val_file", "test_file"};
       const char* sizes[3] = {"train_size", "val_size", "test_size"};
+      // reading for a checkpoint (eval --split S): only split S's file is needed
+      std::string only = b.tokenizer.empty() ? "" : b.only;
+      const char* splits[3] = {"train", "val", "test"};
       for (int i = 0; i < 3; ++i) {
+        read_[i] = only.empty() || only == splits[i];
+        if (!read_[i]) {  // read as given, never opened
+          if (o.has_value(names[i])) paths_[i] = o.resolve_path(o.get_string(names[i]));
+          if (o.has_value(sizes[i])) o.get_int(sizes[i]);
+          continue;
+        }
         if (!o.has_value(names[i])) o.fail(names[i], "is required with source: files");
         paths_[i] = o.resolve_path(o.get_string(names[i]));
         if (!gf::file_exists(paths_[i])) o.fail(names[i], "file not found: " + paths_[i]);
@@ -125,7 +141,8 @@ class ListOpsDataset : public gf::Dataset {
     d.vocab = lo::vocabulary();
     std::vector<gf::Example>* splits[3] = {&d.train, &d.val, &d.test};
     if (files_) {
-      for (int i = 0; i < 3; ++i) *splits[i] = read_split(i);
+      for (int i = 0; i < 3; ++i)
+        if (read_[i]) *splits[i] = read_split(i);
     } else {
       generate(splits);
     }
@@ -254,6 +271,7 @@ class ListOpsDataset : public gf::Dataset {
   bool truncate_ = false;
   std::string paths_[3];
   size_t limits_[3] = {0, 0, 0};
+  bool read_[3] = {true, true, true};  // files mode: the splits whose file is read
   size_t changed_[3] = {0, 0, 0};  // rows dropped or truncated per split
   bool loaded_ = false;
 };

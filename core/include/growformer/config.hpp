@@ -59,6 +59,8 @@ class ConfigNode {
   /// Adds key: value (YAML text) to this mapping when absent (defaults made explicit);
   /// returns the new child, or an invalid node when nothing was added.
   ConfigNode insert_default(const std::string& key, const std::string& yaml_text, bool consumed) const;
+  /// Removes KEY from this mapping (nothing when absent or not a mapping).
+  void remove(const std::string& key) const;
   /// Location of a key of this mapping (where the key itself is written).
   std::string key_location(const std::string& key) const;
   /// "file:line:col: `path`: msg" as a ConfigError.
@@ -98,6 +100,10 @@ struct OptionSpec {
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // for strings; empty = any
   bool required = false;
+  /// "KEY=VALUE" when the option belongs to one mode of its component (listops' `min_length`:
+  /// "source=generate"); "" = every mode. `eval --set data.KEY=...` that switches the mode drops
+  /// the other mode's options from a checkpoint's embedded config.
+  std::string mode;
 };
 using OptionSpecs = std::vector<OptionSpec>;
 
