@@ -334,7 +334,7 @@ TEST_CASE("incrt_geometric: growth mechanics on a fixed block; W_t falls at ever
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration: fixed\n"
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
                     "calibration_checks: 4\ndwell_checks: 1\ntheta_w: 0.1\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   drv.start();
@@ -388,7 +388,7 @@ TEST_CASE("incrt_geometric: no directional energy (symmetric head) or high thres
   auto h = random_head(d, 4, 3);
   h->wk.value() = h->wq.value().clone();  // W_Q W_K^T symmetric: M_a = 0
   sym_block.add(h);
-  Driver a{growth("plugin: incrt_geometric\ncalibration_checks: 2\ndwell_checks: 0\n"), &sym_block,
+  Driver a{growth("plugin: incrt_geometric\ncriterion: energy\ncalibration_checks: 2\ndwell_checks: 0\n"), &sym_block,
            anisotropic_probe(4, 6, d, 2)};
   a.start();
   for (int i = 0; i < 10; ++i) CHECK(a.check().empty());
@@ -396,7 +396,7 @@ TEST_CASE("incrt_geometric: no directional energy (symmetric head) or high thres
 
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver b{growth("plugin: incrt_geometric\ncalibration: fixed\ncalibration_checks: 2\n"
+  Driver b{growth("plugin: incrt_geometric\ncriterion: energy\ncalibration: fixed\ncalibration_checks: 2\n"
                   "thresholds: absolute\n"
                   "theta_w: 1e6\n"),
            &block, anisotropic_probe(4, 6, d, 2)};
@@ -416,7 +416,7 @@ TEST_CASE("incrt_geometric: calibration ends by a quarter of the run while E_t k
     CAPTURE(fraction);
     FakeBlock block(d, 4);
     block.add(random_head(d, 4, 1));
-    std::string yaml = "plugin: incrt_geometric\ntracker: exact\n";
+    std::string yaml = "plugin: incrt_geometric\ncriterion: energy\ntracker: exact\n";
     if (fraction != 0.25) yaml += "calibration_max_fraction: " + std::to_string(fraction) + "\n";
     Driver drv{growth(yaml), &block, anisotropic_probe(4, 6, d, 2)};
     drv.total = 1000;
@@ -437,7 +437,7 @@ TEST_CASE("incrt_geometric: calibration ends by a quarter of the run while E_t k
   // the bound can be switched off: no calibration end within this run then
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver off{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_max_fraction: 0\n"),
+  Driver off{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_max_fraction: 0\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   off.total = 1000;
   off.start();
@@ -466,7 +466,7 @@ TEST_CASE("incrt_geometric: growth needs `patience` consecutive checks over the 
   gf::Tensor weak = full.clone();
   for (size_t i = 0; i < weak.size(); ++i) weak[i] *= 0.3f;
   auto cfg = [&](int patience) {
-    return std::string("plugin: incrt_geometric\ntracker: exact\ncalibration: fixed\n") +
+    return std::string("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n") +
            "calibration_checks: 2\ndwell_checks: 0\nthresholds: absolute\ntheta_w: " +
            std::to_string(0.5 * lead) + "\npatience: " + std::to_string(patience) + "\n";
   };
@@ -520,7 +520,7 @@ TEST_CASE("incrt_geometric: max_heads caps growth") {
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 2\n"
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
                     "dwell_checks: 0\ntheta_w: 0.01\nmax_heads: 2\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   drv.start();
@@ -530,7 +530,7 @@ TEST_CASE("incrt_geometric: max_heads caps growth") {
   FakeBlock capped(d, 4);
   capped.cap = 3;
   capped.add(random_head(d, 4, 1));
-  Driver own{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 2\n"
+  Driver own{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
                     "dwell_checks: 0\ntheta_w: 0.01\n"),
              &capped, anisotropic_probe(4, 6, d, 2)};
   own.start();
@@ -542,7 +542,7 @@ TEST_CASE("incrt_geometric: the online tracker converges to the exact one") {
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 7));
-  Driver drv{growth("plugin: incrt_geometric\ntracker: online\neta_plus: 0.3\n"
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: online\neta_plus: 0.3\n"
                     "tracker_iters: 200\ncalibration_checks: 1000\n"),
              &block, anisotropic_probe(4, 6, d, 8)};
   drv.start();
@@ -556,7 +556,7 @@ TEST_CASE("incrt_geometric: the online tracker converges to the exact one") {
   // because the first check already shows the exact value: with 200 steps of eta 0.3 it does)
   FakeBlock block1(d, 4);
   block1.add(random_head(d, 4, 7));
-  Driver one{growth("plugin: incrt_geometric\ntracker: online\neta_plus: 0.3\n"
+  Driver one{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: online\neta_plus: 0.3\n"
                     "tracker_iters: 1\ncalibration_checks: 1000\n"),
              &block1, anisotropic_probe(4, 6, d, 8)};
   one.start();
@@ -569,7 +569,7 @@ TEST_CASE("incrt_geometric: the online tracker converges to the exact one") {
 TEST_CASE("incrt_geometric: same seed, same decisions; save/load resumes the same run") {
   const size_t d = 8;
   const std::string cfg =
-      "plugin: incrt_geometric\ncalibration: fixed\ncalibration_checks: 3\ndwell_checks: 1\n"
+      "plugin: incrt_geometric\ncriterion: energy\ncalibration: fixed\ncalibration_checks: 3\ndwell_checks: 1\n"
       "tracker_iters: 5\n"
       "eta_plus: 0.2\n";
   auto run = [&](int n_checks, const std::string* state, std::string* state_out, Sink* sink,
@@ -613,7 +613,7 @@ TEST_CASE("incrt_geometric: a pruned head's direction is released from Q") {
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration_checks: 2\n"
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
                     "dwell_checks: 0\nmax_heads: 2\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   drv.start();
@@ -638,7 +638,7 @@ TEST_CASE("incrt_geometric: K_pred comes before growth and does not depend on th
   for (const char* theta : {"0.1", "0.3"}) {
     FakeBlock block(d, 4);
     block.add(random_head(d, 4, 1));
-    Driver drv{growth(std::string("plugin: incrt_geometric\ntracker: exact\ncalibration: fixed\n"
+    Driver drv{growth(std::string("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
                                   "calibration_checks: 4\ndwell_checks: 1\ntheta_w: ") +
                       theta + "\n"),
                &block, anisotropic_probe(4, 6, d, 2)};
@@ -666,7 +666,7 @@ TEST_CASE("incrt_geometric: both halves of the spectrum count (swapping W_Q and 
     auto h = random_head(d, 4, 1);
     if (flip) std::swap(h->wq, h->wk);
     block.add(h);
-    Driver drv{growth("plugin: incrt_geometric\ntracker: exact\ncalibration: fixed\n"
+    Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
                       "calibration_checks: 4\ndwell_checks: 1\ntheta_w: 0.15\n"),
                &block, anisotropic_probe(4, 6, d, 2)};
     drv.start();
@@ -678,9 +678,9 @@ TEST_CASE("incrt_geometric: both halves of the spectrum count (swapping W_Q and 
 }
 
 TEST_CASE("incrt_geometric: unknown option and bad choice are config errors") {
-  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nthetaw: 0.1\n"), gf::ConfigError);
-  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nmca_rule: oja\n"), gf::ConfigError);
-  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nthresholds: absolute\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nthetaw: 0.1\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nmca_rule: oja\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nthresholds: absolute\n"), gf::ConfigError);
 }
 
 // ---- pruning -----------------------------------------------------------------------------

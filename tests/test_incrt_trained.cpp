@@ -81,7 +81,7 @@ TEST_CASE("incrt_geometric defaults settle with trained heads; the default Oja s
   // training, and W_t does not rise at growths.
   for (int seed : {1, 2, 3}) {
     const std::string dir = tmpdir("incrt_settle");
-    REQUIRE(train(dir, {"seed=" + std::to_string(seed), "growth={plugin: incrt_geometric}",
+    REQUIRE(train(dir, {"seed=" + std::to_string(seed), "growth={plugin: incrt_geometric, criterion: energy}",
                         "pruning={plugin: directional_energy}"}) == 0);
     std::vector<double> grow_steps;
     size_t active = 0;

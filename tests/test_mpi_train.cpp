@@ -52,6 +52,7 @@ train:
   check_every: 2
 growth:
   plugin: incrt_geometric
+  criterion: energy
   tracker: exact
   calibration: fixed
   calibration_checks: 2

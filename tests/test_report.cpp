@@ -51,7 +51,7 @@ const char* kIncrt =
     "max_heads: 6, head: {plugin: dot_product}}}\n"
     "optimizer: {plugin: adamw, lr: 0.003}\n"
     "train: {steps: 80, batch_size: 16, warmup: 10, check_every: 2, eval_every: 40, log_every: 10}\n"
-    "growth: {plugin: incrt_geometric, probe: batch, tracker: online, eta_plus: 0.3, tracker_iters: "
+    "growth: {plugin: incrt_geometric, criterion: energy, probe: batch, tracker: online, eta_plus: 0.3, tracker_iters: "
     "20, calibration_checks: 5, theta_w: 0.1, dwell_checks: 2, init: directed, max_heads: 6}\n";
 const char* kHkt =
     "name: hkt_tiny\nseed: 1\nthreads: 1\n"
