@@ -18,6 +18,7 @@
 #include <growformer/trainer.hpp>
 
 #include "commands.hpp"
+#include "sweep_file.hpp"
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -28,167 +29,6 @@ namespace {
 
 constexpr int kInterrupted = 130;  // the trainer's exit status after Ctrl-C / SIGTERM
 const char* kJobFile = "sweep_job.json";
-
-// One axis: a dotted path and its values, each with a label that names run directories and
-// table rows. Values are a list (labels derived) or a mapping label -> value. The axis `set`
-// maps labels to lists of KEY=VALUE overrides (an arm that changes several keys at once).
-struct Axis {
-  std::string path;
-  std::vector<std::string> values, labels;
-  std::vector<std::vector<std::string>> overrides;  // axis `set`: each label's overrides
-};
-
-struct Job {
-  std::string name;
-  std::vector<std::string> overrides;
-  int64_t seed = 0;
-  std::vector<std::string> labels;
-};
-
-std::string safe_name(std::string s) {
-  for (auto& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-  return s;
-}
-
-std::string value_text(gf::ConfigNode v) {
-  std::string text = v.is_scalar() ? v.as_string() : v.dump();
-  v.mark_consumed();
-  return text;
-}
-
-// A list value's label: the value itself, or for a mapping (a whole component section such as
-// `{plugin: magnitude, threshold: 0.05}`) its plugin name, made distinct within the axis.
-std::string derived_label(const std::string& text, size_t i, const std::vector<std::string>& taken) {
-  gf::ConfigNode parsed;
-  try {
-    parsed = gf::ConfigNode::load_string(text, "axis value");
-  } catch (const gf::ConfigError&) {
-    return text;
-  }
-  if (!parsed.is_map()) return text;
-  std::string label = parsed.has("plugin") ? parsed.child("plugin").as_string() : "v" + std::to_string(i);
-  for (auto& l : taken)
-    if (l == label) return label + "-" + std::to_string(i);
-  return label;
-}
-
-std::vector<Axis> read_axes(const gf::ConfigNode& axes) {
-  std::vector<Axis> out;
-  for (auto& k : axes.keys()) {
-    gf::ConfigNode v = axes.child(k);
-    Axis a;
-    a.path = k;
-    if (k == "set") {  // label -> [KEY=VALUE, ...]
-      if (!v.is_map())
-        v.fail("the axis `set` is a mapping from labels to lists of KEY=VALUE overrides");
-      for (auto& label : v.keys()) {
-        gf::ConfigNode list = v.child(label);
-        if (safe_name(label) != label)
-          list.fail("an axis label names run directories: use letters, digits, '-', '_', '.'");
-        if (!list.is_sequence() || list.items().empty())
-          list.fail("an arm of the axis `set` is a non-empty list of KEY=VALUE overrides");
-        std::vector<std::string> kv;
-        for (auto& it : list.items()) {
-          const std::string text = value_text(it);
-          if (!it.is_scalar() || text.find('=') == std::string::npos || text.front() == '=')
-            it.fail("expected KEY=VALUE, got '" + text + "'");
-          kv.push_back(text);
-        }
-        a.labels.push_back(label);
-        a.values.push_back(label);
-        a.overrides.push_back(kv);
-      }
-      if (a.values.empty()) v.fail("the axis `set` needs at least one arm");
-      out.push_back(a);
-      continue;
-    }
-    if (v.is_map()) {  // label -> value
-      for (auto& label : v.keys()) {
-        if (safe_name(label) != label)
-          v.child(label).fail("an axis label names run directories: use letters, digits, '-', '_', '.'");
-        a.labels.push_back(label);
-        a.values.push_back(value_text(v.child(label)));
-      }
-    } else if (v.is_sequence()) {
-      size_t i = 0;
-      for (auto& it : v.items()) {
-        a.values.push_back(value_text(it));
-        a.labels.push_back(derived_label(a.values.back(), i++, a.labels));
-      }
-    }
-    if (a.values.empty())
-      v.fail("an axis is a non-empty list of values, or a mapping from labels to values");
-    // each value is one group of jobs: a repeated value would be counted as more seeds of
-    // one group, and two labels with one directory name would share a run directory
-    for (size_t i = 0; i < a.values.size(); ++i)
-      for (size_t j = 0; j < i; ++j) {
-        if (v.is_sequence() && a.values[i] == a.values[j])
-          v.fail("the value `" + gf::printable(a.values[i].substr(0, 200)) +
-                 "` is listed twice (entries " + std::to_string(j + 1) + " and " +
-                 std::to_string(i + 1) + "); each value of an axis is one group of jobs");
-        if (safe_name(a.labels[i]) == safe_name(a.labels[j]))
-          v.fail("the labels `" + gf::printable(a.labels[j].substr(0, 200)) + "` and `" +
-                 gf::printable(a.labels[i].substr(0, 200)) + "` name the same run directory `" +
-                 safe_name(a.labels[i]).substr(0, 200) + "`; give them distinct labels");
-      }
-    out.push_back(a);
-  }
-  return out;
-}
-
-constexpr size_t kMaxJobs = 10000;
-
-// The number of jobs (combinations x seeds), counted before any is made: a refusal naming
-// each axis's size when it exceeds kMaxJobs.
-size_t count_jobs(const std::vector<Axis>& ax, size_t seeds, const gf::ConfigNode& axes) {
-  size_t jobs = seeds;
-  bool over = jobs > kMaxJobs;
-  std::string sizes;
-  for (auto& a : ax) {
-    sizes += (sizes.empty() ? "" : " x ") + std::to_string(a.values.size()) + " (" + a.path + ")";
-    if (!over && jobs > kMaxJobs / a.values.size()) over = true;
-    if (!over) jobs *= a.values.size();
-  }
-  if (over || jobs > kMaxJobs)
-    axes.fail("the sweep has more than " + std::to_string(kMaxJobs) + " jobs: " + sizes + " x " +
-              std::to_string(seeds) + " seed(s); split it into several sweep files");
-  return jobs;
-}
-
-std::vector<Job> make_jobs(const std::vector<Axis>& ax, const std::vector<int64_t>& seeds,
-                           const std::vector<std::string>& sets) {
-  std::vector<std::vector<size_t>> combos{{}};
-  for (auto& a : ax) {
-    std::vector<std::vector<size_t>> next;
-    for (auto& c : combos)
-      for (size_t i = 0; i < a.values.size(); ++i) {
-        next.push_back(c);
-        next.back().push_back(i);
-      }
-    combos = next;
-  }
-  std::vector<Job> jobs;
-  for (auto& c : combos)
-    for (int64_t seed : seeds) {
-      Job j;
-      j.seed = seed;
-      j.overrides = sets;
-      std::string name;
-      for (size_t i = 0; i < ax.size(); ++i) {
-        if (!ax[i].overrides.empty())
-          for (const std::string& kv : ax[i].overrides[c[i]]) j.overrides.push_back(kv);
-        else
-          j.overrides.push_back(ax[i].path + "=" + ax[i].values[c[i]]);
-        j.labels.push_back(ax[i].labels[c[i]]);
-        name += (name.empty() ? "" : "__") + safe_name(ax[i].labels[c[i]]);
-      }
-      j.overrides.push_back("seed=" + std::to_string(seed));
-      j.name = (name.empty() ? "job" : name) + "__seed" + std::to_string(seed);
-      jobs.push_back(j);
-    }
-  return jobs;
-}
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -358,28 +198,12 @@ int cmd_sweep(const std::vector<std::string>& args) {
   // in its one process), and rank 0 writes the table of all of them
   gf::Communicator& comm = gf::world();
   const bool distributed = comm.size() > 1;
-  gf::ConfigNode sw = gf::ConfigNode::load_file(file);
-  gf::Options so(sw,
-                 {{"name", gf::OptType::String, "sweep", "sweep name"},
-                  {"base", gf::OptType::String, "", "base config (relative to this file)", 0, 0, {}, true},
-                  {"seeds", gf::OptType::IntList, "[1]", "seeds; every combination runs once per seed"},
-                  {"axes", gf::OptType::Component, "{}",
-                   "dotted path -> list of values, or mapping label -> value; `set`: label -> list of "
-                   "KEY=VALUE overrides (one arm that sets several keys)"},
-                  {"set", gf::OptType::StringList, "[]", "KEY=VALUE overrides for every job"}},
-                 "sweep");
-  std::string base = so.resolve_path(so.get_string("base"));
-  for (auto& s : so.get_string_list("set")) sets.insert(sets.begin(), s);
-  std::vector<Axis> ax = read_axes(so.get_node("axes"));
-  std::vector<int64_t> seeds = so.get_int_list("seeds");
-  if (seeds.empty()) so.fail("seeds", "is empty: a sweep runs every combination once per seed");
-  for (size_t i = 0; i < seeds.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (seeds[i] == seeds[j])
-        so.fail("seeds", "seed " + std::to_string(seeds[i]) + " is listed twice; each seed runs once");
-  size_t job_count = count_jobs(ax, seeds.size(), so.get_node("axes"));
-  std::vector<Job> jobs = make_jobs(ax, seeds, sets);
-  if (out_dir.empty()) out_dir = "runs/sweep-" + so.get_string("name");
+  SweepPlan plan = plan_sweep(gf::ConfigNode::load_file(file), sets);
+  const std::string& base = plan.base;
+  const std::vector<Axis>& ax = plan.axes;
+  std::vector<Job>& jobs = plan.jobs;
+  size_t job_count = jobs.size();
+  if (out_dir.empty()) out_dir = "runs/sweep-" + plan.name;
   size_t shard = 0, shards = 1;
   if (vm.count("shard")) {
     std::string v = vm["shard"].as<std::string>();
@@ -423,7 +247,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   json rows = json::array();
   int status = 0;
   if (comm.root())
-    std::cout << "sweep " << so.get_string("name") << ": " << jobs.size() << " jobs -> " << out_dir
+    std::cout << "sweep " << plan.name << ": " << jobs.size() << " jobs -> " << out_dir
               << (distributed ? " (" + std::to_string(comm.size()) + " processes)" : "") << "\n";
   // a job's row of the table: its result with the job's name, seed and axis labels
   auto label = [&](json row, const Job& j) {
@@ -509,7 +333,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   std::string jobs_md = write_table(cols, rows, fs::path(out_dir) / "summary.csv");
   std::string groups_md = write_table(gcols, groups, fs::path(out_dir) / "groups.csv");
   std::ofstream md(fs::path(out_dir) / "summary.md");
-  md << "# sweep " << so.get_string("name") << "\n\nbase: `" << base << "`\n\n"
+  md << "# sweep " << plan.name << "\n\nbase: `" << base << "`\n\n"
      << "## mean +- sd over seeds (sample sd)\n\n" << groups_md << "\n## jobs\n\n" << jobs_md;
   std::cout << "\n" << groups_md << "\n" << jobs_md << "\nsummary: "
             << (fs::path(out_dir) / "summary.md").string() << ", "

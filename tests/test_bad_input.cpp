@@ -792,6 +792,8 @@ TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and abs
                 "--shard 1/1000000000000000000000: expected I/N, whole numbers");
   check_refusal(sweep("seeds: [1, 2]\n", "--shard 1/3"), 2, "3 shards for 2 job(s)");
   check_refusal(sweep("seeds: [1, 2]\n", "--shard 0/-2"), 2, "expected I/N");
+  check_refusal(sweep("axes:\n  name: [x__y, x]\n  seed: [\"z\", \"y__z\"]\n"), 2,
+                "two jobs share the run directory name `x__y__z__seed1`");
   CHECK(!fs::exists(d.file("out")));  // nothing written
 }
 
