@@ -257,6 +257,15 @@ TEST_CASE("pruning: ablation measures each head's removal on the validation prob
   CHECK(checks.back()["step"].get<double>() == 15.0);
   fs::remove_all(full);
   fs::remove_all(cut);
+  // heads in their grace are not judged: the same run with a grace longer than the run prunes
+  // nothing, although every head's removal would be under max_cost
+  std::string graced = tmpdir("abl_grace");
+  REQUIRE(train(graced, {"model.attention.heads=3", "model.attention.d_k=4", "train.check_every=5",
+                         "pruning={plugin: ablation, probe_every: 1, probe_examples: 16, grace: 1000, "
+                         "patience: 1, max_cost: 1000}"}) == 0);
+  for (const json& e : lines(graced)) CHECK(e["type"] != "prune");
+  CHECK(ablation_checks(lines(graced)).empty());
+  fs::remove_all(graced);
 }
 
 TEST_CASE("checkpoints: round trip, and corrupt or truncated files are refused") {

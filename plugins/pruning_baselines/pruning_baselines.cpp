@@ -306,8 +306,10 @@ class AblationRule : public gf::GrowthPolicy {
       std::vector<Scored> cand;
       std::vector<double> ids, costs, counts;
       for (size_t i = 0; i < heads.size(); ++i) {
+        // a head in its grace is not judged, even when another policy had it ablated
+        if (age_of(view, heads[i]) < grace_ || heads.size() <= min_heads_) continue;
         const gf::Ablation* a = m.ablation({{bv.index, heads[i].id}});
-        if (!a || !std::isfinite(a->loss)) continue;  // in its grace (or the last head)
+        if (!a || !std::isfinite(a->loss)) continue;
         const double cost = (a->loss - m.probe_loss) / denom;
         size_t& low = low_[{bv.index, heads[i].id}];
         low = cost < max_cost_ ? low + 1 : 0;
