@@ -168,7 +168,11 @@ SweepPlan plan_sweep(const gf::ConfigNode& sw, std::vector<std::string> sets) {
   SweepPlan plan;
   plan.name = so.get_string("name");
   plan.base = so.resolve_path(so.get_string("base"));
-  for (auto& s : so.get_string_list("set")) sets.insert(sets.begin(), s);
+  for (auto& s : so.get_string_list("set")) {
+    if (s.find('=') == std::string::npos || s.front() == '=')
+      so.fail("set", "entry `" + gf::printable(s.substr(0, 200)) + "` is not KEY=VALUE");
+    sets.insert(sets.begin(), s);
+  }
   plan.axes = read_axes(so.get_node("axes"));
   std::vector<int64_t> seeds = so.get_int_list("seeds");
   if (seeds.empty()) so.fail("seeds", "is empty: a sweep runs every combination once per seed");

@@ -784,6 +784,8 @@ TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and abs
                 "is listed twice");
   check_refusal(sweep("axes:\n  name: [a/b, a_b]\n"), 2, "name the same run directory `a_b`");
   check_refusal(sweep("seeds: []\n"), 2, "`seeds`: is empty");
+  check_refusal(sweep("set: [train.steps=2, model.d_model]\n"), 2,  // found by fuzz_sweep
+                "`set`: entry `model.d_model` is not KEY=VALUE");
   check_refusal(sweep("seeds: [1, 2, 1]\n"), 2, "`seeds`: seed 1 is listed twice");
   std::string big = "axes:\n";
   for (int i = 0; i < 12; ++i) big += "  k" + std::to_string(i) + ": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n";
