@@ -16,16 +16,12 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heads_table  # noqa: E402  (mean +- sample sd)
+
 
 def mean_sd(v, fmt="{:.2f}"):
-    v = [x for x in v if x is not None]
-    if not v:
-        return "-"
-    m = sum(v) / len(v)
-    if len(v) < 2:
-        return fmt.format(m)
-    sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
-    return (fmt + " +- " + fmt).format(m, sd)
+    return heads_table.mean_sd(v, fmt)
 
 
 def main(d):
@@ -75,6 +71,10 @@ def main(d):
             if x["kappa"] is not None:
                 kappas.append(x["kappa"])
     n = len(xs)
+    if len(rows) < 2:
+        print()
+        print("one theta_w finished: no slope")
+        return
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx

@@ -110,9 +110,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (!gain_mode_ || !gain_opt_.attribution || !gain_.has_prev || gain_.done || gain_.round.empty() ||
         validation_probe(view.step) == 0)
       return {};
+    return {round_heads()};
+  }
+
+  /// The heads of the round waiting for its test.
+  std::vector<gf::HeadRef> round_heads() const {
     std::vector<gf::HeadRef> set;
     for (const auto& [b, id] : gain_.round) set.push_back({b, static_cast<int>(id)});
-    return {set};
+    return set;
   }
 
   size_t validation_probe(size_t step) const override {
@@ -597,11 +602,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     for (const gf::BlockView& bv : view.blocks)
       if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calibrated;
     double muted = std::numeric_limits<double>::quiet_NaN();  // the probe without the round
-    if (!gain_.round.empty()) {
-      std::vector<gf::HeadRef> set;
-      for (const auto& [b, id] : gain_.round) set.push_back({b, static_cast<int>(id)});
-      if (const gf::Ablation* a = m.ablation(set)) muted = a->loss;
-    }
+    if (!gain_.round.empty())
+      if (const gf::Ablation* a = m.ablation(round_heads())) muted = a->loss;
     const gf::incrt::GainDecision dec =
         calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_, muted)
                    : gf::incrt::GainDecision{};
