@@ -783,7 +783,7 @@ gf::OptionSpecs incrt_options() {
   using gf::OptType;
   const double inf = std::numeric_limits<double>::infinity();
   return {
-      {"criterion", OptType::String, "energy",
+      {"criterion", OptType::String, "gain",
        "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
        "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
        "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
