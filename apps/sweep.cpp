@@ -5,6 +5,8 @@
 // read back from their `sweep_job.json`, a job with a checkpoint resumes from it, and a job that
 // stopped before its first checkpoint starts again. A job that fails is recorded as failed, the
 // sweep goes on (exit status 1 at the end), and the next run of the sweep tries it again.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -78,6 +80,26 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
   }
   if (rc == 0) row["best_val_accuracy"] = out.best_val;
   return row;
+}
+
+// Job K of N's whole config built without its data (Experiment's data_need "check"); a
+// ConfigError naming the job, its overrides and the key when it does not hold.
+void check_job(const std::string& base, const Job& j, size_t k, size_t n,
+               const std::vector<std::string>& paths) {
+  try {
+    gf::Experiment(load_config(base, j.overrides), paths, "", "check");
+  } catch (const std::exception& e) {  // a factory's RuntimeError is the config's too
+    std::string sets;
+    for (std::string o : j.overrides) {  // a section's value is dumped YAML: one line here
+      while (!o.empty() && std::isspace(static_cast<unsigned char>(o.back()))) o.pop_back();
+      for (char& ch : o)
+        if (ch == '\n') ch = ' ';
+      sets += (sets.empty() ? "" : " ") + o;
+    }
+    throw gf::ConfigError("sweep job " + std::to_string(k + 1) + "/" + std::to_string(n) + " `" +
+                          j.name + "` (overrides: " + gf::printable(sets.substr(0, 600)) +
+                          "): " + e.what() + "\nnothing was run; fix the sweep file or --set");
+  }
 }
 
 std::string cell(const json& v) {
@@ -188,11 +210,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
       "set", po::value(&sets)->composing(), "override applied to every job")(
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
       "shard", po::value<std::string>(), "I/N: run only jobs I, I+N, I+2N, ... (0-based; several "
-      "processes share one --out); the others' finished jobs join the table")("quiet,q", "less output");
+      "processes share one --out); the others' finished jobs join the table")(
+      "check", "check every job's config (no data read) and stop, running nothing")(
+      "quiet,q", "less output");
   po::positional_options_description p;
   p.add("sweep", 1);
   bool help;
-  auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]...", o, p, args, &help);
+  auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]... [--shard I/N] [--check]", o, p, args, &help);
   if (help) return 0;
   // under mpirun/srun the processes share the jobs: rank I of N runs jobs I, I+N, ... (each job
   // in its one process), and rank 0 writes the table of all of them
@@ -233,15 +257,24 @@ int cmd_sweep(const std::vector<std::string>& args) {
     shard = static_cast<size_t>(comm.rank());
     shards = static_cast<size_t>(comm.size());
   }
-  // every override must apply (a malformed value or a path through a scalar fails here, before
-  // any job runs); unknown keys are caught when each job builds its experiment. A job directory
+  // every job's config is checked whole before any job runs (overrides, every component's
+  // options, plugins' included, the model built on a stand-in vocabulary; no data read), so a
+  // typo in one axis value stops the sweep up front naming the job and the key. A job directory
   // left by an earlier run of this sweep must have been started with the same overrides.
-  for (auto& j : jobs) {
-    load_config(base, j.overrides);
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const Job& j = jobs[k];
+    check_job(base, j, k, jobs.size(), paths);
+    if (vm.count("check")) continue;
     fs::path rec = fs::path(out_dir) / j.name / kJobFile;
     if (fs::exists(rec) && read_json(rec)["overrides"] != json(j.overrides))
       throw gf::ConfigError(rec.string() + ": this job ran with other overrides (the sweep file or "
                             "--set changed); use another --out, or delete the job's directory");
+  }
+  if (vm.count("check")) {
+    if (comm.root())
+      std::cout << "sweep " << plan.name << ": the configs of all " << jobs.size()
+                << " jobs are valid (no data read, nothing run)\n";
+    return 0;
   }
   fs::create_directories(out_dir);
   json rows = json::array();

@@ -208,12 +208,15 @@ TEST_CASE("processes given different run directories stop with one message, noth
 TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job recorded, one table") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
-  // four jobs, one failing (an unknown key); rank 0 runs jobs 1 and 3, rank 1 jobs 2 and 4
+  // four jobs, one failing (its data file is malformed: the config holds, the job fails when
+  // it reads the data); rank 0 runs jobs 1 and 3, rank 1 jobs 2 and 4
+  std::ofstream(dir.file("bad.tsv")) << "no header here\n";
   std::ofstream(dir.file("sweep.yaml"))
       << "name: t\nbase: " << dir.file("tiny.yaml")
       << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
-         "axes:\n  model.attention.head:\n    plain: {plugin: dot_product}\n"
-         "    broken: {plugin: dot_product, bogus_key: 1}\n";
+         "axes:\n  data:\n    plain: {plugin: listops, train_size: 320, val_size: 72, test_size: 71, "
+         "min_length: 4, max_length: 24, max_depth: 3, max_args: 4}\n"
+         "    broken: {plugin: text_tsv, train: " << dir.file("bad.tsv") << "}\n";
   std::string out = dir.file("sweep");
   Run r = growformer(2, "sweep " + dir.file("sweep.yaml") + " --out " + out + " -q", dir);
   INFO(r.output);
@@ -222,7 +225,7 @@ TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job rec
   CHECK(r.output.find("rank 0 [1/4] plain__seed1: ran") != std::string::npos);
   CHECK(r.output.find("rank 1 [2/4] plain__seed2: ran") != std::string::npos);
   CHECK(r.output.find("rank 0 [3/4] broken__seed1: ran and FAILED") != std::string::npos);
-  CHECK(r.output.find("bogus_key") != std::string::npos);
+  CHECK(r.output.find(dir.file("bad.tsv")) != std::string::npos);
   // one table, by rank 0, holding every job
   CHECK(r.output.find("| plain__seed2 |") == r.output.rfind("| plain__seed2 |"));
   std::ifstream g(out + "/groups.csv");

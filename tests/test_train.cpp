@@ -509,22 +509,26 @@ TEST_CASE("cli: a sweep's `set` axis gives each arm several overrides; a bad arm
 TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues without redoing jobs") {
   std::string base = tmpdir("swr_base") + ".yaml", sw = tmpdir("swr") + ".yaml", out = tmpdir("swr_out");
   std::ofstream(base) << kTiny;
-  // labelled axis values; the `broken` value has an unknown key, so its jobs fail
+  // labelled axis values; the `broken` data's file is malformed: its config holds (the sweep
+  // checks every job's config before the first runs), its jobs fail when they read the data
+  std::string bad_tsv = tmpdir("swr_bad") + ".tsv";
+  std::ofstream(bad_tsv) << "no header here\n";
   std::ofstream(sw) << "name: t\nbase: " << base
                     << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
-                       "axes:\n  growth:\n    plain: {plugin: none}\n"
-                       "    broken: {plugin: none, bogus_key: 1}\n";
+                       "axes:\n  data:\n    plain: {plugin: listops, train_size: 256, val_size: 64, "
+                       "test_size: 64, min_length: 4, max_length: 24, max_depth: 3, max_args: 4}\n"
+                       "    broken: {plugin: text_tsv, train: " << bad_tsv << "}\n";
   Cli c = run_cli("sweep " + sw + " --out " + out + " --quiet");
   INFO(c.output);
   CHECK(c.status == 1);
-  CHECK(has(c.output, "bogus_key"));
+  CHECK(has(c.output, bad_tsv));
   REQUIRE(fs::exists(out + "/plain__seed2/metrics.jsonl"));
   std::ifstream g(out + "/groups.csv");
   std::string header, plain, broken;
   std::getline(g, header);
   std::getline(g, plain);
   std::getline(g, broken);
-  CHECK(header == "growth,seeds,test_accuracy,best_val_accuracy,params,K_obs,K_pred,time_s");
+  CHECK(header == "data,seeds,test_accuracy,best_val_accuracy,params,K_obs,K_pred,time_s");
   CHECK(has(plain, "plain,2/2,"));
   CHECK(has(plain, " +- "));
   CHECK(has(broken, "broken,0/2,"));
@@ -559,6 +563,7 @@ TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues wit
   CHECK(c3.status != 0);
   CHECK(has(c3.output, "ran with other overrides"));
   fs::remove_all(out);
+  fs::remove(bad_tsv);
   fs::remove(base);
   fs::remove(sw);
 }

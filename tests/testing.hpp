@@ -4,9 +4,11 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -106,6 +108,23 @@ inline std::vector<nlohmann::json> metrics_without_timing(const std::string& dir
     out.push_back(j);
   }
   return out;
+}
+
+/// What a shell command printed (stdout and stderr together) and its exit status.
+struct Shell {
+  int status;
+  std::string output;
+};
+/// Runs COMMAND with sh, its output captured through a temporary file.
+inline Shell run_shell(const std::string& command) {
+  static int counter = 0;
+  std::filesystem::path out = std::filesystem::temp_directory_path() /
+                              ("gf_shell_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  int rc = std::system((command + " > " + out.string() + " 2>&1").c_str());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(out);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), text};
 }
 
 /// The registry with every plugin of the build tree loaded.

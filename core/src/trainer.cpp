@@ -271,8 +271,9 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   threads_ = static_cast<size_t>(top.get_int("threads"));
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
   if (threads_ > cores) {  // more threads than cores only contend (results do not change)
-    std::cerr << "warning: threads: " << threads_ << " is more than the " << cores
-              << " cores of this machine; using " << cores << "\n";
+    if (data_need != "check")  // a sweep checks every job's config: once per job would be noise
+      std::cerr << "warning: threads: " << threads_ << " is more than the " << cores
+                << " cores of this machine; using " << cores << "\n";
     threads_ = cores;
   }
   // threads: 0 = this machine's cores, shared among the processes of an MPI job running on it
@@ -281,8 +282,12 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
 
   // validate the cheap parts before the (possibly slow) data load
   build_training_parts(top);
-  load_data(top.get_node("data"), data_record, data_need);
-  check_memory(top.get_node("model"), data_, settings_.batch_size, data_need == "all");
+  if (data_need == "check") {
+    check_without_data(top.get_node("data"));
+  } else {
+    load_data(top.get_node("data"), data_record, data_need);
+    check_memory(top.get_node("model"), data_, settings_.batch_size, data_need == "all");
+  }
   model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
                                    *registry_, seed_);
   cfg_.check_all_consumed();
@@ -326,6 +331,21 @@ void Experiment::load_data(ConfigNode data_node, const std::string& data_record,
     throw ConfigError("data: the dataset has " + std::to_string(data_.num_classes) +
                       " class(es); classification needs at least 2");
   if (settings_.switch_at > 0 && all) load_switch_data();
+}
+
+void Experiment::check_without_data(ConfigNode data_node) {
+  data_plugin_ = data_node.has("plugin") ? data_node.child("plugin").as_string() : "";
+  dataset_ = registry_->create_dataset(data_node, DatasetBuild{seed_, ""});
+  if (settings_.switch_at > 0) {
+    try {
+      switch_dataset_ = registry_->create_dataset(settings_.switch_data, DatasetBuild{seed_, ""});
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("train.switch.data: ") + e.what());
+    }
+  }
+  // a stand-in shape: the model's options are checked by building it, no data is read
+  data_.vocab_size = 16;
+  data_.num_classes = 2;
 }
 
 void Experiment::load_switch_data() {

@@ -87,7 +87,12 @@ class Experiment {
   /// `data_need` (only with a data_record): "all" loads every split; "train", "val" or "test"
   /// lets the dataset read only that split (DatasetBuild::only); "none" reads no data at all:
   /// vocabulary size, classes and tokenizer come from the record (`predict` from a checkpoint
-  /// alone, its training files gone), and data() holds no examples.
+  /// alone, its training files gone), and data() holds no examples. "check" (without a
+  /// data_record) checks the whole config and reads no data: every component is created from
+  /// its options (the dataset's and train.switch's too, which may look for the files they
+  /// name) and the model is built on a stand-in vocabulary of 16 tokens and 2 classes; the
+  /// data's contents and the memory estimate are checked only when a run loads the data. This
+  /// is what `sweep` runs on every job before the first one trains.
   Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
              const std::string& data_record = "", const std::string& data_need = "all");
   ~Experiment();
@@ -139,6 +144,8 @@ class Experiment {
                  const std::string& data_need);
   /// train.switch's data, tokenised as the first data and checked against it.
   void load_switch_data();
+  /// data_need "check": the datasets created from their options, a stand-in data shape.
+  void check_without_data(ConfigNode data_node);
   int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
   void save(const std::string& path);
   TrainingParts parts();
