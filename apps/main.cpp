@@ -14,7 +14,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 #include <map>
@@ -283,10 +285,23 @@ int cmd_plugins(const std::vector<std::string>& args) {
       if (c.spec.name == words[1]) hits.push_back(&c);
     }
     if (hits.empty()) {
-      std::string dym = gf::did_you_mean(words[1], names);
-      throw gf::ConfigError("no component named `" + words[1] + "`" +
+      // NAME registered by a library that then failed, or a library named after it, is named
+      // with its error; else every library that failed to load (NAME may be in one of them)
+      const std::string& want = words[1];
+      std::string own, others;
+      for (auto& f : reg.failures()) {
+        std::string stem = std::filesystem::path(f.path).stem().string();
+        bool its = std::find(f.components.begin(), f.components.end(), want) != f.components.end() ||
+                   stem == "libgf_" + want || stem.find(want) != std::string::npos;
+        (its ? own : others) += "\n  " + f.path + ": " + f.error;
+      }
+      if (!own.empty())
+        throw gf::ConfigError("`" + want + "` is not available: its library failed to load:" + own);
+      std::string dym = gf::did_you_mean(want, names);
+      throw gf::ConfigError("no component named `" + want + "`" +
                             (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
-                            " (see `growformer plugins list`)");
+                            " (see `growformer plugins list`)" +
+                            (others.empty() ? "" : "\nlibraries that failed to load (it may be in one):" + others));
     }
     for (auto* c : hits) {
       if (as_json) {
@@ -398,6 +413,12 @@ int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>
 
 int main(int argc, char** argv) {
   gf::select_blas_kernels(argc, argv);  // may re-execute the program; see blas.hpp
+  try {
+    gf::kernels::simd_name();  // a GROWFORMER_ISA that names no kernel set stops here
+  } catch (const std::exception& e) {
+    std::cerr << "growformer: error: " << e.what() << "\n";
+    return 2;
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kTopUsage;
@@ -406,7 +427,7 @@ int main(int argc, char** argv) {
   if (args[0] == "--version") {
     std::cout << "growformer " GROWFORMER_VERSION "\nCPU: " << gf::cpu_model_name()
               << "\nBLAS kernels: " << gf::blas_selection_note()
-              << "\nSIMD kernels: " << gf::kernels::simd_name()
+              << "\nSIMD kernels: " << gf::kernels::simd_note()
               << "\nABI " << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
     return 0;
   }

@@ -1,4 +1,6 @@
 // The plugin loader: real plugins, and deliberately broken ones.
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "growformer/plugin.hpp"
@@ -133,4 +135,92 @@ TEST_CASE("search path order: --plugin-path, GROWFORMER_PLUGIN_PATH, build tree,
   CHECK(p[1] == "/env/a");
   CHECK(p[2] == "/env/b");
   CHECK(contains(p[p.size() - 2] + p.back(), "plugins"));
+}
+
+namespace {
+using Cli = gf_test::Shell;
+Cli run_cli(const std::string& env, const std::string& args) {
+  return gf_test::run_shell(env + " " + GF_BIN + " " + args);
+}
+}  // namespace
+
+TEST_CASE("a static initialiser that throws or aborts is isolated: refused naming the file and why") {
+  Registry r;
+  // its exception leaves dlopen in a child process only (the loader's lock would stay held here)
+  std::string e = error_of([&] { r.load_library(broken("throwing_static")); });
+  CHECK(contains(e, "libgf_broken_throwing_static.so"));
+  CHECK(contains(e, "a static initialiser threw: boom from a static initialiser"));
+  // one that ends the process ends the child, with its last message
+  std::string a = error_of([&] { r.load_library(broken("aborting_static")); });
+  CHECK(contains(a, "libgf_broken_aborting_static.so"));
+  CHECK(contains(a, "signal 6"));
+  CHECK(contains(a, "aborting from a static initialiser"));
+  CHECK(r.libraries().empty());
+  // this process goes on: the real plugins load after it
+  r.load_directories({GF_PLUGIN_DIR});
+  CHECK(r.find(Kind::Optimizer, "adamw") != nullptr);
+}
+
+TEST_CASE("load_directories records every broken library and goes on; a failed register names its components") {
+  Registry r;
+  r.load_directories({GF_BROKEN_PLUGIN_DIR, GF_PLUGIN_DIR});
+  const FailedLibrary *stat = nullptr, *reg = nullptr, *aborts = nullptr;
+  for (const auto& f : r.failures()) {
+    if (contains(f.path, "throwing_static")) stat = &f;
+    if (contains(f.path, "aborting_static")) aborts = &f;
+    if (contains(f.path, "throwing_register")) reg = &f;
+  }
+  REQUIRE(stat != nullptr);
+  REQUIRE(reg != nullptr);
+  REQUIRE(aborts != nullptr);
+  CHECK(contains(stat->error, "boom from a static initialiser"));
+  CHECK(contains(aborts->error, "ends the process (signal 6"));
+  CHECK(contains(reg->error, "boom from register"));
+  REQUIRE(reg->components.size() == 1);
+  CHECK(reg->components[0] == "half_registered");
+  CHECK(r.find(Kind::Growth, "half_registered") == nullptr);
+  CHECK(r.find(Kind::Attention, "mha") != nullptr);
+}
+
+TEST_CASE("cli: a broken plugin beside unrelated ones stops no run; describe names its library and why") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(GF_BROKEN_PLUGIN_DIR) / ("isolated_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (auto n : {"throwing_static", "aborting_static", "throwing_register"})
+    fs::copy_file(broken(n), dir / ("libgf_broken_" + std::string(n) + ".so"),
+                  fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "tiny.yaml")
+      << "name: tiny\nthreads: 1\ndata: {plugin: listops, train_size: 32, val_size: 8, test_size: 8, "
+         "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
+         "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 1}}\n"
+         "train: {steps: 2, batch_size: 8, warmup: 1, eval_every: 2}\n";
+  std::string env = "GROWFORMER_PLUGIN_PATH=" + dir.string();
+  Cli t = run_cli(env, "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / "run").string() + " -q");
+  INFO(t.output);
+  CHECK(t.status == 0);
+  CHECK(fs::exists(dir / "run/checkpoints/last.safetensors"));
+  Cli l = run_cli(env, "plugins list");
+  CHECK(l.status == 0);
+  CHECK(contains(l.output, "failed to load:"));
+  CHECK(contains(l.output, "boom from a static initialiser"));
+  CHECK(contains(l.output, "aborting from a static initialiser"));
+  // a component its register callback had named: the library and the reason
+  Cli d = run_cli(env, "plugins describe half_registered");
+  INFO(d.output);
+  CHECK(d.status == 2);
+  CHECK(contains(d.output, "`half_registered` is not available: its library failed to load"));
+  CHECK(contains(d.output, "libgf_broken_throwing_register.so"));
+  CHECK(contains(d.output, "boom from register"));
+  // a library that died in its static initialiser, named after the component
+  Cli s = run_cli(env, "plugins describe throwing_static");
+  INFO(s.output);
+  CHECK(s.status == 2);
+  CHECK(contains(s.output, "libgf_broken_throwing_static.so"));
+  CHECK(contains(s.output, "boom from a static initialiser"));
+  // an unknown name lists the failures it may be among
+  Cli u = run_cli(env, "plugins describe nothing_like_this");
+  CHECK(u.status == 2);
+  CHECK(contains(u.output, "no component named `nothing_like_this`"));
+  CHECK(contains(u.output, "libraries that failed to load (it may be in one)"));
+  fs::remove_all(dir);
 }

@@ -2,15 +2,25 @@
 
 #include <boost/dll/shared_library.hpp>
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <any>
+#include <cctype>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <system_error>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -67,6 +77,7 @@ struct Registry::Impl {
   std::vector<FailedLibrary> failed;
   std::set<std::string> loaded_names;  // file names already loaded (first on the path wins)
   std::set<std::string> tried;         // canonical paths of the files tried
+  std::vector<std::string> failed_components;  // of the last register callback that failed
   // while a library's register callback runs:
   std::shared_ptr<boost::dll::shared_library> current_lib;
   std::string current_plugin, current_path;
@@ -305,6 +316,12 @@ std::string Registry::check_library_image(const uint8_t* bytes, size_t size) {
 
 namespace {
 
+// An exception a library's static initialiser threw out of dlopen: the loader's state is then
+// not to be trusted (its lock is left held), so such a library is only ever met in a probe child.
+struct StaticInitError : RuntimeError {
+  using RuntimeError::RuntimeError;
+};
+
 // Checks the file before dlopen: a truncated or foreign file can crash the loader itself.
 void check_library_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -333,8 +350,12 @@ void check_library_file(const std::string& path) {
 const PluginInfo* open_plugin(boost::dll::shared_library& lib, const std::string& path) {
   try {
     lib.load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
-  } catch (const std::exception& e) {
+  } catch (const std::system_error& e) {  // the loader's own failure (dlerror)
     throw RuntimeError(path + ": cannot load plugin library: " + e.what());
+  } catch (const std::exception& e) {  // thrown by the library's code while it was mapped
+    throw StaticInitError(path + ": a static initialiser threw: " + e.what());
+  } catch (...) {
+    throw StaticInitError(path + ": a static initialiser threw something that is not a std::exception");
   }
   if (!lib.has(GROWFORMER_ENTRY_POINT_NAME))
     throw RuntimeError(path + ": not a growformer plugin: no `" GROWFORMER_ENTRY_POINT_NAME
@@ -363,7 +384,151 @@ const PluginInfo* open_plugin(boost::dll::shared_library& lib, const std::string
 
 }  // namespace
 
+namespace {
+
+bool g_probe_child = false;  // this process is a probe's child: load directly
+constexpr int kStaticInitThrew = 86;  // a probe child's exit status: see StaticInitError
+
+
+// Loads each of FILES in a child process (a scratch registry each) and returns, per file that
+// ended the child (uncaught exception in a static initialiser, a crash, 30 s without finishing),
+// the reason with the child's last message. A file that loads, or fails with an exception the
+// loader catches, is not in the result: this process loads it and reports as usual. Results
+// are kept for the process's lifetime, keyed by path, size and modification time, so a process
+// forks at most once per set of new files.
+std::map<std::string, std::string> probe_in_child(const std::vector<std::string>& files) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> cache;  // key -> "" (fine) or the reason
+  std::lock_guard<std::mutex> lock(mu);
+  auto key_of = [](const std::string& f) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) return f;
+    return f + "\n" + std::to_string(st.st_size) + "\n" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec);
+  };
+  std::vector<std::string> todo;
+  for (const auto& f : files)
+    if (!cache.count(key_of(f))) todo.push_back(f);
+  size_t next = 0;
+  while (next < todo.size()) {
+    int progress[2], errs[2];
+    if (::pipe2(progress, O_CLOEXEC) != 0) break;
+    if (::pipe2(errs, O_CLOEXEC) != 0) {
+      ::close(progress[0]);
+      ::close(progress[1]);
+      break;
+    }
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      for (int fd : {progress[0], progress[1], errs[0], errs[1]}) ::close(fd);
+      break;  // no isolation possible: load in this process as before
+    }
+    if (pid == 0) {  // child: load each file, report its index once it is done, never return
+      g_probe_child = true;
+      // the process's own crash handlers (a test framework's) must not report the child's end
+      for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) ::signal(sig, SIG_DFL);
+      ::dup2(errs[1], 1);
+      ::dup2(errs[1], 2);
+      for (size_t i = next; i < todo.size(); ++i) {
+        try {
+          Registry scratch;
+          scratch.load_library(todo[i]);
+        } catch (const StaticInitError& e) {
+          std::string msg = e.what();
+          if (msg.rfind(todo[i] + ": ", 0) == 0) msg.erase(0, todo[i].size() + 2);
+          std::fputs(msg.c_str(), stderr);
+          std::fflush(stderr);
+          ::_exit(kStaticInitThrew);
+        } catch (...) {
+        }
+        char b = 1;
+        if (::write(progress[1], &b, 1) != 1) ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    ::close(progress[1]);
+    ::close(errs[1]);
+    std::string err_text;
+    size_t done = 0;
+    bool open_p = true, open_e = true, timed_out = false;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (open_p || open_e) {
+      pollfd fds[2] = {{open_p ? progress[0] : -1, POLLIN, 0}, {open_e ? errs[0] : -1, POLLIN, 0}};
+      int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         deadline - std::chrono::steady_clock::now()).count());
+      if (wait_ms <= 0) {
+        timed_out = true;
+        break;
+      }
+      int r = ::poll(fds, 2, wait_ms);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) continue;
+      char buf[4096];
+      if (open_p && (fds[0].revents & (POLLIN | POLLHUP))) {
+        ssize_t n = ::read(progress[0], buf, sizeof buf);
+        if (n > 0) {
+          done += static_cast<size_t>(n);
+          err_text.clear();  // messages of the files loaded so far are not the next one's
+          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        } else if (n == 0 || errno != EINTR) {
+          open_p = false;
+        }
+      }
+      if (open_e && (fds[1].revents & (POLLIN | POLLHUP))) {
+        ssize_t n = ::read(errs[0], buf, sizeof buf);
+        if (n > 0) err_text.append(buf, static_cast<size_t>(n));
+        else if (n == 0 || errno != EINTR) open_e = false;
+        if (err_text.size() > 8192) err_text.erase(0, err_text.size() - 8192);
+      }
+    }
+    if (timed_out) ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ::close(progress[0]);
+    ::close(errs[0]);
+    for (size_t i = next; i < next + done && i < todo.size(); ++i) cache[key_of(todo[i])] = "";
+    next += done;
+    if (next >= todo.size()) break;
+    // todo[next] ended the child
+    while (!err_text.empty() && std::isspace(static_cast<unsigned char>(err_text.back()))) err_text.pop_back();
+    std::string why;
+    if (timed_out)
+      why = "loading it did not finish within 30 s (a static initialiser or the register callback hangs?)";
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == kStaticInitThrew)
+      why = printable(err_text.substr(0, 600)), err_text.clear();
+    else if (WIFSIGNALED(status))
+      why = std::string("loading it ends the process (signal ") + std::to_string(WTERMSIG(status)) +
+            ", " + strsignal(WTERMSIG(status)) + "): a static initialiser or the register callback "
+            "threw an exception nothing catches, or crashed";
+    else
+      why = "loading it ends the process (exit status " + std::to_string(WEXITSTATUS(status)) +
+            "): a static initialiser or the register callback called exit";
+    if (!err_text.empty()) {
+      for (auto& ch : err_text)
+        if (ch == '\n') ch = ' ';
+      why += " [its message: " + printable(err_text.substr(err_text.size() > 600 ? err_text.size() - 600 : 0)) + "]";
+    }
+    why += "; the library was not loaded (rebuild or remove it)";
+    cache[key_of(todo[next])] = why;
+    ++next;
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& f : files) {
+    auto it = cache.find(key_of(f));
+    if (it != cache.end() && !it->second.empty()) out[f] = it->second;
+  }
+  return out;
+}
+
+}  // namespace
+
 void Registry::load_library(const std::string& path) {
+  if (!g_probe_child) {  // a library that would end this process is refused instead
+    auto fatal = probe_in_child({path});
+    if (!fatal.empty()) throw RuntimeError(path + ": " + fatal.begin()->second);
+  }
   check_library_file(path);
   auto lib = std::make_shared<boost::dll::shared_library>();
   const PluginInfo* info = open_plugin(*lib, path);
@@ -381,12 +546,20 @@ void Registry::load_library(const std::string& path) {
     impl_->current_plugin.clear();
     impl_->current_path.clear();
   };
+  auto fail = [&](const std::string& why) {
+    std::vector<std::string> names;
+    for (size_t i = before; i < impl_->entries.size(); ++i) names.push_back(impl_->entries[i].info.spec.name);
+    impl_->entries.resize(before);  // all or nothing
+    done();
+    impl_->failed_components = names;
+    throw RuntimeError(path + ": registering plugin `" + name + "` failed: " + why);
+  };
   try {
     info->register_components(*this);
   } catch (const std::exception& e) {
-    impl_->entries.resize(before);  // all or nothing
-    done();
-    throw RuntimeError(path + ": registering plugin `" + name + "` failed: " + e.what());
+    fail(e.what());
+  } catch (...) {
+    fail("it threw something that is not a std::exception");
   }
   done();
   impl_->loaded.push_back({path, name, info->version ? info->version : "", file_checksum(path)});
@@ -411,20 +584,35 @@ void Registry::load_directories(const std::vector<std::string>& dirs) {
         files.push_back(p);
     }
     std::sort(files.begin(), files.end());
+    std::vector<std::pair<fs::path, std::string>> wanted;  // (as found, absolute)
     for (const auto& p : files) {
       std::string fname = p.filename().string();
       if (impl_->loaded_names.count(fname)) continue;
       std::string canon_file = fs::weakly_canonical(p, ec).string();
       if (!impl_->tried.insert(canon_file).second) continue;  // each file tried (and failed) once
-      std::string full = fs::absolute(p).lexically_normal().string();
+      wanted.emplace_back(p, fs::absolute(p).lexically_normal().string());
+    }
+    std::vector<std::string> full_paths;
+    for (auto& w : wanted) full_paths.push_back(w.second);
+    // a library that would end this process is isolated first: unrelated commands go on
+    std::map<std::string, std::string> fatal = probe_in_child(full_paths);
+    for (const auto& [p, full] : wanted) {
+      std::string fname = p.filename().string();
+      if (impl_->loaded_names.count(fname)) continue;
+      auto bad = fatal.find(full);
+      if (bad != fatal.end()) {
+        impl_->failed.push_back({p.string(), bad->second, {}});
+        continue;
+      }
       try {
+        impl_->failed_components.clear();
         load_library(full);
         impl_->loaded_names.insert(fname);
       } catch (const std::exception& e) {
         // the list names the file once: drop the path the message starts with
         std::string msg = e.what();
         if (msg.rfind(full + ": ", 0) == 0) msg.erase(0, full.size() + 2);
-        impl_->failed.push_back({p.string(), msg});
+        impl_->failed.push_back({p.string(), msg, impl_->failed_components});
       }
     }
   }

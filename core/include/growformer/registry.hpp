@@ -47,6 +47,8 @@ struct LoadedLibrary {
 };
 struct FailedLibrary {
   std::string path, error;
+  /// the components its register callback had registered before it failed (none kept)
+  std::vector<std::string> components;
 };
 
 class Registry {
@@ -82,7 +84,10 @@ class Registry {
   /// it defines the plugin entry point as a function. Empty when it is, else the reason.
   static std::string check_library_image(const uint8_t* bytes, size_t size);
   /// Loads every library in the given directories (first occurrence of a file name wins);
-  /// failures are kept in failures() and reported when a component is not found.
+  /// failures are kept in failures() and reported when a component is not found. Each file is
+  /// first loaded in a child process (once per process and file): a library whose static
+  /// initialiser or register callback throws uncaught, crashes or hangs (30 s) is recorded as
+  /// failed with the child's message instead of ending this process.
   void load_directories(const std::vector<std::string>& dirs);
   /// --plugin-path entries, then GROWFORMER_PLUGIN_PATH, then the build tree, then the install tree.
   static std::vector<std::string> search_path(const std::vector<std::string>& cli_paths);
