@@ -224,3 +224,47 @@ TEST_CASE("cli: a broken plugin beside unrelated ones stops no run; describe nam
   CHECK(contains(u.output, "libraries that failed to load (it may be in one)"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("cli: resume finds a plugin through the run's plugins.lock; a missing library is named") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(GF_BROKEN_PLUGIN_DIR) / ("lock_" + std::to_string(::getpid()));
+  fs::path lib = dir / "plugins" / "libgf_elsewhere.so";
+  fs::create_directories(lib.parent_path());
+  fs::copy_file(std::string(GF_ELSEWHERE_PLUGIN_DIR) + "/libgf_elsewhere.so", lib);
+  std::ofstream(dir / "tiny.yaml")
+      << "name: tiny\nthreads: 1\ndata: {plugin: listops, train_size: 32, val_size: 8, test_size: 8, "
+         "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
+         "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 1}}\n"
+         "train: {steps: 4, batch_size: 8, warmup: 1, eval_every: 2, check_every: 1}\n"
+         "growth: {plugin: elsewhere_none}\n";
+  auto start = [&](const std::string& run) {
+    return run_cli("", "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / run).string() +
+                           " --plugin-path " + lib.parent_path().string() + " --stop-after 2 -q");
+  };
+  // without the flag the component is unknown: the lock is what finds it on resume
+  Cli plain = run_cli("", "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / "x").string() + " -q");
+  CHECK(plain.status == 2);
+  CHECK(contains(plain.output, "unknown growth plugin `elsewhere_none`"));
+  REQUIRE(start("a").status == 0);
+  Cli r = run_cli("", "resume " + (dir / "a").string() + " -q");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  std::ifstream m(dir / "a/metrics.jsonl");
+  std::string all((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+  CHECK(contains(all, "\"split\":\"test\""));
+  // the library moved away: the error names the plugin, where the lock had it, and the fix
+  REQUIRE(start("b").status == 0);
+  fs::rename(lib.parent_path(), dir / "moved");
+  Cli gone = run_cli("", "resume " + (dir / "b").string() + " -q");
+  INFO(gone.output);
+  CHECK(gone.status == 2);
+  CHECK(contains(gone.output, "unknown growth plugin `elsewhere_none`"));
+  CHECK(contains(gone.output, "names libraries that are missing now"));
+  CHECK(contains(gone.output, "plugin `elsewhere` 1.0.0 from " + lib.string()));
+  CHECK(contains(gone.output, "--plugin-path"));
+  // given its new folder, it resumes
+  Cli moved = run_cli("", "resume " + (dir / "b").string() + " --plugin-path " + (dir / "moved").string() + " -q");
+  INFO(moved.output);
+  CHECK(moved.status == 0);
+  fs::remove_all(dir);
+}

@@ -230,6 +230,10 @@ std::vector<MetricsLine> read_metrics(const std::string& path) {
   return out;
 }
 
+std::vector<PluginLock> read_plugin_lock(const RunDir& dir) {
+  return parse_plugin_lock(dir.plugins_lock(), read_run_file(dir.plugins_lock()));
+}
+
 RunLog read_run_log(const RunDir& dir) {
   RunLog r;
   for (MetricsLine& m : read_metrics(dir.metrics())) {

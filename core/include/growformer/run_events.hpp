@@ -65,6 +65,10 @@ struct PluginLock {
   std::string plugin, version, path, checksum;
 };
 
+/// DIR's plugins.lock (empty when the file is absent or empty); RuntimeError naming the file
+/// when it is not a lock.
+std::vector<PluginLock> read_plugin_lock(const RunDir& dir);
+
 /// A run directory read back: metrics lines by split, events, configuration and plugin lock.
 struct RunLog {
   std::vector<MetricsLine> train, val;

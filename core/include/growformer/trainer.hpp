@@ -172,6 +172,9 @@ class Experiment {
 
 /// `growformer resume RUN_DIR`: from the last checkpoint, or from step 0 with the run's
 /// config.resolved.yaml when it stopped before writing one. The run directory is locked.
+/// Plugins are searched in flags.plugin_paths, then in the folders of the libraries the run's
+/// plugins.lock names, then the usual path; a component that is not found names the lock's
+/// libraries that are missing now.
 int resume_run(const std::string& run_dir, const RunFlags& flags);
 
 /// Loads a checkpoint's embedded config and rebuilds the experiment around it.
