@@ -639,6 +639,13 @@ std::vector<std::string> Registry::search_path(const std::vector<std::string>& c
       if (fs::is_directory(beside, ec)) out.push_back(beside.lexically_normal().string());
     }
   }
+  // beside this library (LIBDIR/libgrowformer.so -> LIBDIR/growformer/plugins), in the build
+  // tree as in an install: what a process that is not the program (python3) finds
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&kind_name), &self) && self.dli_fname) {
+    fs::path beside = fs::path(self.dli_fname).parent_path() / "growformer" / "plugins";
+    if (fs::is_directory(beside, ec)) out.push_back(fs::absolute(beside, ec).lexically_normal().string());
+  }
   out.push_back(GROWFORMER_BUILD_PLUGIN_DIR);
   out.push_back(GROWFORMER_INSTALL_PLUGIN_DIR);
   return out;
