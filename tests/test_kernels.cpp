@@ -509,3 +509,130 @@ TEST_CASE("convolution row kernels: every instruction set against double loops")
       }
   }
 }
+
+namespace {
+
+// Independent double-loop attention (masked keys: padding, causal) and its gradients for the
+// loss sum(G * y); the kernels' results are checked against it.
+struct AttnRef {
+  std::vector<double> y, gq, gk, gv;
+};
+
+AttnRef attention_double_loops(const std::vector<float>& q, const std::vector<float>& k,
+                               const std::vector<float>& v, const std::vector<float>& g,
+                               const std::vector<uint8_t>& valid, size_t B, size_t T, size_t dk,
+                               size_t dv, double scale, bool causal) {
+  AttnRef r;
+  r.y.assign(B * T * dv, 0.0);
+  r.gq.assign(B * T * dk, 0.0);
+  r.gk.assign(B * T * dk, 0.0);
+  r.gv.assign(B * T * dv, 0.0);
+  std::vector<double> p(T), dp(T);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < T; ++i) {
+      const size_t qi = b * T + i;
+      double mx = -INFINITY;
+      for (size_t j = 0; j < T; ++j) {
+        const bool ok = valid[b * T + j] && !(causal && j > i);
+        double s = 0;
+        for (size_t c = 0; c < dk; ++c) s += double(q[qi * dk + c]) * k[(b * T + j) * dk + c];
+        p[j] = ok ? s * scale : -INFINITY;
+        mx = std::max(mx, p[j]);
+      }
+      if (mx == -INFINITY) continue;  // no valid key: y and the gradients are 0
+      double sum = 0;
+      for (size_t j = 0; j < T; ++j) sum += (p[j] = std::exp(p[j] - mx));
+      for (size_t j = 0; j < T; ++j) p[j] /= sum;
+      double pdp = 0;
+      for (size_t j = 0; j < T; ++j) {
+        dp[j] = 0;
+        for (size_t c = 0; c < dv; ++c) {
+          r.y[qi * dv + c] += p[j] * v[(b * T + j) * dv + c];
+          r.gv[(b * T + j) * dv + c] += p[j] * g[qi * dv + c];
+          dp[j] += double(g[qi * dv + c]) * v[(b * T + j) * dv + c];
+        }
+        pdp += p[j] * dp[j];
+      }
+      for (size_t j = 0; j < T; ++j) {
+        const double ds = p[j] * (dp[j] - pdp) * scale;
+        for (size_t c = 0; c < dk; ++c) {
+          r.gq[qi * dk + c] += ds * k[(b * T + j) * dk + c];
+          r.gk[(b * T + j) * dk + c] += ds * q[qi * dk + c];
+        }
+      }
+    }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("streaming attention: every head width 1..128 against double loops, every set") {
+  KernelSettings keep;
+  const size_t B = 2, T = 37;
+  std::vector<uint8_t> valid(B * T, 1);
+  for (size_t t = 29; t < T; ++t) valid[T + t] = 0;  // sample 1 has 29 tokens
+  valid[5] = 0;                                     // sample 0: a padded key inside
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (size_t w : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 64, 128})
+      for (size_t rows : {16, 128})
+        for (bool causal : {false, true}) {
+          CAPTURE(isa);
+          CAPTURE(w);
+          CAPTURE(rows);
+          CAPTURE(causal);
+          kernels::set_attention_block_rows(rows);
+          const size_t dk = w, dv = w;
+          const float scale = 1.0f / std::sqrt(float(dk));
+          Var q = parameter(randn({B, T, dk}, 11 + w)), k = parameter(randn({B, T, dk}, 12 + w)),
+              v = parameter(randn({B, T, dv}, 13 + w));
+          Var y = ops::attention(q, k, v, scale, {&valid, causal});
+          backward(weighted_sum(y, 99));
+          const std::vector<float> g = randn({B, T, dv}, 99).to_vector();
+          AttnRef ref = attention_double_loops(q.value().to_vector(), k.value().to_vector(),
+                                               v.value().to_vector(), g, valid, B, T, dk, dv,
+                                               scale, causal);
+          auto near = [](float got, double want) {
+            return std::fabs(got - want) <= 2e-5 * (1.0 + std::fabs(want)) * 10;
+          };
+          for (size_t i = 0; i < ref.y.size(); ++i) REQUIRE(near(y.value()[i], ref.y[i]));
+          for (size_t i = 0; i < ref.gv.size(); ++i) REQUIRE(near(v.grad()[i], ref.gv[i]));
+          for (size_t i = 0; i < ref.gq.size(); ++i) REQUIRE(near(q.grad()[i], ref.gq[i]));
+          for (size_t i = 0; i < ref.gk.size(); ++i) REQUIRE(near(k.grad()[i], ref.gk[i]));
+        }
+  }
+}
+
+TEST_CASE("short-dimension products at narrow widths: each column's bits as a product of its own") {
+  // A narrow output (fewer columns than a register) runs in padded lanes or turned on its side;
+  // either way every element is the same chain as when its column is computed alone, so a
+  // head's results do not depend on its neighbours or on the width it sits in.
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (size_t d : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 33})
+      for (size_t m : {5, 13, 40})
+        for (size_t n : {3, 17, 64}) {
+          CAPTURE(isa);
+          CAPTURE(d);
+          CAPTURE(m);
+          CAPTURE(n);
+          auto x = values(m * n, 21), y = values(n * d, 22), y2 = values(m * d, 23);
+          auto cnd = values(m * d, 24), ctd = values(n * d, 25), rows = values(m, 26);
+          auto cnr = cnd;
+          auto cnd1 = cnd, ctd1 = ctd, cnr1 = cnr;
+          kernels::gemm_acc_nd(m, n, d, 0.9f, x.data(), n, y.data(), d, cnd.data(), d);
+          kernels::gemm_acc_nd_rows(m, n, d, rows.data(), x.data(), n, y.data(), d, cnr.data(), d);
+          kernels::gemm_acc_tnd(m, n, d, -0.6f, x.data(), n, y2.data(), d, ctd.data(), d);
+          for (size_t c = 0; c < d; ++c) {
+            kernels::gemm_acc_nd(m, n, 1, 0.9f, x.data(), n, y.data() + c, d, cnd1.data() + c, d);
+            kernels::gemm_acc_nd_rows(m, n, 1, rows.data(), x.data(), n, y.data() + c, d,
+                                      cnr1.data() + c, d);
+            kernels::gemm_acc_tnd(m, n, 1, -0.6f, x.data(), n, y2.data() + c, d, ctd1.data() + c, d);
+          }
+          for (size_t i = 0; i < cnd.size(); ++i) REQUIRE(cnd[i] == cnd1[i]);
+          for (size_t i = 0; i < cnr.size(); ++i) REQUIRE(cnr[i] == cnr1[i]);
+          for (size_t i = 0; i < ctd.size(); ++i) REQUIRE(ctd[i] == ctd1[i]);
+        }
+  }
+}

@@ -5,6 +5,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "row_kernels.hpp"
 
@@ -301,14 +302,39 @@ inline void fma_tile(size_t i, size_t c0, size_t len, const float* x, size_t ldx
     for (size_t v = 0; v < NC; ++v) epi(acc[r][v], i + r, c0 + v * W);
 }
 
+// Columns past the last whole vector (n % W of them: a head narrower than a register, or a
+// width's remainder) run in vector lanes too: the product's caller copies them, zero-padded to
+// W, into YTAIL (len x W), and only their lanes are handed to ES. A lane's chain is the
+// scalar loop's (lane_fma in the same order), so a column's bits do not depend on whether it
+// falls in a whole vector, a padded one or neither; the padded lanes' sums are dropped.
+template <class ES>
+struct TailEpi {
+  ES& es;
+  size_t c0, nt;
+  inline void operator()(B acc, size_t r, size_t) {
+    alignas(64) float lanes[W];
+    acc.store_aligned(lanes);
+    for (size_t u = 0; u < nt; ++u) es(lanes[u], r, c0 + u);
+  }
+};
+
 // Rows i .. i + R - 1 of OUT (m x n) = epi(X (m x len) Y (len x n)), or with TRANS X^T;
 // EV(vector, row, column) takes W columns, ES(sum, row, column) one (the last n % W).
-template <size_t R, bool TRANS, class EV, class ES>
+// Column chunks of NC vectors (NC * R chains in registers), then 2, then 1.
+template <size_t R, size_t NC, bool TRANS, class EV, class ES>
 inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t ldx,
-                         const float* y, size_t ldy, EV& ev, ES& es) {
+                         const float* y, size_t ldy, const float* ytail, EV& ev, ES& es) {
   size_t c0 = 0;
+  if (NC > 2)
+    for (; c0 + NC * W <= n; c0 += NC * W) fma_tile<R, NC, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
   for (; c0 + 2 * W <= n; c0 += 2 * W) fma_tile<R, 2, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
   for (; c0 + W <= n; c0 += W) fma_tile<R, 1, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
+  if (c0 >= n) return;
+  if (ytail) {
+    TailEpi<ES> te{es, c0, n - c0};
+    fma_tile<R, 1, TRANS>(i, 0, len, x, ldx, ytail, W, te);
+    return;
+  }
   for (; c0 < n; ++c0)
     for (size_t r = 0; r < R; ++r) {
       float s = 0.0f;
@@ -321,26 +347,56 @@ inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t 
 // product_rows as a function of its own: each tile shape gets its own register allocation
 // (inlined into one caller, the 6-row loop of dQ += dS K ran at 62 instead of 97 GFLOP/s,
 // its row pointers spilled to the stack).
-template <size_t R, bool TRANS, class EV, class ES>
+template <size_t R, size_t NC, bool TRANS, class EV, class ES>
 __attribute__((noinline)) void product_rows_call(size_t i, size_t n, size_t len, const float* x,
-                                                 size_t ldx, const float* y, size_t ldy, EV& ev,
-                                                 ES& es) {
-  product_rows<R, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
+                                                 size_t ldx, const float* y, size_t ldy,
+                                                 const float* ytail, EV& ev, ES& es) {
+  product_rows<R, NC, TRANS>(i, n, len, x, ldx, y, ldy, ytail, ev, es);
+}
+
+// A per-thread scratch buffer of at least N floats, 64-byte aligned, kept between calls (plain
+// C allocation: no std:: templates in this translation unit).
+inline float* tail_scratch(size_t n) {
+  static thread_local float* buf = nullptr;
+  static thread_local size_t cap = 0;
+  if (cap < n) {
+    ::free(buf);
+    cap = n + n / 2 + 64;
+    buf = static_cast<float*>(::aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64));
+  }
+  return buf;
+}
+
+// The last n % W columns of Y (len x n, ldy) zero-padded to W, or null when there are none.
+inline const float* pad_tail(size_t n, size_t len, const float* y, size_t ldy) {
+  const size_t nt = n % W;
+  if (nt == 0 || len == 0) return nullptr;
+  float* yp = tail_scratch(len * W);
+  const float* ys = y + (n - nt);
+  for (size_t q = 0; q < len; ++q) {
+    float* o = yp + q * W;
+    for (size_t u = 0; u < nt; ++u) o[u] = ys[q * ldy + u];
+    for (size_t u = nt; u < W; ++u) o[u] = 0.0f;
+  }
+  return yp;
 }
 
 template <bool TRANS, size_t R0 = RM, class EV, class ES>
 inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
                     size_t ldy, EV ev, ES es) {
+  const float* yt = pad_tail(n, len, y, ldy);
   size_t i = 0;
   // One vector of columns or less (a head width of 16 at AVX-512): 6 rows would be only 6 FMA
   // chains; 12 rows x 1 vector keep 12 (14 registers, so AVX2 too). 1.37x at 128 x 512 x 16.
   if (n < 2 * W)
     for (; i + 2 * RM <= m; i += 2 * RM)
-      product_rows_call<2 * RM, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
-  for (; i + R0 <= m; i += R0) product_rows_call<R0, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
-  for (; i + 4 <= m; i += 4) product_rows_call<4, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
-  for (; i + 2 <= m; i += 2) product_rows_call<2, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
-  for (; i < m; ++i) product_rows_call<1, TRANS>(i, n, len, x, ldx, y, ldy, ev, es);
+      product_rows_call<2 * RM, 1, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+  for (; i + R0 <= m; i += R0) product_rows_call<R0, 2, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+  // Few rows and wide rows (a narrow head's product turned on its side): more vectors per
+  // row keep 8 to 12 chains in flight.
+  for (; i + 4 <= m; i += 4) product_rows_call<4, 3, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+  for (; i + 2 <= m; i += 2) product_rows_call<2, 4, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+  for (; i < m; ++i) product_rows_call<1, 8, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
 }
 
 void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
@@ -355,13 +411,14 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
   constexpr size_t kMaxD = 256;
   if (d <= kMaxD) {
     alignas(64) float xp[RM * kMaxD];
+    const float* yt = m >= RM ? pad_tail(n, d, bt, ldb) : nullptr;
     for (; i + RM <= m; i += RM) {
       for (size_t q = 0; q < d; ++q)
         for (size_t r = 0; r < RM; ++r) xp[q * RM + r] = a[(i + r) * lda + q];
       float* ci = c + i * ldc;
       auto ev = [=](B acc, size_t r, size_t j) { (acc * al).store_unaligned(ci + r * ldc + j); };
       auto es = [=](float s, size_t r, size_t j) { ci[r * ldc + j] = alpha * s; };
-      product_rows<RM, true>(0, n, d, xp, RM, bt, ldb, ev, es);
+      product_rows<RM, 2, true>(0, n, d, xp, RM, bt, ldb, yt, ev, es);
     }
   }
   float* ci = c + i * ldc;
@@ -402,8 +459,28 @@ void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const 
       });
 }
 
+// Fraction of the lanes of ceil(n / W) vectors that n columns use.
+inline double lane_use(size_t n) { return double(n) / double((n + W - 1) / W * W); }
+
 void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                     const float* y, size_t ldy, float* c, size_t ldc) {
+  // A narrow d (a head narrower than a register: d_v = 8 at AVX-512) would leave most lanes
+  // empty; C^T (d x n) = Y^T X puts the long n in the lanes instead, and each vector is added
+  // into its column of C. Every element is the same chain (the same products, q = 0 .. m - 1
+  // in order; a fused product does not depend on its operands' order), so the bits are those
+  // of the other orientation.
+  if (n >= W && lane_use(n) > lane_use(d) + 0.2) {
+    product<true>(
+        d, n, m, y, ldy, x, ldx,
+        [=](B acc, size_t r, size_t j) {
+          alignas(64) float lanes[W];
+          (acc).store_aligned(lanes);
+          float* cj = c + j * ldc + r;
+          for (size_t u = 0; u < W; ++u) cj[u * ldc] = lane_fma(alpha, lanes[u], cj[u * ldc]);
+        },
+        [=](float s, size_t r, size_t j) { c[j * ldc + r] = lane_fma(alpha, s, c[j * ldc + r]); });
+    return;
+  }
   acc_product<true>(n, d, m, alpha, x, ldx, y, ldy, c, ldc);
 }
 
@@ -438,9 +515,12 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
   float* tab[kVec];
   size_t ldt[kVec];
   auto put = [=](float s, size_t r, size_t j) {
-    size_t p = 0;
-    while (off[p + 1] <= j) ++p;
-    dst[p][r * (off[p + 1] - off[p]) + (j - off[p])] = s;
+    size_t lo = 0, hi = parts;  // the part p with off[p] <= j < off[p + 1], by bisection
+    while (hi - lo > 1) {
+      const size_t mid = (lo + hi) / 2;
+      if (off[mid] <= j) lo = mid; else hi = mid;
+    }
+    dst[lo][r * (off[lo + 1] - off[lo]) + (j - off[lo])] = s;
   };
   for (size_t c0 = 0; c0 < n; c0 += kVec * W) {
     const size_t nc = n - c0 < kVec * W ? n - c0 : kVec * W;
