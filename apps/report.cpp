@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <optional>
 #include <sstream>
 
 #include <growformer/config.hpp>
@@ -19,6 +20,7 @@
 #include <growformer/version.hpp>
 
 #include "commands.hpp"
+#include "sweep_file.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -335,6 +337,38 @@ std::string incrt_charts(const Run& r, Plotter& plot, const std::string& prefix)
   return charts;
 }
 
+// A policy's own signal: the numbers an event's `plot` string names (`"train_loss waited"`),
+// against the step; one figure per policy (the event's `policy`, else its type) and name, one
+// line per block (an event without a block: the model).
+std::string signal_charts(const Run& r, Plotter& plot, const std::string& prefix) {
+  std::vector<std::string> order;
+  std::map<std::string, std::map<long, Series>> figs;
+  for (auto& e : r.events) {
+    std::istringstream keys(e.text("plot"));
+    std::string who = e.text("policy").empty() ? e.event.type : e.text("policy"), k;
+    while (keys >> k) {
+      std::optional<double> v = e.number(k);
+      if (!v || !std::isfinite(*v)) continue;
+      std::string id = who + ": " + k;
+      if (!figs.count(id)) order.push_back(id);
+      Series& s = figs[id][e.event.block];
+      if (s.title.empty()) s.title = e.event.block < 0 ? "model" : "block " + std::to_string(e.event.block);
+      s.style = "linespoints";
+      s.pts.push_back({get(e, "step"), *v});
+    }
+  }
+  std::string charts;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::string& id = order[i];
+    Figure f{prefix + "signal_" + gfapp::safe_name(id.substr(0, id.find(':'))) + "_" +
+                 gfapp::safe_name(id.substr(id.find(':') + 2)),
+             id, "step", id.substr(id.find(':') + 2)};
+    for (auto& [b, s] : figs[id]) f.series.push_back(s);
+    charts += chart(plot.draw(f), f.id);
+  }
+  return charts;
+}
+
 // HKT fusion weights lambda_l per block, and per-head scalars such as beta, over time.
 std::string hkt_charts(const Run& r, Plotter& plot, const std::string& prefix) {
   std::string charts;
@@ -429,7 +463,8 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   double majority = r.test ? get(*r.test, "majority_class_accuracy") : NAN;
   std::vector<const gf::RunEvent*> edits = edits_of(r);
   std::string charts = metric_charts(r, plot, prefix, majority) + heads_chart(r, edits, plot, prefix, full) +
-                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix);
+                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix) +
+                       signal_charts(r, plot, prefix);
   std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) + edits_table(edits);
   return full ? h + run_files(r) : h;
 }

@@ -69,11 +69,23 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
   }
   json row = {{"exit", rc}, {"params", ex->model().num_parameters()},
               {"heads", ex->model().heads_per_block()}};
+  // the summary keys the policies name for tables (incrt_geometric: K_obs, K_pred), in order;
+  // a pruning key that a growth key already names is prefixed `pruning.`
   const gf::RunOutcome& out = ex->outcome();
-  for (auto k : {"K_obs", "K_pred"}) {  // INCRT's K_obs / K_pred from its summary
-    auto it = out.growth_summary.find(k);
-    if (it != out.growth_summary.end()) row[k] = it->second;
-  }
+  json columns = json::array();
+  auto add = [&](const std::vector<std::string>& keys, const std::map<std::string, double>& sum,
+                 const char* prefix) {
+    for (const std::string& k : keys) {
+      auto it = sum.find(k);
+      if (it == sum.end()) continue;
+      std::string name = row.contains(k) ? prefix + k : k;
+      row[name] = it->second;
+      columns.push_back(name);
+    }
+  };
+  add(out.growth_columns, out.growth_summary, "growth.");
+  add(out.pruning_columns, out.pruning_summary, "pruning.");
+  row["summary_columns"] = columns;
   if (rc == 0 && out.tested) {
     row["test_accuracy"] = out.test.result.accuracy;
     row["test_loss"] = out.test.result.loss;
@@ -170,8 +182,24 @@ std::string mean_sd(const std::vector<const json*>& rows, const char* key, const
   return std::string(b) + " +- " + sd;
 }
 
+// The policies' summary columns of every row, in order of first appearance (a record
+// written before rows named them: INCRT's K_obs and K_pred where present).
+std::vector<std::string> summary_columns(const json& rows) {
+  std::vector<std::string> cols;
+  for (auto& r : rows) {
+    json named = r.contains("summary_columns") ? r["summary_columns"] : json::array();
+    if (!r.contains("summary_columns"))
+      for (auto k : {"K_obs", "K_pred"})
+        if (r.contains(k)) named.push_back(k);
+    for (auto& c : named)
+      if (c.is_string() && std::find(cols.begin(), cols.end(), c.get<std::string>()) == cols.end())
+        cols.push_back(c.get<std::string>());
+  }
+  return cols;
+}
+
 // One row per combination of axis values: its seeds' mean +- sd.
-json group_rows(const std::vector<Axis>& ax, const json& rows) {
+json group_rows(const std::vector<Axis>& ax, const json& rows, const std::vector<std::string>& extra) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const json*>> groups;
   for (auto& r : rows) {
@@ -191,8 +219,7 @@ json group_rows(const std::vector<Axis>& ax, const json& rows) {
     row["test_accuracy"] = mean_sd(g, "test_accuracy", "%.4f");
     row["best_val_accuracy"] = mean_sd(g, "best_val_accuracy", "%.4f");
     row["params"] = mean_sd(g, "params", "%.0f");
-    row["K_obs"] = mean_sd(g, "K_obs", "%.2f");
-    row["K_pred"] = mean_sd(g, "K_pred", "%.2f");
+    for (const std::string& c : extra) row[c] = mean_sd(g, c.c_str(), "%.2f");
     row["time_s"] = mean_sd(g, "time_s", "%.1f");
     out.push_back(row);
   }
@@ -357,12 +384,14 @@ int cmd_sweep(const std::vector<std::string>& args) {
     cols.push_back(a.path);
     gcols.push_back(a.path);
   }
-  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads", "K_obs", "K_pred",
-                 "time_s", "exit"})
-    cols.push_back(c);
-  for (auto c : {"seeds", "test_accuracy", "best_val_accuracy", "params", "K_obs", "K_pred", "time_s"})
-    gcols.push_back(c);
-  json groups = group_rows(ax, rows);
+  const std::vector<std::string> extra = summary_columns(rows);  // the policies' own
+  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads"}) cols.push_back(c);
+  for (auto& c : extra) cols.push_back(c);
+  for (auto c : {"time_s", "exit"}) cols.push_back(c);
+  for (auto c : {"seeds", "test_accuracy", "best_val_accuracy", "params"}) gcols.push_back(c);
+  for (auto& c : extra) gcols.push_back(c);
+  gcols.push_back("time_s");
+  json groups = group_rows(ax, rows, extra);
   std::string jobs_md = write_table(cols, rows, fs::path(out_dir) / "summary.csv");
   std::string groups_md = write_table(gcols, groups, fs::path(out_dir) / "groups.csv");
   std::ofstream md(fs::path(out_dir) / "summary.md");

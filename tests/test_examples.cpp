@@ -1,5 +1,6 @@
 // The out-of-tree C++ growth policy example (examples/grow_on_plateau): it trains from one head
-// and grows on plateaus and resumes exactly (found again through plugins.lock).
+// and grows on plateaus, resumes exactly (found again through plugins.lock), its signal is
+// drawn by `growformer report` and its summary column is in the sweep table.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -34,7 +35,7 @@ growth: {plugin: grow_on_plateau, patience: 1, min_delta: 1.0, max_heads: 3}
 )";
 }  // namespace
 
-TEST_CASE("grow_on_plateau (C++ example): grows, resumes exactly through the lock") {
+TEST_CASE("grow_on_plateau (C++ example): grows, resumes exactly through the lock, its signal plotted") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTiny;
   const std::string plug = " --plugin-path " GF_EXAMPLE_PLUGIN_DIR;
@@ -44,6 +45,7 @@ TEST_CASE("grow_on_plateau (C++ example): grows, resumes exactly through the loc
   std::string events = slurp(dir.file("whole/events.jsonl"));
   CHECK(has(events, "\"type\":\"grow\""));
   CHECK(has(events, "plateau at loss"));
+  CHECK(has(events, "\"plot\":\"train_loss waited\""));
   std::vector<json> m = gf_test::metrics_without_timing(dir.file("whole"));
   REQUIRE(!m.empty());
   json last_train;
@@ -58,4 +60,38 @@ TEST_CASE("grow_on_plateau (C++ example): grows, resumes exactly through the loc
   Cli res = run_cli("resume " + dir.file("part") + " -q", dir);
   REQUIRE_MESSAGE(res.status == 0, res.output);
   CHECK(gf_test::metrics_without_timing(dir.file("part")) == m);
+  // the report draws its signal (one figure per plotted name)
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+    MESSAGE("skipped the report: gnuplot is not installed (apt-get install gnuplot-nox)");
+    return;
+  }
+  Cli rep = run_cli("report " + dir.file("whole"), dir);
+  REQUIRE_MESSAGE(rep.status == 0, rep.output);
+  fs::path fig = dir.file("whole/report/figures/signal_grow_on_plateau_train_loss.svg");
+  CHECK(fs::exists(fig));
+  CHECK(fs::exists(dir.file("whole/report/figures/signal_grow_on_plateau_waited.svg")));
+  CHECK(has(slurp(fig.string()), "grow_on_plateau: train_loss"));
+}
+
+TEST_CASE("sweep: the policies' summary columns, and no INCRT columns without INCRT") {
+  gf_test::TempDir dir;
+  std::ofstream(dir.file("tiny.yaml")) << kTiny;
+  std::ofstream(dir.file("sweep.yaml"))
+      << "name: t\nbase: tiny.yaml\nseeds: [1]\nset: [train.steps=8]\naxes:\n  growth:\n"
+         "    none: {plugin: none}\n    plateau: {plugin: grow_on_plateau, patience: 1, min_delta: 1.0}\n";
+  Cli c = run_cli("sweep " + dir.file("sweep.yaml") + " --out " + dir.file("out") +
+                      " --plugin-path " GF_EXAMPLE_PLUGIN_DIR " -q", dir);
+  REQUIRE_MESSAGE(c.status == 0, c.output);
+  std::istringstream jobs(slurp(dir.file("out/summary.csv"))), groups(slurp(dir.file("out/groups.csv")));
+  std::string jh, none, plateau, gh;
+  std::getline(jobs, jh);
+  std::getline(jobs, none);
+  std::getline(jobs, plateau);
+  std::getline(groups, gh);
+  CHECK(jh == "job,growth,seed,test_accuracy,best_val_accuracy,params,heads,grown,time_s,exit");
+  CHECK(gh == "growth,seeds,test_accuracy,best_val_accuracy,params,grown,time_s");
+  CHECK(!has(jh, "K_obs"));
+  // checks at steps 4 and 8: it grew both blocks once, at the second; none has no such cell
+  CHECK(has(plateau, ",2.0000,"));
+  CHECK(has(none, ",,"));
 }

@@ -645,6 +645,8 @@ class Experiment::Loop {
     out.best_val = st_.best_val;
     out.growth_summary = ex_.growth_->summary();
     out.pruning_summary = ex_.pruning_->summary();
+    out.growth_columns = ex_.growth_->summary_columns();
+    out.pruning_columns = ex_.pruning_->summary_columns();
     report_->summary(ts_.steps, out.growth_summary, out.pruning_summary);
     report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;

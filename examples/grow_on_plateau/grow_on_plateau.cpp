@@ -3,6 +3,8 @@
 //   growth: {plugin: grow_on_plateau, patience: 2, min_delta: 0.01, max_heads: 8}
 // The loss each check sees is the mean over the steps since the previous check (view.metrics).
 // best, waited and grown are its whole state, saved in checkpoints: a resumed run decides alike.
+// Its check events' `plot` names what `growformer report` draws; summary_columns() names the
+// summary keys the sweep table shows.
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/state_text.hpp>
@@ -39,10 +41,11 @@ struct GrowOnPlateau : gf::GrowthPolicy {
     }
     if (view.events)
       view.events->emit({"check", -1, -1, {{"train_loss", loss}, {"waited", double(waited)}},
-                         {{"policy", "grow_on_plateau"}}, {}});
+                         {{"policy", "grow_on_plateau"}, {"plot", "train_loss waited"}}, {}});
     return edits;
   }
   std::map<std::string, double> summary() const override { return {{"grown", double(grown)}}; }
+  std::vector<std::string> summary_columns() const override { return {"grown"}; }
   std::string save_state() const override {
     std::ostringstream os;
     os << "grow_on_plateau 1 ";

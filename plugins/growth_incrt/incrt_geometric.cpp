@@ -197,6 +197,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     }
   }
 
+  std::vector<std::string> summary_columns() const override { return {"K_obs", "K_pred"}; }
+
   std::map<std::string, double> summary() const override {
     std::map<std::string, double> out;
     double k_pred_total = 0.0, k_obs_total = 0.0, w_total = 0.0;
@@ -624,7 +626,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
                      pe.numbers.end());
     pe.strings = {{"policy", "incrt_geometric"},
-                  {"phase", !calibrated ? "calibrating" : before.done ? "stopped" : "settling"}};
+                  {"phase", !calibrated ? "calibrating" : before.done ? "stopped" : "settling"},
+                  {"plot", "probe_loss window window_before"}};  // drawn by `growformer report`
     if (view.events) view.events->emit(pe);
     using K = gf::incrt::GainDecision::Kind;
     if (dec.kind == K::None) return;

@@ -7,7 +7,8 @@
 //   optional: on_start(self, view), edited(self, edit, view), summary(self) -> {name: number},
 //             save_state(self) -> str and load_state(self, str) (without them the instance's
 //             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) -> int,
-//             probe_ablations(self, view) -> [[(block, head), ...], ...]
+//             probe_ablations(self, view) -> [[(block, head), ...], ...], summary_columns
+//             (a class attribute: the summary() keys the sweep table shows)
 // Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
 // ConfigError for the class, its import and its options) naming the class, the method and the step.
 #include <pybind11/embed.h>
@@ -336,6 +337,26 @@ class PythonPolicy : public gf::GrowthPolicy {
           throw gf::RuntimeError(label_ + ".summary: entry " + short_repr(kv.first) + ": " +
                                  short_repr(kv.second) + " is not a name and a number");
         out[kv.first.cast<std::string>()] = kv.second.cast<double>();
+      }
+      return out;
+    });
+  }
+
+  // The class's `summary_columns` (a list of names of summary() keys for the sweep table).
+  std::vector<std::string> summary_columns() const override {
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(obj_, "summary_columns")) return {};
+    return call("summary_columns", -1, [&] {
+      py::object r = obj_.attr("summary_columns");
+      std::vector<std::string> out;
+      if (!py::isinstance<py::list>(r) && !py::isinstance<py::tuple>(r))
+        throw gf::RuntimeError(label_ + ".summary_columns is " + short_repr(r) +
+                               "; expected a list of names of summary() keys");
+      for (auto k : r) {
+        if (!py::isinstance<py::str>(k))
+          throw gf::RuntimeError(label_ + ".summary_columns: " + short_repr(k) +
+                                 " is not a name");
+        out.push_back(k.cast<std::string>());
       }
       return out;
     });

@@ -286,7 +286,15 @@ def test_mpi_ranks_decide_alike_and_divergence_is_caught(tiny, tmp_path):
     rc, out = cli("train", tiny, "--run-dir", str(tmp_path / "two"), "--quiet", "--set", "threads=1",
                   "--set", sets[0], procs=2)
     assert rc == 0, out
-    assert gf.read_events(str(tmp_path / "two")) == gf.read_events(str(tmp_path / "one"))
+    # the same decisions; the loss the check events carry agrees to float rounding only
+    def decisions(run):
+        events = gf.read_events(str(tmp_path / run))
+        for e in events:
+            loss = e.pop("train_loss", None)
+            if loss is not None:
+                e["train_loss"] = round(loss, 4)
+        return events
+    assert decisions("two") == decisions("one")
     rc, out = cli("train", tiny, "--run-dir", str(tmp_path / "div"), "--quiet", "--set", "threads=1",
                   "--set", python_growth("RankDivergent"), procs=2)
     assert rc != 0

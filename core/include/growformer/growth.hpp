@@ -135,6 +135,9 @@ class GrowthPolicy {
   }
   /// End-of-run quantities for reports and `analyze`.
   virtual std::map<std::string, double> summary() const { return {}; }
+  /// Keys of summary() that `growformer sweep` shows as columns of its tables, in this order
+  /// (per job, and mean +- sd per group). None by default.
+  virtual std::vector<std::string> summary_columns() const { return {}; }
   /// Opaque state for checkpoints (resume continues the same decisions).
   virtual std::string save_state() const { return ""; }
   virtual void load_state(const std::string& s) { (void)s; }

@@ -74,6 +74,8 @@ struct RunOutcome {
   TestReport test;
   double best_val = -1;  // best validation accuracy (-1 = never validated)
   std::map<std::string, double> growth_summary, pruning_summary;
+  /// The keys of each summary its policy names for tables (GrowthPolicy::summary_columns).
+  std::vector<std::string> growth_columns, pruning_columns;
 };
 
 class Experiment {
