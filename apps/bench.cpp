@@ -269,7 +269,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::printf("bench %s: attention %s, batch %zu x seq %zu, %zu threads\n", config.c_str(),
               attn.c_str(), batch, seq, gf::num_threads());
   std::printf("  CPU: %s; BLAS kernels: %s; SIMD kernels: %s\n", gf::cpu_model_name().c_str(),
-              gf::blas_selection_note().c_str(), gf::kernels::simd_name().c_str());
+              gf::blas_selection_note().c_str(), gf::kernels::simd_note().c_str());
   std::printf("  training step: median %.1f ms (min %.1f, max %.1f) over %ld steps x %ld repeats\n",
               main_r.median_ms, main_r.min_ms, main_r.max_ms, steps, repeats);
   std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", main_r.tokens_per_s,

@@ -636,3 +636,22 @@ TEST_CASE("short-dimension products at narrow widths: each column's bits as a pr
         }
   }
 }
+
+TEST_CASE("GROWFORMER_ISA: a cap, capped to the CPU with a note, a bad value named") {
+  const std::string best = kernels::simd_available().back();
+  std::string note;
+  CHECK(kernels::resolve_isa("GROWFORMER_ISA", nullptr, &note) == best);
+  CHECK(kernels::resolve_isa("GROWFORMER_ISA", "", &note) == best);
+  CHECK(kernels::resolve_isa("GROWFORMER_ISA", "sse2", &note) == "sse2");
+  CHECK(note.find("GROWFORMER_ISA=sse2") != std::string::npos);
+  CHECK(kernels::resolve_isa("GROWFORMER_ISA", "SSE2", &note) == "sse2");
+  // avx512 where the CPU has it, else capped to the widest it has, saying so
+  CHECK(kernels::resolve_isa("GROWFORMER_ISA", "avx512", &note) == best);
+  if (best != "avx512") CHECK(note.find("capped") != std::string::npos);
+  try {
+    kernels::resolve_isa("GROWFORMER_ISA", "avx9", &note);
+    FAIL("a bad value was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("GROWFORMER_ISA=avx9") != std::string::npos);
+  }
+}

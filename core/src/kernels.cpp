@@ -4,10 +4,16 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "growformer/blas.hpp"
 #include "simd/row_kernels.hpp"
@@ -36,23 +42,22 @@ std::string best_available() {
   return all.empty() ? "sse2" : all.back();
 }
 
+// The kernel set in use and why (the note `--version` and `bench` print).
+std::string g_note;
+
+// GROWFORMER_ISA (or its older name GROWFORMER_SIMD), in the environment.
+std::string choose_isa() {
+  const char* var = "GROWFORMER_ISA";
+  const char* env = std::getenv(var);
+  if (!env || !*env) {
+    const char* old = std::getenv("GROWFORMER_SIMD");
+    if (old && *old) var = "GROWFORMER_SIMD", env = old;
+  }
+  return resolve_isa(var, env, &g_note);
+}
+
 simd::RowKernels& active() {
-  static simd::RowKernels k = [] {
-    std::string want = best_available();
-    if (const char* env = std::getenv("GROWFORMER_SIMD")) {
-      if (cpu_can(env)) {
-        want = env;
-      } else {
-        std::string avail;
-        for (auto& n : simd_available()) avail += " " + n;
-        std::fprintf(stderr,
-                     "growformer: GROWFORMER_SIMD=%s is not an instruction set this CPU runs "
-                     "(available:%s); using %s\n",
-                     env, avail.c_str(), want.c_str());
-      }
-    }
-    return table_for(want);
-  }();
+  static simd::RowKernels k = table_for(choose_isa());
   return k;
 }
 
@@ -72,6 +77,34 @@ size_t g_block_rows = default_block_rows();
 
 }  // namespace
 
+std::string resolve_isa(const std::string& var, const char* value, std::string* note) {
+  const std::string best = best_available();
+  std::string why;
+  std::string chosen = best;
+  if (!value || !*value) {
+    why = best + " (the widest this CPU runs)";
+  } else {
+    std::string want;
+    for (const char* c = value; *c; ++c)
+      want += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+    if (want != "sse2" && want != "avx2" && want != "avx512")
+      throw std::invalid_argument(var + "=" + value +
+                                  " is not a kernel set: use sse2, avx2 or avx512");
+    const std::string set = var + "=" + value;
+    if (cpu_can(want)) {
+      chosen = want;
+      why = want + " (" + set + "; this CPU runs up to " + best + ")";
+    } else {
+      std::fprintf(stderr,
+                   "growformer: %s is above what this CPU runs; capped to %s, the widest it has\n",
+                   set.c_str(), best.c_str());
+      why = best + " (" + set + " capped: this CPU runs up to " + best + ")";
+    }
+  }
+  if (note) *note = why;
+  return chosen;
+}
+
 std::vector<std::string> simd_available() {
   std::vector<std::string> out;
   for (const char* n : {"sse2", "avx2", "avx512"})
@@ -80,6 +113,11 @@ std::vector<std::string> simd_available() {
 }
 
 std::string simd_name() { return active().name; }
+
+std::string simd_note() {
+  const std::string name = active().name;
+  return g_note.rfind(name, 0) == 0 ? g_note : name + " (set by the program)";
+}
 
 bool set_simd(const std::string& name) {
   if (name == "best") {

@@ -41,8 +41,10 @@ bool softmax_row(float* row, size_t n, const uint8_t* valid);
 
 // ---- vectorised row kernels --------------------------------------------------
 // Written once with xsimd and compiled for SSE2, AVX2+FMA and AVX-512F; the widest
-// set this CPU has is chosen at load time (GROWFORMER_SIMD=sse2|avx2|avx512 picks a
-// narrower one). Results depend on the set (summation order), never on the thread count.
+// set this CPU has is chosen at load time. GROWFORMER_ISA=sse2|avx2|avx512 caps it (oneDNN's
+// ISA cap: a set above the CPU's is capped to the widest it has, with a message; any other
+// value is an error naming the variable; GROWFORMER_SIMD is its older name).
+// Results depend on the set (summation order), never on the thread count.
 
 /// max_j x[j] (-inf when n == 0).
 float row_max(const float* x, size_t n);
@@ -133,8 +135,16 @@ void layer_norm_grad_rows(const float* x, const float* g, const float* stats, si
 void layer_norm_param_grad(const float* x, const float* g, const float* stats, size_t rows,
                            size_t d, float* ggamma, float* gbeta);
 
+/// The kernel set in use ("sse2", "avx2", "avx512"); throws std::invalid_argument when
+/// GROWFORMER_ISA names no set.
 std::string simd_name();
+/// simd_name() and why it was chosen (the widest the CPU runs, GROWFORMER_ISA, capped).
+std::string simd_note();
 std::vector<std::string> simd_available();
+/// The kernel set a cap VALUE of variable VAR selects (null or empty: the widest the CPU runs;
+/// a set above the CPU's: capped, with a message on stderr); NOTE gets the reason. Throws
+/// std::invalid_argument naming VAR for a value that is no set.
+std::string resolve_isa(const std::string& var, const char* value, std::string* note);
 /// Switches the instruction set (tests compare them); false when the CPU lacks it.
 bool set_simd(const std::string& name);
 
