@@ -44,8 +44,19 @@ double median(std::vector<double> v) {
 
 BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& opt_node,
                       gf::Registry& reg, size_t vocab, size_t classes, size_t batch, size_t seq,
-                      long warmup, long steps, uint64_t seed) {
+                      long warmup, long steps, uint64_t seed, size_t grow_to = 0) {
   gf::Model model(model_node, vocab, classes, reg, seed);
+  // --grow-to K: heads added by the growth machinery (function-preserving, as INCRT grows)
+  // until every block has K
+  if (grow_to > 0) {
+    gf::Rng grng(seed + 2, "bench.grow");
+    gf::HeadInit init;
+    init.preserve_function = true;
+    for (gf::AttentionBlock* blk : model.blocks()) {
+      if (!blk->can_edit_heads()) throw gf::ConfigError("bench --grow-to: the block cannot add heads");
+      for (size_t step = 1; blk->num_heads() < grow_to; ++step) blk->add_head(init, grng, step);
+    }
+  }
   auto opt = reg.create_optimizer(opt_node);
   if (seq > model.max_tokens())
     throw gf::ConfigError("bench: --seq " + std::to_string(seq) + " exceeds model.max_len");
@@ -124,6 +135,23 @@ json run_torch_ref(const std::string& script, const std::string& model, size_t v
   return json::parse(out.substr(out.find('{')));
 }
 
+// The PyTorch build's BLAS and CPU capability (torch.__config__), e.g. "torch 1.13.1,
+// BLAS_INFO=generic, CPU capability usage: AVX2"; empty when it cannot be asked.
+std::string torch_build() {
+  FILE* f = popen("/usr/bin/python3 -c \"import torch\n"
+                  "c = [l.strip() for l in torch.__config__.show().splitlines()]\n"
+                  "print(', '.join(['torch ' + torch.__version__] + [l for l in c if "
+                  "l.startswith('BLAS_INFO') or l.startswith('CPU capability')]))\" 2>/dev/null",
+                  "r");
+  if (!f) return "";
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, f)) out += buf;
+  pclose(f);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
@@ -131,7 +159,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::string config, torch_ref, compare;
   std::vector<std::string> sets, paths;
   long steps = 10, warmup = 3, repeats = 1;
-  size_t vocab = 20, classes = 10, batch = 0, seq = 0;
+  size_t vocab = 20, classes = 10, batch = 0, seq = 0, grow_to = 0;
   o.add_options()("config", po::value(&config)->required(), "YAML config (its model: section)")(
       "set", po::value(&sets)->composing(), "override KEY=VALUE")(
       "steps", po::value(&steps), "timed steps (default 10)")(
@@ -145,6 +173,10 @@ int cmd_bench(const std::vector<std::string>& args) {
       "also time the same model with this attention plugin (e.g. mha) and report the ratio")(
       "torch-ref", po::value(&torch_ref),
       "path of torch_ref.py: run the PyTorch reference on the same shape in the same run")(
+      "grow-to", po::value(&grow_to),
+      "add heads to every block through the growth machinery (function-preserving) until it "
+      "has this many, then time it; with --compare-attention, the same attention fixed at that "
+      "many heads is the comparison")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
   bool help;
   auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha]",
@@ -182,8 +214,11 @@ int cmd_bench(const std::vector<std::string>& args) {
   gf::ConfigNode cmp;
   if (!compare.empty()) {
     cmp = load_config(config, sets);
-    cmp.apply_override("model.attention={plugin: " + compare + ", heads: " +
-                       std::to_string(heads) + "}");
+    if (grow_to > 0)  // the grown model against the same block built with K heads
+      cmp.apply_override("model.attention.heads=" + std::to_string(grow_to));
+    else
+      cmp.apply_override("model.attention={plugin: " + compare + ", heads: " +
+                         std::to_string(heads) + "}");
   }
   const bool torch_compare = !compare.empty() && hierarchical;
   auto torch_run = [&](const std::string& kind) {
@@ -194,13 +229,17 @@ int cmd_bench(const std::vector<std::string>& args) {
 
   // Each repeat runs every model once, one after another, so load on a shared machine
   // hits all of them alike; each reported figure is the median over repeats.
+  // The anchors, measured in this run: the multiply-add peak of the kernel set in use (a
+  // register-only loop on every thread at once) and OpenBLAS's SGEMM with the kernels this
+  // process loaded (OPENBLAS_CORETYPE, when set, chooses them).
+  const double fma_peak = gf::kernels::fma_peak_gflops(gf::num_threads());
   const double peak = gf::sgemm_peak_gflops();
   std::vector<BenchResult> mains, cmps;
   std::vector<double> tms, tm2;
   json last;
   for (long r = 0; r < repeats; ++r) {
     mains.push_back(run_bench(model_node, opt_node, reg, vocab, classes, batch, seq, warmup, steps,
-                              seed));
+                              seed, grow_to));
     if (!compare.empty())
       cmps.push_back(run_bench(cmp.child("model"), opt_node, reg, vocab, classes, batch, seq,
                                warmup, steps, seed));
@@ -217,6 +256,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   json out = {{"tool", "growformer bench"},
               {"config", config},
               {"attention", attn},
+              {"heads", heads},
+              {"grow_to", grow_to},
               {"batch", batch},
               {"seq", seq},
               {"vocab", vocab},
@@ -226,7 +267,11 @@ int cmd_bench(const std::vector<std::string>& args) {
               {"blas_core", gf::blas_kernel_name()},
               {"cpu", gf::cpu_model_name()},
               {"simd", gf::kernels::simd_name()},
+              {"isa", gf::kernels::simd_note()},
+              {"fma_peak_gflops", fma_peak},
+              {"percent_of_fma_peak", 100.0 * gflops / fma_peak},
               {"sgemm_peak_gflops", peak},
+              {"sgemm_percent_of_fma_peak", 100.0 * peak / fma_peak},
               {"matmul_gflop_per_step", main_r.matmul_gflop_per_step},
               {"matmul_gflops", gflops},
               {"percent_of_sgemm_peak", 100.0 * gflops / peak},
@@ -255,6 +300,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     double tmed = median(tms);
     out["torch_ms_per_step_median"] = tmed;
     out["torch_openblas_core"] = last.value("openblas_core", "");
+    out["torch_build"] = torch_build();
     out["ratio_to_torch"] = main_r.median_ms / tmed;
     if (torch_compare) {
       out["torch_compare_ms_per_step_median"] = median(tm2);
@@ -274,9 +320,13 @@ int cmd_bench(const std::vector<std::string>& args) {
               main_r.median_ms, main_r.min_ms, main_r.max_ms, steps, repeats);
   std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", main_r.tokens_per_s,
               main_r.params, ru.ru_maxrss / 1024.0);
-  std::printf("  matrix work %.2f GFLOP/step = %.1f GFLOP/s, %.0f%% of this machine's SGEMM peak "
-              "(%.0f GFLOP/s with %zu threads)\n",
-              main_r.matmul_gflop_per_step, gflops, 100.0 * gflops / peak, peak, gf::num_threads());
+  std::printf("  matrix work %.2f GFLOP/step = %.1f GFLOP/s = %.0f%% of the %s multiply-add peak "
+              "(%.0f GFLOP/s, %zu threads, register-only loop)\n",
+              main_r.matmul_gflop_per_step, gflops, 100.0 * gflops / fma_peak,
+              gf::kernels::simd_name().c_str(), fma_peak, gf::num_threads());
+  std::printf("  OpenBLAS SGEMM 1024^3 (%s kernels): %.0f GFLOP/s = %.0f%% of that peak; the step "
+              "is %.0f%% of it\n",
+              gf::blas_kernel_name().c_str(), peak, 100.0 * peak / fma_peak, 100.0 * gflops / peak);
   std::printf("  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
               "the training step's\n",
               main_r.eval_ms, main_r.eval_tokens_per_s, main_r.eval_tokens_per_s / main_r.tokens_per_s);
@@ -289,7 +339,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                   out["analytic_score_cost_ratio"].get<double>());
   }
   if (out.contains("ratio_to_torch")) {
-    std::printf("  PyTorch reference (%s kernels): median %.1f ms; growformer / PyTorch = %.3f\n",
+    std::printf("  PyTorch reference (%s; OpenBLAS %s kernels): median %.1f ms; growformer / "
+                "PyTorch = %.3f\n",
+                out["torch_build"].get<std::string>().c_str(),
                 out["torch_openblas_core"].get<std::string>().c_str(),
                 out["torch_ms_per_step_median"].get<double>(), out["ratio_to_torch"].get<double>());
     if (out.contains("torch_ratio_hkt_to_mha"))

@@ -654,4 +654,6 @@ TEST_CASE("GROWFORMER_ISA: a cap, capped to the CPU with a note, a bad value nam
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("GROWFORMER_ISA=avx9") != std::string::npos);
   }
+  // the peak loop runs on the set in use and gives a positive rate
+  CHECK(kernels::fma_peak_gflops(1, 0.01) > 0.0);
 }

@@ -129,6 +129,44 @@ bool set_simd(const std::string& name) {
   return true;
 }
 
+double fma_peak_gflops(size_t threads, double seconds) {
+  if (threads == 0) threads = 1;
+  simd::RowKernels& k = active();
+  const size_t chunk = 1u << 16;  // iterations per call: about 0.1 ms
+  k.fma_loop(chunk);              // warm up (frequency, caches)
+  std::vector<double> rate(threads, 0.0);
+  std::vector<float> sink(threads, 0.0f);
+  auto work = [&](size_t t) {
+    double best = 0;
+    auto start = std::chrono::steady_clock::now();
+    // the best of 10 rounds, each at least SECONDS / 10
+    for (int round = 0; round < 10; ++round) {
+      size_t calls = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      double el = 0;
+      do {
+        sink[t] += k.fma_loop(chunk);
+        ++calls;
+        el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } while (el < seconds / 10);
+      best = std::max(best, static_cast<double>(calls) * chunk * k.fma_loop_flops / el);
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 2 * seconds)
+        break;
+    }
+    rate[t] = best;
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  double sum = 0;
+  for (double r : rate) sum += r;
+  volatile float keep = 0;
+  for (float x : sink) keep = keep + x;
+  (void)keep;
+  return sum / 1e9;
+}
+
 size_t attention_block_rows() { return g_block_rows; }
 void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? default_block_rows() : rows; }
 

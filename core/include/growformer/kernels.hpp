@@ -145,6 +145,10 @@ std::vector<std::string> simd_available();
 /// a set above the CPU's: capped, with a message on stderr); NOTE gets the reason. Throws
 /// std::invalid_argument naming VAR for a value that is no set.
 std::string resolve_isa(const std::string& var, const char* value, std::string* note);
+/// Peak GFLOP/s of the kernel set in use: a loop of independent multiply-adds that never
+/// leaves registers, run on THREADS threads at once for about SECONDS (the sum of their best
+/// rates). Counts 2 flops per lane per multiply-add (fused where the set has FMA).
+double fma_peak_gflops(size_t threads, double seconds = 0.2);
 /// Switches the instruction set (tests compare them); false when the CPU lacks it.
 bool set_simd(const std::string& name);
 

@@ -12,6 +12,10 @@ namespace simd {
 struct RowKernels {
   const char* name;
   size_t width;  // floats per register
+  /// ITERS rounds of independent multiply-adds on registers only (the set's peak); returns a
+  /// sum of the accumulators so that the loop is kept
+  float (*fma_loop)(size_t iters);
+  double fma_loop_flops;  // flops of one round
   /// max_j x[j]; -inf when n == 0
   float (*max)(const float* x, size_t n);
   /// x[j] = exp(x[j] - shift); returns the sum of the new x
