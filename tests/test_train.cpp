@@ -126,6 +126,64 @@ TEST_CASE("an interrupted and resumed run ends with the same metrics as an unint
   fs::remove_all(cut);
 }
 
+TEST_CASE("train.stop_patience ends the run at the validation P after the best, with its test; "
+          "a resume before or after the stop gives the same run") {
+  // the full run's validations say where a patience of 2 must stop
+  std::string full = tmpdir("es_full");
+  REQUIRE(train(full, {"train.steps=200"}) == 0);
+  long best_step = -1, expect = -1;
+  double best = -1;
+  for (const json& m : metrics_without_timing(full)) {
+    if (m["split"] != "val") continue;
+    long s = m["step"].get<long>();
+    if (m["accuracy"].get<double>() > best) {
+      best = m["accuracy"].get<double>();
+      best_step = s;
+    } else if (s - best_step >= 2 * 10 && s < 200) {
+      expect = s;
+      break;
+    }
+  }
+  REQUIRE(expect > 0);  // the tiny task stops improving well before step 200
+  std::string es = tmpdir("es");
+  REQUIRE(train(es, {"train.steps=200", "train.stop_patience=2"}) == 0);
+  auto m = metrics_without_timing(es);
+  CHECK(m.back()["split"] == "test");
+  CHECK(m.back()["step"] == expect);
+  long last_val = -1;
+  for (auto& x : m)
+    if (x["split"] == "val") last_val = x["step"].get<long>();
+  CHECK(last_val == expect);
+  // up to the stop the run is the full run's
+  auto f = metrics_without_timing(full);
+  for (size_t i = 0; i + 1 < m.size(); ++i) CHECK(m[i] == f[i]);
+  std::ifstream ev(es + "/events.jsonl");
+  std::string line;
+  int stops = 0;
+  while (std::getline(ev, line)) {
+    json e = json::parse(line);
+    if (e["type"] != "early_stop") continue;
+    ++stops;
+    CHECK(e["step"] == expect);
+    CHECK(e["best_step"] == best_step);
+  }
+  CHECK(stops == 1);
+  // resumed from before the stop: the same lines; resumed after it: straight to the same test
+  std::string cut = tmpdir("es_cut");
+  REQUIRE(train(cut, {"train.steps=200", "train.stop_patience=2"}, expect - 7) == 0);
+  for (const std::string& d : {cut, es}) {
+    auto ex = experiment_from_checkpoint(d + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+    RunFlags rf;
+    rf.quiet = true;
+    REQUIRE(ex->resume(d, rf) == 0);
+    CHECK(metrics_without_timing(d) == m);
+  }
+  // a patience needs validations to count
+  CHECK_THROWS_WITH_AS(train(tmpdir("es_bad"), {"train.stop_patience=2", "train.eval_every=0"}),
+                       doctest::Contains("train.stop_patience"), ConfigError);
+  for (auto& d : {full, es, cut}) fs::remove_all(d);
+}
+
 TEST_CASE("policies see the training window, the latest validation and a validation probe; "
           "a resumed run sees the same") {
   // criterion: gain asks for a probe at every check (probe_every 1); with log_every equal to

@@ -66,6 +66,10 @@ OptionSpecs TrainSettings::options() {
        "write checkpoints/last every N steps (0 = at each validation)", 0, 1e12},
       {"test_on", OptType::String, "best", "model the final test uses", -INFINITY, INFINITY,
        {"best", "last"}},
+      {"stop_patience", OptType::Int, "0",
+       "end the run (with its final test) at the first validation this many validations after "
+       "the best validation accuracy; under a switch, on the second task only (0 = run all steps)",
+       0, 1e12},
       {"switch", OptType::Component, "~",
        "task switch {at: N, data: {plugin: ...}}: steps after N train, validate and test on "
        "this data (same vocabulary and class count)"},
@@ -96,7 +100,10 @@ TrainSettings::TrainSettings(const Options& o)
       clip(o.get_float("clip")),
       min_lr_ratio(o.get_float("min_lr_ratio")),
       schedule(o.get_string("schedule")),
-      test_on(o.get_string("test_on")) {
+      test_on(o.get_string("test_on")),
+      stop_patience(o.get_int("stop_patience")) {
+  if (stop_patience > 0 && eval_every == 0)
+    o.fail("stop_patience", "early stopping counts validations: it needs train.eval_every > 0");
   if (!o.has_value("switch")) return;
   Options so(o.get_node("switch"), switch_options(), "train.switch");
   switch_at = so.get_int("at");
@@ -617,7 +624,7 @@ class Experiment::Loop {
     report_->start(banner());
     auto t0 = std::chrono::steady_clock::now();
     double cpu0 = process_cpu_seconds();
-    for (long step = start_step + 1; step <= ts_.steps; ++step) {
+    for (long step = start_step + 1; step <= ts_.steps && !st_.stopped_early; ++step) {
       report_->begin_step(step);
       Batch whole = training_batch(step);
       Batch shard;
@@ -634,6 +641,7 @@ class Experiment::Loop {
       if (check) check_structure(batch, whole, step);
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
       log_and_validate(step, lr);
+      if (validated_) stop_early_when_due(step);
       if (step == ts_.switch_at) switch_task(step);
       report_step(step, lr);
       if (checkpoint_or_stop(step)) return interrupted_status();
@@ -647,7 +655,7 @@ class Experiment::Loop {
     out.pruning_summary = ex_.pruning_->summary();
     out.growth_columns = ex_.growth_->summary_columns();
     out.pruning_columns = ex_.pruning_->summary_columns();
-    report_->summary(ts_.steps, out.growth_summary, out.pruning_summary);
+    report_->summary(st_.step, out.growth_summary, out.pruning_summary);
     report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;
   }
@@ -934,6 +942,24 @@ class Experiment::Loop {
     }
   }
 
+  /// train.stop_patience: at a validation `stop_patience` validations after the best (of the
+  /// current task, and after the switch when there is one), the run ends here: an
+  /// "early_stop" event, and the checkpoint of this step says so for a resume.
+  void stop_early_when_due(long step) {
+    if (ts_.stop_patience <= 0 || st_.best_step < 0 || step == ts_.steps) return;
+    if (ts_.switch_at > 0 && step <= ts_.switch_at) return;
+    if (step - st_.best_step < ts_.stop_patience * ts_.eval_every) return;
+    st_.stopped_early = true;
+    Event e;
+    e.type = "early_stop";
+    e.numbers = {{"best_step", static_cast<double>(st_.best_step)},
+                 {"best_val_accuracy", st_.best_val},
+                 {"patience", static_cast<double>(ts_.stop_patience)}};
+    report_->events().emit(e);
+    report_->say("early stop after step " + std::to_string(step) + ": no better validation since step " +
+                 std::to_string(st_.best_step) + "\n");
+  }
+
   /// RunFlags::on_step after STEP when it is due; a false answer (from any process) stops the
   /// run after this step.
   void report_step(long step, float lr) {
@@ -960,12 +986,12 @@ class Experiment::Loop {
   /// Writes checkpoints/last when due or stopping; true when the run stops here.
   bool checkpoint_or_stop(long step) {
     bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
-               step == ts_.steps;
+               step == ts_.steps || st_.stopped_early;
     bool interrupted = comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load();
     bool stop = interrupted || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
     st_.step = step;
     if (due || stop) ex_.save(dir_.last_checkpoint());
-    if (!stop || step >= ts_.steps) return false;
+    if (!stop || step >= ts_.steps || st_.stopped_early) return false;
     report_->end_bar();
     report_->say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
                     "\ncontinue with: growformer resume " + dir_.root() + "\n",
@@ -996,7 +1022,7 @@ class Experiment::Loop {
     t.model = which;
     t.evaluated_on = d.test.empty() ? "val" : "test";
     t.majority_class_accuracy = majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
-    report_->test(ts_.steps, t, ex_.model_->heads_per_block());
+    report_->test(st_.step, t, ex_.model_->heads_per_block());
     ex_.outcome_.tested = true;
     ex_.outcome_.test = t;
   }

@@ -59,6 +59,7 @@ void each_field(State& s, F&& f) {
   f("val_step", s.val_step, true);
   f("val_loss", s.val_loss, true);
   f("val_accuracy", s.val_accuracy, true);
+  f("stopped_early", s.stopped_early, true);  // added with train.stop_patience
   f("rng", std::forward_as_tuple(s.dropout_rng, s.growth_rng, s.pruning_rng));
 }
 }  // namespace
@@ -89,7 +90,7 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
       } else {
         const json& x = j.at(name);
         // a step of 10.5 would be read as 10: a whole number or nothing
-        if constexpr (std::is_integral_v<V>)
+        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>)
           if (!x.is_number_integer())
             throw std::runtime_error(std::string("`") + name + "` is " + x.dump().substr(0, 40) +
                                      ", not a whole number");

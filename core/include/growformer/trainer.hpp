@@ -34,6 +34,9 @@ struct TrainSettings {
   long check_every = 50, checkpoint_every = 0, eval_batches = 0, test_batches = 0;
   double clip = 1.0, min_lr_ratio = 0.0;
   std::string schedule = "cosine", test_on = "best";
+  /// `stop_patience: P` (> 0): the run ends early, with its final test, at the first
+  /// validation P validations after the best one (the last task's, under a switch); 0 = off.
+  long stop_patience = 0;
   /// `switch: {at: N, data: {...}}`: a task switch. Steps 1..N train on `data`, steps N+1..
   /// on switch_data (same vocabulary and class count); validation and the final test then use
   /// switch_data's splits. 0 = no switch.

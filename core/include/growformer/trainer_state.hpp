@@ -44,6 +44,8 @@ struct TrainerState {
   /// The latest validation of the current task (step -1 = none yet).
   long val_step = -1;
   double val_loss = 0, val_accuracy = 0;
+  /// The run ended at `step` by train.stop_patience (a resume goes straight to the final test).
+  bool stopped_early = false;
   Rng dropout_rng, growth_rng, pruning_rng;
 
   /// The state as the checkpoint's "trainer" entry (JSON text), and back. Fields are listed
