@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <ctime>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -33,6 +34,7 @@ struct BenchResult {
   double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
   double matmul_gflop_per_step = 0;  // matrix-product work of one training step
   double eval_ms = 0, eval_tokens_per_s = 0;  // forward only, no tape
+  double cpu_ms = 0;  // median CPU time of the process per training step (all threads)
   size_t params = 0;
   double final_loss = 0;
 };
@@ -71,12 +73,18 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     for (auto& id : b.ids) id = static_cast<int32_t>(rng.below(vocab));
     for (auto& l : b.labels) l = static_cast<int32_t>(rng.below(classes));
   }
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
+  auto process_cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+  };
   float loss_v = 0;
   uint64_t flops0 = 0;
   for (long i = 0; i < warmup + steps; ++i) {
     if (i == warmup) flops0 = gf::matmul_flops();
     auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_ms();
     auto params = model.named_parameters();
     for (auto& [n, p] : params) p.zero_grad();
     gf::Var logits = model.forward(pool[i % pool.size()], true, nullptr);
@@ -85,9 +93,10 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     opt->step(params, 1e-3f);
     loss_v = loss.value()[0];
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= warmup) times.push_back(ms);
+    if (i >= warmup) times.push_back(ms), cpu_times.push_back(process_cpu_ms() - c0);
   }
   BenchResult r;
+  r.cpu_ms = median(cpu_times);
   r.matmul_gflop_per_step = static_cast<double>(gf::matmul_flops() - flops0) / steps / 1e9;
   // Evaluation throughput: the same batches, forward only, no tape.
   std::vector<double> etimes;
@@ -138,10 +147,13 @@ json run_torch_ref(const std::string& script, const std::string& model, size_t v
 // The PyTorch build's BLAS and CPU capability (torch.__config__), e.g. "torch 1.13.1,
 // BLAS_INFO=generic, CPU capability usage: AVX2"; empty when it cannot be asked.
 std::string torch_build() {
-  FILE* f = popen("/usr/bin/python3 -c \"import torch\n"
-                  "c = [l.strip() for l in torch.__config__.show().splitlines()]\n"
-                  "print(', '.join(['torch ' + torch.__version__] + [l for l in c if "
-                  "l.startswith('BLAS_INFO') or l.startswith('CPU capability')]))\" 2>/dev/null",
+  // show() has lines "  - CPU capability usage: AVX2" and "  - Build settings: BLAS_INFO=generic, ..."
+  FILE* f = popen("/usr/bin/python3 -c \"import torch, re\n"
+                  "c = torch.__config__.show()\n"
+                  "b = re.search(r'BLAS_INFO=([^,\\\\s]+)', c)\n"
+                  "u = re.search(r'CPU capability usage: *(\\\\S+)', c)\n"
+                  "print('torch ' + torch.__version__ + (', BLAS_INFO=' + b.group(1) if b else '') + "
+                  "(', CPU capability ' + u.group(1) if u else ''))\" 2>/dev/null",
                   "r");
   if (!f) return "";
   std::string out;
@@ -251,6 +263,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   BenchResult main_r = median_run(mains);
   const double gflops = main_r.matmul_gflop_per_step / (main_r.median_ms / 1e3);
+  // per second of CPU time (all threads): on a shared machine, what the cycles the step got did
+  const double gflops_cpu = main_r.matmul_gflop_per_step / (main_r.cpu_ms / 1e3);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   json out = {{"tool", "growformer bench"},
@@ -274,6 +288,9 @@ int cmd_bench(const std::vector<std::string>& args) {
               {"sgemm_percent_of_fma_peak", 100.0 * peak / fma_peak},
               {"matmul_gflop_per_step", main_r.matmul_gflop_per_step},
               {"matmul_gflops", gflops},
+              {"cpu_ms_per_step_median", main_r.cpu_ms},
+              {"matmul_gflops_per_cpu_s", gflops_cpu},
+              {"percent_of_fma_peak_per_cpu_s", 100.0 * gflops_cpu / (fma_peak / gf::num_threads())},
               {"percent_of_sgemm_peak", 100.0 * gflops / peak},
               {"eval_ms_per_batch_median", main_r.eval_ms},
               {"eval_tokens_per_s", main_r.eval_tokens_per_s},
@@ -324,6 +341,9 @@ int cmd_bench(const std::vector<std::string>& args) {
               "(%.0f GFLOP/s, %zu threads, register-only loop)\n",
               main_r.matmul_gflop_per_step, gflops, 100.0 * gflops / fma_peak,
               gf::kernels::simd_name().c_str(), fma_peak, gf::num_threads());
+  std::printf("  per CPU second (%.1f ms CPU a step, all threads): %.1f GFLOP/s = %.0f%% of one "
+              "thread's peak\n",
+              main_r.cpu_ms, gflops_cpu, 100.0 * gflops_cpu / (fma_peak / gf::num_threads()));
   std::printf("  OpenBLAS SGEMM 1024^3 (%s kernels): %.0f GFLOP/s = %.0f%% of that peak; the step "
               "is %.0f%% of it\n",
               gf::blas_kernel_name().c_str(), peak, 100.0 * peak / fma_peak, 100.0 * gflops / peak);

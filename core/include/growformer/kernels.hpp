@@ -147,8 +147,11 @@ std::vector<std::string> simd_available();
 std::string resolve_isa(const std::string& var, const char* value, std::string* note);
 /// Peak GFLOP/s of the kernel set in use: a loop of independent multiply-adds that never
 /// leaves registers, run on THREADS threads at once for about SECONDS (the sum of their best
-/// rates). Counts 2 flops per lane per multiply-add (fused where the set has FMA).
+/// rates, each per second of that thread's CPU time, so that preemption on a shared machine
+/// does not lower it). Counts 2 flops per lane per multiply-add (fused where the set has FMA).
 double fma_peak_gflops(size_t threads, double seconds = 0.2);
+/// CPU time of the calling thread, seconds.
+double thread_cpu_seconds();
 /// Switches the instruction set (tests compare them); false when the CPU lacks it.
 bool set_simd(const std::string& name);
 
