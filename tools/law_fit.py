@@ -48,7 +48,9 @@ def main(d):
             txt = f.read()
         total = int(re.search(r"\n  steps: (\d+)", txt).group(1))
         cap = int(re.search(r"max_heads: (\d+)", txt).group(1))
-        k = sum(res.get("heads", [0]))
+        # the heads grown by the end of the run (the policy's K_obs), not those of the tested
+        # best-validation model, which can be an earlier, smaller one
+        k = res["K_obs"] if "K_obs" in res else sum(res.get("heads", [0]))
         rows[theta].append({
             "k": k, "acc": res.get("test_accuracy"), "kappa": cal.get("kappa_T") if cal else None,
             "gamma0": cal.get("gamma_res0") if cal else None, "grows": grows,
