@@ -356,15 +356,19 @@ __attribute__((noinline)) void product_rows_call(size_t i, size_t n, size_t len,
 
 // A per-thread scratch buffer of at least N floats, 64-byte aligned, kept between calls (plain
 // C allocation: no std:: templates in this translation unit).
+struct TailScratch {
+  float* buf = nullptr;
+  size_t cap = 0;
+  ~TailScratch() { ::free(buf); }  // at thread exit (a leak checker sees no lost block)
+};
 inline float* tail_scratch(size_t n) {
-  static thread_local float* buf = nullptr;
-  static thread_local size_t cap = 0;
-  if (cap < n) {
-    ::free(buf);
-    cap = n + n / 2 + 64;
-    buf = static_cast<float*>(::aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64));
+  static thread_local TailScratch s;
+  if (s.cap < n) {
+    ::free(s.buf);
+    s.cap = n + n / 2 + 64;
+    s.buf = static_cast<float*>(::aligned_alloc(64, (s.cap * sizeof(float) + 63) / 64 * 64));
   }
-  return buf;
+  return s.buf;
 }
 
 // The last n % W columns of Y (len x n, ldy) zero-padded to W, or null when there are none.
