@@ -20,6 +20,7 @@
 #include <growformer/parallel.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/tensor.hpp>
+#include <growformer/trainer.hpp>
 
 #include "commands.hpp"
 
@@ -196,19 +197,18 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (help) return 0;
   if (steps < 1 || warmup < 0 || repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
   gf::ConfigNode cfg = load_config(config, sets);
-  size_t threads = cfg.has("threads") ? static_cast<size_t>(cfg.child("threads").as_int()) : 0;
-  gf::set_num_threads(threads);
-  uint64_t seed = cfg.has("seed") ? static_cast<uint64_t>(cfg.child("seed").as_int()) : 1;
-  if (batch == 0)
-    batch = cfg.child("train").has("batch_size")
-                ? static_cast<size_t>(cfg.child("train").child("batch_size").as_int())
-                : 32;
+  // threads, seed, train.batch_size, model.max_len and the optimizer come from the options the
+  // experiment, the training loop and the model declare (defaults included), as in `train`
   gf::ConfigNode model_node = cfg.child("model");
   if (!model_node.valid()) throw gf::ConfigError(config + ": no `model:` section");
-  if (seq == 0) seq = model_node.has("max_len") ? model_node.child("max_len").as_int() : 512;
-  gf::ConfigNode opt_node = cfg.has("optimizer")
-                                ? cfg.child("optimizer")
-                                : gf::ConfigNode::load_string("plugin: adamw", "<default optimizer>");
+  const gf::Options top(cfg, gf::Experiment::options(), "");
+  gf::set_num_threads(static_cast<size_t>(top.get_int("threads")));
+  const uint64_t seed = static_cast<uint64_t>(top.get_int("seed"));
+  if (batch == 0)
+    batch = static_cast<size_t>(
+        gf::Options(top.get_node("train"), gf::TrainSettings::options(), "train").get_int("batch_size"));
+  if (seq == 0) seq = gf::Options(model_node, gf::Model::options(), "model").get_int("max_len");
+  gf::ConfigNode opt_node = top.get_node("optimizer");
   gf::Registry reg;
   reg.load_directories(gf::Registry::search_path(paths));
 

@@ -1,9 +1,10 @@
-# growformer_add_plugin(NAME [DATA] SOURCES src... [LIBRARIES lib...]) builds one plugin
+# growformer_add_plugin(NAME [DATA] [INCRT] SOURCES src... [LIBRARIES lib...]) builds one plugin
 # library (a MODULE) that the registry finds on its search path; DATA links the data-set
-# library growformer_data (readers, FASTA/k-mers, ListOps). Works in the source tree and,
+# library growformer_data (readers, FASTA/k-mers, ListOps), INCRT the INCRT maths
+# growformer_incrt (<growformer/incrt/...>). Works in the source tree and,
 # through find_package(growformer), out of tree.
 function(growformer_add_plugin name)
-  cmake_parse_arguments(ARG "DATA" "" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "DATA;INCRT" "" "SOURCES;LIBRARIES" ${ARGN})
   add_library(${name} MODULE ${ARG_SOURCES})
   if(TARGET growformer_core)
     set(_ns "")
@@ -11,6 +12,9 @@ function(growformer_add_plugin name)
     set(_ns "growformer::")
   endif()
   target_link_libraries(${name} PRIVATE ${_ns}growformer_core ${ARG_LIBRARIES})
+  if(ARG_INCRT)
+    target_link_libraries(${name} PRIVATE ${_ns}growformer_incrt)
+  endif()
   if(ARG_DATA)
     target_link_libraries(${name} PRIVATE ${_ns}growformer_data)
     # installed plugins sit in <libdir>/growformer/plugins, the data library in <libdir>

@@ -1,6 +1,7 @@
 # Layering check (run by ctest): plugins depend only on the installed headers (<growformer/...>
-# of the core and of the data library, <growformer/data/...>) and on files of their own folder;
-# apps never include plugin files; the core never includes the data library.
+# of the core, of the data library, <growformer/data/...>, and of the INCRT library,
+# <growformer/incrt/...>) and on files of their own folder; apps never include plugin files; the
+# core never includes the data or the INCRT library; only INCRT plugins include the INCRT library.
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_includes.cmake
 file(GLOB_RECURSE plugin_files "${SOURCE_DIR}/plugins/*.cpp" "${SOURCE_DIR}/plugins/*.hpp")
 file(GLOB_RECURSE app_files "${SOURCE_DIR}/apps/*.cpp" "${SOURCE_DIR}/apps/*.hpp")
@@ -18,6 +19,7 @@ foreach(f ${plugin_files})
       set(inc "${CMAKE_MATCH_1}")
       if(inc MATCHES "^growformer/" AND NOT EXISTS "${SOURCE_DIR}/core/include/${inc}"
          AND NOT EXISTS "${SOURCE_DIR}/data/include/${inc}"
+         AND NOT EXISTS "${SOURCE_DIR}/incrt/include/${inc}"
          AND NOT inc STREQUAL "growformer/version.hpp")
         string(APPEND problems "${f}: `${line}`: no such installed core header\n")
       endif()
@@ -37,6 +39,14 @@ endfunction()
 forbid_includes("plugins/" "apps use core APIs, never plugin files" ${app_files})
 file(GLOB_RECURSE core_files "${SOURCE_DIR}/core/*.cpp" "${SOURCE_DIR}/core/*.hpp")
 forbid_includes("growformer/data/" "the core never depends on the data library" ${core_files})
+forbid_includes("growformer/incrt/" "the core never depends on the INCRT library" ${core_files})
+forbid_includes("growformer/incrt/" "apps never depend on the INCRT library" ${app_files})
+# the INCRT library is for the INCRT plugins (growth, its pruning rule, its gate head)
+foreach(f ${plugin_files})
+  if(NOT f MATCHES "/plugins/(growth_incrt|pruning_directional_energy|head_incrt_gate)/")
+    forbid_includes("growformer/incrt/" "only the INCRT plugins use the INCRT library" ${f})
+  endif()
+endforeach()
 if(problems)
   message(FATAL_ERROR "include layering broken:\n${problems}")
 endif()

@@ -2,11 +2,16 @@
 // `incrt_geometric`, the pruning rules (`directional_energy`, `magnitude`,
 // `head_importance`), the baseline growth policies and the `incrt_gate` head.
 #include <cmath>
+#include <functional>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "growformer/incrt_math.hpp"
+#include "growformer/fields.hpp"
+#include "growformer/incrt/math.hpp"
+#include "growformer/state_text.hpp"
 #include "growformer/growth.hpp"
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"
@@ -875,9 +880,9 @@ TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
   for (double l : {0.85, 0.7}) a.observe(l, 200, 1000, o);
   std::ostringstream os;
   a.save(os);
-  gf::incrt::Reader r(os.str());
+  gf::incrt::Reader r(os.str(), "incrt");
   gf::incrt::GainState b;
-  b.load(r, true, true, true);
+  b.load(r);
   CHECK(b.round == a.round);
   CHECK(b.onset == a.onset);
   CHECK(b.round_step == 100);
@@ -1444,4 +1449,156 @@ TEST_CASE("directional_energy defaults prune a trained duplicate head, once") {
   REQUIRE(removed.size() == 1);
   CHECK((removed[0] == heads0[0].id || removed[0] == heads0[1].id));
   CHECK(block->num_heads() == 2);
+}
+
+// ---- options and state declared once (growformer/fields.hpp) ---------------------------
+
+namespace fields_test {
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+bool has(const std::string& s, const std::string& w) { return s.find(w) != std::string::npos; }
+enum class Mode { Fast, Exact };
+struct Inner {
+  size_t window = 4;
+};
+struct Settings {
+  long count = 0;
+  double rate = -1.0;  // "~": unset keeps this
+  bool on = false;
+  Mode mode = Mode::Fast;
+  Inner inner;
+  static const gf::OptionTable<Settings>& table() {
+    static const auto t = gf::OptionTable<Settings>()
+                              .add("count", &Settings::count, "3", "a count", 0, 10)
+                              .add("rate", &Settings::rate, "~", "a rate", 0.0)
+                              .add("on", &Settings::on, "true", "a switch")
+                              .choice("mode", &Settings::mode, "fast", "a mode",
+                                      {{"fast", Mode::Fast}, {"exact", Mode::Exact}})
+                              .add("window", &Settings::inner, &Inner::window, "8", "a window", 1, 100);
+    return t;
+  }
+};
+struct State {
+  size_t n = 0;
+  double x = 0.0;
+  std::vector<double> v;
+  std::map<long, long> m;
+  long added_in_3 = 7;
+  static const gf::StateFields<State>& state_fields() {
+    static const auto f = gf::StateFields<State>()
+                              .add("n", &State::n).report("N")
+                              .add("x", &State::x).report("X")
+                              .add("v", &State::v)
+                              .add("m", &State::m)
+                              .add("added_in_3", &State::added_in_3, 3);
+    return f;
+  }
+};
+}  // namespace fields_test
+
+TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and the state text") {
+  using fields_test::Settings;
+  const gf::OptionSpecs specs = Settings::table().specs();
+  REQUIRE(specs.size() == 5);
+  CHECK(specs[0].name == "count");
+  CHECK(specs[0].type == gf::OptType::Int);
+  CHECK(specs[0].max == 10);
+  CHECK(specs[1].type == gf::OptType::Float);
+  CHECK(specs[2].type == gf::OptType::Bool);
+  CHECK(specs[3].type == gf::OptType::String);
+  CHECK(specs[3].choices == std::vector<std::string>{"fast", "exact"});
+  CHECK(specs[4].name == "window");
+  const gf::Options o(gf::ConfigNode::load_string("{count: 5, mode: exact}"), specs, "t");
+  const Settings s = Settings::table().read(o);
+  CHECK(s.count == 5);
+  CHECK(s.rate == -1.0);  // unset: the member's own value
+  CHECK(s.on);
+  CHECK(s.mode == fields_test::Mode::Exact);
+  CHECK(s.inner.window == 8);
+  const auto sum = Settings::table().summary(s);
+  REQUIRE(sum.size() == 5);
+  CHECK(sum[0] == std::make_pair(std::string("count"), std::string("5")));
+  CHECK(sum[3].second == "exact");
+  // out of bounds is the config's error, naming the option
+  CHECK_THROWS_AS(gf::Options(gf::ConfigNode::load_string("{count: 11}"), specs, "t"), gf::ConfigError);
+
+  using fields_test::State;
+  State a;
+  a.n = 3;
+  a.x = 0.1;
+  a.v = {1.0 / 3.0, -2.5};
+  a.m = {{-1, 4}, {2, 5}};
+  a.added_in_3 = 9;
+  std::ostringstream os;
+  os << "state 3 ";
+  State::state_fields().save(os, a);
+  os << "end";
+  CHECK(os.str() == "state 3 3 0.10000000000000001 2 0.33333333333333331 -2.5 2 -1 4 2 5 9 end");
+  auto r = gf::state::Reader::open(os.str(), "state", 1, 3);
+  REQUIRE(r);
+  CHECK(r->version() == 3);
+  State b;
+  State::state_fields().load(*r, b, r->version());
+  r->expect("end");
+  CHECK(b.v == a.v);
+  CHECK(b.m == a.m);
+  CHECK(b.added_in_3 == 9);
+  CHECK(State::state_fields().summary(b) == std::map<std::string, double>{{"N", 3.0}, {"X", 0.1}});
+  // a text of version 2 has no added_in_3: it keeps its initial value
+  auto r2 = gf::state::Reader::open("state 2 1 0 0 0 end", "state", 1, 3);
+  State c;
+  State::state_fields().load(*r2, c, r2->version());
+  r2->expect("end");
+  CHECK(c.added_in_3 == 7);
+  CHECK(fields_test::has(fields_test::error_text([] { gf::state::Reader::open("state 4 end", "state", 1, 3); }),
+            "state: policy state: expected version '1' to '3', got '4'"));
+  // a corrupt list length is refused before any allocation
+  CHECK(fields_test::has(fields_test::error_text([] {
+              auto r3 = gf::state::Reader::open("state 3 1 0 0 99999999999 end", "state", 1, 3);
+              State d;
+              State::state_fields().load(*r3, d, 3);
+            }),
+            "a list of"));
+}
+
+TEST_CASE("incrt_geometric: policy states of versions 2 to 7 load, and save as version 7") {
+  // one block: started, u+ u- (2-d), tracker lambdas, no Q, 4 checks, no calibration norms,
+  // calibrated, Gamma0 and eleven more numbers, last growth, grown, heads, pending, [over],
+  // pending directions
+  auto block = [](int version) {
+    std::string s = "block 0 1 2 1 0 2 0 1 0.5 -0.5 0 4 0 0 1 2 0 0 0 0 0 0 0 0 0 0 0 -1000000 0 1 0 ";
+    if (version >= 3) s += "2 ";
+    return s + "0 0 ";
+  };
+  for (int v = 2; v <= 7; ++v) {
+    CAPTURE(v);
+    std::string text = "incrt_geometric " + std::to_string(v) + " 1 5 7 1 " + block(v);
+    if (v >= 4) {
+      text += "gain 0 0 0 0 0 0 0 0 0 0 0 ";
+      if (v >= 5) text += "0 0 -1 0 ";
+      if (v >= 6) text += "0 ";
+      if (v >= 7) text += "0 ";
+      text += "3 0 ";
+    }
+    text += "end";
+    auto p = growth("plugin: incrt_geometric");
+    p->load_state(text);
+    const std::string out = p->save_state();
+    CHECK(out.rfind("incrt_geometric 7 1 5 7 1 block 0 1 ", 0) == 0);
+    CHECK(p->summary().at("K_obs") == 1.0);
+    CHECK(p->summary().at("gamma_res0") == 2.0);
+    auto q = growth("plugin: incrt_geometric");
+    q->load_state(out);
+    CHECK(q->save_state() == out);  // version 7 is a fixed point
+    if (v == 7) CHECK(out == text);
+  }
+  auto p = growth("plugin: incrt_geometric");
+  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 8 end"); }),
+            "incrt: policy state: expected version '2' to '7', got '8'"));
 }

@@ -4,25 +4,36 @@
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 
-#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <growformer/incrt_math.hpp>
+#include <growformer/fields.hpp>
 
 namespace {
+
+/// The options every baseline has: how new heads start and the cap.
+struct BaselineSettings {
+  size_t max_heads = 8;
+  double value_variance = -1.0;  // unset: the head's default
+  bool preserve_function = true;
+
+  static const gf::OptionTable<BaselineSettings>& table() {
+    static const auto t = gf::OptionTable<BaselineSettings>()
+        .add("max_heads", &BaselineSettings::max_heads, "8", "stop growing a block at this many heads", 1, 1e6)
+        .add("value_variance", &BaselineSettings::value_variance, "~",
+             "Var(W_V) of a new head; unset = the head's default", 0.0)
+        .add("preserve_function", &BaselineSettings::preserve_function, "true", "new head's W_O starts at zero");
+    return t;
+  }
+};
 
 /// Common: how new heads start, the cap, the per-block bookkeeping.
 class BaselineGrowth : public gf::GrowthPolicy {
  public:
-  BaselineGrowth(const gf::Options& o, std::string name)
-      : name_(std::move(name)),
-        max_heads_(static_cast<size_t>(o.get_int("max_heads"))),
-        value_variance_(o.has_value("value_variance") ? o.get_float("value_variance") : -1.0),
-        preserve_(o.get_bool("preserve_function")) {}
+  BaselineGrowth(const BaselineSettings& s, std::string name) : name_(std::move(name)), set_(s) {}
 
   void on_start(const gf::TrainView& view) override {
     if (seeded_) return;
@@ -40,13 +51,13 @@ class BaselineGrowth : public gf::GrowthPolicy {
       if (!last_add_.count(bv.index)) last_add_[bv.index] = long(view.step);
       double u = 0.0;
       if (!decide(view, bv.index, heads, &u)) continue;
-      if (heads >= max_heads_) continue;
+      if (heads >= set_.max_heads) continue;
       gf::Edit e;
       e.kind = gf::Edit::Kind::AddHead;
       e.block = bv.index;
       e.init.mode = "random";
-      e.init.value_variance = value_variance_;
-      e.init.preserve_function = preserve_;
+      e.init.value_variance = set_.value_variance;
+      e.init.preserve_function = set_.preserve_function;
       e.cause.type = "grow";
       e.cause.block = long(bv.index);
       e.cause.numbers = {{"step", double(view.step)}, {"heads_before", double(heads)},
@@ -59,32 +70,21 @@ class BaselineGrowth : public gf::GrowthPolicy {
     return edits;
   }
 
-  std::map<std::string, double> summary() const override { return {{"grown", double(grown_)}}; }
+  std::map<std::string, double> summary() const override { return fields().summary(*this); }
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << name_ << " 1 " << seeded_ << ' ' << rng_.state() << ' ' << rng_.increment() << ' '
-       << grown_ << ' ' << last_add_.size() << ' ';
-    for (const auto& kv : last_add_) os << kv.first << ' ' << kv.second << ' ';
+    os << name_ << " 1 ";
+    fields().save(os, *this);
     os << "end";
     return os.str();
   }
 
   void load_state(const std::string& s) override {
-    auto opened = gf::incrt::Reader::open(s, name_, "1");
+    auto opened = gf::state::Reader::open(s, name_, "1");
     if (!opened) return;
-    gf::incrt::Reader& r = *opened;
-    seeded_ = r.u64() != 0;
-    const uint64_t st = r.u64(), inc = r.u64();
-    rng_.restore(st, inc);
-    grown_ = r.u64();
-    const size_t n = r.u64();
-    last_add_.clear();
-    for (size_t i = 0; i < n; ++i) {
-      const size_t b = r.u64();
-      last_add_[b] = r.i64();
-    }
-    r.expect("end");
+    fields().load(*opened, *this);
+    opened->expect("end");
   }
 
  protected:
@@ -92,21 +92,41 @@ class BaselineGrowth : public gf::GrowthPolicy {
   virtual bool decide(const gf::TrainView& view, size_t b, size_t heads, double* draw) = 0;
 
   std::string name_;
-  size_t max_heads_;
-  double value_variance_;
-  bool preserve_;
+  BaselineSettings set_;
   bool seeded_ = false;
   gf::Rng rng_;
   size_t grown_ = 0;
   std::map<size_t, long> last_add_;
+
+ private:
+  static const gf::StateFields<BaselineGrowth>& fields() {
+    static const auto f = gf::StateFields<BaselineGrowth>()
+                              .add("seeded", &BaselineGrowth::seeded_)
+                              .add("rng", &BaselineGrowth::rng_)
+                              .add("grown", &BaselineGrowth::grown_)
+                              .report("grown")
+                              .add("last_add", &BaselineGrowth::last_add_);
+    return f;
+  }
+};
+
+struct FixedSettings {
+  BaselineSettings common;
+  long every = 100, start = 0;
+
+  static const gf::OptionTable<FixedSettings>& table() {
+    static const auto t = gf::OptionTable<FixedSettings>()
+        .include(BaselineSettings::table(), &FixedSettings::common)
+        .add("every", &FixedSettings::every, "100", "steps between two growths", 1, 1e12)
+        .add("start", &FixedSettings::start, "0", "no growth before this step", 0, 1e12);
+    return t;
+  }
 };
 
 class FixedSchedule : public BaselineGrowth {
  public:
-  explicit FixedSchedule(const gf::Options& o)
-      : BaselineGrowth(o, "fixed_schedule"),
-        every_(o.get_int("every")),
-        start_(o.get_int("start")) {}
+  explicit FixedSchedule(const FixedSettings& s)
+      : BaselineGrowth(s.common, "fixed_schedule"), every_(s.every), start_(s.start) {}
 
  protected:
   bool decide(const gf::TrainView& view, size_t b, size_t heads, double* draw) override {
@@ -120,10 +140,22 @@ class FixedSchedule : public BaselineGrowth {
   long every_, start_;
 };
 
+struct RandomSettings {
+  BaselineSettings common;
+  double probability = 0.1;
+
+  static const gf::OptionTable<RandomSettings>& table() {
+    static const auto t = gf::OptionTable<RandomSettings>()
+        .include(BaselineSettings::table(), &RandomSettings::common)
+        .add("probability", &RandomSettings::probability, "0.1", "chance of adding a head at each check",
+             0.0, 1.0);
+    return t;
+  }
+};
+
 class RandomGrowth : public BaselineGrowth {
  public:
-  explicit RandomGrowth(const gf::Options& o)
-      : BaselineGrowth(o, "random"), p_(o.get_float("probability")) {}
+  explicit RandomGrowth(const RandomSettings& s) : BaselineGrowth(s.common, "random"), p_(s.probability) {}
 
  protected:
   bool decide(const gf::TrainView& view, size_t b, size_t heads, double* draw) override {
@@ -136,29 +168,13 @@ class RandomGrowth : public BaselineGrowth {
   double p_;
 };
 
-gf::OptionSpecs common() {
-  using gf::OptType;
-  const double inf = std::numeric_limits<double>::infinity();
-  return {
-      {"max_heads", OptType::Int, "8", "stop growing a block at this many heads", 1, 1e6, {}},
-      {"value_variance", OptType::Float, "~", "Var(W_V) of a new head; unset = the head's default",
-       0.0, inf, {}},
-      {"preserve_function", OptType::Bool, "true", "new head's W_O starts at zero", -inf, inf, {}},
-  };
-}
-
 void register_baselines(gf::Registry& r) {
-  using gf::OptType;
-  gf::OptionSpecs fixed = common();
-  fixed.push_back({"every", OptType::Int, "100", "steps between two growths", 1, 1e12, {}});
-  fixed.push_back({"start", OptType::Int, "0", "no growth before this step", 0, 1e12, {}});
-  r.add_growth({"fixed_schedule", "add a randomly initialised head every N steps up to K", fixed},
-               [](const gf::Options& o) { return std::make_unique<FixedSchedule>(o); });
-  gf::OptionSpecs rnd = common();
-  rnd.push_back({"probability", OptType::Float, "0.1", "chance of adding a head at each check",
-                 0.0, 1.0, {}});
-  r.add_growth({"random", "add a randomly initialised head with probability p per check", rnd},
-               [](const gf::Options& o) { return std::make_unique<RandomGrowth>(o); });
+  r.add_growth({"fixed_schedule", "add a randomly initialised head every N steps up to K",
+                FixedSettings::table().specs()},
+               [](const gf::Options& o) { return std::make_unique<FixedSchedule>(FixedSettings::table().read(o)); });
+  r.add_growth({"random", "add a randomly initialised head with probability p per check",
+                RandomSettings::table().specs()},
+               [](const gf::Options& o) { return std::make_unique<RandomGrowth>(RandomSettings::table().read(o)); });
 }
 
 }  // namespace

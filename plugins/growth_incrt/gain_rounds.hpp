@@ -17,7 +17,8 @@
 #include <vector>
 
 #include <growformer/errors.hpp>
-#include <growformer/incrt_math.hpp>
+#include <growformer/fields.hpp>
+#include <growformer/incrt/math.hpp>
 #include <growformer/state_text.hpp>
 
 namespace gf::incrt {
@@ -249,48 +250,39 @@ struct GainState {
     rise = 0;
   }
 
-  void save(std::ostringstream& os) const {
-    os << "gain " << done << ' ';
-    put_vec(os, recent);
-    put(os, first);
-    os << has_prev << ' ';
-    put(os, prev);
-    put(os, done_at);
-    os << rise << ' ' << rounds << ' ' << rejected << ' ' << reopened << ' ' << round.size() << ' ';
-    for (const auto& [b, h] : round) os << b << ' ' << h << ' ';
-    put(os, start_loss);
-    os << start_step << ' ' << onset << ' ' << round_step << ' ' << phase_start << ' ';
-    put_vec(os, shares);
+  /// Each field once, in the order of the saved text: present from policy state version 4,
+  /// the learning onset from 5, the step of the last reopening from 6, the round's shares from 7.
+  static const StateFields<GainState>& state_fields() {
+    using G = GainState;
+    static const auto f = StateFields<G>()
+                              .add("done", &G::done)
+                              .add("recent", &G::recent)
+                              .add("first", &G::first)
+                              .add("has_prev", &G::has_prev)
+                              .add("prev", &G::prev)
+                              .add("done_at", &G::done_at)
+                              .add("rise", &G::rise)
+                              .add("rounds", &G::rounds)
+                              .add("rejected", &G::rejected)
+                              .add("reopened", &G::reopened)
+                              .add("round", &G::round)
+                              .add("start_loss", &G::start_loss, 5)
+                              .add("start_step", &G::start_step, 5)
+                              .add("onset", &G::onset, 5)
+                              .add("round_step", &G::round_step, 5)
+                              .add("phase_start", &G::phase_start, 6)
+                              .add("shares", &G::shares, 7);
+    return f;
   }
 
-  /// WITH_ONSET: the text holds the learning onset (policy state version 5 on); WITH_PHASE:
-  /// the step of the last reopening (version 6 on); WITH_SHARES: the round's shares (7 on).
-  void load(Reader& r, bool with_onset, bool with_phase, bool with_shares) {
+  void save(std::ostringstream& os) const {
+    os << "gain ";
+    state_fields().save(os, *this);
+  }
+  /// Reads the text of R's version (see state_fields()).
+  void load(Reader& r) {
     r.expect("gain");
-    done = r.u64() != 0;
-    recent = r.vec();
-    first = r.num();
-    has_prev = r.u64() != 0;
-    prev = r.num();
-    done_at = r.num();
-    rise = r.u64();
-    rounds = r.u64();
-    rejected = r.u64();
-    reopened = r.u64();
-    const size_t n = r.u64();
-    if (n > 1000000) throw RuntimeError("incrt: policy state: a round of " + std::to_string(n) + " heads");
-    round.clear();
-    for (size_t i = 0; i < n; ++i) {
-      const size_t b = r.u64();
-      round.emplace_back(b, r.i64());
-    }
-    if (!with_onset) return;
-    start_loss = r.num();
-    start_step = r.u64();
-    onset = r.i64();
-    round_step = r.u64();
-    phase_start = with_phase ? r.u64() : 0;
-    shares = with_shares ? r.vec() : Vec{};
+    state_fields().load(r, *this, r.version());
   }
 };
 

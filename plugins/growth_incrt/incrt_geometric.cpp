@@ -1,6 +1,10 @@
 // INCRT growth policy (`incrt_geometric`): add a head aimed at the largest
 // uncaptured directional energy of A_res = P_perp sym(C M_a) P_perp while that
 // energy is above a calibrated threshold (see docs/INCRT.md and spec/INCRT.md).
+// A check of a block runs the stages probe -> energy -> calibrate (the INCRT library's
+// ProbeStats and Calibration, shared with the pruning rule) -> spectrum and trackers ->
+// threshold -> decide.
+#include <growformer/fields.hpp>
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -14,13 +18,15 @@
 #include <string>
 #include <vector>
 
-#include <growformer/incrt_math.hpp>
+#include <growformer/incrt/math.hpp>
+#include <growformer/incrt/stats.hpp>
 
 #include "gain_rounds.hpp"
 
 namespace {
 
 using gf::incrt::Mat;
+using gf::incrt::Thresholds;
 using gf::incrt::Vec;
 
 /// Policy state of one attention block.
@@ -30,10 +36,9 @@ struct BlockState {
   std::vector<Vec> q;               // directions at which earlier heads were born
   std::vector<long> q_owner;        // head id per Q column (-1 = unknown)
   size_t checks = 0;                // checks seen
-  Vec calib_norms;                  // E_t = ||sym(C M_a)||_F of the calibration checks
+  gf::incrt::Calibration calib;     // E_t of the calibration checks, Gamma_res(0)
   Vec calib_energy;                 // unused since state version 2 (kept empty)
-  bool calibrated = false;
-  double gamma0 = 0.0, theta_w = 0.0, phi_w = 0.0, phi_g = 0.0, energy0 = 0.0;
+  double theta_w = 0.0, phi_w = 0.0, phi_g = 0.0, energy0 = 0.0;
   double gamma_floor = 0.0;         // E_t at the first check (the untrained block)
   double pair0 = 0.0;               // lambda_max - lambda_min at calibration (one head's pair)
   double energy_now = 0.0;          // E_t at the last check
@@ -46,60 +51,100 @@ struct BlockState {
   bool pending = false;             // an AddHead was returned and not yet confirmed
   Vec pending_dir;
   Vec pending_dir2;                 // the other half's direction (spectrum: both), may be empty
+
+  /// Each field once, in the order of the saved text (`over` since version 3); the ones with a
+  /// key are the block's summary quantities.
+  static const gf::StateFields<BlockState>& state_fields() {
+    using B = BlockState;
+    using C = gf::incrt::Calibration;
+    using T = gf::incrt::TrackerPair;
+    static const auto f =
+        gf::StateFields<B>()
+            .add("started", &B::started)
+            .add("u_plus", &B::tracker, &T::up)
+            .add("u_minus", &B::tracker, &T::um)
+            .add("tracker_lambda_max", &B::tracker, &T::lambda_max)
+            .add("tracker_lambda_min", &B::tracker, &T::lambda_min)
+            .custom(
+                "q",
+                [](std::ostringstream& os, const B& s) {
+                  os << s.q.size() << ' ';
+                  for (size_t i = 0; i < s.q.size(); ++i) {
+                    gf::state::put_vec(os, s.q[i]);
+                    os << s.q_owner[i] << ' ';
+                  }
+                },
+                [](gf::state::Reader& r, B& s) {
+                  const size_t nq = r.count();
+                  for (size_t i = 0; i < nq; ++i) {
+                    s.q.push_back(r.vec());
+                    s.q_owner.push_back(r.i64());
+                  }
+                })
+            .add("checks", &B::checks)
+            .add("calib_norms", &B::calib, &C::norms)
+            .add("calib_energy", &B::calib_energy)
+            .add("calibrated", &B::calib, &C::done)
+            .add("gamma0", &B::calib, &C::gamma0).report("gamma_res0")
+            .add("theta_w", &B::theta_w).report("theta_w")
+            .add("phi_w", &B::phi_w).report("phi_w")
+            .add("phi_g", &B::phi_g).report("phi_g")
+            .add("energy0", &B::energy0)
+            .add("w_t", &B::w_t).report("W_t")
+            .add("lambda_max", &B::lambda_max).report("lambda_max")
+            .add("lambda_min", &B::lambda_min).report("lambda_min")
+            .add("a_norm", &B::a_norm).report("a_res_norm")
+            .add("gamma_floor", &B::gamma_floor).report("gamma_floor")
+            .add("pair0", &B::pair0)
+            .add("energy_now", &B::energy_now).report("energy_now")
+            .add("last_growth_check", &B::last_growth_check)
+            .add("grown", &B::grown).report("grown")
+            .add("heads", &B::heads).report("K_obs")
+            .add("pending", &B::pending)
+            .add("over", &B::over, 3)
+            .add("pending_dir", &B::pending_dir)
+            .add("pending_dir2", &B::pending_dir2);
+    return f;
+  }
+};
+
+enum class Round { Double, Planes, One };
+
+/// The policy's options, each declared once (`table()`: spec, parsing and member).
+struct IncrtSettings {
+  bool gain_mode = true;
+  Round round = Round::Double;
+  double plane_threshold = 0.5;
+  gf::incrt::GainOptions gain;
+  gf::incrt::ProbeSettings probe;
+  bool exact = false;
+  gf::incrt::McaRule mca_rule = gf::incrt::McaRule::Exin;
+  double eta_plus = -1.0, eta_minus = -1.0;  // unset: the defaults of eta_plus(d)
+  size_t tracker_iters = 100;
+  bool scale_frobenius = true, coupling = false;
+  gf::incrt::CalibrationSettings calibration;
+  Thresholds thresholds = Thresholds::Relative;
+  bool both_halves = true;
+  double theta_w = 0.35, phi_w = 0.5, phi_g = 0.01;
+  bool dwell_auto = false;
+  long dwell_checks = 8;
+  size_t patience = 3;
+  double dwell_kappa = 2.0, dwell_eps = 0.05;
+  long dwell_max_checks = 50;
+  bool directed = true;
+  double value_variance = -1.0;  // unset: the NTK rule
+  bool preserve_function = true;
+  size_t max_heads = 0;
+  double k_constant = 1.0, head_cost = 0.1;
+  bool release_direction = true, lyapunov_guard = true;
+
+  static const gf::OptionTable<IncrtSettings>& table();
 };
 
 class IncrtGeometric : public gf::GrowthPolicy {
  public:
-  explicit IncrtGeometric(const gf::Options& o)
-      : first_sequence_(o.get_string("probe") == "first_sequence"),
-        normalize_c_(o.get_bool("normalize_c")),
-        exact_(o.get_string("tracker") == "exact"),
-        rule_(o.get_string("mca_rule") == "reference" ? gf::incrt::McaRule::Reference
-                                                      : gf::incrt::McaRule::Exin),
-        eta_plus_(o.has_value("eta_plus") ? o.get_float("eta_plus") : -1.0),
-        eta_minus_(o.has_value("eta_minus") ? o.get_float("eta_minus") : -1.0),
-        tracker_iters_(static_cast<size_t>(o.get_int("tracker_iters"))),
-        scale_frobenius_(o.get_string("step_scale") == "frobenius"),
-        coupling_(o.get_bool("coupling")),
-        calibration_checks_(static_cast<size_t>(o.get_int("calibration_checks"))),
-        absolute_(o.get_string("thresholds") == "absolute"),
-        track_scale_(o.get_string("thresholds") == "relative"),
-        both_halves_(o.get_string("spectrum") == "both"),
-        plateau_(o.get_string("calibration") == "plateau"),
-        calibration_window_(static_cast<size_t>(o.get_int("calibration_window"))),
-        plateau_tolerance_(o.get_float("plateau_tolerance")),
-        calibration_max_checks_(static_cast<size_t>(o.get_int("calibration_max_checks"))),
-        calibration_max_fraction_(o.get_float("calibration_max_fraction")),
-        theta_opt_(o.get_float("theta_w")),
-        phi_w_opt_(o.get_float("phi_w")),
-        phi_g_opt_(o.get_float("phi_g")),
-        dwell_auto_(o.get_string("dwell") == "auto"),
-        dwell_checks_(o.get_int("dwell_checks")),
-        patience_(static_cast<size_t>(o.get_int("patience"))),
-        dwell_kappa_(o.get_float("dwell_kappa")),
-        dwell_eps_(o.get_float("dwell_eps")),
-        dwell_max_checks_(o.get_int("dwell_max_checks")),
-        directed_(o.get_string("init") == "directed"),
-        value_variance_(o.has_value("value_variance") ? o.get_float("value_variance") : -1.0),
-        preserve_(o.get_bool("preserve_function")),
-        max_heads_(static_cast<size_t>(o.get_int("max_heads"))),
-        k_constant_(o.get_float("k_constant")),
-        head_cost_(o.get_float("head_cost")),
-        release_default_(o.get_bool("release_direction")),
-        lyapunov_guard_(o.get_bool("lyapunov_guard")),
-        gain_mode_(o.get_string("criterion") == "gain"),
-        round_(o.get_string("round")),
-        plane_threshold_(o.get_float("plane_threshold")) {
-    gain_opt_.probe_examples = static_cast<size_t>(o.get_int("probe_examples"));
-    gain_opt_.probe_every = static_cast<size_t>(o.get_int("probe_every"));
-    gain_opt_.settle_probes = static_cast<size_t>(o.get_int("settle_probes"));
-    gain_opt_.settle_tolerance = o.get_float("settle_tolerance");
-    gain_opt_.min_gain = o.get_float("min_gain");
-    gain_opt_.reopen_rise = o.get_float("reopen_rise");
-    gain_opt_.grow_until = o.get_float("grow_until");
-    gain_opt_.round_patience = o.get_float("round_patience");
-    gain_opt_.attribution = o.get_bool("attribution");
-    if (absolute_ && !o.is_set("theta_w"))
+  explicit IncrtGeometric(const gf::Options& o) : set_(IncrtSettings::table().read(o)) {
+    if (set_.thresholds == Thresholds::Absolute && !o.is_set("theta_w"))
       o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
   }
 
@@ -107,7 +152,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   /// criterion: gain, at a probe while a round waits for its test: the round's heads muted.
   std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
-    if (!gain_mode_ || !gain_opt_.attribution || !gain_.has_prev || gain_.done || gain_.round.empty() ||
+    if (!set_.gain_mode || !set_.gain.attribution || !gain_.has_prev || gain_.done || gain_.round.empty() ||
         validation_probe(view.step) == 0)
       return {};
     return {round_heads()};
@@ -122,8 +167,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   size_t validation_probe(size_t step) const override {
     (void)step;
-    if (!gain_mode_) return 0;
-    return gain_checks_ % std::max<size_t>(gain_opt_.probe_every, 1) == 0 ? gain_opt_.probe_examples : 0;
+    if (!set_.gain_mode) return 0;
+    return gain_checks_ % std::max<size_t>(set_.gain.probe_every, 1) == 0 ? set_.gain.probe_examples : 0;
   }
 
   void on_start(const gf::TrainView& view) override {
@@ -145,7 +190,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       BlockState& st = blocks_[bv.index];
       check_block(view, bv, st, edits);
     }
-    if (gain_mode_) {
+    if (set_.gain_mode) {
       if (view.metrics.probe_examples > 0) gain_step(view, edits);
       gain_checks_ += 1;
     }
@@ -181,7 +226,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.heads += 1;
       st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
     } else {
-      const bool release = e.release_direction.value_or(release_default_);
+      const bool release = e.release_direction.value_or(set_.release_direction);
       if (st.heads > 0) st.heads -= 1;
       auto& r = gain_.round;
       r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
@@ -216,7 +261,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       if (blocks_.size() > 1)
         for (const auto& q : b) out["block" + std::to_string(kv.first) + "." + q.first] = q.second;
     }
-    if (gain_mode_) {
+    if (set_.gain_mode) {
       out["rounds"] = static_cast<double>(gain_.rounds);
       out["rounds_rejected"] = static_cast<double>(gain_.rejected);
       out["reopened"] = static_cast<double>(gain_.reopened);
@@ -234,29 +279,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
     std::ostringstream os;
     os << "incrt_geometric 7 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
-    for (const auto& kv : blocks_) {
-      const BlockState& s = kv.second;
-      os << "block " << kv.first << ' ' << s.started << ' ';
-      gf::incrt::put_vec(os, s.tracker.up);
-      gf::incrt::put_vec(os, s.tracker.um);
-      gf::incrt::put(os, s.tracker.lambda_max);
-      gf::incrt::put(os, s.tracker.lambda_min);
-      os << s.q.size() << ' ';
-      for (size_t i = 0; i < s.q.size(); ++i) {
-        gf::incrt::put_vec(os, s.q[i]);
-        os << s.q_owner[i] << ' ';
-      }
-      os << s.checks << ' ';
-      gf::incrt::put_vec(os, s.calib_norms);
-      gf::incrt::put_vec(os, s.calib_energy);
-      os << s.calibrated << ' ';
-      for (double v : {s.gamma0, s.theta_w, s.phi_w, s.phi_g, s.energy0, s.w_t, s.lambda_max,
-                       s.lambda_min, s.a_norm, s.gamma_floor, s.pair0, s.energy_now})
-        gf::incrt::put(os, v);
-      os << s.last_growth_check << ' ' << s.grown << ' ' << s.heads << ' ' << s.pending << ' '
-         << s.over << ' ';
-      gf::incrt::put_vec(os, s.pending_dir);
-      gf::incrt::put_vec(os, s.pending_dir2);
+    for (const auto& [index, st] : blocks_) {
+      os << "block " << index << ' ';
+      BlockState::state_fields().save(os, st);
     }
     gain_.save(os);
     os << gain_checks_ << ' ' << gain_pending_ << ' ';
@@ -264,58 +289,28 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return os.str();
   }
 
+  /// Versions 2 to 7 load: 2 (before growth patience) without the over-threshold counter (0);
+  /// 3 (before growth in rounds) without round state; 4 (before the round patience) without
+  /// the learning onset; 5 (before growth_until counted from a reopening) as never reopened;
+  /// 6 (before the round's shares) with none measured.
   void load_state(const std::string& text) override {
-    if (text.empty()) return;
-    gf::incrt::Reader r(text);
-    r.expect("incrt_geometric");
-    // Version 2 (before growth patience) has no over-threshold counter: it loads as 0.
-    const std::string version = r.word();
-    // Version 3 (before growth in rounds) has no round state: it loads with none; version 4
-    // (before the round patience) has no learning onset: it loads as not seen yet.
-    // (version 5, before growth_until counted from a reopening, loads as never reopened)
-    // (version 6, before the round's shares, loads with none measured)
-    if (version != "2" && version != "3" && version != "4" && version != "5" && version != "6" &&
-        version != "7")
-      throw gf::RuntimeError("incrt: policy state: expected version '2' to '7', got '" + version + "'");
+    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 7, "incrt");
+    if (!opened) return;
+    gf::state::Reader& r = *opened;
+    const int version = r.version();
     seeded_ = r.u64() != 0;
-    const uint64_t s = r.u64(), inc = r.u64();
-    rng_.restore(s, inc);
-    const size_t nb = r.u64();
+    gf::fields_detail::read(r, rng_);
+    const size_t nb = r.count();
     blocks_.clear();
     for (size_t b = 0; b < nb; ++b) {
       r.expect("block");
-      BlockState& st = blocks_[r.u64()];
-      st.started = r.u64() != 0;
-      st.tracker.up = r.vec();
-      st.tracker.um = r.vec();
-      st.tracker.lambda_max = r.num();
-      st.tracker.lambda_min = r.num();
-      const size_t nq = r.u64();
-      for (size_t i = 0; i < nq; ++i) {
-        st.q.push_back(r.vec());
-        st.q_owner.push_back(r.i64());
-      }
-      st.checks = r.u64();
-      st.calib_norms = r.vec();
-      st.calib_energy = r.vec();
-      st.calibrated = r.u64() != 0;
-      for (double* v : {&st.gamma0, &st.theta_w, &st.phi_w, &st.phi_g, &st.energy0, &st.w_t,
-                        &st.lambda_max, &st.lambda_min, &st.a_norm, &st.gamma_floor, &st.pair0,
-                        &st.energy_now})
-        *v = r.num();
-      st.last_growth_check = r.i64();
-      st.grown = r.u64();
-      st.heads = r.u64();
-      st.pending = r.u64() != 0;
-      st.over = version == "2" ? 0 : r.u64();
-      st.pending_dir = r.vec();
-      st.pending_dir2 = r.vec();
+      BlockState::state_fields().load(r, blocks_[r.u64()], version);
     }
     gain_ = gf::incrt::GainState{};
     gain_checks_ = 0;
     gain_pending_ = 0;
-    if (version == "4" || version == "5" || version == "6" || version == "7") {
-      gain_.load(r, version != "4", version == "6" || version == "7", version == "7");
+    if (version >= 4) {
+      gain_.load(r);
       gain_checks_ = r.u64();
       gain_pending_ = r.u64();
     }
@@ -324,13 +319,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
  private:
   std::map<std::string, double> block_summary(const BlockState& st) const {
-    std::map<std::string, double> b;
-    b["gamma_res0"] = st.gamma0;
-    b["gamma_floor"] = st.gamma_floor;
-    b["energy_now"] = st.energy_now;
-    b["theta_w"] = st.theta_w;
-    b["phi_w"] = st.phi_w;
-    b["phi_g"] = st.phi_g;
+    std::map<std::string, double> b = BlockState::state_fields().summary(st);
     // Head-count law K* = c kappa_T^2 log(Gamma0 / floor), from the spectrum of
     // sym(C M_a) at the end of calibration (before any growth), independent of theta_w:
     // kappa_T = total directional energy sum |lambda_i| over the energy one head's
@@ -338,64 +327,240 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // the log term: how far the learned structure rose above the untrained block's
     // energy (the first check), log(1 + Gamma0 / floor) so that it stays positive.
     const double kappa = st.pair0 > 0 ? st.energy0 / st.pair0 : 0.0;
-    const double logr = st.gamma_floor > 0 ? std::log1p(st.gamma0 / st.gamma_floor) : 0.0;
-    const double k_pred = st.calibrated ? k_constant_ * kappa * kappa * logr : 0.0;
+    const double logr = st.gamma_floor > 0 ? std::log1p(st.calib.gamma0 / st.gamma_floor) : 0.0;
+    const double k_pred = st.calib.done ? set_.k_constant * kappa * kappa * logr : 0.0;
     b["kappa_T"] = kappa;
     b["K_pred"] = k_pred;
-    b["K_obs"] = static_cast<double>(st.heads);
     b["ratio"] = k_pred > 0 ? static_cast<double>(st.heads) / k_pred : 0.0;
-    b["W_t"] = st.w_t;
-    b["grown"] = static_cast<double>(st.grown);
-    b["lambda_max"] = st.lambda_max;
-    b["lambda_min"] = st.lambda_min;
-    b["a_res_norm"] = st.a_norm;
     return b;
   }
 
   double eta_plus(size_t d) const {
-    return eta_plus_ > 0 ? eta_plus_ : gf::incrt::default_eta_plus(scale_frobenius_, d);
+    return set_.eta_plus > 0 ? set_.eta_plus : gf::incrt::default_eta_plus(set_.scale_frobenius, d);
   }
-  double eta_minus(size_t d) const { return eta_minus_ > 0 ? eta_minus_ : 0.5 * eta_plus(d); }
+  double eta_minus(size_t d) const { return set_.eta_minus > 0 ? set_.eta_minus : 0.5 * eta_plus(d); }
 
-  /// Thresholds for the current check (energy = E_t = ||sym(C M_a)||_F).
+  /// Stage "threshold": the thresholds of the current check (energy = E_t = ||sym(C M_a)||_F).
   void set_thresholds(BlockState& st, double energy) const {
-    if (absolute_) {
-      st.theta_w = theta_opt_;
-      st.phi_w = phi_w_opt_;
-      st.phi_g = phi_g_opt_;
+    if (set_.thresholds == Thresholds::Absolute) {
+      st.theta_w = set_.theta_w;
+      st.phi_w = set_.phi_w;
+      st.phi_g = set_.phi_g;
       return;
     }
-    const double scale = track_scale_ ? energy : st.gamma0;
-    st.theta_w = theta_opt_ * scale;
-    st.phi_w = phi_w_opt_ * st.theta_w;
-    st.phi_g = phi_g_opt_ * st.theta_w;
+    const double scale = set_.thresholds == Thresholds::Relative ? energy : st.calib.gamma0;
+    st.theta_w = set_.theta_w * scale;
+    st.phi_w = set_.phi_w * st.theta_w;
+    st.phi_g = set_.phi_g * st.theta_w;
   }
 
-  /// Calibration ends after calibration_checks checks (calibration: fixed), or
-  /// (plateau) once at least calibration_checks are seen and the median of E_t over
-  /// the last calibration_window checks is within plateau_tolerance of the median over
-  /// the window before (the first heads have finished learning), or at
-  /// calibration_max_checks, or once STEP reaches calibration_max_fraction of the run's
-  /// TOTAL steps (a growth needs training time after it).
-  bool calibration_done(const BlockState& st, size_t step, size_t total) const {
-    const size_t n = st.calib_norms.size();
-    if (!plateau_) return n >= calibration_checks_;
-    if (n >= calibration_max_checks_) return true;
-    if (calibration_max_fraction_ > 0 && total > 0 &&
-        double(step) >= calibration_max_fraction_ * double(total))
-      return true;
-    const size_t w = std::max<size_t>(calibration_window_, 1);
-    if (n < calibration_checks_ || n < 2 * w) return false;
-    const Vec last(st.calib_norms.end() - long(w), st.calib_norms.end());
-    const Vec before(st.calib_norms.end() - long(2 * w), st.calib_norms.end() - long(w));
-    const double m1 = gf::incrt::median(last), m0 = gf::incrt::median(before);
-    return m1 <= (1.0 + plateau_tolerance_) * m0;
+  /// The spectrum of A_res at a check.
+  struct Spectrum {
+    Mat a;              // A_res = P_perp sym(C M_a) P_perp
+    double a_norm = 0.0;
+    gf::incrt::Eigen eig;
+    double gap_top = 0.0, gap_bottom = 0.0;
+  };
+
+  /// What the criterion reads at a check (stage "decide").
+  struct Reading {
+    size_t check_index = 0;
+    bool calibrated_now = false;
+    long dwell = 0;
+    bool minus_first = false;  // the negative half leads (spectrum: both)
+    double lead = 0.0;         // the energy the criterion reads
+  };
+
+  /// Heads removed by someone else (a pruning rule's edits are not shown to this policy): free
+  /// their birth directions when release_direction is on.
+  void forget_dead_heads(BlockState& st, const std::vector<gf::HeadInfo>& heads) const {
+    if (!set_.release_direction) return;
+    for (size_t i = 0; i < st.q_owner.size();) {
+      bool alive = st.q_owner[i] < 0;
+      for (const gf::HeadInfo& h : heads) alive = alive || h.id == st.q_owner[i];
+      if (alive) {
+        ++i;
+        continue;
+      }
+      st.q.erase(st.q.begin() + static_cast<long>(i));
+      st.q_owner.erase(st.q_owner.begin() + static_cast<long>(i));
+    }
   }
 
+  /// Stage "spectrum": A_res, its eigenvalues, and the trackers' step.
+  Spectrum track(BlockState& st, const gf::incrt::ProbeStats& ps, size_t d) {
+    Spectrum sp;
+    sp.a = gf::incrt::project(ps.s, st.q);
+    sp.a_norm = gf::incrt::frobenius(sp.a);
+    sp.eig = gf::incrt::jacobi_eigen(sp.a, set_.exact);
+    const Vec& ev = sp.eig.values;
+    sp.gap_top = d >= 2 ? ev[d - 1] - ev[d - 2] : 0.0;
+    sp.gap_bottom = d >= 2 ? ev[1] - ev[0] : 0.0;
+    if (set_.exact) {
+      st.tracker.exact(sp.a, st.q, &sp.eig);
+    } else {
+      const double scale = set_.scale_frobenius ? sp.a_norm : 1.0;
+      double gamma = -1.0;  // uncoupled
+      if (set_.coupling)
+        gamma = sp.gap_top + sp.gap_bottom > 0 ? sp.gap_top / (sp.gap_top + sp.gap_bottom) : 0.5;
+      if (scale > 0) {
+        st.tracker.update(sp.a, st.q, eta_plus(d), eta_minus(d), set_.mca_rule, set_.tracker_iters,
+                          scale, gamma);
+      } else {
+        st.tracker.lambda_max = st.tracker.lambda_min = 0.0;  // no directional energy at all
+      }
+    }
+    st.lambda_max = st.tracker.lambda_max;
+    st.lambda_min = st.tracker.lambda_min;
+    st.a_norm = sp.a_norm;
+    return sp;
+  }
+
+  /// Stage "calibrate": Gamma_res(0) and the head-count law's inputs (no growth before); true
+  /// when calibration ended at this check, with a `calibrate` event.
+  bool calibrate(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st, double energy,
+                 const Vec& ev) {
+    if (!st.calib.observe(energy, view.step, view.total_steps, set_.calibration)) return false;
+    const size_t d = ev.size();
+    // Q is empty before the first growth, so ev is the spectrum of sym(C M_a).
+    double total = 0.0;
+    for (double v : ev) total += std::fabs(v);
+    st.energy0 = total;
+    st.pair0 = d ? ev[d - 1] - ev[0] : 0.0;
+    set_thresholds(st, energy);
+    gf::Event cal;
+    cal.type = "calibrate";
+    cal.block = static_cast<long>(bv.index);
+    const auto sum = block_summary(st);
+    cal.numbers = {{"step", double(view.step)},        {"gamma_res0", st.calib.gamma0},
+                   {"gamma_floor", st.gamma_floor},    {"theta_w", st.theta_w},
+                   {"phi_w", st.phi_w},                {"phi_g", st.phi_g},
+                   {"energy0", st.energy0},            {"pair0", st.pair0},
+                   {"kappa_T", sum.at("kappa_T")},     {"K_pred", sum.at("K_pred")},
+                   {"checks", double(st.calib.norms.size())}};
+    cal.strings = {{"policy", "incrt_geometric"}};
+    if (view.events) view.events->emit(cal);
+    return true;
+  }
+
+  /// Stage "threshold" of the energy rule: the Lyapunov functional, the dwell time, the energy
+  /// the criterion reads and the count of checks over the threshold.
+  Reading read_energy(BlockState& st, const Spectrum& sp, size_t heads, size_t d, size_t check_index,
+                      bool calibrated_now) const {
+    Reading rd;
+    rd.check_index = check_index;
+    rd.calibrated_now = calibrated_now;
+    // Lyapunov functional: uncaptured energy above threshold plus a cost per head.
+    double uncaptured = 0.0;
+    for (double v : sp.eig.values)
+      uncaptured += std::max((set_.both_halves ? std::fabs(v) : v) - st.theta_w, 0.0);
+    st.w_t = st.calib.done ? uncaptured + set_.head_cost * st.theta_w * double(heads) : 0.0;
+    // Dwell time in checks.
+    rd.dwell = set_.dwell_checks;
+    if (set_.dwell_auto) {
+      const double scale = set_.scale_frobenius && sp.a_norm > 0 ? sp.a_norm : 1.0;
+      const double gap = sp.gap_top / scale;
+      const double iters = gap > 0 ? set_.dwell_kappa / (eta_plus(d) * gap * gap) *
+                                         std::log(1.0 / set_.dwell_eps)
+                                   : 1e18;
+      const double in_checks = std::ceil(iters / double(std::max<size_t>(set_.tracker_iters, 1)));
+      rd.dwell = static_cast<long>(std::min<double>(in_checks, double(set_.dwell_max_checks)));
+    }
+    // The energy the criterion reads: the spectral radius of A_res (both halves), or
+    // lambda_max (positive half, the paper's formula).
+    rd.minus_first = set_.both_halves && -st.lambda_min > st.lambda_max;
+    rd.lead = set_.both_halves ? std::max(st.lambda_max, -st.lambda_min) : st.lambda_max;
+    // Growth must pay for its head: the uncaptured energy it removes (at least
+    // lead - theta_w) exceeds the head cost, so W_t strictly decreases.
+    const double need = st.theta_w * (1.0 + (set_.lyapunov_guard ? set_.head_cost : 0.0));
+    // The energy must stay over the threshold for `patience` consecutive active checks: C
+    // comes from one training batch, so one check's spectrum carries that batch's noise.
+    const bool active = st.calib.done && !calibrated_now;
+    st.over = active && rd.lead > need ? st.over + 1 : 0;
+    return rd;
+  }
+
+  void emit_check(const gf::TrainView& view, const gf::BlockView& bv, const BlockState& st,
+                  const gf::incrt::ProbeStats& ps, const Spectrum& sp, const Reading& rd,
+                  size_t heads) const {
+    if (!view.events) return;
+    const Vec& ev = sp.eig.values;
+    const size_t d = ev.size();
+    gf::Event e;
+    e.type = "check";
+    e.block = static_cast<long>(bv.index);
+    e.numbers = {{"step", double(view.step)},
+                 {"lambda_max", st.lambda_max},
+                 {"lambda_min", st.lambda_min},
+                 {"lambda_max_exact", d ? ev[d - 1] : 0.0},
+                 {"lambda_min_exact", d ? ev[0] : 0.0},
+                 {"energy", rd.lead},
+                 {"a_res_norm", sp.a_norm},
+                 {"total_energy", ps.energy},
+                 {"gap_top", sp.gap_top},
+                 {"theta_w", st.theta_w},
+                 {"phi_w", st.phi_w},
+                 {"phi_g", st.phi_g},
+                 {"heads", double(heads)},
+                 {"q_rank", double(st.q.size())},
+                 {"W_t", st.w_t},
+                 {"tokens", double(ps.tokens)},
+                 {"dwell", double(rd.dwell)},
+                 {"over", double(st.over)}};
+    e.strings = {{"policy", "incrt_geometric"}, {"phase", st.calib.done ? "active" : "calibrating"}};
+    view.events->emit(e);
+  }
+
+  /// Stage "decide" of the energy rule: a head at the leading uncaptured direction when the
+  /// energy stayed over the threshold, the dwell time has passed and there is room.
+  void decide_energy(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st,
+                     const std::vector<gf::HeadInfo>& heads, const gf::incrt::ProbeStats& ps,
+                     const Spectrum& sp, const Reading& rd, std::vector<gf::Edit>& edits) {
+    const size_t d = sp.eig.values.size();
+    const size_t cap = std::min(set_.max_heads > 0 ? set_.max_heads : static_cast<size_t>(-1),
+                                bv.block->max_heads());
+    const bool enough = st.over >= std::max<size_t>(set_.patience, 1);
+    // The paper's second condition; vacuous for the traceless A_res (kept for the
+    // positive-half rule).
+    const bool minor = set_.both_halves || st.lambda_min < st.phi_w;
+    const size_t room = set_.both_halves ? 2 : 1;
+    const long since = static_cast<long>(rd.check_index) - st.last_growth_check;
+    if (!(enough && minor && since >= rd.dwell && heads.size() < cap && st.q.size() + room <= d))
+      return;
+    const Vec& dir = rd.minus_first ? st.tracker.um : st.tracker.up;
+    gf::Edit e;
+    e.kind = gf::Edit::Kind::AddHead;
+    e.block = bv.index;
+    e.init.mode = set_.directed ? "directed" : "random";
+    e.init.direction.assign(dir.begin(), dir.end());
+    e.init.preserve_function = set_.preserve_function;
+    e.init.value_variance = new_head_variance(heads, d, ps.seq_len);
+    e.cause.type = "grow";
+    e.cause.block = static_cast<long>(bv.index);
+    e.cause.numbers = {{"step", double(view.step)},   {"lambda_max", st.lambda_max},
+                       {"lambda_min", st.lambda_min}, {"energy", rd.lead},
+                       {"a_res_norm", sp.a_norm},     {"total_energy", ps.energy},
+                       {"theta_w", st.theta_w},       {"phi_w", st.phi_w},
+                       {"gap_top", sp.gap_top},       {"W_t", st.w_t},
+                       {"heads_before", double(heads.size())},
+                       {"checks_over", double(st.over)},
+                       {"value_variance", e.init.value_variance}};
+    e.cause.strings = {{"policy", "incrt_geometric"},
+                       {"init", e.init.mode},
+                       {"half", rd.minus_first ? "negative" : "positive"}};
+    st.pending = true;
+    st.pending_dir = dir;
+    st.pending_dir2.clear();
+    if (set_.both_halves) st.pending_dir2 = rd.minus_first ? st.tracker.up : st.tracker.um;
+    st.last_growth_check = static_cast<long>(rd.check_index);
+    st.over = 0;  // A_res changes with the new head's directions in Q
+    edits.push_back(std::move(e));
+  }
+
+  /// One block's check: probe -> energy -> spectrum -> calibrate -> threshold -> decide.
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st,
                    std::vector<gf::Edit>& edits) {
-    gf::AttentionBlock& block = *bv.block;
-    const std::vector<gf::HeadInfo> heads = block.heads();
+    const std::vector<gf::HeadInfo> heads = bv.block->heads();
     const size_t d = bv.probe->input.dim(2);
     st.heads = heads.size();
     if (!st.started) {
@@ -403,213 +568,39 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.started = true;
     }
     st.pending = false;  // an edit returned by the last check that was not applied
-    // Heads removed by someone else (a pruning rule's edits are not shown to this
-    // policy): free their birth directions when release_direction is on.
-    if (release_default_) {
-      for (size_t i = 0; i < st.q_owner.size();) {
-        bool alive = st.q_owner[i] < 0;
-        for (const gf::HeadInfo& h : heads) alive = alive || h.id == st.q_owner[i];
-        if (alive) {
-          ++i;
-          continue;
-        }
-        st.q.erase(st.q.begin() + static_cast<long>(i));
-        st.q_owner.erase(st.q_owner.begin() + static_cast<long>(i));
-      }
-    }
-
-    // M_a = sum of the heads' antisymmetric motors; C from the probe.
-    Mat ma(d);
-    std::vector<Mat> motors;  // kept for a round (criterion: gain)
-    for (const gf::HeadInfo& h : heads) {
-      if (!h.head) continue;
-      Mat m = gf::incrt::head_motor(*h.head, d);
-      for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
-      if (gain_mode_) motors.push_back(std::move(m));
-    }
-    size_t ntok = 0;
-    const Mat c =
-        gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_, normalize_c_, &ntok);
-    const size_t nseq = first_sequence_ ? std::min<size_t>(bv.probe->input.dim(0), 1)
-                                        : bv.probe->input.dim(0);
-    const double seq_len = nseq ? double(ntok) / double(nseq) : 1.0;
-    const Mat sfull = gf::incrt::sym_cm(c, ma);
-    const double energy = gf::incrt::frobenius(sfull);  // E_t: total directional energy
-    if (gain_mode_) round_inputs_[bv.index] = {c, std::move(motors), seq_len};
-    const Mat a = gf::incrt::project(sfull, st.q);
-    const double a_norm = gf::incrt::frobenius(a);
-
-    const gf::incrt::Eigen eig = gf::incrt::jacobi_eigen(a, exact_);
-    const Vec& ev = eig.values;
-    const double gap_top = d >= 2 ? ev[d - 1] - ev[d - 2] : 0.0;
-    const double gap_bottom = d >= 2 ? ev[1] - ev[0] : 0.0;
-
-    // Trackers.
-    if (exact_) {
-      st.tracker.exact(a, st.q, &eig);
-    } else {
-      const double scale = scale_frobenius_ ? a_norm : 1.0;
-      double gamma = -1.0;  // uncoupled
-      if (coupling_) gamma = gap_top + gap_bottom > 0 ? gap_top / (gap_top + gap_bottom) : 0.5;
-      if (scale > 0) {
-        st.tracker.update(a, st.q, eta_plus(d), eta_minus(d), rule_, tracker_iters_, scale, gamma);
-      } else {
-        st.tracker.lambda_max = st.tracker.lambda_min = 0.0;  // no directional energy at all
-      }
-    }
-    st.lambda_max = st.tracker.lambda_max;
-    st.lambda_min = st.tracker.lambda_min;
-    st.a_norm = a_norm;
-    st.energy_now = energy;
+    forget_dead_heads(st, heads);
+    gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
+    if (set_.gain_mode) round_inputs_[bv.index] = {ps.c, ps.present_motors(), ps.seq_len};
+    const Spectrum sp = track(st, ps, d);
+    st.energy_now = ps.energy;
     const size_t check_index = st.checks++;
-    if (check_index == 0) st.gamma_floor = energy;
-
-    // Calibration of Gamma_res(0) and of the head-count law's inputs (no growth before).
-    bool calibrated_now = false;
-    if (!st.calibrated) {
-      st.calib_norms.push_back(energy);
-      if (calibration_done(st, view.step, view.total_steps)) {
-        const size_t w = plateau_ ? std::min(st.calib_norms.size(), std::max<size_t>(calibration_window_, 1))
-                                  : st.calib_norms.size();
-        st.gamma0 = gf::incrt::median(Vec(st.calib_norms.end() - long(w), st.calib_norms.end()));
-        // Q is empty before the first growth, so ev is the spectrum of sym(C M_a).
-        double total = 0.0;
-        for (double v : ev) total += std::fabs(v);
-        st.energy0 = total;
-        st.pair0 = d ? ev[d - 1] - ev[0] : 0.0;
-        st.calibrated = true;
-        calibrated_now = true;
-      }
-    }
-    if (st.calibrated) set_thresholds(st, energy);
-    if (calibrated_now) {
-      gf::Event cal;
-      cal.type = "calibrate";
-      cal.block = static_cast<long>(bv.index);
-      const auto sum = block_summary(st);
-      cal.numbers = {{"step", double(view.step)},        {"gamma_res0", st.gamma0},
-                     {"gamma_floor", st.gamma_floor},    {"theta_w", st.theta_w},
-                     {"phi_w", st.phi_w},                {"phi_g", st.phi_g},
-                     {"energy0", st.energy0},            {"pair0", st.pair0},
-                     {"kappa_T", sum.at("kappa_T")},     {"K_pred", sum.at("K_pred")},
-                     {"checks", double(st.calib_norms.size())}};
-      cal.strings = {{"policy", "incrt_geometric"}};
-      if (view.events) view.events->emit(cal);
-    }
-
-    // Lyapunov functional: uncaptured energy above threshold plus a cost per head.
-    double uncaptured = 0.0;
-    for (double v : ev) uncaptured += std::max((both_halves_ ? std::fabs(v) : v) - st.theta_w, 0.0);
-    st.w_t = st.calibrated ? uncaptured + head_cost_ * st.theta_w * double(heads.size()) : 0.0;
-
-    // Dwell time in checks.
-    long dwell = dwell_checks_;
-    if (dwell_auto_) {
-      const double scale = scale_frobenius_ && a_norm > 0 ? a_norm : 1.0;
-      const double gap = gap_top / scale;
-      const double iters = gap > 0 ? dwell_kappa_ / (eta_plus(d) * gap * gap) *
-                                         std::log(1.0 / dwell_eps_)
-                                   : 1e18;
-      const double in_checks = std::ceil(iters / double(std::max<size_t>(tracker_iters_, 1)));
-      dwell = static_cast<long>(std::min<double>(in_checks, double(dwell_max_checks_)));
-    }
-    const long since = static_cast<long>(check_index) - st.last_growth_check;
-    // The energy the criterion reads: the spectral radius of A_res (both halves), or
-    // lambda_max (positive half, the paper's formula).
-    const bool minus_first = both_halves_ && -st.lambda_min > st.lambda_max;
-    const double lead = both_halves_ ? std::max(st.lambda_max, -st.lambda_min) : st.lambda_max;
-    // Growth must pay for its head: the uncaptured energy it removes (at least
-    // lead - theta_w) exceeds the head cost, so W_t strictly decreases.
-    const double need = st.theta_w * (1.0 + (lyapunov_guard_ ? head_cost_ : 0.0));
-    // The energy must stay over the threshold for `patience` consecutive active checks: C
-    // comes from one training batch, so one check's spectrum carries that batch's noise.
-    const bool active = st.calibrated && !calibrated_now;
-    st.over = active && lead > need ? st.over + 1 : 0;
-
-    gf::Event ev_check;
-    ev_check.type = "check";
-    ev_check.block = static_cast<long>(bv.index);
-    ev_check.numbers = {{"step", double(view.step)},
-                        {"lambda_max", st.lambda_max},
-                        {"lambda_min", st.lambda_min},
-                        {"lambda_max_exact", d ? ev[d - 1] : 0.0},
-                        {"lambda_min_exact", d ? ev[0] : 0.0},
-                        {"energy", lead},
-                        {"a_res_norm", a_norm},
-                        {"total_energy", energy},
-                        {"gap_top", gap_top},
-                        {"theta_w", st.theta_w},
-                        {"phi_w", st.phi_w},
-                        {"phi_g", st.phi_g},
-                        {"heads", double(heads.size())},
-                        {"q_rank", double(st.q.size())},
-                        {"W_t", st.w_t},
-                        {"tokens", double(ntok)},
-                        {"dwell", double(dwell)},
-                        {"over", double(st.over)}};
-    ev_check.strings = {{"policy", "incrt_geometric"},
-                        {"phase", st.calibrated ? "active" : "calibrating"}};
-    if (view.events) view.events->emit(ev_check);
-
-    if (gain_mode_ || !st.calibrated || calibrated_now) return;
-    const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
-                                block.max_heads());
-    const bool enough = st.over >= std::max<size_t>(patience_, 1);
-    // The paper's second condition; vacuous for the traceless A_res (kept for the
-    // positive-half rule).
-    const bool minor = both_halves_ || st.lambda_min < st.phi_w;
-    const size_t room = both_halves_ ? 2 : 1;
-    if (!(enough && minor && since >= dwell && heads.size() < cap && st.q.size() + room <= d))
-      return;
-
-    const Vec& dir = minus_first ? st.tracker.um : st.tracker.up;
-    gf::Edit e;
-    e.kind = gf::Edit::Kind::AddHead;
-    e.block = bv.index;
-    e.init.mode = directed_ ? "directed" : "random";
-    e.init.direction.assign(dir.begin(), dir.end());
-    e.init.preserve_function = preserve_;
-    e.init.value_variance = new_head_variance(heads, d, seq_len);
-    e.cause.type = "grow";
-    e.cause.block = static_cast<long>(bv.index);
-    e.cause.numbers = {{"step", double(view.step)},   {"lambda_max", st.lambda_max},
-                       {"lambda_min", st.lambda_min}, {"energy", lead},
-                       {"a_res_norm", a_norm},        {"total_energy", energy},
-                       {"theta_w", st.theta_w},       {"phi_w", st.phi_w},
-                       {"gap_top", gap_top},          {"W_t", st.w_t},
-                       {"heads_before", double(heads.size())},
-                       {"checks_over", double(st.over)},
-                       {"value_variance", e.init.value_variance}};
-    e.cause.strings = {{"policy", "incrt_geometric"},
-                       {"init", e.init.mode},
-                       {"half", minus_first ? "negative" : "positive"}};
-    st.pending = true;
-    st.pending_dir = dir;
-    st.pending_dir2.clear();
-    if (both_halves_) st.pending_dir2 = minus_first ? st.tracker.up : st.tracker.um;
-    st.last_growth_check = static_cast<long>(check_index);
-    st.over = 0;  // A_res changes with the new head's directions in Q
-    edits.push_back(std::move(e));
+    if (check_index == 0) st.gamma_floor = ps.energy;
+    const bool calibrated_now = calibrate(view, bv, st, ps.energy, sp.eig.values);
+    if (st.calib.done && !calibrated_now) set_thresholds(st, ps.energy);
+    const Reading rd = read_energy(st, sp, heads.size(), d, check_index, calibrated_now);
+    emit_check(view, bv, st, ps, sp, rd, heads.size());
+    if (set_.gain_mode || !st.calib.done || calibrated_now) return;
+    decide_energy(view, bv, st, heads, ps, sp, rd, edits);
   }
 
   /// The round rule at a check with a validation probe (criterion: gain).
   void gain_step(const gf::TrainView& view, std::vector<gf::Edit>& edits) {
     gain_pending_ = 0;  // edits returned by an earlier check and not applied
     const gf::RunMetrics& m = view.metrics;
-    gain_.watch(m.probe_loss, view.step, gain_opt_.min_gain);
+    gain_.watch(m.probe_loss, view.step, set_.gain.min_gain);
     const gf::incrt::GainState before = gain_;
     // The rounds begin once every block's calibration has ended (its first heads have learned:
     // before that the probe loss can sit flat at chance and look settled).
     bool calibrated = true;
     for (const gf::BlockView& bv : view.blocks)
-      if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calibrated;
+      if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calib.done;
     double muted = std::numeric_limits<double>::quiet_NaN();  // the probe without the round
     if (!gain_.round.empty())
       if (const gf::Ablation* a = m.ablation(round_heads())) muted = a->loss;
     const gf::incrt::GainDecision dec =
-        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, gain_opt_, muted)
+        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, set_.gain, muted)
                    : gf::incrt::GainDecision{};
-    const auto windows = gain_.windows(std::max<size_t>(gain_opt_.settle_probes, 1));
+    const auto windows = gain_.windows(std::max<size_t>(set_.gain.settle_probes, 1));
     const double nan = std::numeric_limits<double>::quiet_NaN();
     gf::Event pe;
     pe.type = "probe";
@@ -644,7 +635,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       return;
     }
     if (dec.kind == K::Stop) {
-      note("growth_stop", {{"settled", dec.settled}, {"grow_until", gain_opt_.grow_until}});
+      note("growth_stop", {{"settled", dec.settled}, {"grow_until", set_.gain.grow_until}});
       return;
     }
     if (dec.kind == K::Reject) {
@@ -657,19 +648,19 @@ class IncrtGeometric : public gf::GrowthPolicy {
         e.cause.type = "prune";
         e.cause.block = static_cast<long>(b);
         e.cause.numbers = {{"step", double(view.step)},   {"gain", dec.gain},
-                           {"min_gain", gain_opt_.min_gain}, {"settled_before", before.prev},
+                           {"min_gain", set_.gain.min_gain}, {"settled_before", before.prev},
                            {"settled", dec.settled},
                            {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
         e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
         edits.push_back(std::move(e));
       }
       gain_.round.clear();
-      note("round_rejected", {{"gain", dec.gain}, {"min_gain", gain_opt_.min_gain},
+      note("round_rejected", {{"gain", dec.gain}, {"min_gain", set_.gain.min_gain},
                               {"settled_before", before.prev}, {"settled", dec.settled},
                               {"heads_removed", double(before.round.size())},
                               {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
                               {"round_age", double(view.step - before.round_step)},
-                              {"patience_steps", before.patience_steps(gain_opt_)}});
+                              {"patience_steps", before.patience_steps(set_.gain)}});
       return;
     }
     // Grow: one round over the editable blocks
@@ -678,21 +669,21 @@ class IncrtGeometric : public gf::GrowthPolicy {
       auto in = round_inputs_.find(bv.index);
       if (!bv.block || !bv.block->can_edit_heads() || in == round_inputs_.end()) continue;
       const std::vector<gf::HeadInfo> heads = bv.block->heads();
-      const size_t cap = std::min(max_heads_ > 0 ? max_heads_ : static_cast<size_t>(-1),
+      const size_t cap = std::min(set_.max_heads > 0 ? set_.max_heads : static_cast<size_t>(-1),
                                   bv.block->max_heads());
       const size_t room = cap > heads.size() ? cap - heads.size() : 0;
       const gf::incrt::PlaneResidual pr =
-          gf::incrt::plane_residual(in->second.c, in->second.motors, plane_threshold_);
-      size_t n = round_ == "one" ? 1 : round_ == "double" ? heads.size() : std::min(pr.planes, heads.size());
+          gf::incrt::plane_residual(in->second.c, in->second.motors, set_.plane_threshold);
+      size_t n = set_.round == Round::One ? 1 : set_.round == Round::Double ? heads.size() : std::min(pr.planes, heads.size());
       n = pr.vectors.empty() ? 0 : std::min(n, room);
       for (size_t i = 0; i < n; ++i) {
         const size_t v = std::min(2 * i, pr.vectors.size() - 1);
         gf::Edit e;
         e.kind = gf::Edit::Kind::AddHead;
         e.block = bv.index;
-        e.init.mode = directed_ ? "directed" : "random";
+        e.init.mode = set_.directed ? "directed" : "random";
         e.init.direction.assign(pr.vectors[v].begin(), pr.vectors[v].end());
-        e.init.preserve_function = preserve_;
+        e.init.preserve_function = set_.preserve_function;
         e.init.value_variance = new_head_variance(heads, in->second.c.n, in->second.seq_len);
         e.cause.type = "grow";
         e.cause.block = static_cast<long>(bv.index);
@@ -721,7 +712,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   /// Var(W_V) of a new head: the option, else the NTK rule.
   double new_head_variance(const std::vector<gf::HeadInfo>& heads, size_t d, double seq_len) const {
-    return value_variance_ > 0 ? value_variance_ : ntk_variance(heads, d, seq_len);
+    return set_.value_variance > 0 ? set_.value_variance : ntk_variance(heads, d, seq_len);
   }
 
   /// NTK-consistent value variance Var(W_V) = d_k n / (d d_v) with n the sequence
@@ -738,33 +729,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return dk * std::max(n, 1.0) / (double(d) * dv);
   }
 
-  bool first_sequence_, normalize_c_, exact_;
-  gf::incrt::McaRule rule_;
-  double eta_plus_, eta_minus_;
-  size_t tracker_iters_;
-  bool scale_frobenius_, coupling_;
-  size_t calibration_checks_;
-  bool absolute_, track_scale_, both_halves_, plateau_;
-  size_t calibration_window_;
-  double plateau_tolerance_;
-  size_t calibration_max_checks_;
-  double calibration_max_fraction_;
-  double theta_opt_, phi_w_opt_, phi_g_opt_;
-  bool dwell_auto_;
-  long dwell_checks_;
-  size_t patience_;
-  double dwell_kappa_, dwell_eps_;
-  long dwell_max_checks_;
-  bool directed_;
-  double value_variance_;
-  bool preserve_;
-  size_t max_heads_;
-  double k_constant_, head_cost_;
-  bool release_default_, lyapunov_guard_;
-  bool gain_mode_;
-  std::string round_;
-  double plane_threshold_;
-  gf::incrt::GainOptions gain_opt_;
+  IncrtSettings set_;
   gf::incrt::GainState gain_;
   size_t gain_checks_ = 0;   // checks seen (a probe every probe_every of them)
   size_t gain_pending_ = 0;  // AddHead edits of a round returned and not yet confirmed
@@ -782,138 +747,128 @@ class IncrtGeometric : public gf::GrowthPolicy {
   std::map<size_t, BlockState> blocks_;
 };
 
-gf::OptionSpecs incrt_options() {
-  using gf::OptType;
-  const double inf = std::numeric_limits<double>::infinity();
-  return {
-      {"criterion", OptType::String, "gain",
-       "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
-       "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
-       "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
-       -inf, inf, {"gain", "energy"}},
-      {"round", OptType::String, "double",
-       "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
-       "over plane_threshold, at most doubling) or one",
-       -inf, inf, {"double", "planes", "one"}},
-      {"plane_threshold", OptType::Float, "0.5",
-       "gain: an uncaptured plane counts when over this fraction of the median head's top plane",
-       0.0, inf, {}},
-      {"probe_examples", OptType::Int, "128", "gain: validation examples per probe", 1, 1e7, {}},
-      {"probe_every", OptType::Int, "2", "gain: a validation probe every N checks", 1, 1e6, {}},
-      {"settle_probes", OptType::Int, "4",
-       "gain: W, settled when the median probe loss of the last W probes fell by less than "
-       "settle_tolerance against the W before", 1, 1e6, {}},
-      {"settle_tolerance", OptType::Float, "0.01",
-       "gain: settled when the windowed median fell by less than this fraction", 0.0, 1.0, {}},
-      {"min_gain", OptType::Float, "0.05",
-       "gain: a round is kept when the settled probe loss fell by this fraction", 0.0, 1.0, {}},
-      {"reopen_rise", OptType::Float, "0.25",
-       "gain: after growth stopped, a probe loss this fraction over the settled one for "
-       "settle_probes probes reopens growth (a changed task)",
-       0.0, inf, {}},
-      {"round_patience", OptType::Float, "1.5",
-       "gain: a round is not taken back before it has trained this many times the steps the "
-       "run's first head took to start learning (its probe loss to fall by min_gain)",
-       0.0, inf, {}},
-      {"attribution", OptType::Bool, "true",
-       "gain: a round is kept only when muting its heads on the probe also costs min_gain of "
-       "the loss (the fall came from the new heads, not from the older ones training on)",
-       -inf, inf, {}},
-      {"grow_until", OptType::Float, "0.6",
-       "gain: no new round after this fraction of the run's steps (after a reopening: of the "
-       "steps left then)", 0.0, 1.0, {}},
-      {"probe", OptType::String, "batch",
-       "tokens for C = X^T X: first_sequence (reference code) or batch (all valid tokens)", -inf,
-       inf, {"first_sequence", "batch"}},
-      {"normalize_c", OptType::Bool, "true", "divide C by the token count", -inf, inf, {}},
-      {"tracker", OptType::String, "online",
-       "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)", -inf, inf,
-       {"online", "exact"}},
-      {"mca_rule", OptType::String, "exin",
-       "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)", -inf,
-       inf, {"exin", "reference"}},
-      {"eta_plus", OptType::Float, "~",
-       "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0, {}},
-      {"eta_minus", OptType::Float, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0, {}},
-      {"tracker_iters", OptType::Int, "100", "tracker steps per check", 1, 1e7, {}},
-      {"step_scale", OptType::String, "frobenius",
-       "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
-       -inf, inf, {"frobenius", "none"}},
-      {"coupling", OptType::Bool, "false",
-       "couple the trackers as the reference code does, gamma* = D+/(D+ + D-): u+ gets "
-       "-(1-gamma*) c u-, u- gets +eta gamma*(1-gamma*) c u+, c = u+^T u-",
-       -inf, inf, {}},
-      {"calibration", OptType::String, "plateau",
-       "end of calibration: plateau (E_t has stopped rising) or fixed (calibration_checks)", -inf,
-       inf, {"plateau", "fixed"}},
-      {"calibration_checks", OptType::Int, "16",
-       "checks of calibration (fixed), or at least (plateau); no growth before", 1, 1e6, {}},
-      {"calibration_window", OptType::Int, "8",
-       "plateau: compare the median E_t of the last N checks with the N before", 1, 1e6, {}},
-      {"plateau_tolerance", OptType::Float, "0.1",
-       "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous",
-       0.0, inf, {}},
-      {"calibration_max_checks", OptType::Int, "200", "plateau: calibration ends here at the latest",
-       1, 1e9, {}},
-      {"calibration_max_fraction", OptType::Float, "0.25",
-       "plateau: calibration ends at the latest after this fraction of the run's steps, so a "
-       "growth has time to train (0 = no bound)",
-       0.0, 1.0, {}},
-      {"thresholds", OptType::String, "relative",
-       "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
-       "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
-       "absolute: as given",
-       -inf, inf, {"relative", "calibrated", "absolute"}},
-      {"spectrum", OptType::String, "both",
-       "both: the energy is the spectral radius of A_res and a growth captures u+ and u- (the "
-       "+- pair of one rotation plane); positive: lambda_max > theta_w and lambda_min < phi_w, "
-       "u+ only (the paper's formula)",
-       -inf, inf, {"both", "positive"}},
-      {"theta_w", OptType::Float, "0.35",
-       "growth threshold (relative: x E_t; 0.35 ~ sqrt(1/8): the strongest uncaptured +- pair "
-       "holds more than a quarter of E_t^2)",
-       0.0, inf, {}},
-      {"phi_w", OptType::Float, "0.5", "growth needs lambda_min < phi_w", -inf, inf, {}},
-      {"phi_g", OptType::Float, "0.01", "pruning threshold (reported; used by directional_energy)",
-       0.0, inf, {}},
-      {"dwell", OptType::String, "checks",
-       "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
-       -inf, inf, {"checks", "auto"}},
-      {"dwell_checks", OptType::Int, "8", "checks between growths (dwell: checks)", 0, 1e9, {}},
-      {"patience", OptType::Int, "3",
-       "consecutive checks with the energy over the threshold before a growth (C comes from one "
-       "batch: a single check's excess can be that batch's noise)",
-       1, 1e6, {}},
-      {"dwell_kappa", OptType::Float, "2.0", "kappa of the automatic dwell time", 0.0, inf, {}},
-      {"dwell_eps", OptType::Float, "0.05", "eps of the automatic dwell time", 1e-12, 1.0, {}},
-      {"dwell_max_checks", OptType::Int, "50", "cap of the automatic dwell time", 0, 1e9, {}},
-      {"init", OptType::String, "directed",
-       "new head: directed (u+ in the first query column) or random", -inf, inf,
-       {"directed", "random"}},
-      {"value_variance", OptType::Float, "~",
-       "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = sequence length", 0.0,
-       inf, {}},
-      {"preserve_function", OptType::Bool, "true",
-       "new head's W_O starts at zero (the model output is unchanged by growth)", -inf, inf, {}},
-      {"max_heads", OptType::Int, "0", "cap on heads per block (0 = the block's own cap)", 0, 1e6,
-       {}},
-      {"k_constant", OptType::Float, "1.0", "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)",
-       0.0, inf, {}},
-      {"head_cost", OptType::Float, "0.1",
-       "cost per head in the Lyapunov functional W_t, in units of theta_w", 0.0, inf, {}},
-      {"release_direction", OptType::Bool, "true",
-       "when a head is pruned, free its birth direction in Q (unless the prune says otherwise)",
-       -inf, inf, {}},
-      {"lyapunov_guard", OptType::Bool, "true",
-       "grow only when lambda_max > theta_w (1 + head_cost), so every growth lowers W_t", -inf,
-       inf, {}},
-  };
+const gf::OptionTable<IncrtSettings>& IncrtSettings::table() {
+  using S = IncrtSettings;
+  using G = gf::incrt::GainOptions;
+  using Cal = gf::incrt::CalibrationSettings;
+  static const gf::OptionTable<S> built = [] {
+    gf::OptionTable<S> t;
+    t.choice("criterion", &S::gain_mode, "gain",
+             "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
+             "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
+             "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
+             {{"gain", true}, {"energy", false}})
+        .choice("round", &S::round, "double",
+                "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
+                "over plane_threshold, at most doubling) or one",
+                {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
+        .add("plane_threshold", &S::plane_threshold, "0.5",
+             "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
+        .add("probe_examples", &S::gain, &G::probe_examples, "128", "gain: validation examples per probe", 1, 1e7)
+        .add("probe_every", &S::gain, &G::probe_every, "2", "gain: a validation probe every N checks", 1, 1e6)
+        .add("settle_probes", &S::gain, &G::settle_probes, "4",
+             "gain: W, settled when the median probe loss of the last W probes fell by less than "
+             "settle_tolerance against the W before",
+             1, 1e6)
+        .add("settle_tolerance", &S::gain, &G::settle_tolerance, "0.01",
+             "gain: settled when the windowed median fell by less than this fraction", 0.0, 1.0)
+        .add("min_gain", &S::gain, &G::min_gain, "0.05",
+             "gain: a round is kept when the settled probe loss fell by this fraction", 0.0, 1.0)
+        .add("reopen_rise", &S::gain, &G::reopen_rise, "0.25",
+             "gain: after growth stopped, a probe loss this fraction over the settled one for "
+             "settle_probes probes reopens growth (a changed task)",
+             0.0)
+        .add("round_patience", &S::gain, &G::round_patience, "1.5",
+             "gain: a round is not taken back before it has trained this many times the steps the "
+             "run's first head took to start learning (its probe loss to fall by min_gain)",
+             0.0)
+        .add("attribution", &S::gain, &G::attribution, "true",
+             "gain: a round is kept only when muting its heads on the probe also costs min_gain of "
+             "the loss (the fall came from the new heads, not from the older ones training on)")
+        .add("grow_until", &S::gain, &G::grow_until, "0.6",
+             "gain: no new round after this fraction of the run's steps (after a reopening: of the "
+             "steps left then)",
+             0.0, 1.0)
+        .include(gf::incrt::ProbeSettings::table(), &S::probe)
+        .choice("tracker", &S::exact, "online", "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)",
+                {{"online", false}, {"exact", true}})
+        .choice("mca_rule", &S::mca_rule, "exin",
+                "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)",
+                {{"exin", gf::incrt::McaRule::Exin}, {"reference", gf::incrt::McaRule::Reference}})
+        .add("eta_plus", &S::eta_plus, "~",
+             "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0)
+        .add("eta_minus", &S::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
+        .add("tracker_iters", &S::tracker_iters, "100", "tracker steps per check", 1, 1e7)
+        .choice("step_scale", &S::scale_frobenius, "frobenius",
+                "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
+                {{"frobenius", true}, {"none", false}})
+        .add("coupling", &S::coupling, "false",
+             "couple the trackers as the reference code does, gamma* = D+/(D+ + D-): u+ gets "
+             "-(1-gamma*) c u-, u- gets +eta gamma*(1-gamma*) c u+, c = u+^T u-")
+        .choice("calibration", &S::calibration, &Cal::plateau, "plateau",
+                "end of calibration: plateau (E_t has stopped rising) or fixed (calibration_checks)",
+                {{"plateau", true}, {"fixed", false}});
+    gf::incrt::add_calibration_checks(t, &S::calibration,
+                                      "checks of calibration (fixed), or at least (plateau); no growth before");
+    t.add("calibration_window", &S::calibration, &Cal::window, "8",
+          "plateau: compare the median E_t of the last N checks with the N before", 1, 1e6)
+        .add("plateau_tolerance", &S::calibration, &Cal::tolerance, "0.1",
+             "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous", 0.0)
+        .add("calibration_max_checks", &S::calibration, &Cal::max_checks, "200",
+             "plateau: calibration ends here at the latest", 1, 1e9)
+        .add("calibration_max_fraction", &S::calibration, &Cal::max_fraction, "0.25",
+             "plateau: calibration ends at the latest after this fraction of the run's steps, so a "
+             "growth has time to train (0 = no bound)",
+             0.0, 1.0);
+    gf::incrt::add_thresholds(t, &S::thresholds,
+                              "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
+                              "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
+                              "absolute: as given");
+    t.choice("spectrum", &S::both_halves, "both",
+             "both: the energy is the spectral radius of A_res and a growth captures u+ and u- (the "
+             "+- pair of one rotation plane); positive: lambda_max > theta_w and lambda_min < phi_w, "
+             "u+ only (the paper's formula)",
+             {{"both", true}, {"positive", false}})
+        .add("theta_w", &S::theta_w, "0.35",
+             "growth threshold (relative: x E_t; 0.35 ~ sqrt(1/8): the strongest uncaptured +- pair "
+             "holds more than a quarter of E_t^2)",
+             0.0)
+        .add("phi_w", &S::phi_w, "0.5", "growth needs lambda_min < phi_w")
+        .add("phi_g", &S::phi_g, "0.01", "pruning threshold (reported; used by directional_energy)", 0.0)
+        .choice("dwell", &S::dwell_auto, "checks",
+                "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
+                {{"checks", false}, {"auto", true}})
+        .add("dwell_checks", &S::dwell_checks, "8", "checks between growths (dwell: checks)", 0, 1e9)
+        .add("patience", &S::patience, "3",
+             "consecutive checks with the energy over the threshold before a growth (C comes from one "
+             "batch: a single check's excess can be that batch's noise)",
+             1, 1e6)
+        .add("dwell_kappa", &S::dwell_kappa, "2.0", "kappa of the automatic dwell time", 0.0)
+        .add("dwell_eps", &S::dwell_eps, "0.05", "eps of the automatic dwell time", 1e-12, 1.0)
+        .add("dwell_max_checks", &S::dwell_max_checks, "50", "cap of the automatic dwell time", 0, 1e9)
+        .choice("init", &S::directed, "directed", "new head: directed (u+ in the first query column) or random",
+                {{"directed", true}, {"random", false}})
+        .add("value_variance", &S::value_variance, "~",
+             "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = sequence length", 0.0)
+        .add("preserve_function", &S::preserve_function, "true",
+             "new head's W_O starts at zero (the model output is unchanged by growth)")
+        .add("max_heads", &S::max_heads, "0", "cap on heads per block (0 = the block's own cap)", 0, 1e6)
+        .add("k_constant", &S::k_constant, "1.0", "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)", 0.0)
+        .add("head_cost", &S::head_cost, "0.1",
+             "cost per head in the Lyapunov functional W_t, in units of theta_w", 0.0)
+        .add("release_direction", &S::release_direction, "true",
+             "when a head is pruned, free its birth direction in Q (unless the prune says otherwise)")
+        .add("lyapunov_guard", &S::lyapunov_guard, "true",
+             "grow only when lambda_max > theta_w (1 + head_cost), so every growth lowers W_t");
+    return t;
+  }();
+  return built;
 }
 
 void register_incrt(gf::Registry& r) {
   r.add_growth({"incrt_geometric",
                 "INCRT: grow a head at the largest uncaptured directional energy of A_res",
-                incrt_options()},
+                IncrtSettings::table().specs()},
                [](const gf::Options& o) { return std::make_unique<IncrtGeometric>(o); });
 }
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include <growformer/incrt_math.hpp>
+#include <growformer/incrt/math.hpp>
 
 namespace {
 

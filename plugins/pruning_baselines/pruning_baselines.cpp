@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <growformer/incrt_math.hpp>
+#include <growformer/fields.hpp>
 
 namespace {
 
@@ -56,18 +56,46 @@ void emit_prunes(const gf::TrainView& view, const gf::BlockView& bv, std::vector
   }
 }
 
+/// The options every pruning baseline has (GRACE: the default of `grace`).
+struct PruneCommon {
+  size_t grace = 100, min_heads = 1, max_per_check = 1;
+
+  static gf::OptionTable<PruneCommon> table(const std::string& grace) {
+    return gf::OptionTable<PruneCommon>()
+        .add("grace", &PruneCommon::grace, grace, "steps after a head's birth before it can be pruned", 0, 1e12)
+        .add("min_heads", &PruneCommon::min_heads, "1", "never prune a block below this many heads", 0, 1e6)
+        .add("max_per_check", &PruneCommon::max_per_check, "1", "heads removed per block and check at most", 1,
+             1e6);
+  }
+};
+
 size_t age_of(const gf::TrainView& v, const gf::HeadInfo& h) {
   return v.step >= h.born_step ? v.step - h.born_step : 0;
 }
 
+struct MagnitudeSettings {
+  PruneCommon common;
+  double threshold = 0.01;
+  bool relative = false;
+
+  static const gf::OptionTable<MagnitudeSettings>& table() {
+    static const auto t = gf::OptionTable<MagnitudeSettings>()
+        .include(PruneCommon::table("100"), &MagnitudeSettings::common)
+        .add("threshold", &MagnitudeSettings::threshold, "0.01", "prune when ||W_O||_F is under this", 0.0)
+        .add("relative", &MagnitudeSettings::relative, "false",
+             "compare ||W_O||_F / max over the block's heads instead");
+    return t;
+  }
+};
+
 class Magnitude : public gf::GrowthPolicy {
  public:
-  explicit Magnitude(const gf::Options& o)
-      : threshold_(o.get_float("threshold")),
-        relative_(o.get_bool("relative")),
-        grace_(size_t(o.get_int("grace"))),
-        min_heads_(size_t(o.get_int("min_heads"))),
-        max_per_check_(size_t(o.get_int("max_per_check"))) {}
+  explicit Magnitude(const MagnitudeSettings& s)
+      : threshold_(s.threshold),
+        relative_(s.relative),
+        grace_(s.common.grace),
+        min_heads_(s.common.min_heads),
+        max_per_check_(s.common.max_per_check) {}
 
   std::vector<gf::Edit> check(const gf::TrainView& view) override {
     std::vector<gf::Edit> edits;
@@ -116,17 +144,38 @@ class Magnitude : public gf::GrowthPolicy {
   size_t grace_, min_heads_, max_per_check_;
 };
 
+struct ImportanceSettings {
+  PruneCommon common;
+  bool mode_fraction = false;
+  double threshold = 0.05, fraction = 0.1;
+  bool normalize = true, reset_after_check = true;
+
+  static const gf::OptionTable<ImportanceSettings>& table() {
+    using S = ImportanceSettings;
+    static const auto t = gf::OptionTable<S>()
+        .include(PruneCommon::table("100"), &S::common)
+        .choice("mode", &S::mode_fraction, "threshold",
+                "threshold: prune heads under `threshold`; fraction: the lowest `fraction`",
+                {{"threshold", false}, {"fraction", true}})
+        .add("threshold", &S::threshold, "0.05", "importance threshold (mode: threshold)", 0.0)
+        .add("fraction", &S::fraction, "0.1", "share of heads pruned per check (fraction)", 0.0, 1.0)
+        .add("normalize", &S::normalize, "true", "divide importances by their L2 norm per block")
+        .add("reset_after_check", &S::reset_after_check, "true", "restart the accumulation after every check");
+    return t;
+  }
+};
+
 class HeadImportance : public gf::GrowthPolicy {
  public:
-  explicit HeadImportance(const gf::Options& o)
-      : mode_fraction_(o.get_string("mode") == "fraction"),
-        threshold_(o.get_float("threshold")),
-        fraction_(o.get_float("fraction")),
-        normalize_(o.get_bool("normalize")),
-        grace_(size_t(o.get_int("grace"))),
-        min_heads_(size_t(o.get_int("min_heads"))),
-        max_per_check_(size_t(o.get_int("max_per_check"))),
-        reset_(o.get_bool("reset_after_check")) {}
+  explicit HeadImportance(const ImportanceSettings& s)
+      : mode_fraction_(s.mode_fraction),
+        threshold_(s.threshold),
+        fraction_(s.fraction),
+        normalize_(s.normalize),
+        grace_(s.common.grace),
+        min_heads_(s.common.min_heads),
+        max_per_check_(s.common.max_per_check),
+        reset_(s.reset_after_check) {}
 
   bool needs_head_mask_grads() const override { return true; }
 
@@ -209,40 +258,27 @@ class HeadImportance : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "head_importance 1 " << acc_.size() << ' ';
-    for (const auto& kv : acc_) {
-      os << kv.first << ' ' << kv.second.count << ' ' << kv.second.sum.size() << ' ';
-      for (const auto& s : kv.second.sum) {
-        os << s.first << ' ';
-        gf::incrt::put(os, s.second);
-      }
-    }
+    os << "head_importance 1 ";
+    gf::fields_detail::write(os, acc_);
     os << "end";
     return os.str();
   }
 
   void load_state(const std::string& text) override {
-    auto opened = gf::incrt::Reader::open(text, "head_importance", "1");
+    auto opened = gf::state::Reader::open(text, "head_importance", "1");
     if (!opened) return;
-    gf::incrt::Reader& r = *opened;
-    const size_t nb = r.u64();
-    acc_.clear();
-    for (size_t b = 0; b < nb; ++b) {
-      Acc& a = acc_[r.u64()];
-      a.count = r.u64();
-      const size_t n = r.u64();
-      for (size_t i = 0; i < n; ++i) {
-        const int id = int(r.i64());
-        a.sum[id] = r.num();
-      }
-    }
-    r.expect("end");
+    gf::fields_detail::read(*opened, acc_);
+    opened->expect("end");
   }
 
  private:
   struct Acc {
     std::map<int, double> sum;
     size_t count = 0;
+    static const gf::StateFields<Acc>& state_fields() {
+      static const auto f = gf::StateFields<Acc>().add("count", &Acc::count).add("sum", &Acc::sum);
+      return f;
+    }
   };
   bool mode_fraction_;
   double threshold_, fraction_;
@@ -257,17 +293,41 @@ class HeadImportance : public gf::GrowthPolicy {
 /// under max_cost at `patience` probes in a row is removed, the cheapest first. Unlike
 /// |d loss / d mask| this is the loss without the head, not its first-order estimate, and it is
 /// measured on held-out examples.
+struct AblationSettings {
+  PruneCommon common;
+  size_t probe_examples = 128, probe_every = 10;
+  double max_cost = 0.02, loss_floor = 0.05;
+  size_t patience = 2;
+
+  static const gf::OptionTable<AblationSettings>& table() {
+    using S = AblationSettings;
+    static const auto t = gf::OptionTable<S>()
+        .include(PruneCommon::table("300"), &S::common)
+        .add("probe_examples", &S::probe_examples, "128", "validation examples per probe", 1, 1e7)
+        .add("probe_every", &S::probe_every, "10",
+             "a probe every N checks (each probe evaluates the examples once per head past its grace)", 1, 1e6)
+        .add("max_cost", &S::max_cost, "0.02",
+             "prune a head whose removal raises the probe loss by less than this fraction")
+        .add("loss_floor", &S::loss_floor, "0.05",
+             "the cost's denominator is max(probe loss, loss_floor): near-zero losses do not magnify "
+             "float noise",
+             1e-12)
+        .add("patience", &S::patience, "2", "probes in a row under max_cost before a head is pruned", 1, 1e6);
+    return t;
+  }
+};
+
 class AblationRule : public gf::GrowthPolicy {
  public:
-  explicit AblationRule(const gf::Options& o)
-      : probe_examples_(size_t(o.get_int("probe_examples"))),
-        probe_every_(std::max<size_t>(1, size_t(o.get_int("probe_every")))),
-        max_cost_(o.get_float("max_cost")),
-        loss_floor_(o.get_float("loss_floor")),
-        patience_(std::max<size_t>(1, size_t(o.get_int("patience")))),
-        grace_(size_t(o.get_int("grace"))),
-        min_heads_(size_t(o.get_int("min_heads"))),
-        max_per_check_(size_t(o.get_int("max_per_check"))) {}
+  explicit AblationRule(const AblationSettings& s)
+      : probe_examples_(s.probe_examples),
+        probe_every_(std::max<size_t>(1, s.probe_every)),
+        max_cost_(s.max_cost),
+        loss_floor_(s.loss_floor),
+        patience_(std::max<size_t>(1, s.patience)),
+        grace_(s.common.grace),
+        min_heads_(s.common.min_heads),
+        max_per_check_(s.common.max_per_check) {}
 
   size_t validation_probe(size_t step) const override {
     (void)step;
@@ -342,25 +402,17 @@ class AblationRule : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "ablation 1 " << checks_ << ' ' << low_.size() << ' ';
-    for (const auto& kv : low_) os << kv.first.first << ' ' << kv.first.second << ' ' << kv.second << ' ';
+    os << "ablation 1 ";
+    fields().save(os, *this);
     os << "end";
     return os.str();
   }
 
   void load_state(const std::string& text) override {
-    auto opened = gf::incrt::Reader::open(text, "ablation", "1");
+    auto opened = gf::state::Reader::open(text, "ablation", "1");
     if (!opened) return;
-    gf::incrt::Reader& r = *opened;
-    checks_ = r.u64();
-    const size_t n = r.u64();
-    low_.clear();
-    for (size_t i = 0; i < n; ++i) {
-      const size_t b = r.u64();
-      const int id = int(r.i64());
-      low_[{b, id}] = r.u64();
-    }
-    r.expect("end");
+    fields().load(*opened, *this);
+    opened->expect("end");
   }
 
  private:
@@ -371,64 +423,27 @@ class AblationRule : public gf::GrowthPolicy {
   size_t patience_, grace_, min_heads_, max_per_check_;
   size_t checks_ = 0;                         // checks seen
   std::map<std::pair<size_t, int>, size_t> low_;  // probes in a row under max_cost, per head
+
+  static const gf::StateFields<AblationRule>& fields() {
+    static const auto f =
+        gf::StateFields<AblationRule>().add("checks", &AblationRule::checks_).add("low", &AblationRule::low_);
+    return f;
+  }
 };
 
 void register_rules(gf::Registry& r) {
-  using gf::OptType;
-  const double inf = std::numeric_limits<double>::infinity();
-  gf::OptionSpecs common = {
-      {"grace", OptType::Int, "100", "steps after a head's birth before it can be pruned", 0,
-       1e12, {}},
-      {"min_heads", OptType::Int, "1", "never prune a block below this many heads", 0, 1e6, {}},
-      {"max_per_check", OptType::Int, "1", "heads removed per block and check at most", 1, 1e6,
-       {}},
-  };
-  gf::OptionSpecs mag = common;
-  mag.push_back({"threshold", OptType::Float, "0.01", "prune when ||W_O||_F is under this", 0.0,
-                 inf, {}});
-  mag.push_back({"relative", OptType::Bool, "false",
-                 "compare ||W_O||_F / max over the block's heads instead", -inf, inf, {}});
-  r.add_pruning({"magnitude", "prune heads whose output map W_O has a small Frobenius norm", mag},
-                [](const gf::Options& o) { return std::make_unique<Magnitude>(o); });
-  gf::OptionSpecs imp = common;
-  imp.push_back({"mode", OptType::String, "threshold",
-                 "threshold: prune heads under `threshold`; fraction: the lowest `fraction`",
-                 -inf, inf, {"threshold", "fraction"}});
-  imp.push_back({"threshold", OptType::Float, "0.05", "importance threshold (mode: threshold)",
-                 0.0, inf, {}});
-  imp.push_back({"fraction", OptType::Float, "0.1", "share of heads pruned per check (fraction)",
-                 0.0, 1.0, {}});
-  imp.push_back({"normalize", OptType::Bool, "true", "divide importances by their L2 norm per block",
-                 -inf, inf, {}});
-  imp.push_back({"reset_after_check", OptType::Bool, "true",
-                 "restart the accumulation after every check", -inf, inf, {}});
+  r.add_pruning({"magnitude", "prune heads whose output map W_O has a small Frobenius norm",
+                 MagnitudeSettings::table().specs()},
+                [](const gf::Options& o) { return std::make_unique<Magnitude>(MagnitudeSettings::table().read(o)); });
   r.add_pruning({"head_importance",
                  "Michel et al. 2019: prune heads with small accumulated |d loss / d head mask|",
-                 imp},
-                [](const gf::Options& o) { return std::make_unique<HeadImportance>(o); });
-  gf::OptionSpecs abl = {
-      {"grace", OptType::Int, "300", "steps after a head's birth before it can be pruned", 0,
-       1e12, {}},
-      {"min_heads", OptType::Int, "1", "never prune a block below this many heads", 0, 1e6, {}},
-      {"max_per_check", OptType::Int, "1", "heads removed per block and check at most", 1, 1e6,
-       {}},
-      {"probe_examples", OptType::Int, "128", "validation examples per probe", 1, 1e7, {}},
-      {"probe_every", OptType::Int, "10",
-       "a probe every N checks (each probe evaluates the examples once per head past its grace)",
-       1, 1e6, {}},
-      {"max_cost", OptType::Float, "0.02",
-       "prune a head whose removal raises the probe loss by less than this fraction", -inf, inf, {}},
-      {"loss_floor", OptType::Float, "0.05",
-       "the cost's denominator is max(probe loss, loss_floor): near-zero losses do not magnify "
-       "float noise",
-       1e-12, inf, {}},
-      {"patience", OptType::Int, "2", "probes in a row under max_cost before a head is pruned", 1,
-       1e6, {}},
-  };
-  r.add_pruning({"ablation",
-                 "prune heads whose removal costs the validation probe less than max_cost",
-                 abl},
-                [](const gf::Options& o) { return std::make_unique<AblationRule>(o); });
+                 ImportanceSettings::table().specs()},
+                [](const gf::Options& o) {
+                  return std::make_unique<HeadImportance>(ImportanceSettings::table().read(o));
+                });
+  r.add_pruning({"ablation", "prune heads whose removal costs the validation probe less than max_cost",
+                 AblationSettings::table().specs()},
+                [](const gf::Options& o) { return std::make_unique<AblationRule>(AblationSettings::table().read(o)); });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // threshold: its share sym(C M_a,h) of S = sym(C M_a) (Frobenius norm), by default
 // the part that the other heads do not explain (`energy: residual`), against
 // phi_g x ||S||_F of the same check (scale-invariant). C comes from the rule's own probe.
+#include <growformer/fields.hpp>
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -17,19 +18,79 @@
 #include <string>
 #include <vector>
 
-#include <growformer/incrt_math.hpp>
+#include <growformer/incrt/math.hpp>
+#include <growformer/incrt/stats.hpp>
 
 namespace {
 
 using gf::incrt::Mat;
+using gf::incrt::Thresholds;
 using gf::incrt::Vec;
 
 struct PruneBlockState {
   size_t checks = 0;
-  Vec calib_norms;
-  bool calibrated = false;
-  double gamma0 = 0.0, phi_g = 0.0;
+  gf::incrt::Calibration calib;  // E_t of the first checks and their median Gamma0
+  double phi_g = 0.0;
   std::map<long, long> below;  // head id -> consecutive checks under phi_g
+
+  static const gf::StateFields<PruneBlockState>& state_fields() {
+    using P = PruneBlockState;
+    using C = gf::incrt::Calibration;
+    static const auto f = gf::StateFields<P>()
+                              .add("checks", &P::checks)
+                              .add("calib_norms", &P::calib, &C::norms)
+                              .add("calibrated", &P::calib, &C::done)
+                              .add("gamma0", &P::calib, &C::gamma0)
+                              .add("phi_g", &P::phi_g)
+                              .add("below", &P::below);
+    return f;
+  }
+};
+
+/// The rule's options, each declared once.
+struct PruneSettings {
+  gf::incrt::ProbeSettings probe;
+  bool residual = true, footing_sym = true;
+  gf::incrt::CalibrationSettings calibration;  // fixed: `calibration_checks` checks
+  Thresholds thresholds = Thresholds::Relative;
+  double theta_w = 0.1, phi_g = 0.02;
+  long patience = 3;
+  size_t grace = 100, min_heads = 1, max_per_check = 1;
+  bool release_direction = true;
+
+  static const gf::OptionTable<PruneSettings>& table() {
+    using S = PruneSettings;
+    static const gf::OptionTable<S> built = [] {
+      gf::OptionTable<S> t;
+      t.include(gf::incrt::ProbeSettings::table(), &S::probe)
+          .choice("energy", &S::residual, "residual",
+                  "residual: the part of a head's matrix not explained by the other heads (catches "
+                  "duplicates); plain: the head's whole matrix",
+                  {{"plain", false}, {"residual", true}})
+          .choice("footing", &S::footing_sym, "sym",
+                  "a head's matrix: sym (sym(C M_a,h), the footing of the threshold's ||sym(C M_a)||_F) or "
+                  "cm (C M_a,h, the reference code's E_h, about 3x larger)",
+                  {{"sym", true}, {"cm", false}});
+      gf::incrt::add_calibration_checks(t, &S::calibration,
+                                        "checks before pruning can start; their median ||sym(C M_a)||_F is Gamma0");
+      gf::incrt::add_thresholds(t, &S::thresholds,
+                                "relative: phi_g x ||sym(C M_a)||_F of the same check (scale-invariant); calibrated: "
+                                "phi_g x theta_w x Gamma0; absolute: phi_g as given");
+      t.add("theta_w", &S::theta_w, "0.1", "theta_w relative to Gamma0 (thresholds: calibrated)", 0.0)
+          .add("phi_g", &S::phi_g, "0.02",
+               "pruning threshold: fraction of ||sym(C M_a)||_F (relative), x theta_w Gamma0 "
+               "(calibrated), or absolute",
+               0.0)
+          .add("patience", &S::patience, "3", "consecutive checks under phi_g before a prune", 1, 1e9)
+          .add("grace", &S::grace, "100", "steps after a head's birth before it can be pruned", 0, 1e12)
+          .add("min_heads", &S::min_heads, "1", "never prune a block below this many heads", 0, 1e6)
+          .add("max_per_check", &S::max_per_check, "1", "heads removed per block and check at most", 1, 1e6)
+          .add("release_direction", &S::release_direction, "true",
+               "tell the growth policy to free the pruned head's birth direction");
+      return t;
+    }();
+    return built;
+  }
 };
 
 /// Energies of the part of each v_h not explained by the other heads' v_j
@@ -90,22 +151,8 @@ Vec residual_energies(const std::vector<Mat>& cm) {
 
 class DirectionalEnergy : public gf::GrowthPolicy {
  public:
-  explicit DirectionalEnergy(const gf::Options& o)
-      : first_sequence_(o.get_string("probe") == "first_sequence"),
-        normalize_c_(o.get_bool("normalize_c")),
-        residual_(o.get_string("energy") == "residual"),
-        calibration_checks_(static_cast<size_t>(o.get_int("calibration_checks"))),
-        absolute_(o.get_string("thresholds") == "absolute"),
-        track_scale_(o.get_string("thresholds") == "relative"),
-        footing_sym_(o.get_string("footing") == "sym"),
-        theta_rel_(o.get_float("theta_w")),
-        phi_g_opt_(o.get_float("phi_g")),
-        patience_(o.get_int("patience")),
-        grace_(static_cast<size_t>(o.get_int("grace"))),
-        min_heads_(static_cast<size_t>(o.get_int("min_heads"))),
-        max_per_check_(static_cast<size_t>(o.get_int("max_per_check"))),
-        release_(o.get_bool("release_direction")) {
-    if (absolute_ && !o.is_set("phi_g"))
+  explicit DirectionalEnergy(const gf::Options& o) : set_(PruneSettings::table().read(o)) {
+    if (set_.thresholds == Thresholds::Absolute && !o.is_set("phi_g"))
       o.fail("phi_g", "thresholds: absolute needs an explicit phi_g");
   }
 
@@ -136,7 +183,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     std::map<std::string, double> out;
     for (const auto& kv : blocks_) {
       const std::string p = blocks_.size() > 1 ? "block" + std::to_string(kv.first) + "." : "";
-      out[p + "prune_gamma_res0"] = kv.second.gamma0;
+      out[p + "prune_gamma_res0"] = kv.second.calib.gamma0;
       out[p + "phi_g"] = kv.second.phi_g;
     }
     out["pruned"] = double(pruned_);
@@ -145,78 +192,44 @@ class DirectionalEnergy : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "directional_energy 1 " << pruned_ << ' ' << blocks_.size() << ' ';
-    for (const auto& kv : blocks_) {
-      const PruneBlockState& s = kv.second;
-      os << kv.first << ' ' << s.checks << ' ';
-      gf::incrt::put_vec(os, s.calib_norms);
-      os << s.calibrated << ' ';
-      gf::incrt::put(os, s.gamma0);
-      gf::incrt::put(os, s.phi_g);
-      os << s.below.size() << ' ';
-      for (const auto& b : s.below) os << b.first << ' ' << b.second << ' ';
-    }
+    os << "directional_energy 1 ";
+    gf::fields_detail::write(os, pruned_);
+    gf::fields_detail::write(os, blocks_);
     os << "end";
     return os.str();
   }
 
   void load_state(const std::string& text) override {
-    auto opened = gf::incrt::Reader::open(text, "directional_energy", "1");
+    auto opened = gf::state::Reader::open(text, "directional_energy", "1");
     if (!opened) return;
-    gf::incrt::Reader& r = *opened;
-    pruned_ = r.u64();
-    const size_t nb = r.u64();
-    blocks_.clear();
-    for (size_t b = 0; b < nb; ++b) {
-      PruneBlockState& s = blocks_[r.u64()];
-      s.checks = r.u64();
-      s.calib_norms = r.vec();
-      s.calibrated = r.u64() != 0;
-      s.gamma0 = r.num();
-      s.phi_g = r.num();
-      const size_t n = r.u64();
-      for (size_t i = 0; i < n; ++i) {
-        const long id = r.i64();
-        s.below[id] = r.i64();
-      }
-    }
-    r.expect("end");
+    gf::fields_detail::read(*opened, pruned_);
+    gf::fields_detail::read(*opened, blocks_);
+    opened->expect("end");
   }
 
  private:
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, PruneBlockState& st,
                    std::vector<gf::Edit>& edits) {
     const std::vector<gf::HeadInfo> heads = bv.block->heads();
-    const size_t d = bv.probe->input.dim(2);
-    const Mat c = gf::incrt::gram_from_probe(bv.probe->input, bv.probe->mask(), first_sequence_,
-                                             normalize_c_);
+    // probe -> energy (E_t and each head's share) -> calibrate -> threshold -> decide
+    const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
     std::vector<Mat> cm;
-    Mat ma(d);
-    for (const gf::HeadInfo& h : heads) {
-      const Mat m = h.head ? gf::incrt::head_motor(*h.head, d) : Mat(d);
-      for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
-      cm.push_back(footing_sym_ ? gf::incrt::sym_cm(c, m) : gf::incrt::matmul(c, m));
-    }
+    for (const Mat& m : ps.motors)
+      cm.push_back(set_.footing_sym ? gf::incrt::sym_cm(ps.c, m) : gf::incrt::matmul(ps.c, m));
     Vec energy(heads.size(), 0.0);
-    if (residual_) {
+    if (set_.residual) {
       energy = residual_energies(cm);
     } else {
       for (size_t i = 0; i < cm.size(); ++i) energy[i] = gf::incrt::frobenius(cm[i]);
     }
-    const size_t check_index = st.checks++;
-
-    const double total = gf::incrt::frobenius(gf::incrt::sym_cm(c, ma));  // E_t
-    if (!st.calibrated) {
-      st.calib_norms.push_back(total);
-      if (absolute_ || st.calib_norms.size() >= calibration_checks_) {
-        st.gamma0 = gf::incrt::median(st.calib_norms);
-        st.calibrated = true;
-      }
-    }
-    if (st.calibrated) {
-      if (absolute_) st.phi_g = phi_g_opt_;
-      else if (track_scale_) st.phi_g = phi_g_opt_ * total;
-      else st.phi_g = phi_g_opt_ * theta_rel_ * st.gamma0;
+    st.checks += 1;
+    const double total = ps.energy;  // E_t
+    const bool absolute = set_.thresholds == Thresholds::Absolute;
+    st.calib.observe(total, view.step, view.total_steps, set_.calibration, absolute);
+    if (st.calib.done) {
+      if (absolute) st.phi_g = set_.phi_g;
+      else if (set_.thresholds == Thresholds::Relative) st.phi_g = set_.phi_g * total;
+      else st.phi_g = set_.phi_g * set_.theta_w * st.calib.gamma0;
     }
 
     // Consecutive checks under phi_g, counted only after the grace period.
@@ -227,12 +240,12 @@ class DirectionalEnergy : public gf::GrowthPolicy {
       const size_t age = view.step >= heads[i].born_step ? view.step - heads[i].born_step : 0;
       ages[i] = double(age);
       long& below = st.below[id];
-      if (st.calibrated && age >= grace_ && energy[i] < st.phi_g) {
+      if (st.calib.done && age >= set_.grace && energy[i] < st.phi_g) {
         below += 1;
       } else {
         below = 0;
       }
-      if (below >= patience_) candidates.push_back(i);
+      if (below >= set_.patience) candidates.push_back(i);
     }
     // Forget counters of heads that disappeared for another reason.
     for (auto it = st.below.begin(); it != st.below.end();) {
@@ -246,17 +259,16 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     ev.block = long(bv.index);
     ev.numbers = {{"step", double(view.step)},
                   {"phi_g", st.phi_g},
-                  {"gamma_res0", st.gamma0},
+                  {"gamma_res0", st.calib.gamma0},
                   {"total_energy", total},
                   {"heads", double(heads.size())}};
     ev.strings = {{"policy", "directional_energy"},
-                  {"phase", st.calibrated ? "active" : "calibrating"},
-                  {"energy", residual_ ? "residual" : "plain"}};
+                  {"phase", st.calib.done ? "active" : "calibrating"},
+                  {"energy", set_.residual ? "residual" : "plain"}};
     Vec ids;
     for (const gf::HeadInfo& h : heads) ids.push_back(h.id);
     ev.lists = {{"head_ids", ids}, {"energy", energy}};
     if (view.events) view.events->emit(ev);
-    (void)check_index;
 
     // Lowest energy first; at most max_per_check; never below min_heads.
     std::sort(candidates.begin(), candidates.end(),
@@ -264,12 +276,12 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     size_t remaining = heads.size();
     size_t n = 0;
     for (size_t i : candidates) {
-      if (n >= max_per_check_ || remaining <= min_heads_) break;
+      if (n >= set_.max_per_check || remaining <= set_.min_heads) break;
       gf::Edit e;
       e.kind = gf::Edit::Kind::RemoveHead;
       e.block = bv.index;
       e.head_id = heads[i].id;
-      e.release_direction = release_;
+      e.release_direction = set_.release_direction;
       e.cause.type = "prune";
       e.cause.block = long(bv.index);
       e.cause.head = heads[i].id;
@@ -280,8 +292,8 @@ class DirectionalEnergy : public gf::GrowthPolicy {
                          {"age", ages[i]},
                          {"heads_before", double(remaining)}};
       e.cause.strings = {{"policy", "directional_energy"},
-                         {"release_direction", release_ ? "true" : "false"},
-                         {"energy", residual_ ? "residual" : "plain"}};
+                         {"release_direction", set_.release_direction ? "true" : "false"},
+                         {"energy", set_.residual ? "residual" : "plain"}};
       edits.push_back(std::move(e));
       --remaining;
       ++n;
@@ -289,59 +301,15 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     }
   }
 
-  bool first_sequence_, normalize_c_, residual_;
-  size_t calibration_checks_;
-  bool absolute_, track_scale_, footing_sym_;
-  double theta_rel_, phi_g_opt_;
-  long patience_;
-  size_t grace_, min_heads_, max_per_check_;
-  bool release_;
+  PruneSettings set_;
   size_t pruned_ = 0;
   std::map<size_t, PruneBlockState> blocks_;
 };
 
-gf::OptionSpecs options() {
-  using gf::OptType;
-  const double inf = std::numeric_limits<double>::infinity();
-  return {
-      {"probe", OptType::String, "batch", "tokens for C: first_sequence or batch", -inf, inf,
-       {"first_sequence", "batch"}},
-      {"normalize_c", OptType::Bool, "true", "divide C by the token count", -inf, inf, {}},
-      {"energy", OptType::String, "residual",
-       "residual: the part of a head's matrix not explained by the other heads (catches "
-       "duplicates); plain: the head's whole matrix",
-       -inf, inf, {"plain", "residual"}},
-      {"footing", OptType::String, "sym",
-       "a head's matrix: sym (sym(C M_a,h), the footing of the threshold's ||sym(C M_a)||_F) or "
-       "cm (C M_a,h, the reference code's E_h, about 3x larger)",
-       -inf, inf, {"sym", "cm"}},
-      {"calibration_checks", OptType::Int, "16",
-       "checks before pruning can start; their median ||sym(C M_a)||_F is Gamma0", 1, 1e6, {}},
-      {"thresholds", OptType::String, "relative",
-       "relative: phi_g x ||sym(C M_a)||_F of the same check (scale-invariant); calibrated: "
-       "phi_g x theta_w x Gamma0; absolute: phi_g as given",
-       -inf, inf, {"relative", "calibrated", "absolute"}},
-      {"theta_w", OptType::Float, "0.1", "theta_w relative to Gamma0 (thresholds: calibrated)",
-       0.0, inf, {}},
-      {"phi_g", OptType::Float, "0.02",
-       "pruning threshold: fraction of ||sym(C M_a)||_F (relative), x theta_w Gamma0 "
-       "(calibrated), or absolute",
-       0.0, inf, {}},
-      {"patience", OptType::Int, "3", "consecutive checks under phi_g before a prune", 1, 1e9, {}},
-      {"grace", OptType::Int, "100", "steps after a head's birth before it can be pruned", 0, 1e12,
-       {}},
-      {"min_heads", OptType::Int, "1", "never prune a block below this many heads", 0, 1e6, {}},
-      {"max_per_check", OptType::Int, "1", "heads removed per block and check at most", 1, 1e6,
-       {}},
-      {"release_direction", OptType::Bool, "true",
-       "tell the growth policy to free the pruned head's birth direction", -inf, inf, {}},
-  };
-}
-
 void register_rules(gf::Registry& r) {
   r.add_pruning({"directional_energy",
                  "INCRT: prune heads whose directional energy ||sym(C M_a,h)||_F stays under phi_g",
-                 options()},
+                 PruneSettings::table().specs()},
                 [](const gf::Options& o) { return std::make_unique<DirectionalEnergy>(o); });
 }
 

@@ -26,20 +26,37 @@ inline void put_vec(std::ostringstream& os, const std::vector<double>& v) {
   for (double x : v) put(os, x);
 }
 
-/// Token reader over save_state() text; errors start with OWNER (e.g. "incrt").
+/// Token reader over save_state() text; errors start with OWNER (the component's name).
 class Reader {
  public:
-  explicit Reader(const std::string& s, std::string owner = "incrt") : is_(s), owner_(std::move(owner)) {}
+  Reader(const std::string& s, std::string owner) : is_(s), owner_(std::move(owner)) {}
   /// A reader over TEXT positioned after its "TAG VERSION" header (checked), or none when TEXT
-  /// is empty (a component that has saved nothing yet).
+  /// is empty (a component that has saved nothing yet). OWNER defaults to TAG.
   static std::optional<Reader> open(const std::string& text, const std::string& tag,
-                                    const std::string& version, std::string owner = "incrt") {
+                                    const std::string& version, std::string owner = "") {
     if (text.empty()) return std::nullopt;
-    std::optional<Reader> r(std::in_place, text, std::move(owner));
+    std::optional<Reader> r(std::in_place, text, owner.empty() ? tag : std::move(owner));
     r->expect(tag);
     r->expect(version);
     return r;
   }
+  /// As above for a text of any version from MIN_VERSION to MAX_VERSION (whole numbers);
+  /// version() gives the one read.
+  static std::optional<Reader> open(const std::string& text, const std::string& tag,
+                                    int min_version, int max_version, std::string owner = "") {
+    if (text.empty()) return std::nullopt;
+    std::optional<Reader> r(std::in_place, text, owner.empty() ? tag : std::move(owner));
+    r->expect(tag);
+    const std::string w = r->word();
+    for (int v = min_version; v <= max_version; ++v)
+      if (w == std::to_string(v)) r->version_ = v;
+    if (r->version_ < 0)
+      throw RuntimeError(r->owner_ + ": policy state: expected version '" + std::to_string(min_version) +
+                         "' to '" + std::to_string(max_version) + "', got '" + w + "'");
+    return r;
+  }
+  /// The version open() read (-1 when the reader was made directly).
+  int version() const { return version_; }
   std::string word() {
     std::string w;
     if (!(is_ >> w)) throw RuntimeError(owner_ + ": truncated policy state");
@@ -54,8 +71,14 @@ class Reader {
   }
   uint64_t u64() { return std::strtoull(word().c_str(), nullptr, 10); }
   long i64() { return std::strtol(word().c_str(), nullptr, 10); }
+  /// The length of a list: at most MAX, so that a corrupt text cannot ask for any allocation.
+  size_t count(size_t max = 1000000) {
+    const uint64_t n = u64();
+    if (n > max) throw RuntimeError(owner_ + ": policy state: a list of " + std::to_string(n) + " entries");
+    return static_cast<size_t>(n);
+  }
   std::vector<double> vec() {
-    const size_t n = static_cast<size_t>(u64());
+    const size_t n = count(10000000);
     std::vector<double> v(n);
     for (double& x : v) x = num();
     return v;
@@ -68,6 +91,7 @@ class Reader {
  private:
   std::istringstream is_;
   std::string owner_;
+  int version_ = -1;
 };
 
 }  // namespace state

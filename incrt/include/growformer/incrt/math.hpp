@@ -1,7 +1,8 @@
-// INCRT math shared by the INCRT growth policy, its gate head, the directional-energy pruning
-// rule and the baselines (shared/spec/INCRT.md): token Gram matrix C of a probe, the
-// antisymmetric motor M_a of a head, the residual matrix A_res = P_perp sym(C M_a) P_perp and the
-// Oja / MCA EXIN trackers of its extreme eigenvectors. Built on growformer/linalg.hpp.
+// INCRT maths (the INCRT library, beside the core) shared by the INCRT growth policy, its gate
+// head and the directional-energy pruning rule (shared/spec/INCRT.md): token Gram matrix C of a
+// probe, the antisymmetric motor M_a of a head, the residual matrix A_res = P_perp sym(C M_a)
+// P_perp and the Oja / MCA EXIN trackers of its extreme eigenvectors. Built on the core's
+// growformer/linalg.hpp; state text comes from the core's growformer/state_text.hpp.
 #pragma once
 
 #include <algorithm>
