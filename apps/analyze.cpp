@@ -49,6 +49,114 @@ void print_json_table(const json& j, const std::string& indent) {
     }
   }
 }
+
+/// The first BATCHES batches of SPLIT, padded to one length so that they stack.
+std::vector<gf::Batch> probe_batches(gf::Experiment& ex, const std::vector<gf::Example>& split, long batches) {
+  size_t B = static_cast<size_t>(ex.settings().batch_size);
+  size_t max_t = 0;
+  std::vector<gf::Batch> bs;
+  for (long bi = 0; bi < batches; ++bi) {
+    std::vector<size_t> idx;
+    for (size_t i = bi * B; i < std::min(split.size(), (bi + 1) * B); ++i) idx.push_back(i);
+    if (idx.empty()) break;
+    bs.push_back(ex.make_batch(split, idx));
+    max_t = std::max(max_t, bs.back().seq);
+  }
+  for (auto& b : bs) {
+    if (b.seq == max_t) continue;
+    gf::Batch nb = b;
+    nb.seq = max_t;
+    nb.ids.assign(b.batch * max_t, ex.data().pad_id);
+    nb.valid.assign(b.batch * max_t, 0);
+    for (size_t r = 0; r < b.batch; ++r)
+      for (size_t t = 0; t < b.seq; ++t) {
+        nb.ids[r * max_t + t] = b.ids[r * b.seq + t];
+        nb.valid[r * max_t + t] = b.valid[r * b.seq + t];
+      }
+    b = nb;
+  }
+  return bs;
+}
+
+/// Each block's inputs on the probe batches, concatenated along the batch.
+struct BlockProbes {
+  std::vector<std::vector<float>> data;
+  std::vector<std::vector<uint8_t>> valid;
+  std::vector<size_t> T, B;
+
+  BlockProbes(gf::Experiment& ex, const std::vector<gf::AttentionBlock*>& blocks,
+              const std::vector<gf::Batch>& bs)
+      : data(blocks.size()), valid(blocks.size()), T(blocks.size(), 0), B(blocks.size(), 0) {
+    for (const auto& b : bs) {
+      for (auto* blk : blocks) blk->set_capture(true);
+      {
+        gf::NoGradGuard ng;
+        ex.model().forward(b, false, nullptr);
+      }
+      gf::clear_tape();
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        gf::Probe probe = gf::make_probe(blocks[i]->captured_input(), b.valid, b.seq);
+        const gf::Tensor& t = probe.input;
+        T[i] = t.dim(1);
+        B[i] += b.batch;
+        data[i].insert(data[i].end(), t.data(), t.data() + t.size());
+        valid[i].insert(valid[i].end(), probe.valid.begin(), probe.valid.end());
+      }
+    }
+  }
+};
+
+/// Generic per-head geometry: output-map norm and the antisymmetric share of M = W_Q W_K^T.
+json heads_json(const gf::AttentionBlock& block) {
+  json heads = json::array();
+  for (auto& h : block.heads()) {
+    json hj = {{"id", h.id}, {"born_step", h.born_step}};
+    if (h.w_o) {
+      double n = 0;
+      for (size_t k = 0; k < h.w_o->size(); ++k) n += double(h.w_o->value()[k]) * h.w_o->value()[k];
+      hj["w_o_norm"] = std::sqrt(n);
+    }
+    const gf::Var* wq = h.head->w_q(0);
+    const gf::Var* wk = h.head->w_k(0);
+    if (wq && wk)
+      hj["antisymmetric_share"] =
+          gf::linalg::bilinear_stats(gf::linalg::bilinear_form(wq->value(), &wk->value()), false)
+              .antisym_ratio;
+    for (auto& [k, v] : h.head->diagnostics()) hj[k] = v;
+    heads.push_back(hj);
+  }
+  return heads;
+}
+
+/// The growth and pruning summary from the run's EVENTS file.
+json run_json(const fs::path& events) {
+  json summary, grows = json::array(), prunes = json::array(), trace = json::array();
+  for (const gf::RunEvent& e : gf::read_run_events(events.string())) {
+    const std::string& type = e.event.type;
+    if (type == "summary") {
+      summary = {{"step", e.step}, {"type", type}};
+      for (auto& [k, v] : e.event.numbers) summary[k] = v;
+    }
+    // INCRT's Lyapunov functional W_t at every growth check
+    auto w = e.number("W_t");
+    if (type == "check" && w && std::isfinite(*w))
+      trace.push_back({e.step, *w, e.number("heads").value_or(0.0)});
+    const std::string policy = e.text("policy");
+    if (policy == "growth" && type != "check") grows.push_back(e.step);
+    if (policy == "pruning" && type != "check") prunes.push_back(e.step);
+  }
+  json run = {{"events", events.string()}, {"growth_steps", grows}, {"prune_steps", prunes}};
+  if (!trace.empty()) {
+    // at most 40 evenly spaced points of [step, W_t, heads]
+    json thin = json::array();
+    size_t every = (trace.size() + 39) / 40;
+    for (size_t k = 0; k < trace.size(); k += every) thin.push_back(trace[k]);
+    if ((trace.size() - 1) % every) thin.push_back(trace.back());
+    run["lyapunov_trace_step_W_heads"] = thin;
+  }
+  if (!summary.is_null()) run["summary"] = summary;
+  return run;
+}
 }  // namespace
 
 int cmd_analyze(const std::vector<std::string>& args) {
@@ -69,78 +177,18 @@ int cmd_analyze(const std::vector<std::string>& args) {
   const auto& split = ex->data().val.empty() ? ex->data().train : ex->data().val;
   auto blocks = ex->model().blocks();
   json out = {{"checkpoint", ck}, {"blocks", json::array()}};
-  // probes: block inputs on the first N validation batches, concatenated along the batch
-  std::vector<std::vector<float>> probe_data(blocks.size());
-  std::vector<std::vector<uint8_t>> probe_valid(blocks.size());
-  std::vector<size_t> probe_T(blocks.size(), 0), probe_B(blocks.size(), 0);
-  size_t B = static_cast<size_t>(ex->settings().batch_size);
-  size_t max_t = 0;
-  std::vector<gf::Batch> bs;
-  for (long bi = 0; bi < batches; ++bi) {
-    std::vector<size_t> idx;
-    for (size_t i = bi * B; i < std::min(split.size(), (bi + 1) * B); ++i) idx.push_back(i);
-    if (idx.empty()) break;
-    bs.push_back(ex->make_batch(split, idx));
-    max_t = std::max(max_t, bs.back().seq);
-  }
-  // pad every probe batch to one length so they stack
-  for (auto& b : bs) {
-    if (b.seq == max_t) continue;
-    gf::Batch nb = b;
-    nb.seq = max_t;
-    nb.ids.assign(b.batch * max_t, ex->data().pad_id);
-    nb.valid.assign(b.batch * max_t, 0);
-    for (size_t r = 0; r < b.batch; ++r)
-      for (size_t t = 0; t < b.seq; ++t) {
-        nb.ids[r * max_t + t] = b.ids[r * b.seq + t];
-        nb.valid[r * max_t + t] = b.valid[r * b.seq + t];
-      }
-    b = nb;
-  }
-  for (auto& b : bs) {
-    for (auto* blk : blocks) blk->set_capture(true);
-    {
-      gf::NoGradGuard ng;
-      ex->model().forward(b, false, nullptr);
-    }
-    gf::clear_tape();
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      gf::Probe probe = gf::make_probe(blocks[i]->captured_input(), b.valid, b.seq);
-      const gf::Tensor& t = probe.input;
-      probe_T[i] = t.dim(1);
-      probe_B[i] += b.batch;
-      probe_data[i].insert(probe_data[i].end(), t.data(), t.data() + t.size());
-      probe_valid[i].insert(probe_valid[i].end(), probe.valid.begin(), probe.valid.end());
-    }
-  }
+  const std::vector<gf::Batch> bs = probe_batches(*ex, split, batches);
+  BlockProbes probes(*ex, blocks, bs);
   for (size_t i = 0; i < blocks.size(); ++i) {
     json bj;
     bj["block"] = i;
     bj["describe"] = blocks[i]->describe();
     gf::Tensor probe;
-    if (!probe_data[i].empty())
-      probe = gf::Tensor::from({probe_B[i], probe_T[i], ex->model().d_model()}, probe_data[i]);
-    // generic per-head geometry: output-map norm and the antisymmetric share of M = W_Q W_K^T
-    json heads = json::array();
-    for (auto& h : blocks[i]->heads()) {
-      json hj = {{"id", h.id}, {"born_step", h.born_step}};
-      if (h.w_o) {
-        double n = 0;
-        for (size_t k = 0; k < h.w_o->size(); ++k) n += double(h.w_o->value()[k]) * h.w_o->value()[k];
-        hj["w_o_norm"] = std::sqrt(n);
-      }
-      const gf::Var* wq = h.head->w_q(0);
-      const gf::Var* wk = h.head->w_k(0);
-      if (wq && wk)
-        hj["antisymmetric_share"] =
-            gf::linalg::bilinear_stats(gf::linalg::bilinear_form(wq->value(), &wk->value()), false)
-                .antisym_ratio;
-      for (auto& [k, v] : h.head->diagnostics()) hj[k] = v;
-      heads.push_back(hj);
-    }
-    bj["heads"] = heads;
+    if (!probes.data[i].empty())
+      probe = gf::Tensor::from({probes.B[i], probes.T[i], ex->model().d_model()}, probes.data[i]);
+    bj["heads"] = heads_json(*blocks[i]);
     std::string a = blocks[i]->analyze_json(probe.defined() ? &probe : nullptr,
-                                            probe.defined() ? &probe_valid[i] : nullptr);
+                                            probe.defined() ? &probes.valid[i] : nullptr);
     try {
       bj["analysis"] = json::parse(a.empty() ? "{}" : a);
     } catch (const std::exception& e) {
@@ -150,33 +198,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   }
   // growth and pruning summary from the run's events (checkpoints/ sits in the run directory)
   fs::path events = gf::RunDir::of_checkpoint(ck).events();
-  if (fs::exists(events)) {
-    json summary, grows = json::array(), prunes = json::array(), trace = json::array();
-    for (const gf::RunEvent& e : gf::read_run_events(events.string())) {
-      const std::string& type = e.event.type;
-      if (type == "summary") {
-        summary = {{"step", e.step}, {"type", type}};
-        for (auto& [k, v] : e.event.numbers) summary[k] = v;
-      }
-      // INCRT's Lyapunov functional W_t at every growth check
-      auto w = e.number("W_t");
-      if (type == "check" && w && std::isfinite(*w))
-        trace.push_back({e.step, *w, e.number("heads").value_or(0.0)});
-      const std::string policy = e.text("policy");
-      if (policy == "growth" && type != "check") grows.push_back(e.step);
-      if (policy == "pruning" && type != "check") prunes.push_back(e.step);
-    }
-    out["run"] = {{"events", events.string()}, {"growth_steps", grows}, {"prune_steps", prunes}};
-    if (!trace.empty()) {
-      // at most 40 evenly spaced points of [step, W_t, heads]
-      json thin = json::array();
-      size_t every = (trace.size() + 39) / 40;
-      for (size_t k = 0; k < trace.size(); k += every) thin.push_back(trace[k]);
-      if ((trace.size() - 1) % every) thin.push_back(trace.back());
-      out["run"]["lyapunov_trace_step_W_heads"] = thin;
-    }
-    if (!summary.is_null()) out["run"]["summary"] = summary;
-  }
+  if (fs::exists(events)) out["run"] = run_json(events);
   if (vm.count("json")) {
     std::cout << out.dump(2) << "\n";
     return 0;

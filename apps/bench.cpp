@@ -165,58 +165,214 @@ std::string torch_build() {
   return out;
 }
 
-}  // namespace
-
-int cmd_bench(const std::vector<std::string>& args) {
-  po::options_description o("bench options");
+/// The command line of `bench`.
+struct BenchArgs {
   std::string config, torch_ref, compare;
   std::vector<std::string> sets, paths;
   long steps = 10, warmup = 3, repeats = 1;
   size_t vocab = 20, classes = 10, batch = 0, seq = 0, grow_to = 0;
-  o.add_options()("config", po::value(&config)->required(), "YAML config (its model: section)")(
-      "set", po::value(&sets)->composing(), "override KEY=VALUE")(
-      "steps", po::value(&steps), "timed steps (default 10)")(
-      "warmup", po::value(&warmup), "untimed steps first (default 3)")(
-      "repeats", po::value(&repeats), "repeat the whole measurement (every model once per repeat, interleaved); report the median")(
-      "vocab", po::value(&vocab), "vocabulary of the random tokens (default 20)")(
-      "classes", po::value(&classes), "classes (default 10)")(
-      "batch", po::value(&batch), "batch size (default train.batch_size or 32)")(
-      "seq", po::value(&seq), "sequence length (default model.max_len)")(
-      "compare-attention", po::value(&compare),
+  bool json = false, help = false;
+};
+
+/// The anchors a step's matrix throughput is read against, measured in the same run (GFLOP/s).
+struct Peaks {
+  double fma;    // the multiply-add peak of the kernel set in use
+  double sgemm;  // OpenBLAS's SGEMM 1024^3
+};
+
+/// The measurement of the main model as the JSON that `bench --json` prints.
+json bench_json(const BenchArgs& a, const std::string& attn, size_t heads, const BenchResult& main_r,
+                const Peaks& peaks) {
+  const double peak = peaks.sgemm, fma_peak = peaks.fma;
+  const double gflops = main_r.matmul_gflop_per_step / (main_r.median_ms / 1e3);
+  // per second of CPU time (all threads): on a shared machine, what the cycles the step got did
+  const double gflops_cpu = main_r.matmul_gflop_per_step / (main_r.cpu_ms / 1e3);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return {{"tool", "growformer bench"},
+          {"config", a.config},
+          {"attention", attn},
+          {"heads", heads},
+          {"grow_to", a.grow_to},
+          {"batch", a.batch},
+          {"seq", a.seq},
+          {"vocab", a.vocab},
+          {"classes", a.classes},
+          {"threads", gf::num_threads()},
+          {"blas_kernels", gf::blas_selection_note()},
+          {"blas_core", gf::blas_kernel_name()},
+          {"cpu", gf::cpu_model_name()},
+          {"simd", gf::kernels::simd_name()},
+          {"isa", gf::kernels::simd_note()},
+          {"fma_peak_gflops", fma_peak},
+          {"percent_of_fma_peak", 100.0 * gflops / fma_peak},
+          {"sgemm_peak_gflops", peak},
+          {"sgemm_percent_of_fma_peak", 100.0 * peak / fma_peak},
+          {"matmul_gflop_per_step", main_r.matmul_gflop_per_step},
+          {"matmul_gflops", gflops},
+          {"cpu_ms_per_step_median", main_r.cpu_ms},
+          {"matmul_gflops_per_cpu_s", gflops_cpu},
+          {"percent_of_fma_peak_per_cpu_s", 100.0 * gflops_cpu / (fma_peak / gf::num_threads())},
+          {"percent_of_sgemm_peak", 100.0 * gflops / peak},
+          {"eval_ms_per_batch_median", main_r.eval_ms},
+          {"eval_tokens_per_s", main_r.eval_tokens_per_s},
+          {"eval_to_train_tokens_ratio", main_r.eval_tokens_per_s / main_r.tokens_per_s},
+          {"steps", a.steps},
+          {"warmup", a.warmup},
+          {"repeats", a.repeats},
+          {"ms_per_step_median", main_r.median_ms},
+          {"ms_per_step_min", main_r.min_ms},
+          {"ms_per_step_max", main_r.max_ms},
+          {"steps_per_s", 1e3 / main_r.median_ms},
+          {"tokens_per_s", main_r.tokens_per_s},
+          {"params", main_r.params},
+          {"peak_rss_mb", ru.ru_maxrss / 1024.0},
+          {"final_loss", main_r.final_loss}};
+}
+
+/// The PyTorch reference's figures (medians TMS, and TM2 of its mha with TORCH_COMPARE; LAST:
+/// its last report) beside the main run's.
+void add_torch(json& out, const BenchResult& main_r, const std::vector<double>& tms,
+               const std::vector<double>& tm2, const json& last, bool torch_compare) {
+  double tmed = median(tms);
+  out["torch_ms_per_step_median"] = tmed;
+  out["torch_openblas_core"] = last.value("openblas_core", "");
+  out["torch_build"] = torch_build();
+  out["ratio_to_torch"] = main_r.median_ms / tmed;
+  if (torch_compare) {
+    out["torch_compare_ms_per_step_median"] = median(tm2);
+    out["torch_ratio_hkt_to_mha"] = tmed / median(tm2);
+    out["compare_ratio_to_torch"] = out["compare_ms_per_step_median"].get<double>() / median(tm2);
+  }
+}
+
+/// The text report of `bench` (without --json), from the JSON.
+void print_bench(const json& out, const std::string& compare) {
+  auto num = [&](const char* k) { return out[k].get<double>(); };
+  const std::string attn = out["attention"].get<std::string>();
+  const size_t threads = out["threads"].get<size_t>();
+  std::printf("bench %s: attention %s, batch %zu x seq %zu, %zu threads\n",
+              out["config"].get<std::string>().c_str(), attn.c_str(), out["batch"].get<size_t>(),
+              out["seq"].get<size_t>(), threads);
+  std::printf("  CPU: %s; BLAS kernels: %s; SIMD kernels: %s\n", out["cpu"].get<std::string>().c_str(),
+              out["blas_kernels"].get<std::string>().c_str(), out["isa"].get<std::string>().c_str());
+  std::printf("  training step: median %.1f ms (min %.1f, max %.1f) over %ld steps x %ld repeats\n",
+              num("ms_per_step_median"), num("ms_per_step_min"), num("ms_per_step_max"),
+              out["steps"].get<long>(), out["repeats"].get<long>());
+  std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", num("tokens_per_s"),
+              out["params"].get<size_t>(), num("peak_rss_mb"));
+  std::printf("  matrix work %.2f GFLOP/step = %.1f GFLOP/s = %.0f%% of the %s multiply-add peak "
+              "(%.0f GFLOP/s, %zu threads, register-only loop)\n",
+              num("matmul_gflop_per_step"), num("matmul_gflops"), num("percent_of_fma_peak"),
+              out["simd"].get<std::string>().c_str(), num("fma_peak_gflops"), threads);
+  std::printf("  per CPU second (%.1f ms CPU a step, all threads): %.1f GFLOP/s = %.0f%% of one "
+              "thread's peak\n",
+              num("cpu_ms_per_step_median"), num("matmul_gflops_per_cpu_s"),
+              num("percent_of_fma_peak_per_cpu_s"));
+  std::printf("  OpenBLAS SGEMM 1024^3 (%s kernels): %.0f GFLOP/s = %.0f%% of that peak; the step "
+              "is %.0f%% of it\n",
+              out["blas_core"].get<std::string>().c_str(), num("sgemm_peak_gflops"),
+              num("sgemm_percent_of_fma_peak"), num("percent_of_sgemm_peak"));
+  std::printf("  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
+              "the training step's\n",
+              num("eval_ms_per_batch_median"), num("eval_tokens_per_s"), num("eval_to_train_tokens_ratio"));
+  if (out.contains("ratio_to_compare")) {
+    std::printf("  %s step: median %.1f ms; ratio %s / %s = %.3f\n", compare.c_str(),
+                num("compare_ms_per_step_median"), attn.c_str(), compare.c_str(), num("ratio_to_compare"));
+    if (out.contains("analytic_score_cost_ratio"))
+      std::printf("  analytic score-cost ratio sum s^-2l = %.4f\n", num("analytic_score_cost_ratio"));
+  }
+  if (out.contains("ratio_to_torch")) {
+    std::printf("  PyTorch reference (%s; OpenBLAS %s kernels): median %.1f ms; growformer / "
+                "PyTorch = %.3f\n",
+                out["torch_build"].get<std::string>().c_str(),
+                out["torch_openblas_core"].get<std::string>().c_str(), num("torch_ms_per_step_median"),
+                num("ratio_to_torch"));
+    if (out.contains("torch_ratio_hkt_to_mha"))
+      std::printf("  PyTorch mha step: median %.1f ms; PyTorch hkt / mha = %.3f; growformer mha / "
+                  "PyTorch mha = %.3f\n",
+                  num("torch_compare_ms_per_step_median"), num("torch_ratio_hkt_to_mha"),
+                  num("compare_ratio_to_torch"));
+  }
+}
+
+
+BenchArgs parse_bench_args(const std::vector<std::string>& args) {
+  po::options_description o("bench options");
+  BenchArgs a;
+  o.add_options()("config", po::value(&a.config)->required(), "YAML config (its model: section)")(
+      "set", po::value(&a.sets)->composing(), "override KEY=VALUE")(
+      "steps", po::value(&a.steps), "timed steps (default 10)")(
+      "warmup", po::value(&a.warmup), "untimed steps first (default 3)")(
+      "repeats", po::value(&a.repeats), "repeat the whole measurement (every model once per repeat, interleaved); report the median")(
+      "vocab", po::value(&a.vocab), "vocabulary of the random tokens (default 20)")(
+      "classes", po::value(&a.classes), "classes (default 10)")(
+      "batch", po::value(&a.batch), "batch size (default train.batch_size or 32)")(
+      "seq", po::value(&a.seq), "sequence length (default model.max_len)")(
+      "compare-attention", po::value(&a.compare),
       "also time the same model with this attention plugin (e.g. mha) and report the ratio")(
-      "torch-ref", po::value(&torch_ref),
+      "torch-ref", po::value(&a.torch_ref),
       "path of torch_ref.py: run the PyTorch reference on the same shape in the same run")(
-      "grow-to", po::value(&grow_to),
+      "grow-to", po::value(&a.grow_to),
       "add heads to every block through the growth machinery (function-preserving) until it "
       "has this many, then time it; with --compare-attention, the same attention fixed at that "
       "many heads is the comparison")(
-      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  bool help;
+      "json", "print JSON")("plugin-path", po::value(&a.paths)->composing(), "extra plugin folder");
   auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha]",
-                  o, {{"config", 1}}, args, &help);
-  if (help) return 0;
-  if (steps < 1 || warmup < 0 || repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
-  gf::ConfigNode cfg = load_config(config, sets);
-  // threads, seed, train.batch_size, model.max_len and the optimizer come from the options the
-  // experiment, the training loop and the model declare (defaults included), as in `train`
-  gf::ConfigNode model_node = cfg.child("model");
-  if (!model_node.valid()) throw gf::ConfigError(config + ": no `model:` section");
+                  o, {{"config", 1}}, args, &a.help);
+  if (a.help) return a;
+  if (a.steps < 1 || a.warmup < 0 || a.repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
+  a.json = vm.count("json") > 0;
+  return a;
+}
+
+/// What `bench` reads of the config. Threads, seed, train.batch_size, model.max_len and the
+/// optimizer come from the options the experiment, the training loop and the model declare
+/// (defaults included), as in `train`; A's batch and seq are filled when not given.
+struct BenchConfig {
+  gf::ConfigNode model, optimizer;
+  uint64_t seed = 1;
+};
+
+BenchConfig read_bench_config(BenchArgs& a) {
+  gf::ConfigNode cfg = load_config(a.config, a.sets);
+  BenchConfig out;
+  out.model = cfg.child("model");
+  if (!out.model.valid()) throw gf::ConfigError(a.config + ": no `model:` section");
   const gf::Options top(cfg, gf::Experiment::options(), "");
   gf::set_num_threads(static_cast<size_t>(top.get_int("threads")));
-  const uint64_t seed = static_cast<uint64_t>(top.get_int("seed"));
-  if (batch == 0)
-    batch = static_cast<size_t>(
+  out.seed = static_cast<uint64_t>(top.get_int("seed"));
+  if (a.batch == 0)
+    a.batch = static_cast<size_t>(
         gf::Options(top.get_node("train"), gf::TrainSettings::options(), "train").get_int("batch_size"));
-  if (seq == 0) seq = gf::Options(model_node, gf::Model::options(), "model").get_int("max_len");
-  gf::ConfigNode opt_node = top.get_node("optimizer");
-  gf::Registry reg;
-  reg.load_directories(gf::Registry::search_path(paths));
+  if (a.seq == 0) a.seq = gf::Options(out.model, gf::Model::options(), "model").get_int("max_len");
+  out.optimizer = top.get_node("optimizer");
+  return out;
+}
 
-  auto median_run = [](std::vector<BenchResult> rs) {
-    std::sort(rs.begin(), rs.end(),
-              [](const BenchResult& a, const BenchResult& b) { return a.median_ms < b.median_ms; });
-    return rs[rs.size() / 2];
-  };
+/// The run of median time per step.
+BenchResult median_run(std::vector<BenchResult> rs) {
+  std::sort(rs.begin(), rs.end(),
+            [](const BenchResult& a, const BenchResult& b) { return a.median_ms < b.median_ms; });
+  return rs[rs.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& cli) {
+  BenchArgs a = parse_bench_args(cli);
+  if (a.help) return 0;
+  const std::string& config = a.config;
+  const std::string &torch_ref = a.torch_ref, &compare = a.compare;
+  const long steps = a.steps, warmup = a.warmup, repeats = a.repeats;
+  const size_t vocab = a.vocab, classes = a.classes;
+  const std::vector<std::string>& sets = a.sets;
+  const BenchConfig bc = read_bench_config(a);
+  const size_t batch = a.batch, seq = a.seq;
+  const gf::ConfigNode &model_node = bc.model, &opt_node = bc.optimizer;
+  const uint64_t seed = bc.seed;
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(a.paths));
   // the shape facts come from the built model, never from re-reading its options
   const std::string attn = model_node.child("attention").child("plugin").as_string();
   const gf::Model shape(model_node, vocab, classes, reg, seed);
@@ -226,8 +382,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   gf::ConfigNode cmp;
   if (!compare.empty()) {
     cmp = load_config(config, sets);
-    if (grow_to > 0)  // the grown model against the same block built with K heads
-      cmp.apply_override("model.attention.heads=" + std::to_string(grow_to));
+    if (a.grow_to > 0)  // the grown model against the same block built with K heads
+      cmp.apply_override("model.attention.heads=" + std::to_string(a.grow_to));
     else
       cmp.apply_override("model.attention={plugin: " + compare + ", heads: " +
                          std::to_string(heads) + "}");
@@ -244,14 +400,13 @@ int cmd_bench(const std::vector<std::string>& args) {
   // The anchors, measured in this run: the multiply-add peak of the kernel set in use (a
   // register-only loop on every thread at once) and OpenBLAS's SGEMM with the kernels this
   // process loaded (OPENBLAS_CORETYPE, when set, chooses them).
-  const double fma_peak = gf::kernels::fma_peak_gflops(gf::num_threads());
-  const double peak = gf::sgemm_peak_gflops();
+  const Peaks peaks{gf::kernels::fma_peak_gflops(gf::num_threads()), gf::sgemm_peak_gflops()};
   std::vector<BenchResult> mains, cmps;
   std::vector<double> tms, tm2;
   json last;
   for (long r = 0; r < repeats; ++r) {
     mains.push_back(run_bench(model_node, opt_node, reg, vocab, classes, batch, seq, warmup, steps,
-                              seed, grow_to));
+                              seed, a.grow_to));
     if (!compare.empty())
       cmps.push_back(run_bench(cmp.child("model"), opt_node, reg, vocab, classes, batch, seq,
                                warmup, steps, seed));
@@ -262,50 +417,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
   }
   BenchResult main_r = median_run(mains);
-  const double gflops = main_r.matmul_gflop_per_step / (main_r.median_ms / 1e3);
-  // per second of CPU time (all threads): on a shared machine, what the cycles the step got did
-  const double gflops_cpu = main_r.matmul_gflop_per_step / (main_r.cpu_ms / 1e3);
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  json out = {{"tool", "growformer bench"},
-              {"config", config},
-              {"attention", attn},
-              {"heads", heads},
-              {"grow_to", grow_to},
-              {"batch", batch},
-              {"seq", seq},
-              {"vocab", vocab},
-              {"classes", classes},
-              {"threads", gf::num_threads()},
-              {"blas_kernels", gf::blas_selection_note()},
-              {"blas_core", gf::blas_kernel_name()},
-              {"cpu", gf::cpu_model_name()},
-              {"simd", gf::kernels::simd_name()},
-              {"isa", gf::kernels::simd_note()},
-              {"fma_peak_gflops", fma_peak},
-              {"percent_of_fma_peak", 100.0 * gflops / fma_peak},
-              {"sgemm_peak_gflops", peak},
-              {"sgemm_percent_of_fma_peak", 100.0 * peak / fma_peak},
-              {"matmul_gflop_per_step", main_r.matmul_gflop_per_step},
-              {"matmul_gflops", gflops},
-              {"cpu_ms_per_step_median", main_r.cpu_ms},
-              {"matmul_gflops_per_cpu_s", gflops_cpu},
-              {"percent_of_fma_peak_per_cpu_s", 100.0 * gflops_cpu / (fma_peak / gf::num_threads())},
-              {"percent_of_sgemm_peak", 100.0 * gflops / peak},
-              {"eval_ms_per_batch_median", main_r.eval_ms},
-              {"eval_tokens_per_s", main_r.eval_tokens_per_s},
-              {"eval_to_train_tokens_ratio", main_r.eval_tokens_per_s / main_r.tokens_per_s},
-              {"steps", steps},
-              {"warmup", warmup},
-              {"repeats", repeats},
-              {"ms_per_step_median", main_r.median_ms},
-              {"ms_per_step_min", main_r.min_ms},
-              {"ms_per_step_max", main_r.max_ms},
-              {"steps_per_s", 1e3 / main_r.median_ms},
-              {"tokens_per_s", main_r.tokens_per_s},
-              {"params", main_r.params},
-              {"peak_rss_mb", ru.ru_maxrss / 1024.0},
-              {"final_loss", main_r.final_loss}};
+  json out = bench_json(a, attn, heads, main_r, peaks);
   if (!compare.empty()) {
     BenchResult c = median_run(cmps);
     out["compare_attention"] = compare;
@@ -313,64 +425,12 @@ int cmd_bench(const std::vector<std::string>& args) {
     out["ratio_to_compare"] = main_r.median_ms / c.median_ms;
     if (hierarchical) out["analytic_score_cost_ratio"] = block.score_cost_ratio();
   }
-  if (!torch_ref.empty()) {
-    double tmed = median(tms);
-    out["torch_ms_per_step_median"] = tmed;
-    out["torch_openblas_core"] = last.value("openblas_core", "");
-    out["torch_build"] = torch_build();
-    out["ratio_to_torch"] = main_r.median_ms / tmed;
-    if (torch_compare) {
-      out["torch_compare_ms_per_step_median"] = median(tm2);
-      out["torch_ratio_hkt_to_mha"] = tmed / median(tm2);
-      out["compare_ratio_to_torch"] = out["compare_ms_per_step_median"].get<double>() / median(tm2);
-    }
-  }
-  if (vm.count("json")) {
+  if (!torch_ref.empty()) add_torch(out, main_r, tms, tm2, last, torch_compare);
+  if (a.json) {
     std::cout << out.dump() << "\n";
     return 0;
   }
-  std::printf("bench %s: attention %s, batch %zu x seq %zu, %zu threads\n", config.c_str(),
-              attn.c_str(), batch, seq, gf::num_threads());
-  std::printf("  CPU: %s; BLAS kernels: %s; SIMD kernels: %s\n", gf::cpu_model_name().c_str(),
-              gf::blas_selection_note().c_str(), gf::kernels::simd_note().c_str());
-  std::printf("  training step: median %.1f ms (min %.1f, max %.1f) over %ld steps x %ld repeats\n",
-              main_r.median_ms, main_r.min_ms, main_r.max_ms, steps, repeats);
-  std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", main_r.tokens_per_s,
-              main_r.params, ru.ru_maxrss / 1024.0);
-  std::printf("  matrix work %.2f GFLOP/step = %.1f GFLOP/s = %.0f%% of the %s multiply-add peak "
-              "(%.0f GFLOP/s, %zu threads, register-only loop)\n",
-              main_r.matmul_gflop_per_step, gflops, 100.0 * gflops / fma_peak,
-              gf::kernels::simd_name().c_str(), fma_peak, gf::num_threads());
-  std::printf("  per CPU second (%.1f ms CPU a step, all threads): %.1f GFLOP/s = %.0f%% of one "
-              "thread's peak\n",
-              main_r.cpu_ms, gflops_cpu, 100.0 * gflops_cpu / (fma_peak / gf::num_threads()));
-  std::printf("  OpenBLAS SGEMM 1024^3 (%s kernels): %.0f GFLOP/s = %.0f%% of that peak; the step "
-              "is %.0f%% of it\n",
-              gf::blas_kernel_name().c_str(), peak, 100.0 * peak / fma_peak, 100.0 * gflops / peak);
-  std::printf("  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
-              "the training step's\n",
-              main_r.eval_ms, main_r.eval_tokens_per_s, main_r.eval_tokens_per_s / main_r.tokens_per_s);
-  if (out.contains("ratio_to_compare")) {
-    std::printf("  %s step: median %.1f ms; ratio %s / %s = %.3f\n", compare.c_str(),
-                out["compare_ms_per_step_median"].get<double>(), attn.c_str(), compare.c_str(),
-                out["ratio_to_compare"].get<double>());
-    if (out.contains("analytic_score_cost_ratio"))
-      std::printf("  analytic score-cost ratio sum s^-2l = %.4f\n",
-                  out["analytic_score_cost_ratio"].get<double>());
-  }
-  if (out.contains("ratio_to_torch")) {
-    std::printf("  PyTorch reference (%s; OpenBLAS %s kernels): median %.1f ms; growformer / "
-                "PyTorch = %.3f\n",
-                out["torch_build"].get<std::string>().c_str(),
-                out["torch_openblas_core"].get<std::string>().c_str(),
-                out["torch_ms_per_step_median"].get<double>(), out["ratio_to_torch"].get<double>());
-    if (out.contains("torch_ratio_hkt_to_mha"))
-      std::printf("  PyTorch mha step: median %.1f ms; PyTorch hkt / mha = %.3f; growformer mha / "
-                  "PyTorch mha = %.3f\n",
-                  out["torch_compare_ms_per_step_median"].get<double>(),
-                  out["torch_ratio_hkt_to_mha"].get<double>(),
-                  out["compare_ratio_to_torch"].get<double>());
-  }
+  print_bench(out, compare);
   return 0;
 }
 

@@ -129,6 +129,121 @@ std::string fixed(double v, int digits) {
   return b;
 }
 
+/// The confusion matrix of ROWS and their mean loss (into LOSS), in the batches of
+/// Experiment::evaluate, so loss and accuracy are the figures training logs.
+std::vector<std::vector<size_t>> evaluate_rows(gf::Experiment& ex, const std::vector<const gf::Example*>& rows,
+                                               double& loss) {
+  const size_t C = ex.data().num_classes, B = static_cast<size_t>(ex.settings().batch_size);
+  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
+  std::vector<gf::Example> chunk;
+  std::vector<size_t> idx;
+  loss = 0;
+  gf::NoGradGuard ng;
+  for (size_t start = 0; start < rows.size(); start += B) {
+    size_t n = std::min(B, rows.size() - start);
+    chunk.clear();
+    idx.clear();
+    for (size_t i = 0; i < n; ++i) {
+      chunk.push_back(*rows[start + i]);
+      idx.push_back(i);
+    }
+    gf::Batch b = ex.make_batch(chunk, idx);
+    gf::Var logits = ex.model().forward(b, false, nullptr);
+    gf::Var l = gf::ops::cross_entropy(logits, b.labels);
+    loss += static_cast<double>(l.value()[0]) * n;
+    for (size_t i = 0; i < n; ++i) {
+      const float* row = logits.value().data() + i * C;
+      size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
+      confusion[static_cast<size_t>(b.labels[i])][arg]++;
+    }
+    gf::clear_tape();
+  }
+  return confusion;
+}
+
+/// The text report of `eval`: the figures, per-class precision/recall/F1, the confusion matrix.
+void print_eval(const std::string& split, const gf::ClassificationReport& r, double loss,
+                const std::vector<std::string>& names, const std::vector<std::vector<size_t>>& confusion) {
+  const size_t C = confusion.size();
+  std::cout << split << ": accuracy " << fixed(r.accuracy, 4) << ", loss " << fixed(loss, 4)
+            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << r.examples << " examples\n";
+  size_t w = 5;
+  for (auto& n : names) w = std::max(w, n.size());
+  std::cout << "\n" << std::string(w - 5, ' ') << "class  precision  recall      f1  support\n";
+  for (size_t c = 0; c < C; ++c) {
+    std::printf("%*s  %9.4f  %6.4f  %6.4f  %7zu\n", static_cast<int>(w), names[c].c_str(),
+                r.classes[c].precision, r.classes[c].recall, r.classes[c].f1, r.classes[c].support);
+  }
+  std::fflush(stdout);
+  std::cout << "\nconfusion matrix (rows: true class, columns: predicted class, in the order above)\n";
+  for (size_t t = 0; t < C; ++t) {
+    std::printf("%*s ", static_cast<int>(w), names[t].c_str());
+    for (size_t q = 0; q < C; ++q) std::printf(" %6zu", confusion[t][q]);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+/// The lines of one batch of predictions: PROB holds C probabilities per record.
+void write_predictions(std::ostream& out, const std::string& format, const std::vector<std::string>& names,
+                       const std::vector<gf::Record>& pending, const std::vector<double>& prob, size_t C) {
+  char buf[32];
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const double* row = prob.data() + i * C;
+    size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
+    if (format == "tsv") {
+      std::string id = pending[i].id;
+      std::replace(id.begin(), id.end(), '\t', ' ');
+      out << id << "\t" << names[arg];
+      for (size_t c = 0; c < C; ++c) {
+        std::snprintf(buf, sizeof buf, "%.6g", row[c]);
+        out << "\t" << buf;
+      }
+      out << "\n";
+    } else {
+      json pr = json::object();
+      for (size_t c = 0; c < C; ++c) pr[names[c]] = row[c];
+      out << json({{"id", pending[i].id}, {"line", pending[i].line}, {"predicted", names[arg]},
+                   {"probabilities", pr}})
+                 .dump()
+          << "\n";
+    }
+  }
+}
+
+/// The class probabilities of a batch of RECORDS (their tokens are moved out).
+std::vector<double> predict_batch(gf::Experiment& ex, std::vector<gf::Record>& records) {
+  std::vector<gf::Example> chunk;
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < records.size(); ++i) {
+    gf::Example e;
+    e.tokens = std::move(records[i].tokens);
+    chunk.push_back(std::move(e));
+    idx.push_back(i);
+  }
+  gf::NoGradGuard ng;
+  gf::Batch b = ex.make_batch(chunk, idx);
+  std::vector<double> prob = probabilities(ex.model().forward(b, false, nullptr));
+  gf::clear_tape();
+  return prob;
+}
+
+/// The data's class names, numbered where a class has none.
+std::vector<std::string> class_names(const gf::DataSplits& d) {
+  std::vector<std::string> names = d.class_names;
+  for (size_t c = names.size(); c < d.num_classes; ++c) names.push_back(std::to_string(c));
+  return names;
+}
+
+/// --threads at most this machine's cores (with a warning).
+long clamp_threads(long threads) {
+  size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  if (threads <= 0 || static_cast<unsigned long>(threads) <= cores) return threads;
+  std::cerr << "warning: --threads " << threads << " is more than the " << cores
+            << " cores of this machine; using " << cores << "\n";
+  return static_cast<long>(cores);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -160,38 +275,12 @@ int cmd_eval(const std::vector<std::string>& args) {
   }
   if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
 
-  // the batches of Experiment::evaluate, so loss and accuracy are the figures training logs
-  size_t C = d.num_classes, B = static_cast<size_t>(ex->settings().batch_size);
-  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
-  std::vector<gf::Example> chunk;
-  std::vector<size_t> idx;
+  size_t C = d.num_classes;
   double loss = 0;
-  {
-    gf::NoGradGuard ng;
-    for (size_t start = 0; start < rows.size(); start += B) {
-      size_t n = std::min(B, rows.size() - start);
-      chunk.clear();
-      idx.clear();
-      for (size_t i = 0; i < n; ++i) {
-        chunk.push_back(*rows[start + i]);
-        idx.push_back(i);
-      }
-      gf::Batch b = ex->make_batch(chunk, idx);
-      gf::Var logits = ex->model().forward(b, false, nullptr);
-      gf::Var l = gf::ops::cross_entropy(logits, b.labels);
-      loss += static_cast<double>(l.value()[0]) * n;
-      for (size_t i = 0; i < n; ++i) {
-        const float* row = logits.value().data() + i * C;
-        size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
-        confusion[static_cast<size_t>(b.labels[i])][arg]++;
-      }
-      gf::clear_tape();
-    }
-  }
+  const std::vector<std::vector<size_t>> confusion = evaluate_rows(*ex, rows, loss);
   gf::ClassificationReport r = gf::classification_report(confusion);
   loss /= static_cast<double>(rows.size());
-  std::vector<std::string> names = d.class_names;
-  for (size_t c = names.size(); c < C; ++c) names.push_back(std::to_string(c));
+  const std::vector<std::string> names = class_names(d);
   if (vm.count("json")) {
     json classes = json::array();
     for (size_t c = 0; c < C; ++c)
@@ -206,50 +295,52 @@ int cmd_eval(const std::vector<std::string>& args) {
               << "\n";
     return 0;
   }
-  std::cout << split << ": accuracy " << fixed(r.accuracy, 4) << ", loss " << fixed(loss, 4)
-            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << r.examples << " examples\n";
-  size_t w = 5;
-  for (auto& n : names) w = std::max(w, n.size());
-  std::cout << "\n" << std::string(w - 5, ' ') << "class  precision  recall      f1  support\n";
-  for (size_t c = 0; c < C; ++c) {
-    std::printf("%*s  %9.4f  %6.4f  %6.4f  %7zu\n", static_cast<int>(w), names[c].c_str(),
-                r.classes[c].precision, r.classes[c].recall, r.classes[c].f1, r.classes[c].support);
-  }
-  std::fflush(stdout);
-  std::cout << "\nconfusion matrix (rows: true class, columns: predicted class, in the order above)\n";
-  for (size_t t = 0; t < C; ++t) {
-    std::printf("%*s ", static_cast<int>(w), names[t].c_str());
-    for (size_t q = 0; q < C; ++q) std::printf(" %6zu", confusion[t][q]);
-    std::printf("\n");
-  }
-  std::fflush(stdout);
+  print_eval(split, r, loss, names, confusion);
   return 0;
 }
 
 // ---------------------------------------------------------------------------
-int cmd_predict(const std::vector<std::string>& args) {
-  po::options_description o("predict options");
+namespace {
+/// The command line of `predict`.
+struct PredictArgs {
   std::string ck, input, out_path, format = "tsv", bad = "fail";
   std::vector<std::string> paths;
   long batch = 0, threads = -1;
-  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
-      "input", po::value(&input)->required(),
+  bool quiet = false, help = false;
+};
+
+PredictArgs parse_predict_args(const std::vector<std::string>& args) {
+  po::options_description o("predict options");
+  PredictArgs a;
+  o.add_options()("checkpoint", po::value(&a.ck)->required(), "checkpoint (.safetensors)")(
+      "input", po::value(&a.input)->required(),
       "records: TSV with the text column (text_tsv), FASTA (fasta_variants), expressions (listops)")(
-      "out", po::value(&out_path), "output file (default: standard output)")(
-      "format", po::value(&format), "tsv | jsonl")(
-      "bad-records", po::value(&bad), "fail: stop at the first bad record; skip: report and go on")(
-      "batch-size", po::value(&batch), "records per batch (default: the training batch size)")(
-      "threads", po::value(&threads), "worker threads (default: the run's setting; 0 = all cores)")(
-      "quiet,q", "no progress output")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
-  bool help;
+      "out", po::value(&a.out_path), "output file (default: standard output)")(
+      "format", po::value(&a.format), "tsv | jsonl")(
+      "bad-records", po::value(&a.bad), "fail: stop at the first bad record; skip: report and go on")(
+      "batch-size", po::value(&a.batch), "records per batch (default: the training batch size)")(
+      "threads", po::value(&a.threads), "worker threads (default: the run's setting; 0 = all cores)")(
+      "quiet,q", "no progress output")("plugin-path", po::value(&a.paths)->composing(), "extra plugin folder");
   auto vm = parse("growformer predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] "
                   "[--bad-records fail|skip]",
-                  o, {{"checkpoint", 1}, {"input", 1}}, args, &help);
-  if (help) return 0;
-  if (format != "tsv" && format != "jsonl") throw UsageError("--format must be tsv or jsonl");
-  if (bad != "fail" && bad != "skip") throw UsageError("--bad-records must be fail or skip");
-  if (batch < 0) throw UsageError("--batch-size must be positive");
-  if (!fs::exists(input)) throw gf::ConfigError(input + ": no such input file");
+                  o, {{"checkpoint", 1}, {"input", 1}}, args, &a.help);
+  if (a.help) return a;
+  if (a.format != "tsv" && a.format != "jsonl") throw UsageError("--format must be tsv or jsonl");
+  if (a.bad != "fail" && a.bad != "skip") throw UsageError("--bad-records must be fail or skip");
+  if (a.batch < 0) throw UsageError("--batch-size must be positive");
+  if (!fs::exists(a.input)) throw gf::ConfigError(a.input + ": no such input file");
+  a.quiet = vm.count("quiet") > 0;
+  return a;
+}
+}  // namespace
+
+int cmd_predict(const std::vector<std::string>& cli) {
+  const PredictArgs a = parse_predict_args(cli);
+  if (a.help) return 0;
+  const std::string &ck = a.ck, &input = a.input, &out_path = a.out_path, &format = a.format, &bad = a.bad;
+  const std::vector<std::string>& paths = a.paths;
+  const long batch = a.batch;
+  long threads = a.threads;
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
   auto record = loaded.metadata.find("data");
   if (record == loaded.metadata.end())
@@ -257,20 +348,14 @@ int cmd_predict(const std::vector<std::string>& args) {
                                "tokenizers were saved); `growformer resume` it once, or re-train");
   // the checkpoint alone: model, saved tokenizer and classes; no training data is read
   auto ex = checkpoint_experiment(loaded, ck, paths, {}, "", "none");
-  if (threads > 0 && static_cast<unsigned long>(threads) > std::max(1u, std::thread::hardware_concurrency())) {
-    size_t cores = std::max(1u, std::thread::hardware_concurrency());
-    std::cerr << "warning: --threads " << threads << " is more than the " << cores
-              << " cores of this machine; using " << cores << "\n";
-    threads = static_cast<long>(cores);
-  }
+  threads = clamp_threads(threads);
   if (threads >= 0) gf::set_num_threads(static_cast<size_t>(threads));
   auto reader = ex->dataset().open_records(input);
 
   const gf::DataSplits& d = ex->data();
   size_t C = d.num_classes, B = batch > 0 ? static_cast<size_t>(batch)
                                            : static_cast<size_t>(ex->settings().batch_size);
-  std::vector<std::string> names = d.class_names;
-  for (size_t c = names.size(); c < C; ++c) names.push_back(std::to_string(c));
+  const std::vector<std::string> names = class_names(d);
   std::ofstream file;
   if (!out_path.empty()) {
     file.open(out_path);
@@ -282,52 +367,14 @@ int cmd_predict(const std::vector<std::string>& args) {
     for (auto& n : names) out << "\tp_" << n;
     out << "\n";
   }
-  bool progress = !vm.count("quiet") && isatty(2);
+  bool progress = !a.quiet && isatty(2);
   auto t0 = std::chrono::steady_clock::now();
   auto last_draw = t0;
   size_t done = 0, skipped = 0;
   std::vector<gf::Record> pending;
-  std::vector<gf::Example> chunk;
-  std::vector<size_t> idx;
   auto flush = [&]() {
     if (pending.empty()) return;
-    chunk.clear();
-    idx.clear();
-    for (size_t i = 0; i < pending.size(); ++i) {
-      gf::Example e;
-      e.tokens = std::move(pending[i].tokens);
-      chunk.push_back(std::move(e));
-      idx.push_back(i);
-    }
-    std::vector<double> prob;
-    {
-      gf::NoGradGuard ng;
-      gf::Batch b = ex->make_batch(chunk, idx);
-      prob = probabilities(ex->model().forward(b, false, nullptr));
-      gf::clear_tape();
-    }
-    char buf[32];
-    for (size_t i = 0; i < pending.size(); ++i) {
-      const double* row = prob.data() + i * C;
-      size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
-      if (format == "tsv") {
-        std::string id = pending[i].id;
-        std::replace(id.begin(), id.end(), '\t', ' ');
-        out << id << "\t" << names[arg];
-        for (size_t c = 0; c < C; ++c) {
-          std::snprintf(buf, sizeof buf, "%.6g", row[c]);
-          out << "\t" << buf;
-        }
-        out << "\n";
-      } else {
-        json pr = json::object();
-        for (size_t c = 0; c < C; ++c) pr[names[c]] = row[c];
-        out << json({{"id", pending[i].id}, {"line", pending[i].line}, {"predicted", names[arg]},
-                     {"probabilities", pr}})
-                   .dump()
-            << "\n";
-      }
-    }
+    write_predictions(out, format, names, pending, predict_batch(*ex, pending), C);
     done += pending.size();
     pending.clear();
     auto now = std::chrono::steady_clock::now();
@@ -359,7 +406,7 @@ int cmd_predict(const std::vector<std::string>& args) {
   out.flush();
   if (!out) throw gf::RuntimeError((out_path.empty() ? "standard output" : out_path) + ": write failed");
   if (progress) std::cerr << "\r\033[K";
-  if (!vm.count("quiet"))
+  if (!a.quiet)
     std::cerr << "predict: " << done << " records" << (skipped ? ", " + std::to_string(skipped) + " bad skipped" : "")
               << (out_path.empty() ? "" : " -> " + out_path) << "\n";
   return 0;

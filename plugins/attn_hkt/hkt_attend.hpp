@@ -56,11 +56,24 @@ inline void softmax_logits(const float* z, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] /= s;
 }
 
+// The per-thread scratch buffers, each with one meaning in both passes.
+enum class Buf {
+  tile,        // a tile's score rows: S (forward), P = exp(S - lse) (backward)
+  row_inv,     // forward: 1 / sum per row of the tile, scales its output row
+  up_row,      // a T-wide row of a coarse level expanded to the fine grid
+  coarse,      // the coarse levels' score rows of a tile (tile_scores)
+  pad_bias,    // 0 at a valid key, -inf at padding
+  score_grad,  // backward: dS of the tile
+  v_t,         // backward: v^T of the sample (d_v x T)
+  count
+};
+
 // Per-thread scratch, grown on demand and kept between calls.
-inline std::vector<float>& scratch(int which, size_t n) {
-  thread_local std::vector<float> bufs[7];
-  if (bufs[which].size() < n) bufs[which].resize(n);
-  return bufs[which];
+inline std::vector<float>& scratch(Buf which, size_t n) {
+  thread_local std::vector<float> bufs[static_cast<size_t>(Buf::count)];
+  std::vector<float>& b = bufs[static_cast<size_t>(which)];
+  if (b.size() < n) b.resize(n);
+  return b;
 }
 
 // Everything a tile needs, shared by the forward and the backward pass.
@@ -156,6 +169,55 @@ inline void transpose_levels(const Geom& g, const std::vector<gf::Var>& k, size_
   }
 }
 
+// tile_scores without the causal limits and with coarse levels: every row of a level-l block
+// adds the same row of S_l, so the coarse levels are summed coarse to fine on their own grids,
+// C_{L-1} = S_{L-1}, C_l = S_l + up_s(C_{l+1}) (block indices nest: i / s^l = (i / s^(l-1)) / s),
+// and each T-wide row takes a single add, of up_s(C_1) plus the padding bias, left to fin.
+template <class Fin>
+inline void nested_levels(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
+                          const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S,
+                          float* up, const float* bias, bool padded, Fin& fin) {
+  const size_t dk = g.dk;
+  const size_t s = g.blk[1];
+  std::vector<size_t> off(g.L + 1, 0), I0(g.L), nI(g.L);
+  for (size_t l = 1; l < g.L; ++l) {
+    I0[l] = i0 / g.blk[l];  // a multiple of the coarsest block: the grids nest exactly
+    nI[l] = (i0 + r + g.blk[l] - 1) / g.blk[l] - I0[l];
+    off[l + 1] = off[l] + nI[l] * g.Tl[l];
+  }
+  float* cbuf = scratch(Buf::coarse, off[g.L]).data();
+  for (size_t l = g.L - 1; l >= 1; --l) {
+    const size_t n = g.Tl[l];
+    float* cl = cbuf + off[l];
+    gf::kernels::gemm_short_k(nI[l], n, dk, lb[l] * g.scale,
+                              q[l].value().data() + (b * n + I0[l]) * dk, dk, klt[l], n, cl, n);
+    if (l + 1 < g.L) {
+      const float* cc = cbuf + off[l + 1];
+      for (size_t I = 0; I < nI[l]; ++I) {
+        const float* cr = cc + ((I0[l] + I) / s - I0[l + 1]) * g.Tl[l + 1];
+        if (s == 2) {  // the same sums without writing the expanded row
+          gf::kernels::add_up2(cl + I * n, cr, n);
+        } else {
+          expand_blocks(cr, s, n, up);
+          gf::kernels::axpy(cl + I * n, up, n, 1.0f);
+        }
+      }
+    }
+  }
+  const float* c1 = cbuf + off[1];
+  const bool half = s == 2 && !padded;  // fin adds c1's rows on their own grid
+  for (size_t I = 0; I < nI[1]; ++I) {
+    const float* add = c1 + I * g.Tl[1];
+    if (!half) {
+      expand_blocks(add, s, jmax, up);
+      if (padded) gf::kernels::axpy(up, bias, jmax, 1.0f);
+      add = up;
+    }
+    const size_t a0 = (I0[1] + I) * s - i0, a1 = std::min(r, a0 + s);
+    for (size_t a = a0; a < a1; ++a) fin(a, S + a * jmax, add, half);
+  }
+}
+
 // Scores of query rows [i0, i0 + r) of sample b against keys [0, jmax) into S (r x jmax),
 // masked entries -inf. KLT[l] is k_l^T (d_k x T_l) of this sample. Each row is handed to
 // fin(a, row, up, half) as soon as it is ready (while it is still in L1): the score row is
@@ -171,61 +233,20 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
   // kernels::gemm_short_k), without BLAS packing
   gf::kernels::gemm_short_k(r, jmax, dk, lb[0] * g.scale, q[0].value().data() + (b * T + i0) * dk,
                             dk, klt[0], T, S, jmax);
-  float* up = scratch(2, T).data();
+  float* up = scratch(Buf::up_row, T).data();
   const uint8_t* vb = g.valid ? g.valid + b * T : nullptr;
-  float* bias = scratch(4, T).data();
+  float* bias = scratch(Buf::pad_bias, T).data();
   const bool padded = vb && std::find(vb, vb + jmax, uint8_t{0}) != vb + jmax;
   if (padded)
     for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
   if (!g.causal && g.L > 1) {
-    // Without the causal limits every row of a level-l block adds the same row of S_l, so the
-    // coarse levels are summed coarse to fine on their own grids, C_{L-1} = S_{L-1},
-    // C_l = S_l + up_s(C_{l+1}) (block indices nest: i / s^l = (i / s^(l-1)) / s), and each
-    // T-wide row takes a single add, of up_s(C_1) plus the padding bias, left to fin.
-    const size_t s = g.blk[1];
-    std::vector<size_t> off(g.L + 1, 0), I0(g.L), nI(g.L);
-    for (size_t l = 1; l < g.L; ++l) {
-      I0[l] = i0 / g.blk[l];  // a multiple of the coarsest block: the grids nest exactly
-      nI[l] = (i0 + r + g.blk[l] - 1) / g.blk[l] - I0[l];
-      off[l + 1] = off[l] + nI[l] * g.Tl[l];
-    }
-    float* cbuf = scratch(3, off[g.L]).data();
-    for (size_t l = g.L - 1; l >= 1; --l) {
-      const size_t n = g.Tl[l];
-      float* cl = cbuf + off[l];
-      gf::kernels::gemm_short_k(nI[l], n, dk, lb[l] * g.scale,
-                                q[l].value().data() + (b * n + I0[l]) * dk, dk, klt[l], n, cl, n);
-      if (l + 1 < g.L) {
-        const float* cc = cbuf + off[l + 1];
-        for (size_t I = 0; I < nI[l]; ++I) {
-          const float* cr = cc + ((I0[l] + I) / s - I0[l + 1]) * g.Tl[l + 1];
-          if (s == 2) {  // the same sums without writing the expanded row
-            gf::kernels::add_up2(cl + I * n, cr, n);
-          } else {
-            expand_blocks(cr, s, n, up);
-            gf::kernels::axpy(cl + I * n, up, n, 1.0f);
-          }
-        }
-      }
-    }
-    const float* c1 = cbuf + off[1];
-    const bool half = s == 2 && !padded;  // fin adds c1's rows on their own grid
-    for (size_t I = 0; I < nI[1]; ++I) {
-      const float* add = c1 + I * g.Tl[1];
-      if (!half) {
-        expand_blocks(add, s, jmax, up);
-        if (padded) gf::kernels::axpy(up, bias, jmax, 1.0f);
-        add = up;
-      }
-      const size_t a0 = (I0[1] + I) * s - i0, a1 = std::min(r, a0 + s);
-      for (size_t a = a0; a < a1; ++a) fin(a, S + a * jmax, add, half);
-    }
+    nested_levels(g, q, klt, lb, b, i0, r, jmax, S, up, bias, padded, fin);
     return;
   }
   for (size_t l = 1; l < g.L; ++l) {
     const size_t n = g.Tl[l], bs = g.blk[l];
     const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs;  // tile rows cover whole blocks
-    float* sl = scratch(3, (I1 - I0) * n).data();
+    float* sl = scratch(Buf::coarse, (I1 - I0) * n).data();
     gf::kernels::gemm_short_k(I1 - I0, n, dk, lb[l] * g.scale,
                               q[l].value().data() + (b * n + I0) * dk, dk, klt[l], n, sl, n);
     for (size_t I = I0; I < I1; ++I) {
@@ -250,18 +271,18 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
 
 }  // namespace detail
 
-/// q[l], k[l]: (B, T_l, d_k); v: (B, T, d_v); logits: (L) shared or (B, L) per sample
-/// (lambda = softmax(logits)). Returns (B, T, d_v). Gradients reach every q_l, k_l, v
-/// and the logits. A query row with no valid key gives 0.
-inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
-                          const gf::Var& v, const gf::Var& logits, const FusedSpec& spec) {
+namespace detail {
+
+// The geometry of a call, its inputs checked: levels' lengths and blocks, the tile rows.
+inline Geom make_geom(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k, const gf::Var& v,
+                      const gf::Var& logits, const FusedSpec& spec) {
   const size_t L = q.size();
   if (L == 0 || k.size() != L) throw std::invalid_argument("hkt_attend: need L >= 1 q and k sets");
   if (v.shape().size() != 3) throw std::invalid_argument("hkt_attend: v must be (B, T, d_v)");
   if (spec.stride < 2 && L > 1) throw std::invalid_argument("hkt_attend: stride must be >= 2");
   const size_t B = v.dim(0), T = v.dim(1), dv = v.dim(2);
   const size_t dk = q[0].shape().size() == 3 ? q[0].dim(2) : 0;
-  detail::Geom g;
+  Geom g;
   g.B = B, g.T = T, g.L = L, g.dk = dk, g.dv = dv;
   g.Tl.resize(L);
   g.blk.resize(L);
@@ -287,6 +308,267 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   g.br = std::max<size_t>(1, (gf::kernels::attention_block_rows() + top - 1) / top) * top;
   g.scale = spec.scale;
   g.causal = spec.causal;
+  return g;
+}
+
+// The input the result's gradient goes through, or null when none requires one.
+inline const gf::Var* grad_input(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
+                                 const gf::Var& v, const gf::Var& logits) {
+  for (size_t l = 0; l < q.size(); ++l) {
+    if (q[l].requires_grad()) return &q[l];
+    if (k[l].requires_grad()) return &k[l];
+  }
+  if (v.requires_grad()) return &v;
+  if (logits.requires_grad()) return &logits;
+  return nullptr;
+}
+
+// The forward pass over every (sample, tile): OUT (B, T, d_v) and, when LSE is defined, each
+// row's log-sum-exp (+inf for a row with no valid key). Every (sample, tile) is independent:
+// the split does not change any result.
+inline void forward_tiles(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
+                          const float* lam, const gf::Var& v, gf::Tensor& out, gf::Tensor& lse) {
+  const size_t T = g.T, L = g.L, dv = g.dv, tiles = g.tiles();
+  const bool keep_lse = lse.defined();
+  gf::parallel_for(g.B * tiles, [&](size_t task) {
+    const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
+    const size_t jmax = g.causal ? i0 + r : T;
+    float* S = scratch(Buf::tile, r * jmax).data();
+    float* inv = scratch(Buf::row_inv, r).data();
+    tile_scores(g, q, klt + b * L, lam + b * L, b, i0, r, jmax, S,
+                [&](size_t a, float* row, const float* up, bool half) {
+                  const float mx = !up   ? gf::kernels::row_max(row, jmax)
+                                   : half ? gf::kernels::add_max_up2(row, up, jmax)
+                                          : gf::kernels::add_max(row, up, jmax);
+                  if (mx == -INFINITY) {
+                    std::fill(row, row + jmax, 0.0f);
+                    if (keep_lse) lse[b * T + i0 + a] = INFINITY;
+                    inv[a] = 0.0f;
+                    return;
+                  }
+                  const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
+                  inv[a] = 1.0f / sum;
+                  if (keep_lse) lse[b * T + i0 + a] = mx + std::log(sum);
+                });
+    gf::kernels::gemm_acc_nd_rows(r, jmax, dv, inv, S, jmax, v.value().data() + b * T * dv, dv,
+                                  out.data() + (b * T + i0) * dv, dv);
+  });
+}
+
+// The backward pass of hkt_attend: what it keeps of the forward pass, and the gradients of one
+// sample's tiles.
+struct Backward {
+  gf::Var res;
+  std::vector<gf::Var> q, k;
+  gf::Var v, logits;
+  gf::Tensor lse;  // the rows' log-sum-exp
+  std::vector<float> lam;  // lambda (B, L)
+  Geom g;
+  std::shared_ptr<std::vector<uint8_t>> keep;  // the key mask g.valid points into
+  bool per_sample;
+  gf::Tensor kt;  // every level's k_l^T per sample (d_k x sum T_l floats)
+  size_t ktn;
+
+  // the gradient buffers of the inputs that require one (null otherwise)
+  struct Grads {
+    std::vector<float*> q, k;
+    float* v = nullptr;
+    std::vector<double> lam;  // d lambda (B, L)
+  };
+  // per thread and kept between calls: freed and reallocated per sample, these went back to
+  // the system and page-faulted again (17,305 against 2,887 faults for 60 calls at L = 3
+  // against L = 1)
+  struct LevelBufs {
+    std::vector<float> dsl, dsl_prev, G, acc;
+  };
+  // one tile of a sample
+  struct Tile {
+    size_t b, i0, r, jmax;
+    const float* gob;  // dO rows of the tile
+    const float* ob;   // the sample's output rows
+    float* ds;         // dS (r x jmax)
+  };
+  // a level's dS_l of a tile: NI rows of NCOLS (leading dimension LD)
+  struct LevelGrad {
+    const float* dsp;
+    size_t ncols, ld;
+  };
+
+  void operator()() {
+    if (!res.grad().defined()) return;
+    Grads gr;
+    gr.q.assign(g.L, nullptr);
+    gr.k.assign(g.L, nullptr);
+    for (size_t l = 0; l < g.L; ++l) {
+      if (q[l].requires_grad()) gr.q[l] = q[l].node()->grad_buf().data();
+      if (k[l].requires_grad()) gr.k[l] = k[l].node()->grad_buf().data();
+    }
+    gr.v = v.requires_grad() ? v.node()->grad_buf().data() : nullptr;
+    gr.lam.assign(g.B * g.L, 0.0);
+    // One task per sample: its tiles run in order, so every sum has a fixed order.
+    gf::parallel_for(g.B, [&](size_t b) { sample(b, gr); });
+    if (logits.requires_grad()) logits_backward(gr.lam);
+  }
+
+  void sample(size_t b, Grads& gr) const {
+    const size_t T = g.T, L = g.L, dk = g.dk, dv = g.dv;
+    const float* lb = lam.data() + b * L;
+    const float* vb = v.value().data() + b * T * dv;
+    thread_local LevelBufs bufs;
+    if (bufs.acc.size() < T) bufs.acc.resize(T);
+    std::vector<const float*> klt(L);
+    const float* ktb = kt.data() + b * ktn;
+    for (size_t l = 0; l < L; ++l) {
+      klt[l] = ktb;
+      ktb += dk * g.Tl[l];
+    }
+    float* vt = scratch(Buf::v_t, dv * T).data();
+    transpose_into(vb, T, dv, vt);
+    for (size_t t = 0; t < g.tiles(); ++t) {
+      Tile tl;
+      tl.b = b;
+      tl.i0 = t * g.br;
+      tl.r = std::min(g.br, T - tl.i0);
+      tl.jmax = g.causal ? tl.i0 + tl.r : T;
+      tl.gob = res.grad().data() + (b * T + tl.i0) * dv;
+      tl.ob = res.value().data() + b * T * dv;
+      float* P = scratch(Buf::tile, tl.r * tl.jmax).data();
+      tl.ds = scratch(Buf::score_grad, tl.r * tl.jmax).data();
+      const size_t jmax = tl.jmax, i0 = tl.i0;
+      // P = exp(S - lse), the coarse addend folded into the exp's pass
+      tile_scores(g, q, klt.data(), lb, b, i0, tl.r, jmax, P,
+                  [&](size_t a, float* row, const float* up, bool half) {
+                    const float shift = lse[b * T + i0 + a];
+                    if (!up)
+                      gf::kernels::exp_shift(row, jmax, shift);
+                    else if (half)
+                      gf::kernels::exp_add_up2_shift(row, up, jmax, shift);
+                    else
+                      gf::kernels::exp_add_shift(row, up, jmax, shift);
+                  });
+      if (gr.v)  // dV = P^T dO
+        gf::kernels::gemm_acc_tnd(tl.r, jmax, dv, 1.0f, P, jmax, tl.gob, dv, gr.v + b * T * dv, dv);
+      // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = dO_i . out_i.
+      gf::kernels::gemm_short_k(tl.r, jmax, dv, 1.0f, tl.gob, dv, vt, T, tl.ds, jmax);
+      score_grads(tl, P, bufs);
+      size_t prev_cols = 0;  // columns of the previous level's dS_l
+      for (size_t l = 0; l < L; ++l) {
+        const LevelGrad lg = level_grad(tl, l, prev_cols, bufs);
+        prev_cols = lg.ncols;
+        level_backward(tl, l, lg, lb, gr, bufs);
+      }
+    }
+  }
+
+  // Two-way: each level-1 block of dS rows is folded into dS_1 as soon as its rows are done,
+  // while they are in L1 (the same sums as folding the tile afterwards).
+  bool fold_now() const { return !g.causal && g.L > 1; }
+
+  // dS = P * (dP - rowsum(P * dP)) row by row, and (fold_now) dS_1 of the finished blocks.
+  void score_grads(const Tile& tl, const float* P, LevelBufs& bufs) const {
+    const size_t jmax = tl.jmax, dv = g.dv, i0 = tl.i0;
+    const size_t s1 = fold_now() ? g.blk[1] : 1, I0_1 = i0 / s1;
+    const size_t ncols1 = (jmax + s1 - 1) / s1;
+    if (fold_now()) bufs.dsl.resize(((i0 + tl.r + s1 - 1) / s1 - I0_1) * ncols1);
+    for (size_t a = 0; a < tl.r; ++a) {
+      const float rs = gf::kernels::dot(tl.gob + a * dv, tl.ob + (i0 + a) * dv, dv);
+      gf::kernels::softmax_grad_row(tl.ds + a * jmax, P + a * jmax, jmax, rs, 1.0f);
+      if (fold_now() && ((i0 + a + 1) % s1 == 0 || a + 1 == tl.r)) {
+        const size_t I = (i0 + a) / s1, a0 = I * s1 - i0;
+        fold_rows(tl.ds + a0 * jmax, jmax, a + 1 - a0, s1, jmax, bufs.acc.data(),
+                  bufs.dsl.data() + (I - I0_1) * ncols1);
+      }
+    }
+  }
+
+  // dS_l of the tile: this tile's blocks of dS summed.
+  LevelGrad level_grad(const Tile& tl, size_t l, size_t prev_cols, LevelBufs& bufs) const {
+    const size_t jmax = tl.jmax, i0 = tl.i0, r = tl.r, bs = g.blk[l];
+    const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs, nI = I1 - I0;
+    if (l == 0) return {tl.ds, jmax, jmax};
+    if (fold_now() && l == 1) {  // folded in score_grads
+      const size_t s1 = g.blk[1], ncols1 = (jmax + s1 - 1) / s1;
+      return {bufs.dsl.data(), ncols1, ncols1};
+    }
+    if (!g.causal) {  // l >= 2
+      // Without the causal limits the blocks nest: dS_l is dS_{l-1} summed over s x s blocks
+      // (rows first, then columns), not a second pass over dS.
+      const size_t st = g.blk[1], prev_rows = bufs.dsl.size() / prev_cols;
+      std::swap(bufs.dsl, bufs.dsl_prev);
+      const size_t ncols = (prev_cols + st - 1) / st;
+      bufs.dsl.resize(nI * ncols);  // fold_rows writes every element
+      for (size_t I = 0; I < nI; ++I)
+        fold_rows(bufs.dsl_prev.data() + I * st * prev_cols, prev_cols,
+                  std::min(prev_rows, (I + 1) * st) - I * st, st, prev_cols, bufs.acc.data(),
+                  bufs.dsl.data() + I * ncols);
+      return {bufs.dsl.data(), ncols, ncols};
+    }
+    // Causal: each row of block I adds its usable prefix (the rows first, contiguous adds),
+    // then the columns fold into blocks; columns past the limits stay 0.
+    const size_t ncols = (jmax + bs - 1) / bs;
+    bufs.dsl.assign(nI * ncols, 0.0f);
+    for (size_t I = I0; I < I1; ++I) {
+      const size_t i1 = std::min(i0 + r, (I + 1) * bs);
+      const size_t lim_max = std::min(jmax, causal_blocks(i1 - 1, bs) * bs);
+      std::fill(bufs.acc.begin(), bufs.acc.begin() + lim_max, 0.0f);
+      for (size_t i = I * bs; i < i1; ++i) {
+        const size_t lim = std::min(jmax, causal_blocks(i, bs) * bs);
+        gf::kernels::axpy(bufs.acc.data(), tl.ds + (i - i0) * jmax, lim, 1.0f);
+      }
+      fold_blocks(bufs.acc.data(), bs, lim_max, bufs.dsl.data() + (I - I0) * ncols);
+    }
+    return {bufs.dsl.data(), ncols, ncols};
+  }
+
+  // G = dS_l k_l; dq_l = c_l G, dk_l = c_l dS_l^T q_l, d lambda_l = scale * sum_I q_l[I] . G[I].
+  void level_backward(const Tile& tl, size_t l, const LevelGrad& lg, const float* lb, Grads& gr,
+                      LevelBufs& bufs) const {
+    const size_t b = tl.b, n = g.Tl[l], bs = g.blk[l], dk = g.dk;
+    const size_t I0 = tl.i0 / bs, I1 = (tl.i0 + tl.r + bs - 1) / bs, nI = I1 - I0;
+    const float c = lb[l] * g.scale;
+    const float* qb = q[l].value().data() + (b * n + I0) * dk;
+    const float* kb = k[l].value().data() + b * n * dk;
+    std::vector<float>& G = bufs.G;
+    G.assign(nI * dk, 0.0f);
+    gf::kernels::gemm_acc_nd(nI, lg.ncols, dk, 1.0f, lg.dsp, lg.ld, kb, dk, G.data(), dk);
+    // four independent chains (one serial chain of double adds was a quarter of this loop
+    // body's time), summed in a fixed order
+    double d4[4] = {0.0, 0.0, 0.0, 0.0};
+    size_t x = 0;
+    for (; x + 4 <= nI * dk; x += 4)
+      for (size_t u = 0; u < 4; ++u) d4[u] += static_cast<double>(qb[x + u]) * G[x + u];
+    for (; x < nI * dk; ++x) d4[0] += static_cast<double>(qb[x]) * G[x];
+    gr.lam[b * g.L + l] += ((d4[0] + d4[1]) + (d4[2] + d4[3])) * g.scale;
+    if (gr.q[l]) gf::kernels::axpy(gr.q[l] + (b * n + I0) * dk, G.data(), nI * dk, c);
+    if (gr.k[l])
+      gf::kernels::gemm_acc_tnd(nI, lg.ncols, dk, c, lg.dsp, lg.ld, qb, dk, gr.k[l] + b * n * dk, dk);
+  }
+
+  // Softmax backward: d z = lambda * (d lambda - sum lambda d lambda).
+  void logits_backward(const std::vector<double>& dlam) const {
+    const size_t L = g.L;
+    float* gz = logits.node()->grad_buf().data();
+    for (size_t b = 0; b < g.B; ++b) {
+      const float* lb = lam.data() + b * L;
+      const double* db = dlam.data() + b * L;
+      double dot = 0.0;
+      for (size_t l = 0; l < L; ++l) dot += lb[l] * db[l];
+      float* gzb = gz + (per_sample ? b * L : 0);
+      for (size_t l = 0; l < L; ++l) gzb[l] += static_cast<float>(lb[l] * (db[l] - dot));
+    }
+  }
+};
+
+}  // namespace detail
+
+/// q[l], k[l]: (B, T_l, d_k); v: (B, T, d_v); logits: (L) shared or (B, L) per sample
+/// (lambda = softmax(logits)). Returns (B, T, d_v). Gradients reach every q_l, k_l, v
+/// and the logits. A query row with no valid key gives 0.
+inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
+                          const gf::Var& v, const gf::Var& logits, const FusedSpec& spec) {
+  detail::Geom g = detail::make_geom(q, k, v, logits, spec);
+  const size_t B = g.B, T = g.T, L = g.L, dk = g.dk;
+  const bool per_sample = logits.shape().size() == 2;
   // the caller's mask may be gone by the backward pass: keep a copy
   auto keep = spec.key_valid ? std::make_shared<std::vector<uint8_t>>(*spec.key_valid) : nullptr;
   g.valid = keep ? keep->data() : nullptr;
@@ -297,21 +579,12 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
     detail::softmax_logits(logits.value().data() + (per_sample ? b * L : 0), L, lam.data() + b * L);
 
   // Any input with a gradient makes the result require one.
-  const gf::Var* any = nullptr;
-  for (size_t l = 0; l < L && !any; ++l) {
-    if (q[l].requires_grad())
-      any = &q[l];
-    else if (k[l].requires_grad())
-      any = &k[l];
-  }
-  if (!any && v.requires_grad()) any = &v;
-  if (!any && logits.requires_grad()) any = &logits;
+  const gf::Var* any = detail::grad_input(q, k, v, logits);
   const bool backward_pass = any && gf::grad_enabled();
 
-  gf::Tensor out(gf::Shape{B, T, dv}, 0.0f);
+  gf::Tensor out(gf::Shape{B, T, g.dv}, 0.0f);
   // the row log-sum-exp, for the backward pass only; +inf marks a row with no valid key
   gf::Tensor lse = backward_pass ? gf::Tensor::empty({B, T}) : gf::Tensor();
-  const size_t tiles = g.tiles();
   size_t ktn = 0;  // d_k x sum T_l floats per sample: every level's k_l^T
   for (size_t l = 0; l < L; ++l) ktn += dk * g.Tl[l];
   gf::Tensor kt = gf::Tensor::empty({B, ktn});
@@ -319,177 +592,12 @@ inline gf::Var hkt_attend(const std::vector<gf::Var>& q, const std::vector<gf::V
   gf::parallel_for(B, [&](size_t b) {
     detail::transpose_levels(g, k, b, kt.data() + b * ktn, klt.data() + b * L);
   });
-  // Every (sample, tile) is independent: the split does not change any result.
-  gf::parallel_for(B * tiles, [&](size_t task) {
-    const size_t b = task / tiles, i0 = (task % tiles) * g.br, r = std::min(g.br, T - i0);
-    const size_t jmax = g.causal ? i0 + r : T;
-    float* S = detail::scratch(0, r * jmax).data();
-    float* inv = detail::scratch(1, r).data();  // 1 / sum per row: scales the output row
-    detail::tile_scores(g, q, klt.data() + b * L, lam.data() + b * L, b, i0, r, jmax, S,
-                        [&](size_t a, float* row, const float* up, bool half) {
-                          const float mx = !up   ? gf::kernels::row_max(row, jmax)
-                                           : half ? gf::kernels::add_max_up2(row, up, jmax)
-                                                  : gf::kernels::add_max(row, up, jmax);
-                          if (mx == -INFINITY) {
-                            std::fill(row, row + jmax, 0.0f);
-                            if (backward_pass) lse[b * T + i0 + a] = INFINITY;
-                            inv[a] = 0.0f;
-                            return;
-                          }
-                          const float sum = gf::kernels::exp_shift_sum(row, jmax, mx);
-                          inv[a] = 1.0f / sum;
-                          if (backward_pass) lse[b * T + i0 + a] = mx + std::log(sum);
-                        });
-    gf::kernels::gemm_acc_nd_rows(r, jmax, dv, inv, S, jmax, v.value().data() + b * T * dv, dv,
-                                  out.data() + (b * T + i0) * dv, dv);
-  });
+  detail::forward_tiles(g, q, klt.data(), lam.data(), v, out, lse);
 
   gf::Var res = gf::make_result(std::move(out), {any});
   if (!res.requires_grad()) return res;
-
   // the backward pass recomputes the scores from the same k_l^T (kept: O(B T d_k) floats)
-  gf::record([res, q, k, v, logits, lse, lam, g, keep, per_sample, kt, ktn]() mutable {
-    if (!res.grad().defined()) return;
-    const size_t B = g.B, T = g.T, L = g.L, dk = g.dk, dv = g.dv, tiles = g.tiles();
-    const float* gr = res.grad().data();
-    std::vector<float*> gq(L, nullptr), gk(L, nullptr);
-    for (size_t l = 0; l < L; ++l) {
-      if (q[l].requires_grad()) gq[l] = q[l].node()->grad_buf().data();
-      if (k[l].requires_grad()) gk[l] = k[l].node()->grad_buf().data();
-    }
-    float* gv = v.requires_grad() ? v.node()->grad_buf().data() : nullptr;
-    std::vector<double> dlam(B * L, 0.0);
-
-    // One task per sample: its tiles run in order, so every sum has a fixed order.
-    gf::parallel_for(B, [&](size_t b) {
-      const float* lb = lam.data() + b * L;
-      const float* vb = v.value().data() + b * T * dv;
-      const float* ob = res.value().data() + b * T * dv;
-      // per thread and kept between calls: freed and reallocated per sample, these went back
-      // to the system and page-faulted again (17,305 against 2,887 faults for 60 calls at
-      // L = 3 against L = 1)
-      thread_local std::vector<float> dsl, dsl_prev, G, acc;
-      if (acc.size() < T) acc.resize(T);
-      std::vector<const float*> klt(L);
-      const float* ktb = kt.data() + b * ktn;
-      for (size_t l = 0; l < L; ++l) {
-        klt[l] = ktb;
-        ktb += dk * g.Tl[l];
-      }
-      float* vt = detail::scratch(6, dv * T).data();
-      detail::transpose_into(vb, T, dv, vt);
-      for (size_t t = 0; t < tiles; ++t) {
-        const size_t i0 = t * g.br, r = std::min(g.br, T - i0);
-        const size_t jmax = g.causal ? i0 + r : T;
-        const float* gob = gr + (b * T + i0) * dv;
-        float* P = detail::scratch(0, r * jmax).data();
-        float* ds = detail::scratch(1, r * jmax).data();
-        // P = exp(S - lse), the coarse addend folded into the exp's pass
-        detail::tile_scores(g, q, klt.data(), lb, b, i0, r, jmax, P,
-                            [&](size_t a, float* row, const float* up, bool half) {
-                              const float shift = lse[b * T + i0 + a];
-                              if (!up)
-                                gf::kernels::exp_shift(row, jmax, shift);
-                              else if (half)
-                                gf::kernels::exp_add_up2_shift(row, up, jmax, shift);
-                              else
-                                gf::kernels::exp_add_shift(row, up, jmax, shift);
-                            });
-        if (gv)  // dV = P^T dO
-          gf::kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, gob, dv, gv + b * T * dv, dv);
-        // dP = dO v^T, then dS = P * (dP - rowsum(P * dP)); rowsum(P * dP) = dO_i . out_i.
-        gf::kernels::gemm_short_k(r, jmax, dv, 1.0f, gob, dv, vt, T, ds, jmax);
-        // Two-way: each level-1 block of dS rows is folded into dS_1 as soon as its rows are
-        // done, while they are in L1 (the same sums as folding the tile afterwards).
-        const bool fold_now = !g.causal && L > 1;
-        const size_t s1 = fold_now ? g.blk[1] : 1, I0_1 = i0 / s1;
-        const size_t ncols1 = (jmax + s1 - 1) / s1;
-        if (fold_now) dsl.resize(((i0 + r + s1 - 1) / s1 - I0_1) * ncols1);
-        for (size_t a = 0; a < r; ++a) {
-          const float rs = gf::kernels::dot(gob + a * dv, ob + (i0 + a) * dv, dv);
-          gf::kernels::softmax_grad_row(ds + a * jmax, P + a * jmax, jmax, rs, 1.0f);
-          if (fold_now && ((i0 + a + 1) % s1 == 0 || a + 1 == r)) {
-            const size_t I = (i0 + a) / s1, a0 = I * s1 - i0;
-            detail::fold_rows(ds + a0 * jmax, jmax, a + 1 - a0, s1, jmax, acc.data(),
-                              dsl.data() + (I - I0_1) * ncols1);
-          }
-        }
-        // Per level: dS_l (this tile's blocks of dS summed), then G = dS_l k_l.
-        // dq_l = c_l G, dk_l = c_l dS_l^T q_l, d lambda_l = scale * sum_I q_l[I] . G[I].
-        size_t prev_cols = 0;  // columns of the previous level's dS_l
-        for (size_t l = 0; l < L; ++l) {
-          const size_t n = g.Tl[l], bs = g.blk[l];
-          const size_t I0 = i0 / bs, I1 = (i0 + r + bs - 1) / bs, nI = I1 - I0;
-          const float* dsp;
-          size_t ncols, ld;
-          if (l == 0) {
-            dsp = ds, ncols = jmax, ld = jmax;
-          } else if (fold_now && l == 1) {  // folded above
-            dsp = dsl.data(), ncols = ncols1, ld = ncols1;
-          } else if (!g.causal) {  // l >= 2
-            // Without the causal limits the blocks nest: dS_l is dS_{l-1} summed over
-            // s x s blocks (rows first, then columns), not a second pass over dS.
-            const size_t st = g.blk[1], prev_rows = dsl.size() / prev_cols;
-            std::swap(dsl, dsl_prev);
-            ncols = (prev_cols + st - 1) / st;
-            ld = ncols;
-            dsl.resize(nI * ncols);  // fold_rows writes every element
-            for (size_t I = 0; I < nI; ++I)
-              detail::fold_rows(dsl_prev.data() + I * st * prev_cols, prev_cols,
-                                std::min(prev_rows, (I + 1) * st) - I * st, st, prev_cols,
-                                acc.data(), dsl.data() + I * ncols);
-            dsp = dsl.data();
-          } else {
-            // Causal: each row of block I adds its usable prefix (the rows first, contiguous
-            // adds), then the columns fold into blocks; columns past the limits stay 0.
-            ncols = (jmax + bs - 1) / bs;
-            ld = ncols;
-            dsl.assign(nI * ncols, 0.0f);
-            for (size_t I = I0; I < I1; ++I) {
-              const size_t i1 = std::min(i0 + r, (I + 1) * bs);
-              const size_t lim_max = std::min(jmax, causal_blocks(i1 - 1, bs) * bs);
-              std::fill(acc.begin(), acc.begin() + lim_max, 0.0f);
-              for (size_t i = I * bs; i < i1; ++i) {
-                const size_t lim = std::min(jmax, causal_blocks(i, bs) * bs);
-                gf::kernels::axpy(acc.data(), ds + (i - i0) * jmax, lim, 1.0f);
-              }
-              detail::fold_blocks(acc.data(), bs, lim_max, dsl.data() + (I - I0) * ncols);
-            }
-            dsp = dsl.data();
-          }
-          prev_cols = ncols;
-          const float c = lb[l] * g.scale;
-          const float* qb = q[l].value().data() + (b * n + I0) * dk;
-          const float* kb = k[l].value().data() + b * n * dk;
-          G.assign(nI * dk, 0.0f);
-          gf::kernels::gemm_acc_nd(nI, ncols, dk, 1.0f, dsp, ld, kb, dk, G.data(), dk);
-          // four independent chains (one serial chain of double adds was a quarter of this
-          // loop body's time), summed in a fixed order
-          double d4[4] = {0.0, 0.0, 0.0, 0.0};
-          size_t x = 0;
-          for (; x + 4 <= nI * dk; x += 4)
-            for (size_t u = 0; u < 4; ++u) d4[u] += static_cast<double>(qb[x + u]) * G[x + u];
-          for (; x < nI * dk; ++x) d4[0] += static_cast<double>(qb[x]) * G[x];
-          dlam[b * L + l] += ((d4[0] + d4[1]) + (d4[2] + d4[3])) * g.scale;
-          if (gq[l]) gf::kernels::axpy(gq[l] + (b * n + I0) * dk, G.data(), nI * dk, c);
-          if (gk[l]) gf::kernels::gemm_acc_tnd(nI, ncols, dk, c, dsp, ld, qb, dk, gk[l] + b * n * dk, dk);
-        }
-      }
-    });
-
-    if (logits.requires_grad()) {
-      // Softmax backward: d z = lambda * (d lambda - sum lambda d lambda).
-      float* gz = logits.node()->grad_buf().data();
-      for (size_t b = 0; b < B; ++b) {
-        const float* lb = lam.data() + b * L;
-        const double* db = dlam.data() + b * L;
-        double dot = 0.0;
-        for (size_t l = 0; l < L; ++l) dot += lb[l] * db[l];
-        float* gzb = gz + (per_sample ? b * L : 0);
-        for (size_t l = 0; l < L; ++l) gzb[l] += static_cast<float>(lb[l] * (db[l] - dot));
-      }
-    }
-  });
+  gf::record(detail::Backward{res, q, k, v, logits, lse, lam, g, keep, per_sample, kt, ktn});
   return res;
 }
 

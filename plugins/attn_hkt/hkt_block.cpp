@@ -111,6 +111,16 @@ class HktBlock : public gf::MultiHeadBlock {
   std::string analyze_json(const gf::Tensor* probe,
                            const std::vector<uint8_t>* valid) const override;
 
+ private:
+  struct ProbeScores;
+  nlohmann::json bilinear_json(const std::vector<gf::HeadInfo>& heads, bool& all_psd) const;
+  ProbeScores catch_projections(const std::vector<Var>& lv, const std::vector<uint8_t>* valid,
+                                size_t B, size_t T) const;
+  nlohmann::json kurtosis_json(ProbeScores& ps) const;
+  nlohmann::json gram_rank_json(const ProbeScores& ps, const std::vector<double>& lambda) const;
+
+ public:
+
  protected:
   std::vector<Var> make_levels(const Var& x, const gf::ForwardContext& ctx) override {
     std::vector<Var> lv = build_levels(x);
@@ -193,33 +203,54 @@ class HktBlock : public gf::MultiHeadBlock {
   std::vector<double> last_lambda_;
 };
 
-// The level-l scores q_I . k_J * SCALE of every sample b and every pair of its first
-// ceil(LEN[b] / BLOCK) level-l tokens (J <= I only when CAUSAL), in the order (b, I, J).
-std::vector<double> level_scores(const Var& q, const Var& k, const std::vector<size_t>& len,
-                                 size_t block, float scale, bool causal) {
-  std::vector<double> out;
+// The level-l dot products q_I . k_J (unscaled, in double) of sample B's first N level-l tokens,
+// row-major N x N; with CAUSAL the pairs J > I are left 0.
+std::vector<double> level_dots(const Var& q, const Var& k, size_t b, size_t n, bool causal) {
   const size_t Tl = q.dim(1), dq = q.dim(2);
+  std::vector<double> out(n * n, 0.0);
+  for (size_t I = 0; I < n; ++I)
+    for (size_t J = 0; J < n; ++J) {
+      if (causal && J > I) continue;  // the pairs some query of block I uses
+      const float* qi = q.value().data() + (b * Tl + I) * dq;
+      const float* kj = k.value().data() + (b * Tl + J) * dq;
+      double s = 0.0;
+      for (size_t c = 0; c < dq; ++c) s += static_cast<double>(qi[c]) * kj[c];
+      out[I * n + J] = s;
+    }
+  return out;
+}
+
+// The level-l scores q_I . k_J * SCALE of every sample b and every pair of its first
+// ceil(LEN[b] / BLOCK) level-l tokens (J <= I only when CAUSAL), in the order (b, I, J); the
+// first sample's dot products (level_dots) go to FIRST.
+std::vector<double> level_scores(const Var& q, const Var& k, const std::vector<size_t>& len,
+                                 size_t block, float scale, bool causal, std::vector<double>& first) {
+  std::vector<double> out;
+  const size_t Tl = q.dim(1);
   for (size_t b = 0; b < len.size(); ++b) {
     const size_t n = std::min(Tl, (len[b] + block - 1) / block);
+    std::vector<double> dots = level_dots(q, k, b, n, causal);
     for (size_t I = 0; I < n; ++I)
-      for (size_t J = 0; J < n; ++J) {
-        if (causal && J > I) continue;  // the pairs some query of block I uses
-        const float* qi = q.value().data() + (b * Tl + I) * dq;
-        const float* kj = k.value().data() + (b * Tl + J) * dq;
-        double s = 0.0;
-        for (size_t c = 0; c < dq; ++c) s += static_cast<double>(qi[c]) * kj[c];
-        out.push_back(s * scale);
-      }
+      for (size_t J = 0; J < n; ++J)
+        if (!(causal && J > I)) out.push_back(dots[I * n + J] * scale);
+    if (b == 0) first = std::move(dots);
   }
   return out;
 }
+
+/// Each head's own q_l, k_l on the probe (biases, shared weights and all) and what the score
+/// statistics read of them.
+struct HktBlock::ProbeScores {
+  std::vector<std::vector<Var>> q, k;          // per head, per level
+  std::vector<size_t> len;                     // valid tokens per sample (right padding)
+  std::vector<std::vector<std::vector<double>>> first_dots;  // per level, per head: sample 0's dots
+  float scale = 1.0f;
+};
 
 std::string HktBlock::analyze_json(const gf::Tensor* probe,
                                    const std::vector<uint8_t>* valid) const {
   using nlohmann::json;
   gf::NoGradGuard no_grad;
-  const gf::HeadShape& hs = head_shape();
-  const size_t dk = hs.d_k;
   const auto heads_info = heads();
   json j;
   j["block"] = block_name();
@@ -229,9 +260,65 @@ std::string HktBlock::analyze_json(const gf::Tensor* probe,
   j["bilinear_form"] =
       "M_l = W_Q^(l) W_K^(l)T (d_model x d_model) of each head; ratios are "
       "||M_a||_F / ||M||_F averaged over heads (per_head lists each head)";
-
-  // ---- bilinear forms per level ----
   bool all_psd = true;
+  j["bilinear"] = bilinear_json(heads_info, all_psd);
+
+  // ---- fusion weights ----
+  std::vector<double> lambda;
+  std::vector<Var> lv;
+  std::vector<uint8_t> all_valid;
+  if (probe && probe->defined()) {
+    Var x = gf::constant(*probe);
+    if (!valid) {
+      all_valid.assign(probe->dim(0) * probe->dim(1), 1);
+      valid = &all_valid;
+    }
+    lv = build_levels(x);
+    lambda = mean_lambda(fusion_logits(x, valid).value());
+  } else if (!input_fusion_) {
+    lambda = static_lambda();
+  }
+  bool lambda_nonneg = !lambda.empty();
+  for (double v : lambda) lambda_nonneg = lambda_nonneg && v >= 0.0;
+  j["lambda"] = lambda;
+  j["lambda_source"] = input_fusion_ ? "mean of softmax(W pool(X) + b) over the probe batch"
+                                     : "softmax(fusion.logits)";
+  j["psd_condition"] = {{"all_sym_parts_psd", all_psd},
+                        {"lambda_nonnegative", lambda_nonneg},
+                        {"holds", all_psd && lambda_nonneg},
+                        {"tolerance", "min eigenvalue >= -1e-6 * max(1, ||M||_F)"}};
+
+  // ---- the probe's scores: kurtosis per level, rank of the fused score matrix ----
+  if (!lv.empty()) {
+    ProbeScores ps = catch_projections(lv, valid, probe->dim(0), probe->dim(1));
+    j["score_kurtosis"] = kurtosis_json(ps);
+    j["score_kurtosis_note"] =
+        "q_l.k_l/sqrt(d_k) (each head's own projections) over valid (and, if causal, past) level-l "
+        "token pairs of the probe batch. excess_kurtosis = m4/m2^2 - 3 pooled over heads (0 for a "
+        "Gaussian); pearson_kurtosis = m4/m2^2 (3 for a Gaussian); mardia_kurtosis: Mardia's b_2,p "
+        "of the vector of a pair's scores across the heads (p = heads; p (p + 2) for a Gaussian)";
+    j["gram_rank"] = gram_rank_json(ps, lambda);
+  } else {
+    j["score_kurtosis"] = nullptr;
+    j["gram_rank"] = nullptr;
+  }
+
+  // ---- heads ----
+  json hj = json::array();
+  for (const auto& h : heads_info) {
+    json e;
+    e["id"] = h.id;
+    for (const auto& kv : h.head->diagnostics()) e[kv.first] = kv.second;
+    hj.push_back(e);
+  }
+  j["heads"] = hj;
+  return j.dump();
+}
+
+/// Per level, the antisymmetric share and the smallest eigenvalue of the symmetric part of
+/// each head's bilinear form; ALL_PSD is cleared when a symmetric part is not PSD.
+nlohmann::json HktBlock::bilinear_json(const std::vector<gf::HeadInfo>& heads_info, bool& all_psd) const {
+  using nlohmann::json;
   json levels = json::array();
   const double tol = 1e-6;
   for (size_t l = 0; l < levels_; ++l) {
@@ -260,137 +347,102 @@ std::string HktBlock::analyze_json(const gf::Tensor* probe,
     if (!n) all_psd = false;
     levels.push_back(lj);
   }
-  j["bilinear"] = levels;
+  return levels;
+}
 
-  // ---- fusion weights ----
-  std::vector<double> lambda;
-  std::vector<Var> lv;
-  std::vector<uint8_t> all_valid;
-  if (probe && probe->defined()) {
-    Var x = gf::constant(*probe);
-    if (!valid) {
-      all_valid.assign(probe->dim(0) * probe->dim(1), 1);
-      valid = &all_valid;
-    }
-    lv = build_levels(x);
-    lambda = mean_lambda(fusion_logits(x, valid).value());
-  } else if (!input_fusion_) {
-    lambda = static_lambda();
+/// Each head's q_l, k_l on the probe's levels LV, caught at its attend call.
+HktBlock::ProbeScores HktBlock::catch_projections(const std::vector<Var>& lv,
+                                                  const std::vector<uint8_t>* valid, size_t B,
+                                                  size_t T) const {
+  ProbeScores ps;
+  ps.scale = 1.0f / std::sqrt(static_cast<float>(head_shape().d_k));
+  gf::ForwardContext ctx;
+  ctx.key_valid = valid;
+  for (const auto& h : heads()) {
+    gf::AttendFn catcher = [&](const std::vector<Var>& q, const std::vector<Var>& k, const Var& v) {
+      ps.q.push_back(q);
+      ps.k.push_back(k);
+      return v;
+    };
+    h.head->forward(gf::HeadInput{lv, catcher, ctx});
   }
-  bool lambda_nonneg = !lambda.empty();
-  for (double v : lambda) lambda_nonneg = lambda_nonneg && v >= 0.0;
-  j["lambda"] = lambda;
-  j["lambda_source"] = input_fusion_ ? "mean of softmax(W pool(X) + b) over the probe batch"
-                                     : "softmax(fusion.logits)";
-  j["psd_condition"] = {{"all_sym_parts_psd", all_psd},
-                        {"lambda_nonnegative", lambda_nonneg},
-                        {"holds", all_psd && lambda_nonneg},
-                        {"tolerance", "min eigenvalue >= -1e-6 * max(1, ||M||_F)"}};
+  ps.len.assign(B, 0);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t t = 0; t < T; ++t) ps.len[b] += (*valid)[b * T + t] ? 1 : 0;
+  return ps;
+}
 
-  // ---- kurtosis of the per-level score distribution on the probe ----
-  if (!lv.empty()) {
-    const size_t B = probe->dim(0), T = probe->dim(1);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    // Each head's own q_l, k_l (biases, shared weights and all), caught at its attend call.
-    std::vector<std::vector<Var>> head_q, head_k;
-    gf::ForwardContext ctx;
-    ctx.key_valid = valid;
-    for (const auto& h : heads_info) {
-      gf::AttendFn catcher = [&](const std::vector<Var>& q, const std::vector<Var>& k,
-                                 const Var& v) {
-        head_q.push_back(q);
-        head_k.push_back(k);
-        return v;
-      };
-      h.head->forward(gf::HeadInput{lv, catcher, ctx});
+/// Per level, the kurtosis of the heads' scores pooled (excess, Pearson) and across heads
+/// (Mardia); keeps the first sample's dot products for gram_rank_json.
+nlohmann::json HktBlock::kurtosis_json(ProbeScores& ps) const {
+  using nlohmann::json;
+  json kj = json::array();
+  ps.first_dots.assign(levels_, {});
+  size_t block = 1;
+  for (size_t l = 0; l < levels_; ++l, block *= stride_) {
+    // per head, the level-l scores of every valid (and, if causal, past) pair in one order
+    std::vector<std::vector<double>> per_head;
+    ps.first_dots[l].resize(ps.q.size());
+    for (size_t h = 0; h < ps.q.size(); ++h) {
+      if (l >= ps.q[h].size()) continue;
+      per_head.push_back(level_scores(ps.q[h][l], ps.k[h][l], ps.len, block, ps.scale, causal_,
+                                      ps.first_dots[l][h]));
     }
-    std::vector<size_t> len(B, 0);  // valid tokens per sample (right padding)
-    for (size_t b = 0; b < B; ++b)
-      for (size_t t = 0; t < T; ++t) len[b] += (*valid)[b * T + t] ? 1 : 0;
-    json kj = json::array();
-    size_t block = 1;
-    for (size_t l = 0; l < levels_; ++l, block *= stride_) {
-      // per head, the level-l scores of every valid (and, if causal, past) pair in one order
-      std::vector<std::vector<double>> per_head;
-      for (size_t h = 0; h < head_q.size(); ++h) {
-        if (l >= head_q[h].size()) continue;
-        per_head.push_back(level_scores(head_q[h][l], head_k[h][l], len, block, scale, causal_));
-      }
-      std::vector<double> pooled;
-      for (auto& v : per_head) pooled.insert(pooled.end(), v.begin(), v.end());
-      json e;
-      e["level"] = l;
-      e["scores"] = pooled.size();
-      const double kurt = gf_hkt::excess_kurtosis(pooled);
-      e["excess_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt);
-      e["pearson_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt + 3.0);
-      // Mardia: each token pair is one sample, the vector of its scores across heads
-      if (per_head.size() >= 2) {
-        std::vector<std::vector<double>> samples(per_head[0].size(), std::vector<double>(per_head.size()));
-        for (size_t h = 0; h < per_head.size(); ++h)
-          for (size_t i = 0; i < samples.size(); ++i) samples[i][h] = per_head[h][i];
-        size_t rank = 0;
-        const double b2 = gf_hkt::mardia_kurtosis(samples, &rank);
-        e["mardia_kurtosis"] = std::isnan(b2) ? json(nullptr) : json(b2);
-        e["mardia_normal_expectation"] = rank * (rank + 2);
-        e["mardia_dimension"] = rank;
-      }
-      kj.push_back(e);
-    }
-    j["score_kurtosis"] = kj;
-    j["score_kurtosis_note"] =
-        "q_l.k_l/sqrt(d_k) (each head's own projections) over valid (and, if causal, past) level-l "
-        "token pairs of the probe batch. excess_kurtosis = m4/m2^2 - 3 pooled over heads (0 for a "
-        "Gaussian); pearson_kurtosis = m4/m2^2 (3 for a Gaussian); mardia_kurtosis: Mardia's b_2,p "
-        "of the vector of a pair's scores across the heads (p = heads; p (p + 2) for a Gaussian)";
-
-    // rank of the hierarchical Gram (fused score) matrix of the probe's first sequence, per head:
-    // S = sum_l lambda_l up(S_l) with rank(up(S_l)) <= rank(S_l) <= min(T_l, d_k)
-    const size_t n = std::min<size_t>(len[0], 256);
-    json gj = json::array();
-    size_t bound = 0, tl = n;
-    for (size_t l = 0; l < levels_; ++l, tl = (tl + stride_ - 1) / stride_) bound += std::min(tl, dk);
-    for (size_t h = 0; h < head_q.size(); ++h) {
-      gf::linalg::Mat g(n);
-      size_t blk = 1;
-      for (size_t l = 0; l < head_q[h].size() && l < lambda.size(); ++l, blk *= stride_) {
-        const Var& q = head_q[h][l];
-        const Var& k = head_k[h][l];
-        const size_t dq = q.dim(2);
-        for (size_t a = 0; a < n; ++a)
-          for (size_t c = 0; c < n; ++c) {
-            if (causal_ && c > a) continue;
-            const float* qi = q.value().data() + (a / blk) * dq;
-            const float* kc = k.value().data() + (c / blk) * dq;
-            double sc = 0.0;
-            for (size_t z = 0; z < dq; ++z) sc += static_cast<double>(qi[z]) * kc[z];
-            g(a, c) += lambda[l] * sc * scale;
-          }
-      }
-      gj.push_back(gf_hkt::numerical_rank(g));
-    }
-    j["gram_rank"] = {{"tokens", n},
-                      {"rank_per_head", gj},
-                      {"bound", std::min(bound, n)},
-                      {"note", "numerical rank (singular values > 1e-5 of the largest) of the fused "
-                               "score matrix sum_l lambda_l up(S_l) of the probe's first sequence "
-                               "(its first <= 256 tokens; future pairs zero if causal); bound = "
-                               "min(T, sum_l min(T_l, d_k)) since up(S_l) has rank <= min(T_l, d_k)"}};
-  } else {
-    j["score_kurtosis"] = nullptr;
-    j["gram_rank"] = nullptr;
-  }
-
-  // ---- heads ----
-  json hj = json::array();
-  for (const auto& h : heads_info) {
+    std::vector<double> pooled;
+    for (auto& v : per_head) pooled.insert(pooled.end(), v.begin(), v.end());
     json e;
-    e["id"] = h.id;
-    for (const auto& kv : h.head->diagnostics()) e[kv.first] = kv.second;
-    hj.push_back(e);
+    e["level"] = l;
+    e["scores"] = pooled.size();
+    const double kurt = gf_hkt::excess_kurtosis(pooled);
+    e["excess_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt);
+    e["pearson_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt + 3.0);
+    // Mardia: each token pair is one sample, the vector of its scores across heads
+    if (per_head.size() >= 2) {
+      std::vector<std::vector<double>> samples(per_head[0].size(), std::vector<double>(per_head.size()));
+      for (size_t h = 0; h < per_head.size(); ++h)
+        for (size_t i = 0; i < samples.size(); ++i) samples[i][h] = per_head[h][i];
+      size_t rank = 0;
+      const double b2 = gf_hkt::mardia_kurtosis(samples, &rank);
+      e["mardia_kurtosis"] = std::isnan(b2) ? json(nullptr) : json(b2);
+      e["mardia_normal_expectation"] = rank * (rank + 2);
+      e["mardia_dimension"] = rank;
+    }
+    kj.push_back(e);
   }
-  j["heads"] = hj;
-  return j.dump();
+  return kj;
+}
+
+/// Rank of the hierarchical Gram (fused score) matrix of the probe's first sequence, per head:
+/// S = sum_l lambda_l up(S_l) with rank(up(S_l)) <= rank(S_l) <= min(T_l, d_k). Reads the
+/// level scores kurtosis_json computed (the first sample's dot products), not again.
+nlohmann::json HktBlock::gram_rank_json(const ProbeScores& ps, const std::vector<double>& lambda) const {
+  using nlohmann::json;
+  const size_t dk = head_shape().d_k;
+  const size_t n = std::min<size_t>(ps.len[0], 256);
+  json gj = json::array();
+  size_t bound = 0, tl = n;
+  for (size_t l = 0; l < levels_; ++l, tl = (tl + stride_ - 1) / stride_) bound += std::min(tl, dk);
+  for (size_t h = 0; h < ps.q.size(); ++h) {
+    gf::linalg::Mat g(n);
+    size_t blk = 1;
+    for (size_t l = 0; l < ps.q[h].size() && l < lambda.size(); ++l, blk *= stride_) {
+      const std::vector<double>& dots = ps.first_dots[l][h];
+      const size_t n0 = static_cast<size_t>(std::sqrt(double(dots.size())) + 0.5);
+      for (size_t a = 0; a < n; ++a)
+        for (size_t c = 0; c < n; ++c) {
+          if (causal_ && c > a) continue;
+          g(a, c) += lambda[l] * dots[(a / blk) * n0 + c / blk] * ps.scale;
+        }
+    }
+    gj.push_back(gf_hkt::numerical_rank(g));
+  }
+  return {{"tokens", n},
+          {"rank_per_head", gj},
+          {"bound", std::min(bound, n)},
+          {"note", "numerical rank (singular values > 1e-5 of the largest) of the fused "
+                   "score matrix sum_l lambda_l up(S_l) of the probe's first sequence "
+                   "(its first <= 256 tokens; future pairs zero if causal); bound = "
+                   "min(T, sum_l min(T_l, d_k)) since up(S_l) has rank <= min(T_l, d_k)"}};
 }
 
 void register_hkt(gf::Registry& r) {

@@ -62,6 +62,100 @@ void restore(Settings& s, const std::string& state) {
   s.restored = true;
 }
 
+/// Prediction records of a FASTA file (plain or gzip), read record by record.
+class FastaRecordReader : public gf::RecordReader {
+ public:
+  FastaRecordReader(const Settings& s, size_t start, size_t end, const std::string& path)
+      : s_(s), start_(start), end_(end), in_(path), tok_(s.k, s.stride, s.ambiguous) {}
+  bool next(gf::Record& r) override {
+    std::string line;
+    size_t header_line = 0;
+    if (!header(line, header_line)) return false;
+    seen_any_ = true;
+    size_t b = 1;
+    while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+    size_t e = b;
+    while (e < line.size() && !std::isspace(static_cast<unsigned char>(line[e]))) ++e;
+    const std::string id = line.substr(b, e - b);
+    const std::string seq = sequence();
+    r = gf::Record();
+    r.line = header_line;
+    r.id = id.empty() ? "line" + std::to_string(header_line) : id;
+    if (id.empty()) {
+      r.error = "FASTA header without an id";
+      return true;
+    }
+    if (seq.empty()) {
+      r.error = "FASTA record `" + id + "` has no sequence";
+      return true;
+    }
+    size_t start = end_ ? start_ - 1 : 0;
+    size_t end = end_ ? std::min(end_, seq.size()) : seq.size();
+    std::string where = in_.path() + ":" + std::to_string(header_line) + ": record `" + id + "`";
+    try {
+      if (start < end)
+        r.tokens = tok_.tokenize(seq, start, end, s_.max_len, where, s_.seed ^ gf::hash_name(id));
+    } catch (const gf::ConfigError& err) {
+      r.error = err.what();
+      r.tokens.clear();
+      return true;
+    }
+    if (r.tokens.empty())
+      r.error = "no k-mer in the region (record length " + std::to_string(seq.size()) + ", region " +
+                std::to_string(start + 1) + ".." + std::to_string(end_ ? end_ : seq.size()) + ")";
+    return true;
+  }
+
+ private:
+  /// The next record's header line into LINE (the one read ahead, or the next '>' line);
+  /// false at the end of the file.
+  bool header(std::string& line, size_t& header_line) {
+    if (!pending_.empty()) {
+      line.swap(pending_);
+      header_line = pending_line_;
+      return true;
+    }
+    while (true) {
+      if (!in_.next(line)) {
+        if (!seen_any_) gf::data_error(in_.path(), 0, "no FASTA records");
+        return false;
+      }
+      if (line.empty() || line[0] == ';') continue;
+      if (line[0] != '>')
+        gf::data_error(in_.path(), in_.line_number(),
+                       "sequence data before the first '>' header: is this a FASTA file?");
+      header_line = in_.line_number();
+      return true;
+    }
+  }
+
+  /// The record's sequence lines, upper-cased without white space, up to the next header
+  /// (kept for the next record).
+  std::string sequence() {
+    std::string seq, line;
+    while (in_.next(line)) {
+      if (line.empty() || line[0] == ';') continue;
+      if (line[0] == '>') {
+        pending_ = line;
+        pending_line_ = in_.line_number();
+        break;
+      }
+      for (char c : line)
+        if (!std::isspace(static_cast<unsigned char>(c)))
+          seq.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+    }
+    return seq;
+  }
+
+  const Settings& s_;
+  size_t start_, end_;
+  gf::LineReader in_;
+  gf::KmerTokenizer tok_;
+  std::string pending_;
+  size_t pending_line_ = 0;
+  bool seen_any_ = false;
+};
+
 class FastaVariants : public gf::Dataset {
  public:
   explicit FastaVariants(Settings s) : s_(std::move(s)) {}
@@ -83,8 +177,55 @@ class FastaVariants : public gf::Dataset {
 
   gf::DataSplits load() override {
     std::tie(region_start_, region_end_) = gf::resolve_region(s_.region);
-
     std::vector<gf::FastaRecord> records = gf::read_fasta(s_.fasta);
+    const std::vector<Labelled> rows = read_labels(records);
+    if (rows.empty()) {
+      throw gf::ConfigError("fasta_variants: no metadata id of " + s_.metadata + " occurs in " +
+                            s_.fasta + " (" + std::to_string(missing_in_fasta_) +
+                            " ids absent); check id_column");
+    }
+    std::map<std::string, std::string> maps_to;  // label -> class ("" = dropped)
+    const std::vector<std::string> names = class_names(rows, maps_to);
+    std::map<std::string, int32_t> class_of;
+    for (size_t i = 0; i < names.size(); ++i) class_of[names[i]] = static_cast<int32_t>(i);
+
+    gf::KmerTokenizer tok(s_.k, s_.stride, s_.ambiguous);
+    gf::DataSplits d;
+    d.pad_id = 0;
+    d.vocab_size = tok.vocab_size();
+    d.vocab = tok.vocab();
+    d.class_names = names;
+    d.num_classes = names.size();
+    std::vector<std::vector<gf::Example>> per_class =
+        tokenize(records, rows, maps_to, class_of, names.size(), tok, d.max_len);
+    std::vector<gf::FastaRecord>().swap(records);
+    split_by_class(per_class, names, d);
+    gf::require_nonempty_splits(d, "fasta_variants",
+                                std::to_string(used_) + " genomes; raise val_ratio/test_ratio");
+    loaded_ = true;
+    d.tokenizer = nlohmann::json({{"plugin", "fasta_variants"},
+                                  {"k", s_.k},
+                                  {"stride", s_.stride},
+                                  {"ambiguous", s_.ambiguous_name},
+                                  {"region", {region_start_, region_end_}},
+                                  {"max_len", s_.max_len},
+                                  {"seed", s_.seed},
+                                  {"classes", names},
+                                  {"other_name", s_.other_name}})
+                      .dump();
+    return d;
+  }
+
+ private:
+  /// A metadata row whose id occurs in the FASTA: the record and its label.
+  struct Labelled {
+    size_t record;
+    std::string label;
+  };
+
+  /// The metadata's id -> label rows, in file order, of the ids the FASTA RECORDS hold (ids are
+  /// unique in both); counts the ids absent from the FASTA and the records without metadata.
+  std::vector<Labelled> read_labels(const std::vector<gf::FastaRecord>& records) {
     std::unordered_map<std::string, size_t> by_id;
     for (size_t i = 0; i < records.size(); ++i) {
       auto ins = by_id.emplace(records[i].id, i);
@@ -95,59 +236,51 @@ class FastaVariants : public gf::Dataset {
       }
     }
 
-    // metadata: id -> label, in file order
-    struct Labelled {
-      size_t record;
-      std::string label;
-    };
     std::vector<Labelled> rows;
-    {
-      gf::LineReader in(s_.metadata);
-      std::string line;
-      if (!in.next(line)) gf::data_error(s_.metadata, 1, "empty file: expected a header row");
-      gf::TsvHeader header(gf::split_fields(line), s_.metadata);
-      size_t id_col = header.index(s_.id_column, "id_column");
-      size_t label_col = header.index(s_.label_column, "label_column");
-      std::set<std::string> seen;
-      std::vector<std::string> missing_examples;
-      while (in.next(line)) {
-        if (line.empty()) continue;
-        auto f = gf::split_fields(line);
-        if (f.size() != header.size()) {
-          gf::data_error(s_.metadata, in.line_number(),
-                         "expected " + std::to_string(header.size()) +
-                             " tab-separated fields (as the header), found " +
-                             std::to_string(f.size()));
-        }
-        const std::string& id = f[id_col];
-        if (id.empty()) gf::data_error(s_.metadata, in.line_number(), "empty id");
-        if (f[label_col].empty()) {
-          gf::data_error(s_.metadata, in.line_number(), "empty label for `" + id + "`");
-        }
-        if (!seen.insert(id).second) {
-          gf::data_error(s_.metadata, in.line_number(), "duplicate id `" + id + "`");
-        }
-        auto it = by_id.find(id);
-        if (it == by_id.end()) {
-          if (s_.missing == "error") {
-            gf::data_error(s_.metadata, in.line_number(),
-                           "id `" + id + "` does not occur in " + s_.fasta +
-                               " (set missing: skip to ignore such ids)");
-          }
-          ++missing_in_fasta_;
-          continue;
-        }
-        rows.push_back({it->second, f[label_col]});
+    gf::LineReader in(s_.metadata);
+    std::string line;
+    if (!in.next(line)) gf::data_error(s_.metadata, 1, "empty file: expected a header row");
+    gf::TsvHeader header(gf::split_fields(line), s_.metadata);
+    size_t id_col = header.index(s_.id_column, "id_column");
+    size_t label_col = header.index(s_.label_column, "label_column");
+    std::set<std::string> seen;
+    while (in.next(line)) {
+      if (line.empty()) continue;
+      auto f = gf::split_fields(line);
+      if (f.size() != header.size()) {
+        gf::data_error(s_.metadata, in.line_number(),
+                       "expected " + std::to_string(header.size()) +
+                           " tab-separated fields (as the header), found " +
+                           std::to_string(f.size()));
       }
-      unlabelled_ = records.size() - rows.size();
+      const std::string& id = f[id_col];
+      if (id.empty()) gf::data_error(s_.metadata, in.line_number(), "empty id");
+      if (f[label_col].empty()) {
+        gf::data_error(s_.metadata, in.line_number(), "empty label for `" + id + "`");
+      }
+      if (!seen.insert(id).second) {
+        gf::data_error(s_.metadata, in.line_number(), "duplicate id `" + id + "`");
+      }
+      auto it = by_id.find(id);
+      if (it == by_id.end()) {
+        if (s_.missing == "error") {
+          gf::data_error(s_.metadata, in.line_number(),
+                         "id `" + id + "` does not occur in " + s_.fasta +
+                             " (set missing: skip to ignore such ids)");
+        }
+        ++missing_in_fasta_;
+        continue;
+      }
+      rows.push_back({it->second, f[label_col]});
     }
-    if (rows.empty()) {
-      throw gf::ConfigError("fasta_variants: no metadata id of " + s_.metadata + " occurs in " +
-                            s_.fasta + " (" + std::to_string(missing_in_fasta_) +
-                            " ids absent); check id_column");
-    }
+    unlabelled_ = records.size() - rows.size();
+    return rows;
+  }
 
-    // class filters: include list, then min_count; the rest grouped or dropped
+  /// The class names after the class filters (include list, then min_count; the rest grouped
+  /// as `other` or dropped), or a checkpoint's classes; MAPS_TO gets each label's class.
+  std::vector<std::string> class_names(const std::vector<Labelled>& rows,
+                                       std::map<std::string, std::string>& maps_to) const {
     std::map<std::string, size_t> counts;
     for (const auto& r : rows) ++counts[r.label];
     std::set<std::string> included;
@@ -164,7 +297,6 @@ class FastaVariants : public gf::Dataset {
         included.insert(name);
       }
     }
-    std::map<std::string, std::string> maps_to;  // "" = dropped
     bool any_other = false;
     for (const auto& kv : counts) {
       bool keep = (included.empty() || included.count(kv.first)) &&
@@ -202,19 +334,18 @@ class FastaVariants : public gf::Dataset {
       throw gf::ConfigError("fasta_variants: the class filters leave " +
                             std::to_string(names.size()) + " class(es); need at least 2");
     }
-    std::map<std::string, int32_t> class_of;
-    for (size_t i = 0; i < names.size(); ++i) class_of[names[i]] = static_cast<int32_t>(i);
+    return names;
+  }
 
-    gf::KmerTokenizer tok(s_.k, s_.stride, s_.ambiguous);
-    gf::DataSplits d;
-    d.pad_id = 0;
-    d.vocab_size = tok.vocab_size();
-    d.vocab = tok.vocab();
-    d.class_names = names;
-    d.num_classes = names.size();
-
-    // tokenise and group by class
-    std::vector<std::vector<gf::Example>> per_class(names.size());
+  /// Each kept row's record tokenised (its region's k-mers), grouped by class; MAX_LEN grows to
+  /// the longest.
+  std::vector<std::vector<gf::Example>> tokenize(const std::vector<gf::FastaRecord>& records,
+                                                 const std::vector<Labelled>& rows,
+                                                 std::map<std::string, std::string>& maps_to,
+                                                 std::map<std::string, int32_t>& class_of,
+                                                 size_t n_classes, const gf::KmerTokenizer& tok,
+                                                 size_t& max_len) {
+    std::vector<std::vector<gf::Example>> per_class(n_classes);
     for (const auto& r : rows) {
       const std::string& target = maps_to[r.label];
       if (target.empty()) {
@@ -234,13 +365,16 @@ class FastaVariants : public gf::Dataset {
                               std::to_string(rec.seq.size()) + ", region " +
                               std::to_string(start + 1) + ".." + std::to_string(end) + ")");
       }
-      d.max_len = std::max(d.max_len, e.tokens.size());
+      max_len = std::max(max_len, e.tokens.size());
       per_class[static_cast<size_t>(e.label)].push_back(std::move(e));
       ++used_;
     }
-    std::vector<gf::FastaRecord>().swap(records);
+    return per_class;
+  }
 
-    // stratified split: each class shuffled on its own stream
+  /// Stratified split: each class shuffled on its own stream, then test, validation, training.
+  void split_by_class(std::vector<std::vector<gf::Example>>& per_class,
+                      const std::vector<std::string>& names, gf::DataSplits& d) const {
     for (size_t c = 0; c < per_class.size(); ++c) {
       auto& v = per_class[c];
       gf::Rng rng(s_.seed, "fasta_variants.split." + names[c]);
@@ -259,107 +393,15 @@ class FastaVariants : public gf::Dataset {
         dst.push_back(std::move(v[i]));
       }
     }
-    gf::require_nonempty_splits(d, "fasta_variants",
-                                std::to_string(used_) + " genomes; raise val_ratio/test_ratio");
-    loaded_ = true;
-    d.tokenizer = nlohmann::json({{"plugin", "fasta_variants"},
-                                  {"k", s_.k},
-                                  {"stride", s_.stride},
-                                  {"ambiguous", s_.ambiguous_name},
-                                  {"region", {region_start_, region_end_}},
-                                  {"max_len", s_.max_len},
-                                  {"seed", s_.seed},
-                                  {"classes", names},
-                                  {"other_name", s_.other_name}})
-                      .dump();
-    return d;
   }
 
+ public:
   // Prediction input: a FASTA file (plain or gzip), read record by record; the record's region
   // and k-mers as in training.
   std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
     if (!s_.region.gene.empty() || region_end_ == 0)
       std::tie(region_start_, region_end_) = gf::resolve_region(s_.region);
-    class Reader : public gf::RecordReader {
-     public:
-      Reader(const Settings& s, size_t start, size_t end, const std::string& path)
-          : s_(s), start_(start), end_(end), in_(path), tok_(s.k, s.stride, s.ambiguous) {}
-      bool next(gf::Record& r) override {
-        std::string line;
-        std::string id, seq;
-        size_t header_line = 0;
-        if (!pending_.empty()) {
-          line.swap(pending_);
-          header_line = pending_line_;
-        } else {
-          while (true) {
-            if (!in_.next(line)) {
-              if (!seen_any_) gf::data_error(in_.path(), 0, "no FASTA records");
-              return false;
-            }
-            if (line.empty() || line[0] == ';') continue;
-            if (line[0] != '>')
-              gf::data_error(in_.path(), in_.line_number(),
-                             "sequence data before the first '>' header: is this a FASTA file?");
-            header_line = in_.line_number();
-            break;
-          }
-        }
-        seen_any_ = true;
-        size_t b = 1;
-        while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
-        size_t e = b;
-        while (e < line.size() && !std::isspace(static_cast<unsigned char>(line[e]))) ++e;
-        id = line.substr(b, e - b);
-        while (in_.next(line)) {
-          if (line.empty() || line[0] == ';') continue;
-          if (line[0] == '>') {
-            pending_ = line;
-            pending_line_ = in_.line_number();
-            break;
-          }
-          for (char c : line)
-            if (!std::isspace(static_cast<unsigned char>(c)))
-              seq.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
-        }
-        r = gf::Record();
-        r.line = header_line;
-        r.id = id.empty() ? "line" + std::to_string(header_line) : id;
-        if (id.empty()) {
-          r.error = "FASTA header without an id";
-          return true;
-        }
-        if (seq.empty()) {
-          r.error = "FASTA record `" + id + "` has no sequence";
-          return true;
-        }
-        size_t start = end_ ? start_ - 1 : 0;
-        size_t end = end_ ? std::min(end_, seq.size()) : seq.size();
-        std::string where = in_.path() + ":" + std::to_string(header_line) + ": record `" + id + "`";
-        try {
-          if (start < end)
-            r.tokens = tok_.tokenize(seq, start, end, s_.max_len, where, s_.seed ^ gf::hash_name(id));
-        } catch (const gf::ConfigError& err) {
-          r.error = err.what();
-          r.tokens.clear();
-          return true;
-        }
-        if (r.tokens.empty())
-          r.error = "no k-mer in the region (record length " + std::to_string(seq.size()) + ", region " +
-                    std::to_string(start + 1) + ".." + std::to_string(end_ ? end_ : seq.size()) + ")";
-        return true;
-      }
-
-     private:
-      const Settings& s_;
-      size_t start_, end_;
-      gf::LineReader in_;
-      gf::KmerTokenizer tok_;
-      std::string pending_;
-      size_t pending_line_ = 0;
-      bool seen_any_ = false;
-    };
-    return std::make_unique<Reader>(s_, region_start_, region_end_, path);
+    return std::make_unique<FastaRecordReader>(s_, region_start_, region_end_, path);
   }
 
  private:

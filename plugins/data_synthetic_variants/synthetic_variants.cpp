@@ -146,57 +146,11 @@ class SyntheticVariants : public gf::Dataset {
       }
     }
     CladeDefs defs = read_clades(s_.clades_tsv, ref.size());
-
-    size_t start = 0, end = ref.size();  // 0-based [start, end)
-    auto [first, last] = gf::resolve_region(s_.region);
-    if (last > 0) {
-      start = first - 1;
-      end = last;
-    }
-    if (end > ref.size() || start >= end) {
-      throw gf::ConfigError("synthetic_variants: region " + std::to_string(start + 1) + ".." +
-                            std::to_string(end) + " lies outside the reference (1.." +
-                            std::to_string(ref.size()) + ")");
-    }
-
-    std::vector<std::string> chosen = s_.clades;
-    if (chosen.empty()) {
-      size_t n = s_.num_clades > 0 ? static_cast<size_t>(s_.num_clades) : defs.order.size();
-      if (n > defs.order.size()) {
-        throw gf::ConfigError("synthetic_variants: num_clades " + std::to_string(n) + " but " +
-                              s_.clades_tsv + " defines " + std::to_string(defs.order.size()));
-      }
-      chosen.assign(defs.order.begin(), defs.order.begin() + static_cast<long>(n));
-    }
+    const auto [start, end] = region(ref.size());  // 0-based [start, end)
+    const std::vector<std::string> chosen = chosen_clades(defs);
     std::vector<std::map<size_t, char>> states;
-    for (const auto& c : chosen) {
-      if (!defs.line.count(c)) {
-        std::string guess = gf::did_you_mean(c, defs.order);
-        throw gf::ConfigError("synthetic_variants: clades: `" + c + "` is not defined in " +
-                              s_.clades_tsv +
-                              (guess.empty() ? "" : "; did you mean `" + guess + "`?"));
-      }
-      states.push_back(defs.resolve(c, s_.clades_tsv));
-    }
-    if (chosen.size() < 2) throw gf::ConfigError("synthetic_variants: choose at least 2 clades");
-
-    // two clades with the same states inside the region cannot be told apart
-    std::vector<std::string> seq_in_region(chosen.size());
-    for (size_t c = 0; c < chosen.size(); ++c) {
-      std::string s = ref.substr(start, end - start);
-      for (const auto& kv : states[c]) {
-        if (kv.first >= start && kv.first < end) s[kv.first - start] = kv.second;
-      }
-      for (size_t o = 0; o < c; ++o) {
-        if (seq_in_region[o] == s) {
-          throw gf::ConfigError("synthetic_variants: clades `" + chosen[o] + "` and `" + chosen[c] +
-                                "` have identical defining states in region " +
-                                std::to_string(start + 1) + ".." + std::to_string(end) +
-                                "; widen the region or choose other clades");
-        }
-      }
-      seq_in_region[c] = std::move(s);
-    }
+    for (const auto& c : chosen) states.push_back(defs.resolve(c, s_.clades_tsv));
+    const std::vector<std::string> seq_in_region = region_sequences(ref, chosen, states, start, end);
 
     gf::KmerTokenizer tok(s_.k, s_.stride, s_.ambiguous);
     gf::DataSplits d;
@@ -213,39 +167,13 @@ class SyntheticVariants : public gf::Dataset {
                             " with val_ratio/test_ratio leaves an empty split; raise per_clade");
     }
     std::ostringstream sum;
-    const char* kBases = "ACGT";
-    size_t len = end - start;
     for (size_t c = 0; c < chosen.size(); ++c) {
       gf::Rng rng(s_.seed, "synthetic_variants." + chosen[c]);
       size_t in_region = 0;
       for (const auto& kv : states[c]) in_region += kv.first >= start && kv.first < end;
       sum << (c ? ", " : "") << chosen[c] << " " << in_region << " sites";
       for (size_t i = 0; i < n; ++i) {
-        std::string s = seq_in_region[c];
-        auto defining = [&](size_t p) { return states[c].count(p + start) > 0; };
-        if (s_.mutation_rate > 0) {
-          // geometric gaps between substitutions: one draw per mutation, not per site
-          double log_keep = std::log1p(-s_.mutation_rate);
-          for (size_t p = 0;;) {
-            double u = 1.0 - rng.uniform();  // (0, 1]
-            double gap = s_.mutation_rate >= 1.0 ? 0.0 : std::floor(std::log(u) / log_keep);
-            if (gap >= static_cast<double>(len - p)) break;
-            p += static_cast<size_t>(gap);
-            if (!defining(p)) {
-              int old = static_cast<int>(std::string(kBases).find(s[p]));
-              int b = static_cast<int>(rng.below(3));
-              s[p] = kBases[b >= old ? b + 1 : b];
-            }
-            if (++p >= len) break;
-          }
-        }
-        for (int64_t r = 0; r < s_.n_runs; ++r) {
-          size_t run = 1 + rng.below(static_cast<uint64_t>(s_.n_run_max));
-          size_t at = rng.below(len);
-          for (size_t p = at; p < std::min(len, at + run); ++p) {
-            if (!defining(p)) s[p] = 'N';
-          }
-        }
+        const std::string s = sample(seq_in_region[c], states[c], start, rng);
         gf::Example e;
         e.label = static_cast<int32_t>(c);
         std::string where =
@@ -262,6 +190,104 @@ class SyntheticVariants : public gf::Dataset {
   }
 
  private:
+  /// The region as 0-based [start, end) within a reference of REF_SIZE bases.
+  std::pair<size_t, size_t> region(size_t ref_size) const {
+    size_t start = 0, end = ref_size;
+    auto [first, last] = gf::resolve_region(s_.region);
+    if (last > 0) {
+      start = first - 1;
+      end = last;
+    }
+    if (end > ref_size || start >= end) {
+      throw gf::ConfigError("synthetic_variants: region " + std::to_string(start + 1) + ".." +
+                            std::to_string(end) + " lies outside the reference (1.." +
+                            std::to_string(ref_size) + ")");
+    }
+    return {start, end};
+  }
+
+  /// The clades of the data set: `clades`, else the first `num_clades` the file defines; each
+  /// defined, at least 2.
+  std::vector<std::string> chosen_clades(const CladeDefs& defs) const {
+    std::vector<std::string> chosen = s_.clades;
+    if (chosen.empty()) {
+      size_t n = s_.num_clades > 0 ? static_cast<size_t>(s_.num_clades) : defs.order.size();
+      if (n > defs.order.size()) {
+        throw gf::ConfigError("synthetic_variants: num_clades " + std::to_string(n) + " but " +
+                              s_.clades_tsv + " defines " + std::to_string(defs.order.size()));
+      }
+      chosen.assign(defs.order.begin(), defs.order.begin() + static_cast<long>(n));
+    }
+    for (const auto& c : chosen) {
+      if (!defs.line.count(c)) {
+        std::string guess = gf::did_you_mean(c, defs.order);
+        throw gf::ConfigError("synthetic_variants: clades: `" + c + "` is not defined in " +
+                              s_.clades_tsv +
+                              (guess.empty() ? "" : "; did you mean `" + guess + "`?"));
+      }
+    }
+    if (chosen.size() < 2) throw gf::ConfigError("synthetic_variants: choose at least 2 clades");
+    return chosen;
+  }
+
+  /// Each clade's sequence in the region (the reference with its defining states); two clades
+  /// with the same states inside the region cannot be told apart.
+  std::vector<std::string> region_sequences(const std::string& ref, const std::vector<std::string>& chosen,
+                                            const std::vector<std::map<size_t, char>>& states,
+                                            size_t start, size_t end) const {
+    std::vector<std::string> seq_in_region(chosen.size());
+    for (size_t c = 0; c < chosen.size(); ++c) {
+      std::string s = ref.substr(start, end - start);
+      for (const auto& kv : states[c]) {
+        if (kv.first >= start && kv.first < end) s[kv.first - start] = kv.second;
+      }
+      for (size_t o = 0; o < c; ++o) {
+        if (seq_in_region[o] == s) {
+          throw gf::ConfigError("synthetic_variants: clades `" + chosen[o] + "` and `" + chosen[c] +
+                                "` have identical defining states in region " +
+                                std::to_string(start + 1) + ".." + std::to_string(end) +
+                                "; widen the region or choose other clades");
+        }
+      }
+      seq_in_region[c] = std::move(s);
+    }
+    return seq_in_region;
+  }
+
+  /// One genome of a clade: its region sequence BASE with random substitutions (never at a
+  /// defining site of STATES) and runs of N, drawn from RNG.
+  std::string sample(const std::string& base, const std::map<size_t, char>& states, size_t start,
+                     gf::Rng& rng) const {
+    const char* kBases = "ACGT";
+    const size_t len = base.size();
+    std::string s = base;
+    auto defining = [&](size_t p) { return states.count(p + start) > 0; };
+    if (s_.mutation_rate > 0) {
+      // geometric gaps between substitutions: one draw per mutation, not per site
+      double log_keep = std::log1p(-s_.mutation_rate);
+      for (size_t p = 0;;) {
+        double u = 1.0 - rng.uniform();  // (0, 1]
+        double gap = s_.mutation_rate >= 1.0 ? 0.0 : std::floor(std::log(u) / log_keep);
+        if (gap >= static_cast<double>(len - p)) break;
+        p += static_cast<size_t>(gap);
+        if (!defining(p)) {
+          int old = static_cast<int>(std::string(kBases).find(s[p]));
+          int b = static_cast<int>(rng.below(3));
+          s[p] = kBases[b >= old ? b + 1 : b];
+        }
+        if (++p >= len) break;
+      }
+    }
+    for (int64_t r = 0; r < s_.n_runs; ++r) {
+      size_t run = 1 + rng.below(static_cast<uint64_t>(s_.n_run_max));
+      size_t at = rng.below(len);
+      for (size_t p = at; p < std::min(len, at + run); ++p) {
+        if (!defining(p)) s[p] = 'N';
+      }
+    }
+    return s;
+  }
+
   Settings s_;
   std::string summary_;
 };

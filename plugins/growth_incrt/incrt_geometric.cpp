@@ -583,7 +583,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     decide_energy(view, bv, st, heads, ps, sp, rd, edits);
   }
 
-  /// The round rule at a check with a validation probe (criterion: gain).
+  /// The round rule at a check with a validation probe (criterion: gain): the probe's reading,
+  /// then the decision: reopen, stop, take the last round back, or grow a round.
   void gain_step(const gf::TrainView& view, std::vector<gf::Edit>& edits) {
     gain_pending_ = 0;  // edits returned by an earlier check and not applied
     const gf::RunMetrics& m = view.metrics;
@@ -600,6 +601,34 @@ class IncrtGeometric : public gf::GrowthPolicy {
     const gf::incrt::GainDecision dec =
         calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, set_.gain, muted)
                    : gf::incrt::GainDecision{};
+    emit_probe(view, before, dec, muted, calibrated);
+    using K = gf::incrt::GainDecision::Kind;
+    if (dec.kind == K::Reopen) {
+      note(view, "reopen", {{"probe_loss", m.probe_loss}, {"settled_before", before.done_at}});
+    } else if (dec.kind == K::Stop) {
+      note(view, "growth_stop", {{"settled", dec.settled}, {"grow_until", set_.gain.grow_until}});
+    } else if (dec.kind == K::Reject) {
+      reject_round(view, before, dec, edits);
+    } else if (dec.kind == K::Grow) {
+      grow_round(view, dec, edits);
+    }
+  }
+
+  /// An event of the round rule with the step and NUMS.
+  static void note(const gf::TrainView& view, const char* type,
+                   std::vector<std::pair<std::string, double>> nums) {
+    gf::Event e;
+    e.type = type;
+    e.numbers = {{"step", double(view.step)}};
+    for (auto& kv : nums) e.numbers.push_back(kv);
+    e.strings = {{"policy", "incrt_geometric"}};
+    if (view.events) view.events->emit(e);
+  }
+
+  /// The `probe` event: what the round rule read of this probe.
+  void emit_probe(const gf::TrainView& view, const gf::incrt::GainState& before,
+                  const gf::incrt::GainDecision& dec, double muted, bool calibrated) const {
+    const gf::RunMetrics& m = view.metrics;
     const auto windows = gain_.windows(std::max<size_t>(set_.gain.settle_probes, 1));
     const double nan = std::numeric_limits<double>::quiet_NaN();
     gf::Event pe;
@@ -620,50 +649,37 @@ class IncrtGeometric : public gf::GrowthPolicy {
                   {"phase", !calibrated ? "calibrating" : before.done ? "stopped" : "settling"},
                   {"plot", "probe_loss window window_before"}};  // drawn by `growformer report`
     if (view.events) view.events->emit(pe);
-    using K = gf::incrt::GainDecision::Kind;
-    if (dec.kind == K::None) return;
-    auto note = [&](const char* type, std::vector<std::pair<std::string, double>> nums) {
-      gf::Event e;
-      e.type = type;
-      e.numbers = {{"step", double(view.step)}};
-      for (auto& kv : nums) e.numbers.push_back(kv);
-      e.strings = {{"policy", "incrt_geometric"}};
-      if (view.events) view.events->emit(e);
-    };
-    if (dec.kind == K::Reopen) {
-      note("reopen", {{"probe_loss", m.probe_loss}, {"settled_before", before.done_at}});
-      return;
+  }
+
+  /// The last round did not pay: its heads go.
+  void reject_round(const gf::TrainView& view, const gf::incrt::GainState& before,
+                    const gf::incrt::GainDecision& dec, std::vector<gf::Edit>& edits) {
+    for (const auto& [b, id] : before.round) {
+      gf::Edit e;
+      e.kind = gf::Edit::Kind::RemoveHead;
+      e.block = b;
+      e.head_id = static_cast<int>(id);
+      e.cause.type = "prune";
+      e.cause.block = static_cast<long>(b);
+      e.cause.numbers = {{"step", double(view.step)},   {"gain", dec.gain},
+                         {"min_gain", set_.gain.min_gain}, {"settled_before", before.prev},
+                         {"settled", dec.settled},
+                         {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
+      e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
+      edits.push_back(std::move(e));
     }
-    if (dec.kind == K::Stop) {
-      note("growth_stop", {{"settled", dec.settled}, {"grow_until", set_.gain.grow_until}});
-      return;
-    }
-    if (dec.kind == K::Reject) {
-      // the last round did not pay: its heads go
-      for (const auto& [b, id] : before.round) {
-        gf::Edit e;
-        e.kind = gf::Edit::Kind::RemoveHead;
-        e.block = b;
-        e.head_id = static_cast<int>(id);
-        e.cause.type = "prune";
-        e.cause.block = static_cast<long>(b);
-        e.cause.numbers = {{"step", double(view.step)},   {"gain", dec.gain},
-                           {"min_gain", set_.gain.min_gain}, {"settled_before", before.prev},
-                           {"settled", dec.settled},
-                           {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
-        e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
-        edits.push_back(std::move(e));
-      }
-      gain_.round.clear();
-      note("round_rejected", {{"gain", dec.gain}, {"min_gain", set_.gain.min_gain},
-                              {"settled_before", before.prev}, {"settled", dec.settled},
-                              {"heads_removed", double(before.round.size())},
-                              {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
-                              {"round_age", double(view.step - before.round_step)},
-                              {"patience_steps", before.patience_steps(set_.gain)}});
-      return;
-    }
-    // Grow: one round over the editable blocks
+    gain_.round.clear();
+    note(view, "round_rejected", {{"gain", dec.gain}, {"min_gain", set_.gain.min_gain},
+                                  {"settled_before", before.prev}, {"settled", dec.settled},
+                                  {"heads_removed", double(before.round.size())},
+                                  {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
+                                  {"round_age", double(view.step - before.round_step)},
+                                  {"patience_steps", before.patience_steps(set_.gain)}});
+  }
+
+  /// Grow: one round over the editable blocks, each sized and aimed by its uncaptured planes.
+  void grow_round(const gf::TrainView& view, const gf::incrt::GainDecision& dec,
+                  std::vector<gf::Edit>& edits) {
     size_t added = 0;
     for (const gf::BlockView& bv : view.blocks) {
       auto in = round_inputs_.find(bv.index);
@@ -674,7 +690,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
       const size_t room = cap > heads.size() ? cap - heads.size() : 0;
       const gf::incrt::PlaneResidual pr =
           gf::incrt::plane_residual(in->second.c, in->second.motors, set_.plane_threshold);
-      size_t n = set_.round == Round::One ? 1 : set_.round == Round::Double ? heads.size() : std::min(pr.planes, heads.size());
+      size_t n = set_.round == Round::One      ? 1
+                 : set_.round == Round::Double ? heads.size()
+                                               : std::min(pr.planes, heads.size());
       n = pr.vectors.empty() ? 0 : std::min(n, room);
       for (size_t i = 0; i < n; ++i) {
         const size_t v = std::min(2 * i, pr.vectors.size() - 1);
@@ -701,7 +719,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         edits.push_back(std::move(e));
       }
       if (n == 0)
-        note("no_plane", {{"block", double(bv.index)}, {"planes", double(pr.planes)},
+        note(view, "no_plane", {{"block", double(bv.index)}, {"planes", double(pr.planes)},
                           {"captured_scale", pr.captured_scale}, {"room", double(room)},
                           {"settled", dec.settled}});
       added += n;
@@ -747,119 +765,138 @@ class IncrtGeometric : public gf::GrowthPolicy {
   std::map<size_t, BlockState> blocks_;
 };
 
-const gf::OptionTable<IncrtSettings>& IncrtSettings::table() {
+using IncrtTable = gf::OptionTable<IncrtSettings>;
+
+/// criterion: gain and its round rule.
+void round_options(IncrtTable& t) {
   using S = IncrtSettings;
   using G = gf::incrt::GainOptions;
+  t.choice("criterion", &S::gain_mode, "gain",
+           "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
+           "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
+           "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
+           {{"gain", true}, {"energy", false}})
+      .choice("round", &S::round, "double",
+              "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
+              "over plane_threshold, at most doubling) or one",
+              {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
+      .add("plane_threshold", &S::plane_threshold, "0.5",
+           "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
+      .add("probe_examples", &S::gain, &G::probe_examples, "128", "gain: validation examples per probe", 1, 1e7)
+      .add("probe_every", &S::gain, &G::probe_every, "2", "gain: a validation probe every N checks", 1, 1e6)
+      .add("settle_probes", &S::gain, &G::settle_probes, "4",
+           "gain: W, settled when the median probe loss of the last W probes fell by less than "
+           "settle_tolerance against the W before",
+           1, 1e6)
+      .add("settle_tolerance", &S::gain, &G::settle_tolerance, "0.01",
+           "gain: settled when the windowed median fell by less than this fraction", 0.0, 1.0)
+      .add("min_gain", &S::gain, &G::min_gain, "0.05",
+           "gain: a round is kept when the settled probe loss fell by this fraction", 0.0, 1.0)
+      .add("reopen_rise", &S::gain, &G::reopen_rise, "0.25",
+           "gain: after growth stopped, a probe loss this fraction over the settled one for "
+           "settle_probes probes reopens growth (a changed task)",
+           0.0)
+      .add("round_patience", &S::gain, &G::round_patience, "1.5",
+           "gain: a round is not taken back before it has trained this many times the steps the "
+           "run's first head took to start learning (its probe loss to fall by min_gain)",
+           0.0)
+      .add("attribution", &S::gain, &G::attribution, "true",
+           "gain: a round is kept only when muting its heads on the probe also costs min_gain of "
+           "the loss (the fall came from the new heads, not from the older ones training on)")
+      .add("grow_until", &S::gain, &G::grow_until, "0.6",
+           "gain: no new round after this fraction of the run's steps (after a reopening: of the "
+           "steps left then)",
+           0.0, 1.0);
+}
+
+/// The probe, the trackers and the end of calibration.
+void tracker_options(IncrtTable& t) {
+  using S = IncrtSettings;
   using Cal = gf::incrt::CalibrationSettings;
-  static const gf::OptionTable<S> built = [] {
-    gf::OptionTable<S> t;
-    t.choice("criterion", &S::gain_mode, "gain",
-             "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
-             "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
-             "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
-             {{"gain", true}, {"energy", false}})
-        .choice("round", &S::round, "double",
-                "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
-                "over plane_threshold, at most doubling) or one",
-                {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
-        .add("plane_threshold", &S::plane_threshold, "0.5",
-             "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
-        .add("probe_examples", &S::gain, &G::probe_examples, "128", "gain: validation examples per probe", 1, 1e7)
-        .add("probe_every", &S::gain, &G::probe_every, "2", "gain: a validation probe every N checks", 1, 1e6)
-        .add("settle_probes", &S::gain, &G::settle_probes, "4",
-             "gain: W, settled when the median probe loss of the last W probes fell by less than "
-             "settle_tolerance against the W before",
-             1, 1e6)
-        .add("settle_tolerance", &S::gain, &G::settle_tolerance, "0.01",
-             "gain: settled when the windowed median fell by less than this fraction", 0.0, 1.0)
-        .add("min_gain", &S::gain, &G::min_gain, "0.05",
-             "gain: a round is kept when the settled probe loss fell by this fraction", 0.0, 1.0)
-        .add("reopen_rise", &S::gain, &G::reopen_rise, "0.25",
-             "gain: after growth stopped, a probe loss this fraction over the settled one for "
-             "settle_probes probes reopens growth (a changed task)",
-             0.0)
-        .add("round_patience", &S::gain, &G::round_patience, "1.5",
-             "gain: a round is not taken back before it has trained this many times the steps the "
-             "run's first head took to start learning (its probe loss to fall by min_gain)",
-             0.0)
-        .add("attribution", &S::gain, &G::attribution, "true",
-             "gain: a round is kept only when muting its heads on the probe also costs min_gain of "
-             "the loss (the fall came from the new heads, not from the older ones training on)")
-        .add("grow_until", &S::gain, &G::grow_until, "0.6",
-             "gain: no new round after this fraction of the run's steps (after a reopening: of the "
-             "steps left then)",
-             0.0, 1.0)
-        .include(gf::incrt::ProbeSettings::table(), &S::probe)
-        .choice("tracker", &S::exact, "online", "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)",
-                {{"online", false}, {"exact", true}})
-        .choice("mca_rule", &S::mca_rule, "exin",
-                "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)",
-                {{"exin", gf::incrt::McaRule::Exin}, {"reference", gf::incrt::McaRule::Reference}})
-        .add("eta_plus", &S::eta_plus, "~",
-             "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0)
-        .add("eta_minus", &S::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
-        .add("tracker_iters", &S::tracker_iters, "100", "tracker steps per check", 1, 1e7)
-        .choice("step_scale", &S::scale_frobenius, "frobenius",
-                "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
-                {{"frobenius", true}, {"none", false}})
-        .add("coupling", &S::coupling, "false",
-             "couple the trackers as the reference code does, gamma* = D+/(D+ + D-): u+ gets "
-             "-(1-gamma*) c u-, u- gets +eta gamma*(1-gamma*) c u+, c = u+^T u-")
-        .choice("calibration", &S::calibration, &Cal::plateau, "plateau",
-                "end of calibration: plateau (E_t has stopped rising) or fixed (calibration_checks)",
-                {{"plateau", true}, {"fixed", false}});
-    gf::incrt::add_calibration_checks(t, &S::calibration,
-                                      "checks of calibration (fixed), or at least (plateau); no growth before");
-    t.add("calibration_window", &S::calibration, &Cal::window, "8",
-          "plateau: compare the median E_t of the last N checks with the N before", 1, 1e6)
-        .add("plateau_tolerance", &S::calibration, &Cal::tolerance, "0.1",
-             "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous", 0.0)
-        .add("calibration_max_checks", &S::calibration, &Cal::max_checks, "200",
-             "plateau: calibration ends here at the latest", 1, 1e9)
-        .add("calibration_max_fraction", &S::calibration, &Cal::max_fraction, "0.25",
-             "plateau: calibration ends at the latest after this fraction of the run's steps, so a "
-             "growth has time to train (0 = no bound)",
-             0.0, 1.0);
-    gf::incrt::add_thresholds(t, &S::thresholds,
-                              "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
-                              "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
-                              "absolute: as given");
-    t.choice("spectrum", &S::both_halves, "both",
-             "both: the energy is the spectral radius of A_res and a growth captures u+ and u- (the "
-             "+- pair of one rotation plane); positive: lambda_max > theta_w and lambda_min < phi_w, "
-             "u+ only (the paper's formula)",
-             {{"both", true}, {"positive", false}})
-        .add("theta_w", &S::theta_w, "0.35",
-             "growth threshold (relative: x E_t; 0.35 ~ sqrt(1/8): the strongest uncaptured +- pair "
-             "holds more than a quarter of E_t^2)",
-             0.0)
-        .add("phi_w", &S::phi_w, "0.5", "growth needs lambda_min < phi_w")
-        .add("phi_g", &S::phi_g, "0.01", "pruning threshold (reported; used by directional_energy)", 0.0)
-        .choice("dwell", &S::dwell_auto, "checks",
-                "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
-                {{"checks", false}, {"auto", true}})
-        .add("dwell_checks", &S::dwell_checks, "8", "checks between growths (dwell: checks)", 0, 1e9)
-        .add("patience", &S::patience, "3",
-             "consecutive checks with the energy over the threshold before a growth (C comes from one "
-             "batch: a single check's excess can be that batch's noise)",
-             1, 1e6)
-        .add("dwell_kappa", &S::dwell_kappa, "2.0", "kappa of the automatic dwell time", 0.0)
-        .add("dwell_eps", &S::dwell_eps, "0.05", "eps of the automatic dwell time", 1e-12, 1.0)
-        .add("dwell_max_checks", &S::dwell_max_checks, "50", "cap of the automatic dwell time", 0, 1e9)
-        .choice("init", &S::directed, "directed", "new head: directed (u+ in the first query column) or random",
-                {{"directed", true}, {"random", false}})
-        .add("value_variance", &S::value_variance, "~",
-             "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = sequence length", 0.0)
-        .add("preserve_function", &S::preserve_function, "true",
-             "new head's W_O starts at zero (the model output is unchanged by growth)")
-        .add("max_heads", &S::max_heads, "0", "cap on heads per block (0 = the block's own cap)", 0, 1e6)
-        .add("k_constant", &S::k_constant, "1.0", "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)", 0.0)
-        .add("head_cost", &S::head_cost, "0.1",
-             "cost per head in the Lyapunov functional W_t, in units of theta_w", 0.0)
-        .add("release_direction", &S::release_direction, "true",
-             "when a head is pruned, free its birth direction in Q (unless the prune says otherwise)")
-        .add("lyapunov_guard", &S::lyapunov_guard, "true",
-             "grow only when lambda_max > theta_w (1 + head_cost), so every growth lowers W_t");
+  t.include(gf::incrt::ProbeSettings::table(), &S::probe)
+      .choice("tracker", &S::exact, "online", "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)",
+              {{"online", false}, {"exact", true}})
+      .choice("mca_rule", &S::mca_rule, "exin",
+              "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)",
+              {{"exin", gf::incrt::McaRule::Exin}, {"reference", gf::incrt::McaRule::Reference}})
+      .add("eta_plus", &S::eta_plus, "~",
+           "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0)
+      .add("eta_minus", &S::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
+      .add("tracker_iters", &S::tracker_iters, "100", "tracker steps per check", 1, 1e7)
+      .choice("step_scale", &S::scale_frobenius, "frobenius",
+              "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
+              {{"frobenius", true}, {"none", false}})
+      .add("coupling", &S::coupling, "false",
+           "couple the trackers as the reference code does, gamma* = D+/(D+ + D-): u+ gets "
+           "-(1-gamma*) c u-, u- gets +eta gamma*(1-gamma*) c u+, c = u+^T u-")
+      .choice("calibration", &S::calibration, &Cal::plateau, "plateau",
+              "end of calibration: plateau (E_t has stopped rising) or fixed (calibration_checks)",
+              {{"plateau", true}, {"fixed", false}});
+  gf::incrt::add_calibration_checks(t, &S::calibration,
+                                    "checks of calibration (fixed), or at least (plateau); no growth before");
+  t.add("calibration_window", &S::calibration, &Cal::window, "8",
+        "plateau: compare the median E_t of the last N checks with the N before", 1, 1e6)
+      .add("plateau_tolerance", &S::calibration, &Cal::tolerance, "0.1",
+           "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous", 0.0)
+      .add("calibration_max_checks", &S::calibration, &Cal::max_checks, "200",
+           "plateau: calibration ends here at the latest", 1, 1e9)
+      .add("calibration_max_fraction", &S::calibration, &Cal::max_fraction, "0.25",
+           "plateau: calibration ends at the latest after this fraction of the run's steps, so a "
+           "growth has time to train (0 = no bound)",
+           0.0, 1.0);
+  gf::incrt::add_thresholds(t, &S::thresholds,
+                            "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
+                            "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
+                            "absolute: as given");
+}
+
+/// The energy rule: spectrum, thresholds, dwell, patience, the new head and the head-count law.
+void growth_options(IncrtTable& t) {
+  using S = IncrtSettings;
+  t.choice("spectrum", &S::both_halves, "both",
+           "both: the energy is the spectral radius of A_res and a growth captures u+ and u- (the "
+           "+- pair of one rotation plane); positive: lambda_max > theta_w and lambda_min < phi_w, "
+           "u+ only (the paper's formula)",
+           {{"both", true}, {"positive", false}})
+      .add("theta_w", &S::theta_w, "0.35",
+           "growth threshold (relative: x E_t; 0.35 ~ sqrt(1/8): the strongest uncaptured +- pair "
+           "holds more than a quarter of E_t^2)",
+           0.0)
+      .add("phi_w", &S::phi_w, "0.5", "growth needs lambda_min < phi_w")
+      .add("phi_g", &S::phi_g, "0.01", "pruning threshold (reported; used by directional_energy)", 0.0)
+      .choice("dwell", &S::dwell_auto, "checks",
+              "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
+              {{"checks", false}, {"auto", true}})
+      .add("dwell_checks", &S::dwell_checks, "8", "checks between growths (dwell: checks)", 0, 1e9)
+      .add("patience", &S::patience, "3",
+           "consecutive checks with the energy over the threshold before a growth (C comes from one "
+           "batch: a single check's excess can be that batch's noise)",
+           1, 1e6)
+      .add("dwell_kappa", &S::dwell_kappa, "2.0", "kappa of the automatic dwell time", 0.0)
+      .add("dwell_eps", &S::dwell_eps, "0.05", "eps of the automatic dwell time", 1e-12, 1.0)
+      .add("dwell_max_checks", &S::dwell_max_checks, "50", "cap of the automatic dwell time", 0, 1e9)
+      .choice("init", &S::directed, "directed", "new head: directed (u+ in the first query column) or random",
+              {{"directed", true}, {"random", false}})
+      .add("value_variance", &S::value_variance, "~",
+           "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = sequence length", 0.0)
+      .add("preserve_function", &S::preserve_function, "true",
+           "new head's W_O starts at zero (the model output is unchanged by growth)")
+      .add("max_heads", &S::max_heads, "0", "cap on heads per block (0 = the block's own cap)", 0, 1e6)
+      .add("k_constant", &S::k_constant, "1.0", "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)", 0.0)
+      .add("head_cost", &S::head_cost, "0.1",
+           "cost per head in the Lyapunov functional W_t, in units of theta_w", 0.0)
+      .add("release_direction", &S::release_direction, "true",
+           "when a head is pruned, free its birth direction in Q (unless the prune says otherwise)")
+      .add("lyapunov_guard", &S::lyapunov_guard, "true",
+           "grow only when lambda_max > theta_w (1 + head_cost), so every growth lowers W_t");
+}
+
+const IncrtTable& IncrtSettings::table() {
+  static const IncrtTable built = [] {
+    IncrtTable t;
+    round_options(t);
+    tracker_options(t);
+    growth_options(t);
     return t;
   }();
   return built;

@@ -208,20 +208,13 @@ class DirectionalEnergy : public gf::GrowthPolicy {
   }
 
  private:
+  /// One block's check: probe -> energy (E_t and each head's share) -> calibrate -> threshold ->
+  /// decide.
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, PruneBlockState& st,
                    std::vector<gf::Edit>& edits) {
     const std::vector<gf::HeadInfo> heads = bv.block->heads();
-    // probe -> energy (E_t and each head's share) -> calibrate -> threshold -> decide
     const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
-    std::vector<Mat> cm;
-    for (const Mat& m : ps.motors)
-      cm.push_back(set_.footing_sym ? gf::incrt::sym_cm(ps.c, m) : gf::incrt::matmul(ps.c, m));
-    Vec energy(heads.size(), 0.0);
-    if (set_.residual) {
-      energy = residual_energies(cm);
-    } else {
-      for (size_t i = 0; i < cm.size(); ++i) energy[i] = gf::incrt::frobenius(cm[i]);
-    }
+    const Vec energy = head_energies(ps);
     st.checks += 1;
     const double total = ps.energy;  // E_t
     const bool absolute = set_.thresholds == Thresholds::Absolute;
@@ -231,10 +224,31 @@ class DirectionalEnergy : public gf::GrowthPolicy {
       else if (set_.thresholds == Thresholds::Relative) st.phi_g = set_.phi_g * total;
       else st.phi_g = set_.phi_g * set_.theta_w * st.calib.gamma0;
     }
+    Vec ages;
+    std::vector<size_t> candidates = count_below(view, st, heads, energy, ages);
+    emit_check(view, bv, st, heads, energy, total);
+    decide(view, bv, st, heads, energy, ages, candidates, edits);
+  }
 
-    // Consecutive checks under phi_g, counted only after the grace period.
+  /// Each head's energy: its share of sym(C M_a) (or C M_a,h), the part the other heads do not
+  /// explain with `energy: residual`.
+  Vec head_energies(const gf::incrt::ProbeStats& ps) const {
+    std::vector<Mat> cm;
+    for (const Mat& m : ps.motors)
+      cm.push_back(set_.footing_sym ? gf::incrt::sym_cm(ps.c, m) : gf::incrt::matmul(ps.c, m));
+    if (set_.residual) return residual_energies(cm);
+    Vec energy(cm.size(), 0.0);
+    for (size_t i = 0; i < cm.size(); ++i) energy[i] = gf::incrt::frobenius(cm[i]);
+    return energy;
+  }
+
+  /// Consecutive checks under phi_g, counted only after the grace period; the heads at
+  /// `patience` of them (their ages in AGES).
+  std::vector<size_t> count_below(const gf::TrainView& view, PruneBlockState& st,
+                                  const std::vector<gf::HeadInfo>& heads, const Vec& energy,
+                                  Vec& ages) const {
     std::vector<size_t> candidates;
-    Vec ages(heads.size(), 0.0);
+    ages.assign(heads.size(), 0.0);
     for (size_t i = 0; i < heads.size(); ++i) {
       const long id = heads[i].id;
       const size_t age = view.step >= heads[i].born_step ? view.step - heads[i].born_step : 0;
@@ -253,7 +267,12 @@ class DirectionalEnergy : public gf::GrowthPolicy {
       for (const gf::HeadInfo& h : heads) alive = alive || h.id == it->first;
       it = alive ? std::next(it) : st.below.erase(it);
     }
+    return candidates;
+  }
 
+  void emit_check(const gf::TrainView& view, const gf::BlockView& bv, const PruneBlockState& st,
+                  const std::vector<gf::HeadInfo>& heads, const Vec& energy, double total) const {
+    if (!view.events) return;
     gf::Event ev;
     ev.type = "check";
     ev.block = long(bv.index);
@@ -268,9 +287,13 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     Vec ids;
     for (const gf::HeadInfo& h : heads) ids.push_back(h.id);
     ev.lists = {{"head_ids", ids}, {"energy", energy}};
-    if (view.events) view.events->emit(ev);
+    view.events->emit(ev);
+  }
 
-    // Lowest energy first; at most max_per_check; never below min_heads.
+  /// Lowest energy first; at most max_per_check; never below min_heads.
+  void decide(const gf::TrainView& view, const gf::BlockView& bv, PruneBlockState& st,
+              const std::vector<gf::HeadInfo>& heads, const Vec& energy, const Vec& ages,
+              std::vector<size_t> candidates, std::vector<gf::Edit>& edits) {
     std::sort(candidates.begin(), candidates.end(),
               [&](size_t x, size_t y) { return energy[x] < energy[y]; });
     size_t remaining = heads.size();

@@ -498,15 +498,8 @@ py::list metrics_list(const std::string& path) {
   return out;
 }
 
-}  // namespace
-}  // namespace gfpy
-
-PYBIND11_MODULE(_core, m) {
-  using namespace gfpy;
-  m.doc() = "growformer: attention models that grow and prune their own heads (C++ core)";
-  py::register_exception<gf::ConfigError>(m, "ConfigError", PyExc_ValueError);
-  py::register_exception<gf::RuntimeError>(m, "RunError", PyExc_RuntimeError);
-
+/// growformer.Config: a YAML file or a dict, plus overrides.
+void bind_config(py::module_& m) {
   py::class_<Config>(m, "Config", "A configuration: a YAML file or a dict, plus KEY=VALUE overrides")
       .def_static("load",
                   [](const std::string& path, const std::vector<std::string>& overrides) {
@@ -547,10 +540,11 @@ PYBIND11_MODULE(_core, m) {
         return "growformer.Config(" + (c.path.empty() ? c.name : c.path) + ", overrides=" +
                py::repr(py::cast(c.overrides)).cast<std::string>() + ")";
       });
+}
 
-  py::class_<PyExperiment>(m, "Experiment",
-                           "Everything a config builds: data, model, optimizer, growth and pruning")
-      .def(py::init([](py::object config, const std::vector<std::string>& overrides,
+/// growformer.Experiment: building, training, evaluation and prediction.
+void bind_experiment_runs(py::class_<PyExperiment>& cls) {
+  cls.def(py::init([](py::object config, const std::vector<std::string>& overrides,
                        const std::vector<std::string>& plugin_paths) {
              Config c = config_from(config, overrides, "");
              auto p = std::make_unique<PyExperiment>();
@@ -607,8 +601,12 @@ PYBIND11_MODULE(_core, m) {
            "(ids, probabilities) of a file of records, as `growformer predict` reads it")
       .def("parameters", &parameters, "Every parameter by dotted name, as numpy float32 copies")
       .def("heads", &heads,
-           "Per block, per head: {id, born, tensors: {name: numpy copy}} with the head's W_O")
-      .def_property_readonly("name", [](const PyExperiment& p) { return p.ex->name(); })
+           "Per block, per head: {id, born, tensors: {name: numpy copy}} with the head's W_O");
+}
+
+/// growformer.Experiment: what it holds (names, sizes, the resolved config, token splits).
+void bind_experiment_properties(py::class_<PyExperiment>& cls) {
+  cls.def_property_readonly("name", [](const PyExperiment& p) { return p.ex->name(); })
       .def_property_readonly("classes", [](const PyExperiment& p) {
         std::vector<std::string> n = p.ex->data().class_names;
         for (size_t c = n.size(); c < p.ex->data().num_classes; ++c) n.push_back(std::to_string(c));
@@ -639,7 +637,10 @@ PYBIND11_MODULE(_core, m) {
              return py::make_tuple(toks, labels);
            },
            "split"_a, "(token id lists, labels) of a split");
+}
 
+/// load, resume and the run-log readers.
+void bind_functions(py::module_& m) {
   m.def("load", &load, "checkpoint"_a, "data"_a = "all", "plugin_paths"_a = std::vector<std::string>{},
         "An Experiment from a checkpoint (its embedded config, saved tokenizer and weights). "
         "data: 'all' reads every split (evaluate), a split name reads that one, 'none' reads no "
@@ -663,4 +664,20 @@ PYBIND11_MODULE(_core, m) {
   m.def("read_metrics", &metrics_list, "run_dir"_a,
         "metrics.jsonl of a run directory (or the file) as a list of dicts: step, split, numbers, "
         "heads, and blocks (diagnostics) where logged");
+}
+
+}  // namespace
+}  // namespace gfpy
+
+PYBIND11_MODULE(_core, m) {
+  using namespace gfpy;
+  m.doc() = "growformer: attention models that grow and prune their own heads (C++ core)";
+  py::register_exception<gf::ConfigError>(m, "ConfigError", PyExc_ValueError);
+  py::register_exception<gf::RuntimeError>(m, "RunError", PyExc_RuntimeError);
+  bind_config(m);
+  py::class_<PyExperiment> experiment(m, "Experiment",
+                                      "Everything a config builds: data, model, optimizer, growth and pruning");
+  bind_experiment_runs(experiment);
+  bind_experiment_properties(experiment);
+  bind_functions(m);
 }

@@ -447,58 +447,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     st->events = v.events;
     st->rng = v.rng;
     st->label = label_;
-    py::list blocks;
-    for (const gf::BlockView& bv : v.blocks) {
-      py::list ids, born;
-      size_t n = 0, cap = 0;
-      bool editable = false;
-      if (bv.block) {
-        for (const gf::HeadInfo& h : bv.block->heads()) {
-          ids.append(h.id);
-          born.append(h.born_step);
-        }
-        n = bv.block->num_heads();
-        cap = bv.block->max_heads();
-        editable = bv.block->can_edit_heads();
-      }
-      py::object probe = py::none(), valid = py::none();
-      if (bv.probe && bv.probe->input.defined()) {
-        const gf::Tensor& t = bv.probe->input;
-        std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-        py::array_t<float> a(shape);
-        std::copy(t.data(), t.data() + t.size(), a.mutable_data());
-        probe = a;
-        if (!bv.probe->valid.empty() && t.ndim() == 3) {
-          py::array_t<uint8_t> m({py::ssize_t(t.dim(0)), py::ssize_t(t.dim(1))});
-          std::copy(bv.probe->valid.begin(), bv.probe->valid.end(), m.mutable_data());
-          valid = m;
-        }
-      }
-      blocks.append(ns("index"_a = bv.index, "heads"_a = ids, "born"_a = born, "num_heads"_a = n,
-                       "max_heads"_a = cap == static_cast<size_t>(-1) ? py::object(py::none())
-                                                                      : py::object(py::int_(cap)),
-                       "can_edit"_a = editable, "probe"_a = probe, "valid"_a = valid));
-    }
-    py::object metrics = py::none();
-    if (with_metrics) {
-      const gf::RunMetrics& m = v.metrics;
-      py::list abl;
-      for (const gf::Ablation& a : m.ablations) {
-        py::list heads;
-        for (const gf::HeadRef& h : a.heads) heads.append(py::make_tuple(h.block, h.head));
-        abl.append(ns("heads"_a = heads, "loss"_a = number_or_none(a.loss),
-                      "accuracy"_a = number_or_none(a.accuracy)));
-      }
-      metrics = ns("train_loss"_a = number_or_none(m.train_loss),
-                   "train_accuracy"_a = number_or_none(m.train_accuracy),
-                   "train_steps"_a = m.train_steps,
-                   "val_step"_a = m.val_step >= 0 ? py::object(py::int_(m.val_step)) : py::object(py::none()),
-                   "val_loss"_a = number_or_none(m.val_loss),
-                   "val_accuracy"_a = number_or_none(m.val_accuracy),
-                   "probe_examples"_a = m.probe_examples,
-                   "probe_loss"_a = number_or_none(m.probe_loss),
-                   "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
-    }
+    const py::list blocks = block_views(v, ns);
+    const py::object metrics = with_metrics ? metrics_view(v.metrics, ns) : py::object(py::none());
     std::shared_ptr<ViewState> s = st;
     py::cpp_function emit(
         [s](const std::string& type, long block, long head, py::kwargs fields) {
@@ -532,6 +482,63 @@ class PythonPolicy : public gf::GrowthPolicy {
               "normal"_a = normal, "randint"_a = randint);
   }
 
+  // view.blocks: per block its index, head ids and births, head counts and the probe copies.
+  static py::list block_views(const gf::TrainView& v, const py::object& ns) {
+    py::list blocks;
+    for (const gf::BlockView& bv : v.blocks) {
+      py::list ids, born;
+      size_t n = 0, cap = 0;
+      bool editable = false;
+      if (bv.block) {
+        for (const gf::HeadInfo& h : bv.block->heads()) {
+          ids.append(h.id);
+          born.append(h.born_step);
+        }
+        n = bv.block->num_heads();
+        cap = bv.block->max_heads();
+        editable = bv.block->can_edit_heads();
+      }
+      py::object probe = py::none(), valid = py::none();
+      if (bv.probe && bv.probe->input.defined()) {
+        const gf::Tensor& t = bv.probe->input;
+        std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+        py::array_t<float> a(shape);
+        std::copy(t.data(), t.data() + t.size(), a.mutable_data());
+        probe = a;
+        if (!bv.probe->valid.empty() && t.ndim() == 3) {
+          py::array_t<uint8_t> m({py::ssize_t(t.dim(0)), py::ssize_t(t.dim(1))});
+          std::copy(bv.probe->valid.begin(), bv.probe->valid.end(), m.mutable_data());
+          valid = m;
+        }
+      }
+      blocks.append(ns("index"_a = bv.index, "heads"_a = ids, "born"_a = born, "num_heads"_a = n,
+                       "max_heads"_a = cap == static_cast<size_t>(-1) ? py::object(py::none())
+                                                                      : py::object(py::int_(cap)),
+                       "can_edit"_a = editable, "probe"_a = probe, "valid"_a = valid));
+    }
+    return blocks;
+  }
+
+  // view.metrics: the training window, the latest validation, the probe and its ablations.
+  static py::object metrics_view(const gf::RunMetrics& m, const py::object& ns) {
+    py::list abl;
+    for (const gf::Ablation& a : m.ablations) {
+      py::list heads;
+      for (const gf::HeadRef& h : a.heads) heads.append(py::make_tuple(h.block, h.head));
+      abl.append(ns("heads"_a = heads, "loss"_a = number_or_none(a.loss),
+                    "accuracy"_a = number_or_none(a.accuracy)));
+      }
+      return ns("train_loss"_a = number_or_none(m.train_loss),
+                   "train_accuracy"_a = number_or_none(m.train_accuracy),
+                   "train_steps"_a = m.train_steps,
+                   "val_step"_a = m.val_step >= 0 ? py::object(py::int_(m.val_step)) : py::object(py::none()),
+                   "val_loss"_a = number_or_none(m.val_loss),
+                   "val_accuracy"_a = number_or_none(m.val_accuracy),
+                   "probe_examples"_a = m.probe_examples,
+                   "probe_loss"_a = number_or_none(m.probe_loss),
+                   "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
+  }
+
   // The edits a check returned, checked against the blocks as they will be when each applies.
   std::vector<gf::Edit> parse_edits(const py::object& ret, const gf::TrainView& view) const {
     const std::string where = label_ + ".check at step " + std::to_string(view.step);
@@ -548,86 +555,103 @@ class PythonPolicy : public gf::GrowthPolicy {
     size_t k = 0;
     for (auto item : ret) {
       const std::string at = where + ": edit " + std::to_string(k++) + " " + short_repr(item);
-      if (!py::isinstance<py::dict>(item))
-        throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
-      py::dict d = py::reinterpret_borrow<py::dict>(item);
-      static const std::vector<std::string> known = {"op", "block", "head", "reason", "init",
-                                                     "release_direction", "info"};
-      for (auto kv : d) {
-        std::string key = py::isinstance<py::str>(kv.first) ? kv.first.cast<std::string>() : "";
-        if (std::find(known.begin(), known.end(), key) == known.end())
-          throw gf::RuntimeError(at + ": unknown key " + short_repr(kv.first) +
-                                 " (valid: op, block, head, reason, init, release_direction, info)");
-      }
-      auto get = [&](const char* key) { return d.contains(key) ? py::object(d[key]) : py::object(); };
-      py::object op = get("op"), block = get("block");
-      std::string ops = op && py::isinstance<py::str>(op) ? op.cast<std::string>() : "";
-      if (ops != "add_head" && ops != "remove_head")
-        throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
-      auto bi = block ? int_value(block) : std::nullopt;
-      if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= view.blocks.size())
-        throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
-                               std::to_string(view.blocks.size()) + ")");
-      gf::Edit e;
-      e.block = static_cast<size_t>(*bi);
-      const gf::BlockView& bv = view.blocks[e.block];
-      if (!bv.block || !bv.block->can_edit_heads())
-        throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
-                               (bv.block ? bv.block->describe() : std::string("?")) +
-                               ") cannot add or remove heads");
-      std::vector<int>& ids = heads[e.block];
-      if (py::object reason = get("reason")) {
-        if (!py::isinstance<py::str>(reason))
-          throw gf::RuntimeError(at + ": `reason` must be a str");
-        e.cause.strings.push_back({"reason", reason.cast<std::string>()});
-      }
-      e.cause.strings.push_back({"class", class_path_});
-      if (py::object info = get("info")) {
-        if (!py::isinstance<py::dict>(info))
-          throw gf::RuntimeError(at + ": `info` must be a dict of name -> number, str or list of numbers");
-        try {
-          add_fields(e.cause, info, at + ": `info`");
-        } catch (py::error_already_set& err) {
-          throw gf::RuntimeError(std::string(py::str(err.value())));
-        }
-      }
-      if (ops == "add_head") {
-        if (get("head"))
-          throw gf::RuntimeError(at + ": an add_head edit has no `head` (the block gives the new id)");
-        if (get("release_direction"))
-          throw gf::RuntimeError(at + ": `release_direction` belongs to remove_head");
-        e.kind = gf::Edit::Kind::AddHead;
-        e.init.preserve_function = true;  // the default of the built-in baselines
-        if (ids.size() >= bv.block->max_heads())
-          throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " already has " +
-                                 std::to_string(ids.size()) + " heads, its maximum");
-        if (py::object init = get("init")) parse_init(init, at, e.init);
-        ids.push_back(-1);  // a new head (its id comes when it is applied)
-      } else {
-        py::object head = get("head");
-        auto hi = head ? int_value(head) : std::nullopt;
-        if (!hi || *hi < 0 || *hi > std::numeric_limits<int>::max())
-          throw gf::RuntimeError(at + ": a remove_head edit needs `head`, the id of a head");
-        e.kind = gf::Edit::Kind::RemoveHead;
-        e.head_id = static_cast<int>(*hi);
-        auto it = std::find(ids.begin(), ids.end(), e.head_id);
-        if (it == ids.end())
-          throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " has no head " +
-                                 std::to_string(e.head_id) + " (heads: " + short_repr(py::cast(ids)) +
-                                 ", -1 = added by this check)");
-        if (ids.size() == 1)
-          throw gf::RuntimeError(at + ": head " + std::to_string(e.head_id) + " is the last of block " +
-                                 std::to_string(e.block));
-        ids.erase(it);
-        if (py::object rel = get("release_direction")) {
-          if (!py::isinstance<py::bool_>(rel))
-            throw gf::RuntimeError(at + ": `release_direction` must be True or False");
-          e.release_direction = rel.cast<bool>();
-        }
-      }
-      out.push_back(std::move(e));
+      out.push_back(parse_edit(item, at, view, heads));
     }
     return out;
+  }
+
+  // One edit of a check, a dict: op, block, reason, info, then what add_head or remove_head
+  // takes; HEADS are the blocks' head ids as the earlier edits leave them (updated).
+  gf::Edit parse_edit(const py::handle& item, const std::string& at, const gf::TrainView& view,
+                      std::vector<std::vector<int>>& heads) const {
+    if (!py::isinstance<py::dict>(item))
+      throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
+    py::dict d = py::reinterpret_borrow<py::dict>(item);
+    static const std::vector<std::string> known = {"op", "block", "head", "reason", "init",
+                                                   "release_direction", "info"};
+    for (auto kv : d) {
+      std::string key = py::isinstance<py::str>(kv.first) ? kv.first.cast<std::string>() : "";
+      if (std::find(known.begin(), known.end(), key) == known.end())
+        throw gf::RuntimeError(at + ": unknown key " + short_repr(kv.first) +
+                               " (valid: op, block, head, reason, init, release_direction, info)");
+    }
+    auto get = [&](const char* key) { return d.contains(key) ? py::object(d[key]) : py::object(); };
+    py::object op = get("op"), block = get("block");
+    std::string ops = op && py::isinstance<py::str>(op) ? op.cast<std::string>() : "";
+    if (ops != "add_head" && ops != "remove_head")
+      throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
+    auto bi = block ? int_value(block) : std::nullopt;
+    if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= view.blocks.size())
+      throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
+                             std::to_string(view.blocks.size()) + ")");
+    gf::Edit e;
+    e.block = static_cast<size_t>(*bi);
+    const gf::BlockView& bv = view.blocks[e.block];
+    if (!bv.block || !bv.block->can_edit_heads())
+      throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
+                             (bv.block ? bv.block->describe() : std::string("?")) +
+                             ") cannot add or remove heads");
+    std::vector<int>& ids = heads[e.block];
+    if (py::object reason = get("reason")) {
+      if (!py::isinstance<py::str>(reason))
+        throw gf::RuntimeError(at + ": `reason` must be a str");
+      e.cause.strings.push_back({"reason", reason.cast<std::string>()});
+    }
+    e.cause.strings.push_back({"class", class_path_});
+    if (py::object info = get("info")) {
+      if (!py::isinstance<py::dict>(info))
+        throw gf::RuntimeError(at + ": `info` must be a dict of name -> number, str or list of numbers");
+      try {
+        add_fields(e.cause, info, at + ": `info`");
+      } catch (py::error_already_set& err) {
+        throw gf::RuntimeError(std::string(py::str(err.value())));
+      }
+    }
+    if (ops == "add_head")
+      parse_add(get, at, bv, ids, e);
+    else
+      parse_remove(get, at, ids, e);
+    return e;
+  }
+
+  template <class Get>
+  void parse_add(Get& get, const std::string& at, const gf::BlockView& bv, std::vector<int>& ids,
+                 gf::Edit& e) const {
+    if (get("head"))
+      throw gf::RuntimeError(at + ": an add_head edit has no `head` (the block gives the new id)");
+    if (get("release_direction"))
+      throw gf::RuntimeError(at + ": `release_direction` belongs to remove_head");
+    e.kind = gf::Edit::Kind::AddHead;
+    e.init.preserve_function = true;  // the default of the built-in baselines
+    if (ids.size() >= bv.block->max_heads())
+      throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " already has " +
+                             std::to_string(ids.size()) + " heads, its maximum");
+    if (py::object init = get("init")) parse_init(init, at, e.init);
+    ids.push_back(-1);  // a new head (its id comes when it is applied)
+  }
+
+  template <class Get>
+  void parse_remove(Get& get, const std::string& at, std::vector<int>& ids, gf::Edit& e) const {
+    py::object head = get("head");
+    auto hi = head ? int_value(head) : std::nullopt;
+    if (!hi || *hi < 0 || *hi > std::numeric_limits<int>::max())
+      throw gf::RuntimeError(at + ": a remove_head edit needs `head`, the id of a head");
+    e.kind = gf::Edit::Kind::RemoveHead;
+    e.head_id = static_cast<int>(*hi);
+    auto it = std::find(ids.begin(), ids.end(), e.head_id);
+    if (it == ids.end())
+      throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " has no head " +
+                             std::to_string(e.head_id) + " (heads: " + short_repr(py::cast(ids)) +
+                             ", -1 = added by this check)");
+    if (ids.size() == 1)
+      throw gf::RuntimeError(at + ": head " + std::to_string(e.head_id) + " is the last of block " +
+                             std::to_string(e.block));
+    ids.erase(it);
+    if (py::object rel = get("release_direction")) {
+      if (!py::isinstance<py::bool_>(rel))
+        throw gf::RuntimeError(at + ": `release_direction` must be True or False");
+      e.release_direction = rel.cast<bool>();
+    }
   }
 
   void parse_init(const py::object& init, const std::string& at, gf::HeadInit& out) const {
