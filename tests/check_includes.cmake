@@ -2,6 +2,7 @@
 # of the core, of the data library, <growformer/data/...>, and of the INCRT library,
 # <growformer/incrt/...>) and on files of their own folder; apps never include plugin files; the
 # core never includes the data or the INCRT library; only INCRT plugins include the INCRT library.
+cmake_policy(SET CMP0057 NEW)
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_includes.cmake
 file(GLOB_RECURSE plugin_files "${SOURCE_DIR}/plugins/*.cpp" "${SOURCE_DIR}/plugins/*.hpp")
 file(GLOB_RECURSE app_files "${SOURCE_DIR}/apps/*.cpp" "${SOURCE_DIR}/apps/*.hpp")
@@ -46,6 +47,65 @@ foreach(f ${plugin_files})
   if(NOT f MATCHES "/plugins/(growth_incrt|pruning_directional_energy|head_incrt_gate)/")
     forbid_includes("growformer/incrt/" "only the INCRT plugins use the INCRT library" ${f})
   endif()
+endforeach()
+# The core's three parts (docs/DESIGN.md, "The map"): the numeric library, the plugin API and the
+# training runtime. Headers of each part include only their own part and the parts below it
+# (errors.hpp is below all three); no plugin includes a runtime header (the runtime is private:
+# not installed); the numeric library's sources include only numeric headers.
+set(numeric_headers tensor tensor_xt autograd ops kernels parallel rng blas)
+set(api_headers attention checkpoint classification config dataset fields growth linalg model
+    module multihead optimizer plugin projections registry state_text version)
+set(runtime_headers trainer trainer_state structure_editor batch_sampler reporter run_dir
+    run_events data_parallel distributed schedule)
+set(core_parts "")
+foreach(h ${numeric_headers} ${api_headers} ${runtime_headers} errors)
+  list(APPEND core_parts ${h})
+endforeach()
+file(GLOB core_headers "${SOURCE_DIR}/core/include/growformer/*.hpp")
+foreach(f ${core_headers})
+  get_filename_component(stem "${f}" NAME_WE)
+  if(NOT stem IN_LIST core_parts)
+    string(APPEND problems "${f}: a core header in none of the three parts (numeric, plugin API, runtime): add it to a list in check_includes.cmake\n")
+  endif()
+endforeach()
+# every include of growformer/<name>.hpp in FILES whose name is not in ALLOWED (a list variable) is
+# a problem: WHY
+function(allow_only allowed why)
+  foreach(f ${ARGN})
+    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]growformer/[a-z_]+\\.hpp")
+    foreach(line ${lines})
+      string(REGEX MATCH "growformer/([a-z_]+)\\.hpp" _m "${line}")
+      set(inc "${CMAKE_MATCH_1}")
+      if(NOT inc IN_LIST ${allowed} AND NOT inc STREQUAL "errors")
+        string(APPEND problems "${f}: `${line}`: ${why}\n")
+      endif()
+    endforeach()
+  endforeach()
+  set(problems "${problems}" PARENT_SCOPE)
+endfunction()
+set(numeric_files "")
+foreach(h ${numeric_headers})
+  if(EXISTS "${SOURCE_DIR}/core/include/growformer/${h}.hpp")
+    list(APPEND numeric_files "${SOURCE_DIR}/core/include/growformer/${h}.hpp")
+  endif()
+  if(EXISTS "${SOURCE_DIR}/core/src/${h}.cpp")
+    list(APPEND numeric_files "${SOURCE_DIR}/core/src/${h}.cpp")
+  endif()
+endforeach()
+file(GLOB simd_files "${SOURCE_DIR}/core/src/simd/*")
+list(APPEND numeric_files ${simd_files})
+allow_only(numeric_headers "the numeric library includes only numeric headers" ${numeric_files})
+set(below_runtime ${numeric_headers} ${api_headers})
+set(api_files "")
+foreach(h ${api_headers})
+  if(EXISTS "${SOURCE_DIR}/core/include/growformer/${h}.hpp")
+    list(APPEND api_files "${SOURCE_DIR}/core/include/growformer/${h}.hpp")
+  endif()
+endforeach()
+allow_only(below_runtime "a plugin API header includes only the plugin API and the numeric library" ${api_files})
+foreach(h ${runtime_headers})
+  forbid_includes("[<\"]growformer/${h}\\.hpp" "the training runtime is private to the core and the apps"
+                  ${plugin_files})
 endforeach()
 if(problems)
   message(FATAL_ERROR "include layering broken:\n${problems}")
