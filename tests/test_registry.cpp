@@ -149,7 +149,11 @@ TEST_CASE("a static initialiser that throws or aborts is isolated: refused namin
   // its exception leaves dlopen in a child process only (the loader's lock would stay held here)
   std::string e = error_of([&] { r.load_library(broken("throwing_static")); });
   CHECK(contains(e, "libgf_broken_throwing_static.so"));
-  CHECK(contains(e, "a static initialiser threw: boom from a static initialiser"));
+  // its message, whichever way it came out: as an exception out of dlopen ("a static
+  // initialiser threw: ..."), or, where the loader lets nothing through (an ASan build's dlopen
+  // ends the child in std::terminate), as the child's last words
+  CHECK(contains(e, "boom from a static initialiser"));
+  CHECK((contains(e, "a static initialiser threw") || contains(e, "ends the process")));
   // one that ends the process ends the child, with its last message
   std::string a = error_of([&] { r.load_library(broken("aborting_static")); });
   CHECK(contains(a, "libgf_broken_aborting_static.so"));
