@@ -222,6 +222,110 @@ int cmd_data(const std::vector<std::string>& args) {
   throw UsageError("unknown data command `" + args[0] + "`\nusage: " + usage);
 }
 
+namespace {
+
+// A component's kind, name, documentation, library and options, for `plugins --json`.
+json component_json(const gf::ComponentInfo& c) {
+  json opts = json::array();
+  for (auto& s : c.spec.options) {
+    json j = {{"name", s.name}, {"type", gf::opt_type_name(s.type)}, {"default", s.default_value},
+              {"doc", s.doc}};
+    if (std::isfinite(s.min)) j["min"] = s.min;
+    if (std::isfinite(s.max)) j["max"] = s.max;
+    if (!s.choices.empty()) j["choices"] = s.choices;
+    if (s.required) j["required"] = true;
+    opts.push_back(j);
+  }
+  return json{{"kind", gf::kind_name(c.kind)}, {"name", c.spec.name}, {"doc", c.spec.doc},
+              {"plugin", c.plugin}, {"library", c.library}, {"options", opts}};
+}
+
+// `plugins list`: every component by kind, the libraries loaded and those that failed.
+void list_plugins(const gf::Registry& reg, bool as_json) {
+  if (as_json) {
+    json out = {{"components", json::array()}, {"libraries", json::array()}, {"failed", json::array()}};
+    for (auto& c : reg.components()) out["components"].push_back(component_json(c));
+    for (auto& l : reg.libraries())
+      out["libraries"].push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}});
+    for (auto& f : reg.failures()) out["failed"].push_back({{"path", f.path}, {"error", f.error}});
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  for (auto kind : {gf::Kind::Attention, gf::Kind::Head, gf::Kind::Growth, gf::Kind::Pruning,
+                    gf::Kind::Dataset, gf::Kind::Optimizer}) {
+    std::cout << gf::kind_name(kind) << ":\n";
+    for (auto& c : reg.components())
+      if (c.kind == kind)
+        std::cout << "  " << c.spec.name << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
+                  << c.spec.doc << "  [" << c.plugin << "]\n";
+  }
+  std::cout << "libraries:\n";
+  for (auto& l : reg.libraries()) std::cout << "  " << l.plugin << " " << l.version << "  " << l.path << "\n";
+  if (!reg.failures().empty()) {
+    std::cout << "failed to load:\n";
+    for (auto& f : reg.failures()) std::cout << "  " << f.path << ": " << f.error << "\n";
+  }
+}
+
+// The error for a component WANT that no library registered: NAME registered by a library that
+// then failed, or a library named after it, is named with its error; else every library that
+// failed to load (NAME may be in one of them), after the closest of NAMES.
+[[noreturn]] void no_such_component(const gf::Registry& reg, const std::string& want,
+                                    const std::vector<std::string>& names) {
+  std::string own, others;
+  for (auto& f : reg.failures()) {
+    std::string stem = std::filesystem::path(f.path).stem().string();
+    bool its = std::find(f.components.begin(), f.components.end(), want) != f.components.end() ||
+               stem == "libgf_" + want || stem.find(want) != std::string::npos;
+    (its ? own : others) += "\n  " + f.path + ": " + f.error;
+  }
+  if (!own.empty())
+    throw gf::ConfigError("`" + want + "` is not available: its library failed to load:" + own);
+  std::string dym = gf::did_you_mean(want, names);
+  throw gf::ConfigError("no component named `" + want + "`" +
+                        (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
+                        " (see `growformer plugins list`)" +
+                        (others.empty() ? "" : "\nlibraries that failed to load (it may be in one):" + others));
+}
+
+// One component's documentation and options, as `plugins describe` prints them.
+void print_component(const gf::ComponentInfo& c) {
+  std::cout << gf::kind_name(c.kind) << " `" << c.spec.name << "`: " << c.spec.doc
+            << "\n  from " << c.library << "\n  options:\n";
+  if (c.spec.options.empty()) std::cout << "    (none)\n";
+  for (auto& s : c.spec.options) {
+    std::cout << "    " << s.name << " (" << gf::opt_type_name(s.type);
+    if (s.required) std::cout << ", required";
+    else std::cout << ", default " << (s.default_value.empty() ? "\"\"" : s.default_value);
+    std::cout << ")";
+    if (!s.choices.empty()) {
+      std::cout << " one of:";
+      for (auto& ch : s.choices) std::cout << " " << ch;
+    }
+    std::cout << "\n        " << s.doc << "\n";
+  }
+}
+
+// `plugins describe NAME`: every component of that name (one per kind at most).
+void describe_plugin(const gf::Registry& reg, const std::string& want, bool as_json) {
+  std::vector<const gf::ComponentInfo*> hits;
+  auto all = reg.components();
+  std::vector<std::string> names;
+  for (auto& c : all) {
+    names.push_back(c.spec.name);
+    if (c.spec.name == want) hits.push_back(&c);
+  }
+  if (hits.empty()) no_such_component(reg, want, names);
+  for (auto* c : hits) {
+    if (as_json)
+      std::cout << component_json(*c).dump(2) << "\n";
+    else
+      print_component(*c);
+  }
+}
+
+}  // namespace
+
 int cmd_plugins(const std::vector<std::string>& args) {
   po::options_description o("plugins options");
   std::vector<std::string> words, paths;
@@ -234,95 +338,14 @@ int cmd_plugins(const std::vector<std::string>& args) {
   reg.load_directories(gf::Registry::search_path(paths));
   bool as_json = vm.count("json") > 0;
   std::string verb = words.empty() ? "list" : words[0];
-  auto spec_json = [](const gf::ComponentInfo& c) {
-    json opts = json::array();
-    for (auto& s : c.spec.options) {
-      json j = {{"name", s.name}, {"type", gf::opt_type_name(s.type)}, {"default", s.default_value},
-                {"doc", s.doc}};
-      if (std::isfinite(s.min)) j["min"] = s.min;
-      if (std::isfinite(s.max)) j["max"] = s.max;
-      if (!s.choices.empty()) j["choices"] = s.choices;
-      if (s.required) j["required"] = true;
-      opts.push_back(j);
-    }
-    return json{{"kind", gf::kind_name(c.kind)}, {"name", c.spec.name}, {"doc", c.spec.doc},
-                {"plugin", c.plugin}, {"library", c.library}, {"options", opts}};
-  };
   if (verb == "list") {
     if (words.size() > 1) throw UsageError("usage: growformer plugins list");
-    if (as_json) {
-      json out = {{"components", json::array()}, {"libraries", json::array()}, {"failed", json::array()}};
-      for (auto& c : reg.components()) out["components"].push_back(spec_json(c));
-      for (auto& l : reg.libraries())
-        out["libraries"].push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}});
-      for (auto& f : reg.failures()) out["failed"].push_back({{"path", f.path}, {"error", f.error}});
-      std::cout << out.dump(2) << "\n";
-      return 0;
-    }
-    for (auto kind : {gf::Kind::Attention, gf::Kind::Head, gf::Kind::Growth, gf::Kind::Pruning,
-                      gf::Kind::Dataset, gf::Kind::Optimizer}) {
-      std::cout << gf::kind_name(kind) << ":\n";
-      for (auto& c : reg.components())
-        if (c.kind == kind)
-          std::cout << "  " << c.spec.name << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
-                    << c.spec.doc << "  [" << c.plugin << "]\n";
-    }
-    std::cout << "libraries:\n";
-    for (auto& l : reg.libraries()) std::cout << "  " << l.plugin << " " << l.version << "  " << l.path << "\n";
-    if (!reg.failures().empty()) {
-      std::cout << "failed to load:\n";
-      for (auto& f : reg.failures()) std::cout << "  " << f.path << ": " << f.error << "\n";
-    }
+    list_plugins(reg, as_json);
     return 0;
   }
   if (verb == "describe") {
     if (words.size() != 2) throw UsageError("usage: growformer plugins describe NAME");
-    std::vector<const gf::ComponentInfo*> hits;
-    auto all = reg.components();
-    std::vector<std::string> names;
-    for (auto& c : all) {
-      names.push_back(c.spec.name);
-      if (c.spec.name == words[1]) hits.push_back(&c);
-    }
-    if (hits.empty()) {
-      // NAME registered by a library that then failed, or a library named after it, is named
-      // with its error; else every library that failed to load (NAME may be in one of them)
-      const std::string& want = words[1];
-      std::string own, others;
-      for (auto& f : reg.failures()) {
-        std::string stem = std::filesystem::path(f.path).stem().string();
-        bool its = std::find(f.components.begin(), f.components.end(), want) != f.components.end() ||
-                   stem == "libgf_" + want || stem.find(want) != std::string::npos;
-        (its ? own : others) += "\n  " + f.path + ": " + f.error;
-      }
-      if (!own.empty())
-        throw gf::ConfigError("`" + want + "` is not available: its library failed to load:" + own);
-      std::string dym = gf::did_you_mean(want, names);
-      throw gf::ConfigError("no component named `" + want + "`" +
-                            (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
-                            " (see `growformer plugins list`)" +
-                            (others.empty() ? "" : "\nlibraries that failed to load (it may be in one):" + others));
-    }
-    for (auto* c : hits) {
-      if (as_json) {
-        std::cout << spec_json(*c).dump(2) << "\n";
-        continue;
-      }
-      std::cout << gf::kind_name(c->kind) << " `" << c->spec.name << "`: " << c->spec.doc
-                << "\n  from " << c->library << "\n  options:\n";
-      if (c->spec.options.empty()) std::cout << "    (none)\n";
-      for (auto& s : c->spec.options) {
-        std::cout << "    " << s.name << " (" << gf::opt_type_name(s.type);
-        if (s.required) std::cout << ", required";
-        else std::cout << ", default " << (s.default_value.empty() ? "\"\"" : s.default_value);
-        std::cout << ")";
-        if (!s.choices.empty()) {
-          std::cout << " one of:";
-          for (auto& ch : s.choices) std::cout << " " << ch;
-        }
-        std::cout << "\n        " << s.doc << "\n";
-      }
-    }
+    describe_plugin(reg, words[1], as_json);
     return 0;
   }
   throw UsageError("unknown plugins command `" + verb + "` (list | describe NAME)");
