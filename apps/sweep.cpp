@@ -12,6 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <tuple>
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include <growformer/distributed.hpp>
@@ -226,6 +229,186 @@ json group_rows(const std::vector<Axis>& ax, const json& rows, const std::vector
   return out;
 }
 
+// --shard I/N read: (I, N), whole numbers of at most 9 digits (no sign, no overflow) with
+// 0 <= I < N <= the job count.
+std::pair<size_t, size_t> parse_shard(const std::string& v, size_t job_count) {
+  auto number = [&](const std::string& t, size_t* out) {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    *out = std::stoul(t);
+    return true;
+  };
+  size_t slash = v.find('/'), i = 0, n = 0;
+  if (slash == std::string::npos || !number(v.substr(0, slash), &i) ||
+      !number(v.substr(slash + 1), &n) || n == 0 || i >= n)
+    throw UsageError("--shard " + gf::printable(v.substr(0, 100)) +
+                     ": expected I/N, whole numbers with 0 <= I < N (e.g. 0/2)");
+  if (n > job_count)
+    throw UsageError("--shard " + v + ": " + std::to_string(n) + " shards for " +
+                     std::to_string(job_count) + " job(s): a shard past the last job would run "
+                     "nothing; use N <= " + std::to_string(job_count));
+  return {i, n};
+}
+
+// Every job's config is checked whole before any job runs (overrides, every component's
+// options, plugins' included, the model built on a stand-in vocabulary; no data read), so a
+// typo in one axis value stops the sweep up front naming the job and the key. Unless only the
+// configs are checked (CONFIGS_ONLY), a job directory left by an earlier run of this sweep must
+// have been started with the same overrides.
+void check_jobs(const SweepPlan& plan, const fs::path& out_dir,
+                const std::vector<std::string>& paths, bool configs_only) {
+  for (size_t k = 0; k < plan.jobs.size(); ++k) {
+    const Job& j = plan.jobs[k];
+    check_job(plan.base, j, k, plan.jobs.size(), paths);
+    if (configs_only) continue;
+    fs::path rec = out_dir / j.name / kJobFile;
+    if (fs::exists(rec) && read_json(rec)["overrides"] != json(j.overrides))
+      throw gf::ConfigError(rec.string() + ": this job ran with other overrides (the sweep file or "
+                            "--set changed); use another --out, or delete the job's directory");
+  }
+}
+
+// What the jobs of one sweep share: the plan, the plugin folders, the sweep directory and which
+// jobs this process runs (I, I + N, ... of shard I/N; under mpirun or srun rank I of N).
+struct SweepContext {
+  const SweepPlan& plan;
+  const std::vector<std::string>& paths;
+  fs::path out_dir;
+  gf::Communicator& comm;
+  size_t shard = 0, shards = 1;
+  bool distributed() const { return comm.size() > 1; }
+};
+
+// A job's row of the table: its result with the job's name, seed and axis labels.
+json label(json row, const Job& j, const std::vector<Axis>& ax) {
+  row["job"] = j.name;
+  row["seed"] = j.seed;
+  for (size_t i = 0; i < ax.size(); ++i) row[ax[i].path] = j.labels[i];
+  return row;
+}
+
+// Runs (or continues) job J in DIR, timed; its row, recorded in the job's sweep_job.json unless
+// the run was interrupted. A job that throws is recorded as failed with the error.
+json run_recorded(const SweepContext& cx, const Job& j, const fs::path& dir, std::string* how) {
+  auto t0 = std::chrono::steady_clock::now();
+  json row;
+  try {
+    row = run_job(cx.plan.base, j, dir, cx.paths, how);
+  } catch (const std::exception& e) {  // recorded; the sweep goes on
+    row = {{"exit", 1}, {"error", e.what()}};
+  }
+  row["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (*how == "resumed") row["resumed"] = true;
+  if (row["exit"] == kInterrupted) return row;
+  fs::create_directories(dir);
+  gf::RunDir(dir.string()).write((dir / kJobFile).string(), json{{"overrides", j.overrides}, {"result", row}}.dump(1) + "\n");
+  return row;
+}
+
+enum class JobEnd { row, skipped, interrupted };
+
+// Job K in this process, with its progress line: the row of a record that finished earlier, or
+// the job run now (this shard's); another shard's job that has not finished is skipped (under
+// mpirun or srun silently: its own process reports it).
+JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
+  const Job& j = cx.plan.jobs[k];
+  const bool mine = k % cx.shards == cx.shard;
+  if (cx.distributed() && !mine) return JobEnd::skipped;
+  fs::path dir = cx.out_dir / j.name, rec = dir / kJobFile;
+  // several processes print whole lines, each its own jobs
+  std::string head = "[" + std::to_string(k + 1) + "/" + std::to_string(cx.plan.jobs.size()) + "] " + j.name;
+  if (cx.distributed()) {
+    head = "rank " + std::to_string(cx.comm.rank()) + " " + head;
+  } else {
+    std::cout << head << std::flush;
+    head.clear();
+  }
+  json row;
+  std::string how = "finished earlier";
+  json earlier = fs::exists(rec) ? read_json(rec) : json();
+  if (earlier.contains("result") && earlier["result"]["exit"] == 0) {
+    row = earlier["result"];
+  } else if (!mine) {
+    std::cout << ": another shard's, not finished yet\n";
+    return JobEnd::skipped;
+  } else {
+    row = run_recorded(cx, j, dir, &how);
+    if (row["exit"] == kInterrupted) {
+      std::cout << head << ": interrupted; run the same command again to continue\n" << std::flush;
+      return JobEnd::interrupted;
+    }
+  }
+  row = label(row, j, cx.plan.axes);
+  std::cout << head << ": " << how << (row["exit"] == 0 ? "" : " and FAILED") << ", test accuracy "
+            << (row.contains("test_accuracy") ? cell(row["test_accuracy"]) : "-") << ", "
+            << cell(row["time_s"]) << " s"
+            << (row.contains("error") ? "\n    " + row["error"].get<std::string>() : "") << "\n"
+            << std::flush;
+  *out = row;
+  return JobEnd::row;
+}
+
+// This process's jobs in order, their rows appended to ROWS; 0, 1 when a job failed, or
+// kInterrupted (every process of a distributed sweep is ended then).
+int run_jobs(const SweepContext& cx, json* rows) {
+  int status = 0;
+  for (size_t k = 0; k < cx.plan.jobs.size(); ++k) {
+    json row;
+    const JobEnd end = sweep_job(cx, k, &row);
+    if (end == JobEnd::interrupted) {
+      // the other processes may be in their jobs or waiting for this one: end them all
+      if (cx.distributed()) cx.comm.abort(kInterrupted);
+      return kInterrupted;
+    }
+    if (end == JobEnd::skipped) continue;
+    if (row["exit"] != 0) status = 1;
+    rows->push_back(row);
+  }
+  return status;
+}
+
+// Every job's row as its record holds it (rank 0 of a distributed sweep, once every process is
+// done); a job without a record failed. STATUS becomes 1 when any job failed.
+json recorded_rows(const SweepContext& cx, int* status) {
+  json rows = json::array();
+  for (auto& j : cx.plan.jobs) {
+    fs::path rec = cx.out_dir / j.name / kJobFile;
+    json r = fs::exists(rec) ? read_json(rec) : json();
+    rows.push_back(label(r.contains("result") ? r["result"]
+                                              : json{{"exit", 1}, {"error", "no record of this job"}},
+                         j, cx.plan.axes));
+    if (rows.back()["exit"] != 0) *status = 1;
+  }
+  return rows;
+}
+
+// The tables of every job and of every group of seeds: summary.md, summary.csv and groups.csv
+// in OUT_DIR, and on the console.
+void write_summary(const SweepPlan& plan, const json& rows, const fs::path& out_dir) {
+  std::vector<std::string> cols{"job"}, gcols;
+  for (auto& a : plan.axes) {
+    cols.push_back(a.path);
+    gcols.push_back(a.path);
+  }
+  const std::vector<std::string> extra = summary_columns(rows);  // the policies' own
+  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads"}) cols.push_back(c);
+  for (auto& c : extra) cols.push_back(c);
+  for (auto c : {"time_s", "exit"}) cols.push_back(c);
+  for (auto c : {"seeds", "test_accuracy", "best_val_accuracy", "params"}) gcols.push_back(c);
+  for (auto& c : extra) gcols.push_back(c);
+  gcols.push_back("time_s");
+  json groups = group_rows(plan.axes, rows, extra);
+  std::string jobs_md = write_table(cols, rows, out_dir / "summary.csv");
+  std::string groups_md = write_table(gcols, groups, out_dir / "groups.csv");
+  std::ofstream md(out_dir / "summary.md");
+  md << "# sweep " << plan.name << "\n\nbase: `" << plan.base << "`\n\n"
+     << "## mean +- sd over seeds (sample sd)\n\n" << groups_md << "\n## jobs\n\n" << jobs_md;
+  std::cout << "\n" << groups_md << "\n" << jobs_md << "\nsummary: "
+            << (out_dir / "summary.md").string() << ", "
+            << (out_dir / "summary.csv").string() << ", "
+            << (out_dir / "groups.csv").string() << "\n";
+}
+
 }  // namespace
 
 int cmd_sweep(const std::vector<std::string>& args) {
@@ -248,159 +431,40 @@ int cmd_sweep(const std::vector<std::string>& args) {
   // under mpirun/srun the processes share the jobs: rank I of N runs jobs I, I+N, ... (each job
   // in its one process), and rank 0 writes the table of all of them
   gf::Communicator& comm = gf::world();
-  const bool distributed = comm.size() > 1;
-  SweepPlan plan = plan_sweep(gf::ConfigNode::load_file(file), sets);
-  const std::string& base = plan.base;
-  const std::vector<Axis>& ax = plan.axes;
-  std::vector<Job>& jobs = plan.jobs;
-  size_t job_count = jobs.size();
+  const SweepPlan plan = plan_sweep(gf::ConfigNode::load_file(file), sets);
   if (out_dir.empty()) out_dir = "runs/sweep-" + plan.name;
-  size_t shard = 0, shards = 1;
-  if (vm.count("shard")) {
-    std::string v = vm["shard"].as<std::string>();
-    // whole numbers of at most 9 digits (no sign, no overflow), 0 <= I < N <= the job count
-    auto number = [&](const std::string& t, size_t* out) {
-      if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
-        return false;
-      *out = std::stoul(t);
-      return true;
-    };
-    size_t slash = v.find('/'), i = 0, n = 0;
-    if (slash == std::string::npos || !number(v.substr(0, slash), &i) ||
-        !number(v.substr(slash + 1), &n) || n == 0 || i >= n)
-      throw UsageError("--shard " + gf::printable(v.substr(0, 100)) +
-                       ": expected I/N, whole numbers with 0 <= I < N (e.g. 0/2)");
-    if (n > job_count)
-      throw UsageError("--shard " + v + ": " + std::to_string(n) + " shards for " +
-                       std::to_string(job_count) + " job(s): a shard past the last job would run "
-                       "nothing; use N <= " + std::to_string(job_count));
-    shard = i;
-    shards = n;
-  }
-  if (distributed) {
+  SweepContext cx{plan, paths, out_dir, comm};
+  if (vm.count("shard")) std::tie(cx.shard, cx.shards) = parse_shard(vm["shard"].as<std::string>(), plan.jobs.size());
+  if (cx.distributed()) {
     if (vm.count("shard"))
       throw UsageError("--shard: under mpirun or srun each process takes its own shard (rank I of N "
                        "runs jobs I, I+N, ...); leave --shard out");
-    shard = static_cast<size_t>(comm.rank());
-    shards = static_cast<size_t>(comm.size());
+    cx.shard = static_cast<size_t>(comm.rank());
+    cx.shards = static_cast<size_t>(comm.size());
   }
-  // every job's config is checked whole before any job runs (overrides, every component's
-  // options, plugins' included, the model built on a stand-in vocabulary; no data read), so a
-  // typo in one axis value stops the sweep up front naming the job and the key. A job directory
-  // left by an earlier run of this sweep must have been started with the same overrides.
-  for (size_t k = 0; k < jobs.size(); ++k) {
-    const Job& j = jobs[k];
-    check_job(base, j, k, jobs.size(), paths);
-    if (vm.count("check")) continue;
-    fs::path rec = fs::path(out_dir) / j.name / kJobFile;
-    if (fs::exists(rec) && read_json(rec)["overrides"] != json(j.overrides))
-      throw gf::ConfigError(rec.string() + ": this job ran with other overrides (the sweep file or "
-                            "--set changed); use another --out, or delete the job's directory");
-  }
+  check_jobs(plan, cx.out_dir, paths, vm.count("check") > 0);
   if (vm.count("check")) {
     if (comm.root())
-      std::cout << "sweep " << plan.name << ": the configs of all " << jobs.size()
+      std::cout << "sweep " << plan.name << ": the configs of all " << plan.jobs.size()
                 << " jobs are valid (no data read, nothing run)\n";
     return 0;
   }
-  fs::create_directories(out_dir);
-  json rows = json::array();
-  int status = 0;
+  fs::create_directories(cx.out_dir);
   if (comm.root())
-    std::cout << "sweep " << plan.name << ": " << jobs.size() << " jobs -> " << out_dir
-              << (distributed ? " (" + std::to_string(comm.size()) + " processes)" : "") << "\n";
-  // a job's row of the table: its result with the job's name, seed and axis labels
-  auto label = [&](json row, const Job& j) {
-    row["job"] = j.name;
-    row["seed"] = j.seed;
-    for (size_t i = 0; i < ax.size(); ++i) row[ax[i].path] = j.labels[i];
-    return row;
-  };
-  for (size_t k = 0; k < jobs.size(); ++k) {
-    auto& j = jobs[k];
-    fs::path dir = fs::path(out_dir) / j.name, rec = dir / kJobFile;
-    // several processes print whole lines, each its own jobs
-    std::string head = "[" + std::to_string(k + 1) + "/" + std::to_string(jobs.size()) + "] " + j.name;
-    if (distributed && k % shards != shard) continue;
-    if (distributed) {
-      head = "rank " + std::to_string(comm.rank()) + " " + head;
-    } else {
-      std::cout << head << std::flush;
-      head.clear();
-    }
-    json row;
-    std::string how = "finished earlier";
-    json earlier = fs::exists(rec) ? read_json(rec) : json();
-    if (earlier.contains("result") && earlier["result"]["exit"] == 0) {
-      row = earlier["result"];
-    } else if (k % shards != shard) {
-      std::cout << ": another shard's, not finished yet\n";
-      continue;
-    } else {
-      auto t0 = std::chrono::steady_clock::now();
-      try {
-        row = run_job(base, j, dir, paths, &how);
-      } catch (const std::exception& e) {  // recorded; the sweep goes on
-        row = {{"exit", 1}, {"error", e.what()}};
-      }
-      row["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (how == "resumed") row["resumed"] = true;
-      if (row["exit"] == kInterrupted) {
-        std::cout << head << ": interrupted; run the same command again to continue\n" << std::flush;
-        // the other processes may be in their jobs or waiting for this one: end them all
-        if (distributed) comm.abort(kInterrupted);
-        return kInterrupted;
-      }
-      fs::create_directories(dir);
-      gf::RunDir(dir.string()).write((dir / kJobFile).string(), json{{"overrides", j.overrides}, {"result", row}}.dump(1) + "\n");
-    }
-    row = label(row, j);
-    if (row["exit"] != 0) status = 1;
-    std::cout << head << ": " << how << (row["exit"] == 0 ? "" : " and FAILED") << ", test accuracy "
-              << (row.contains("test_accuracy") ? cell(row["test_accuracy"]) : "-") << ", "
-              << cell(row["time_s"]) << " s"
-              << (row.contains("error") ? "\n    " + row["error"].get<std::string>() : "") << "\n"
-              << std::flush;
-    rows.push_back(row);
-  }
-  if (distributed) {
+    std::cout << "sweep " << plan.name << ": " << plan.jobs.size() << " jobs -> " << out_dir
+              << (cx.distributed() ? " (" + std::to_string(comm.size()) + " processes)" : "") << "\n";
+  json rows = json::array();
+  int status = run_jobs(cx, &rows);
+  if (status == kInterrupted) return status;
+  if (cx.distributed()) {
     // every process done (the sum waits for all): rank 0 reads every job's record
     double failed = status;
     comm.allreduce_sum(&failed, 1);
     status = failed > 0 ? 1 : 0;
     if (!comm.root()) return status;
-    rows = json::array();
-    for (auto& j : jobs) {
-      fs::path rec = fs::path(out_dir) / j.name / kJobFile;
-      json r = fs::exists(rec) ? read_json(rec) : json();
-      rows.push_back(label(r.contains("result") ? r["result"]
-                                                : json{{"exit", 1}, {"error", "no record of this job"}},
-                           j));
-      if (rows.back()["exit"] != 0) status = 1;
-    }
+    rows = recorded_rows(cx, &status);
   }
-  std::vector<std::string> cols{"job"}, gcols;
-  for (auto& a : ax) {
-    cols.push_back(a.path);
-    gcols.push_back(a.path);
-  }
-  const std::vector<std::string> extra = summary_columns(rows);  // the policies' own
-  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads"}) cols.push_back(c);
-  for (auto& c : extra) cols.push_back(c);
-  for (auto c : {"time_s", "exit"}) cols.push_back(c);
-  for (auto c : {"seeds", "test_accuracy", "best_val_accuracy", "params"}) gcols.push_back(c);
-  for (auto& c : extra) gcols.push_back(c);
-  gcols.push_back("time_s");
-  json groups = group_rows(ax, rows, extra);
-  std::string jobs_md = write_table(cols, rows, fs::path(out_dir) / "summary.csv");
-  std::string groups_md = write_table(gcols, groups, fs::path(out_dir) / "groups.csv");
-  std::ofstream md(fs::path(out_dir) / "summary.md");
-  md << "# sweep " << plan.name << "\n\nbase: `" << base << "`\n\n"
-     << "## mean +- sd over seeds (sample sd)\n\n" << groups_md << "\n## jobs\n\n" << jobs_md;
-  std::cout << "\n" << groups_md << "\n" << jobs_md << "\nsummary: "
-            << (fs::path(out_dir) / "summary.md").string() << ", "
-            << (fs::path(out_dir) / "summary.csv").string() << ", "
-            << (fs::path(out_dir) / "groups.csv").string() << "\n";
+  write_summary(plan, rows, cx.out_dir);
   return status;
 }
 
