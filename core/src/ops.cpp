@@ -131,6 +131,22 @@ void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n,
     }
   });
 }
+
+// dX (m x in) (+)= G (m x n) W^T for W (in x n), W transposed once, rows split over the pool in
+// blocks of 64: a fresh gradient is written (the same FMA chains), not zeroed and added to.
+void add_input_grad(Var& x, const float* G, size_t m, size_t in, size_t n, const float* W) {
+  std::vector<float> WT(n * in);
+  for (size_t r = 0; r < in; ++r)
+    for (size_t j = 0; j < n; ++j) WT[j * in + r] = W[r * n + j];
+  bool fresh = false;
+  float* gx = x.grad_buf_for_write(fresh).data();
+  parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
+    if (fresh)
+      kernels::gemm_short_k(r1 - r0, in, n, 1.0f, G + r0 * n, n, WT.data(), in, gx + r0 * in, in);
+    else
+      kernels::gemm_acc_nd(r1 - r0, n, in, 1.0f, G + r0 * n, n, WT.data(), in, gx + r0 * in, in);
+  });
+}
 }  // namespace
 
 Var linear(const Var& x, const Var& w, const Var* bias) {
@@ -159,23 +175,7 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
   auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), m, in, out](const Tensor& g,
                                                                          const Tensor&) mutable {
     const float* G = g.data();
-    if (xx.requires_grad()) {
-      std::vector<float> WT(out * in);
-      const float* W = ww.value().data();
-      for (size_t r = 0; r < in; ++r)
-        for (size_t j = 0; j < out; ++j) WT[j * in + r] = W[r * out + j];
-      bool fresh = false;
-      float* gx = xx.grad_buf_for_write(fresh).data();
-      // a fresh gradient is written (the same FMA chains), not zeroed and added to
-      parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-        if (fresh)
-          kernels::gemm_short_k(r1 - r0, in, out, 1.0f, G + r0 * out, out, WT.data(), in,
-                                gx + r0 * in, in);
-        else
-          kernels::gemm_acc_nd(r1 - r0, out, in, 1.0f, G + r0 * out, out, WT.data(), in,
-                               gx + r0 * in, in);
-      });
-    }
+    if (xx.requires_grad()) add_input_grad(xx, G, m, in, out, ww.value().data());
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
     float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
     weight_grads(xx.value().data(), m, in, G, out, gw, gb);
@@ -183,12 +183,15 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }
 
-std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b) {
-  const size_t in = last_dim(x), m = x.size() / in, parts = w.size();
+namespace {
+// The parts' columns side by side: part i's are off[i] .. off[i + 1] - 1 of off.back(); a shape
+// error when a weight does not take X's width or a bias does not fit its weight.
+std::vector<size_t> part_columns(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b) {
+  const size_t in = last_dim(x), parts = w.size();
   if (!b.empty() && b.size() != parts)
     shape_error("linear_parts", std::to_string(parts) + " weights but " + std::to_string(b.size()) +
                                     " biases");
-  auto off = std::make_shared<std::vector<size_t>>(parts + 1, 0);
+  std::vector<size_t> off(parts + 1, 0);
   for (size_t i = 0; i < parts; ++i) {
     if (w[i].shape().size() != 2 || w[i].dim(0) != in)
       shape_error("linear_parts", "input " + shape_str(x.shape()) + " vs weight " +
@@ -196,8 +199,65 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
     if (!b.empty() && b[i].size() != w[i].dim(1))
       shape_error("linear_parts", "bias " + shape_str(b[i].shape()) + " for weight " +
                                       shape_str(w[i].shape()));
-    (*off)[i + 1] = (*off)[i] + w[i].dim(1);
+    off[i + 1] = off[i] + w[i].dim(1);
   }
+  return off;
+}
+
+// The gradients of OUTS side by side (m x N, the columns of OFF; every element written, an
+// absent gradient as zeros), rows split over the pool.
+std::unique_ptr<float[]> joined_grads(const std::vector<Var>& outs, const std::vector<size_t>& off,
+                                      size_t m, size_t N) {
+  std::unique_ptr<float[]> Gbuf(new float[m * N]);
+  float* const G = Gbuf.get();
+  parallel_chunks(m, 256, [&](size_t r0, size_t r1) {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const size_t ni = off[i + 1] - off[i], o = off[i];
+      const Tensor& gi = outs[i].grad();
+      for (size_t r = r0; r < r1; ++r) {
+        if (gi.defined())
+          std::memcpy(G + r * N + o, gi.data() + r * ni, ni * sizeof(float));
+        else
+          std::memset(G + r * N + o, 0, ni * sizeof(float));
+      }
+    }
+  });
+  return Gbuf;
+}
+
+// dW_i += X^T G_i and db_i += the column sums of G_i for the parts whose weights or biases need
+// them, from the joined gradient G (m x N): the columns split over the pool, rows summed in fixed
+// blocks in order, so a column's sums do not depend on the columns beside it.
+void add_part_param_grads(const Var& x, std::vector<Var>& w, std::vector<Var>& b, const float* G,
+                          const std::vector<size_t>& off, size_t m, size_t in, size_t N) {
+  const size_t parts = w.size();
+  bool wgrad = false, bgrad = false;
+  for (size_t i = 0; i < parts; ++i) {
+    wgrad = wgrad || w[i].requires_grad();
+    bgrad = bgrad || (!b.empty() && b[i].requires_grad());
+  }
+  if (!wgrad && !bgrad) return;
+  std::vector<float> dW(wgrad ? in * N : 0, 0.0f), db(bgrad ? N : 0, 0.0f);
+  weight_grads(x.value().data(), m, in, G, N, wgrad ? dW.data() : nullptr,
+               bgrad ? db.data() : nullptr);
+  for (size_t i = 0; i < parts; ++i) {
+    const size_t ni = off[i + 1] - off[i], o = off[i];
+    if (w[i].requires_grad()) {
+      float* gw = w[i].grad_buf().data();
+      for (size_t r = 0; r < in; ++r)
+        for (size_t j = 0; j < ni; ++j) gw[r * ni + j] += dW[r * N + o + j];
+    }
+    if (!b.empty() && b[i].requires_grad()) {
+      float* gb = b[i].grad_buf().data();
+      for (size_t j = 0; j < ni; ++j) gb[j] += db[o + j];
+    }
+  }
+}
+}  // namespace
+
+std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b) {
+  const size_t in = last_dim(x), m = x.size() / in, parts = w.size();
+  auto off = std::make_shared<std::vector<size_t>>(part_columns(x, w, b));
   const size_t N = off->back();
   // the weights side by side (in x N) and the biases
   auto W = std::make_shared<std::vector<float>>(in * N);
@@ -231,78 +291,26 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
                              parts, dst.data());
   });
   if (!requires) return outs;
+  // Backward: dX += G W^T and the parameters' gradients from the outputs' gradients side by side.
   record([x = Var(x), w = std::vector<Var>(w), b = std::vector<Var>(b), outs, off, W, m, in,
           N]() mutable {
-    const size_t parts = outs.size();
     bool any = false;
     for (const Var& o : outs) any = any || o.grad().defined();
     if (!any) return;
-    // the outputs' gradients side by side (m x N; every element written below); absent ones
-    // are zero
-    std::unique_ptr<float[]> Gbuf(new float[m * N]);
-    float* const G = Gbuf.get();
-    parallel_chunks(m, 256, [&](size_t r0, size_t r1) {
-      for (size_t i = 0; i < parts; ++i) {
-        const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
-        const Tensor& gi = outs[i].grad();
-        for (size_t r = r0; r < r1; ++r) {
-          if (gi.defined())
-            std::memcpy(G + r * N + o, gi.data() + r * ni, ni * sizeof(float));
-          else
-            std::memset(G + r * N + o, 0, ni * sizeof(float));
-        }
-      }
-    });
-    // dX += G W^T, rows split over the pool
-    if (x.requires_grad()) {
-      std::vector<float> WT(N * in);
-      for (size_t r = 0; r < in; ++r)
-        for (size_t j = 0; j < N; ++j) WT[j * in + r] = (*W)[r * N + j];
-      bool fresh = false;
-      float* gx = x.grad_buf_for_write(fresh).data();
-      parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-        if (fresh)  // written, not zeroed and added to
-          kernels::gemm_short_k(r1 - r0, in, N, 1.0f, G + r0 * N, N, WT.data(), in,
-                                gx + r0 * in, in);
-        else
-          kernels::gemm_acc_nd(r1 - r0, N, in, 1.0f, G + r0 * N, N, WT.data(), in,
-                               gx + r0 * in, in);
-      });
-    }
-    // dW = X^T G and db = column sums of G, columns split over the pool, rows summed in
-    // fixed blocks in order: a column's sums do not depend on the columns beside it.
-    bool wgrad = false, bgrad = false;
-    for (size_t i = 0; i < parts; ++i) {
-      wgrad = wgrad || w[i].requires_grad();
-      bgrad = bgrad || (!b.empty() && b[i].requires_grad());
-    }
-    if (!wgrad && !bgrad) return;
-    std::vector<float> dW(wgrad ? in * N : 0, 0.0f), db(bgrad ? N : 0, 0.0f);
-    weight_grads(x.value().data(), m, in, G, N, wgrad ? dW.data() : nullptr,
-                 bgrad ? db.data() : nullptr);
-    for (size_t i = 0; i < parts; ++i) {
-      const size_t ni = (*off)[i + 1] - (*off)[i], o = (*off)[i];
-      if (w[i].requires_grad()) {
-        float* gw = w[i].grad_buf().data();
-        for (size_t r = 0; r < in; ++r)
-          for (size_t j = 0; j < ni; ++j) gw[r * ni + j] += dW[r * N + o + j];
-      }
-      if (!b.empty() && b[i].requires_grad()) {
-        float* gb = b[i].grad_buf().data();
-        for (size_t j = 0; j < ni; ++j) gb[j] += db[o + j];
-      }
-    }
+    const std::unique_ptr<float[]> G = joined_grads(outs, *off, m, N);
+    if (x.requires_grad()) add_input_grad(x, G.get(), m, in, N, W->data());
+    add_part_param_grads(x, w, b, G.get(), *off, m, in, N);
   });
   return outs;
 }
 
-Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* bias) {
+namespace {
+// The inputs' rows stacked: part i's are koff[i] .. koff[i + 1] - 1 of koff.back() (the width of
+// its input and the rows of its weight); a shape error when a part does not fit N outputs, M
+// rows or the bias.
+std::vector<size_t> stacked_rows(const std::vector<Var>& x, const std::vector<Var>& w,
+                                 const Var* bias, size_t n, size_t m) {
   const size_t parts = x.size();
-  if (parts == 0 || w.size() != parts)
-    shape_error("linear_sum", std::to_string(parts) + " inputs but " + std::to_string(w.size()) +
-                                  " weights");
-  const size_t n = w[0].shape().size() == 2 ? w[0].dim(1) : 0;
-  const size_t m = x[0].size() / std::max<size_t>(1, last_dim(x[0]));
   std::vector<size_t> koff(parts + 1, 0);
   for (size_t i = 0; i < parts; ++i) {
     if (w[i].shape().size() != 2 || w[i].dim(1) != n || last_dim(x[i]) != w[i].dim(0) ||
@@ -314,6 +322,58 @@ Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* 
   if (bias && bias->size() != n)
     shape_error("linear_sum", "bias " + shape_str(bias->shape()) + " for " + std::to_string(n) +
                                   " outputs");
+  return koff;
+}
+
+// dX_i (+)= G W_i^T for the inputs that need it, W (K x n) the weights stacked at KOFF: one
+// product per block of 64 rows over all parts (each element one FMA chain over n, as
+// ops::linear's), stored into fresh gradients or added to earlier ones.
+void add_part_input_grads(std::vector<Var>& xs, const float* G, const std::vector<float>& W,
+                          const std::vector<size_t>& koff, size_t m, size_t n, size_t K) {
+  const size_t parts = xs.size();
+  std::vector<float> WT(n * K);
+  for (size_t r = 0; r < K; ++r)
+    for (size_t j = 0; j < n; ++j) WT[j * K + r] = W[r * n + j];
+  std::vector<float*> gx(parts, nullptr);
+  std::vector<char> fresh(parts, 0);
+  for (size_t i = 0; i < parts; ++i)
+    if (xs[i].requires_grad()) {
+      bool f = false;
+      gx[i] = xs[i].grad_buf_for_write(f).data();
+      fresh[i] = f;
+    }
+  constexpr size_t kRows = 64;
+  parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
+    thread_local std::vector<float> D;
+    if (D.size() < kRows * K) D.resize(kRows * K);
+    for (size_t s0 = r0; s0 < r1; s0 += kRows) {
+      const size_t rows = std::min(kRows, r1 - s0);
+      kernels::gemm_short_k(rows, K, n, 1.0f, G + s0 * n, n, WT.data(), K, D.data(), K);
+      for (size_t i = 0; i < parts; ++i) {
+        if (!gx[i]) continue;
+        const size_t ki = koff[i + 1] - koff[i];
+        for (size_t r = 0; r < rows; ++r) {
+          float* dst = gx[i] + (s0 + r) * ki;
+          const float* src = D.data() + r * K + koff[i];
+          if (fresh[i])
+            std::memcpy(dst, src, ki * sizeof(float));
+          else
+            for (size_t c = 0; c < ki; ++c) dst[c] += src[c];
+        }
+      }
+    }
+  });
+}
+}  // namespace
+
+Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* bias) {
+  const size_t parts = x.size();
+  if (parts == 0 || w.size() != parts)
+    shape_error("linear_sum", std::to_string(parts) + " inputs but " + std::to_string(w.size()) +
+                                  " weights");
+  const size_t n = w[0].shape().size() == 2 ? w[0].dim(1) : 0;
+  const size_t m = x[0].size() / std::max<size_t>(1, last_dim(x[0]));
+  const std::vector<size_t> koff = stacked_rows(x, w, bias, n, m);
   const size_t K = koff.back();
   // the weights stacked (K x n): part i's rows koff[i] .. koff[i + 1] - 1
   auto W = std::make_shared<std::vector<float>>(K * n);
@@ -344,48 +404,12 @@ Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* 
   for (size_t i = 0; i < parts; ++i) requires = requires || x[i].requires_grad() || w[i].requires_grad();
   auto grad_fn = [xs = std::vector<Var>(x), ws = std::vector<Var>(w), bb = bias ? *bias : Var(),
                   koff, W, m, n, K](const Tensor& g, const Tensor&) mutable {
-    const size_t parts = xs.size();
     const float* G = g.data();
-    // dX_i = G W_i^T: one product per block of rows over all parts (each element one FMA
-    // chain over n, as ops::linear's), stored into fresh gradients or added to earlier ones
     bool any_x = false;
     for (const Var& v : xs) any_x = any_x || v.requires_grad();
-    if (any_x) {
-      std::vector<float> WT(n * K);
-      for (size_t r = 0; r < K; ++r)
-        for (size_t j = 0; j < n; ++j) WT[j * K + r] = (*W)[r * n + j];
-      std::vector<float*> gx(parts, nullptr);
-      std::vector<char> fresh(parts, 0);
-      for (size_t i = 0; i < parts; ++i)
-        if (xs[i].requires_grad()) {
-          bool f = false;
-          gx[i] = xs[i].grad_buf_for_write(f).data();
-          fresh[i] = f;
-        }
-      constexpr size_t kRows = 64;
-      parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
-        thread_local std::vector<float> D;
-        if (D.size() < kRows * K) D.resize(kRows * K);
-        for (size_t s0 = r0; s0 < r1; s0 += kRows) {
-          const size_t rows = std::min(kRows, r1 - s0);
-          kernels::gemm_short_k(rows, K, n, 1.0f, G + s0 * n, n, WT.data(), K, D.data(), K);
-          for (size_t i = 0; i < parts; ++i) {
-            if (!gx[i]) continue;
-            const size_t ki = koff[i + 1] - koff[i];
-            for (size_t r = 0; r < rows; ++r) {
-              float* dst = gx[i] + (s0 + r) * ki;
-              const float* src = D.data() + r * K + koff[i];
-              if (fresh[i])
-                std::memcpy(dst, src, ki * sizeof(float));
-              else
-                for (size_t c = 0; c < ki; ++c) dst[c] += src[c];
-            }
-          }
-        }
-      });
-    }
+    if (any_x) add_part_input_grads(xs, G, *W, koff, m, n, K);
     // dW_i = X_i^T G, each weight from its own input alone (fixed row blocks, weight_grads)
-    for (size_t i = 0; i < parts; ++i)
+    for (size_t i = 0; i < xs.size(); ++i)
       if (ws[i].requires_grad())
         weight_grads(xs[i].value().data(), m, koff[i + 1] - koff[i], G, n,
                      ws[i].grad_buf().data(), nullptr);
@@ -852,12 +876,89 @@ Var select_position(const Var& x, size_t t) {
   return finish(std::move(y), {&x}, grad_fn);
 }
 
+namespace {
+// The taps of a causal depthwise convolution of width K and stride STRIDE over T input rows
+// (To output rows): tap j of output row `to` reads input row to * stride - (K - 1) + j.
+struct CausalTaps {
+  size_t K, stride, T, To;
+  // The output rows [lo, hi) whose tap j falls inside the input; the first reads input row in0.
+  struct Span {
+    size_t lo, hi, in0;
+  };
+  Span span(size_t j) const {
+    const size_t back = K - 1 - j;
+    Span sp{(back + stride - 1) / stride, T ? std::min(To, (T - 1 + back) / stride + 1) : 0, 0};
+    if (sp.lo > sp.hi) sp.lo = sp.hi;
+    sp.in0 = sp.lo * stride - back;
+    return sp;
+  }
+};
+
+// One sample's output Y (To x C) from its input X (T x C), WT the weights as (K, C): the bias
+// (or zeros) in every row, then the taps in order, each one vector kernel over rows of C channels.
+void conv_sample_forward(float* Y, const float* X, const float* wt, const float* bias,
+                         const CausalTaps& taps, size_t C) {
+  const size_t To = taps.To;
+  if (!bias) {
+    std::memset(Y, 0, To * C * sizeof(float));
+  } else if (To) {  // the bias in every row: one row, then copies that double
+    std::memcpy(Y, bias, C * sizeof(float));
+    for (size_t done = 1; done < To;) {
+      const size_t n = std::min(done, To - done);
+      std::memcpy(Y + done * C, Y, n * C * sizeof(float));
+      done += n;
+    }
+  }
+  for (size_t j = 0; j < taps.K; ++j) {  // each output sums its taps in order
+    const auto sp = taps.span(j);
+    if (sp.lo < sp.hi)
+      kernels::mul_add_rows(Y + sp.lo * C, C, X + sp.in0 * C, taps.stride * C, wt + j * C,
+                            sp.hi - sp.lo, C);
+  }
+}
+
+// gw (C x K) += sum_b sum_to G X over each tap's rows and gb (C) += the column sums of G, for
+// G (B x To x C), X (B x T x C); either may be null. One partial sum per sample (over its rows in
+// order) in parallel, then the samples in order: the same bits with any thread count.
+void conv_param_grads(const float* X, const float* G, size_t B, size_t C, const CausalTaps& taps,
+                      float* gw, float* gb) {
+  const size_t K = taps.K, T = taps.T, To = taps.To, stride = taps.stride;
+  std::vector<float> part(B * (K + 1) * C, 0.0f);
+  parallel_for(B, [&](size_t b) {
+    float* pb = part.data() + b * (K + 1) * C;
+    if (gw)
+      for (size_t j = 0; j < K; ++j) {
+        const auto sp = taps.span(j);
+        if (sp.lo < sp.hi)
+          kernels::dot_rows(pb + j * C, G + (b * To + sp.lo) * C, C, X + (b * T + sp.in0) * C,
+                            stride * C, sp.hi - sp.lo, C);
+      }
+    if (gb) {
+      float* __restrict a = pb + K * C;
+      for (size_t to = 0; to < To; ++to) {
+        const float* __restrict gr = G + (b * To + to) * C;
+        for (size_t c = 0; c < C; ++c) a[c] += gr[c];
+      }
+    }
+  });
+  std::vector<float> sum((K + 1) * C, 0.0f);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[b * (K + 1) * C + i];
+  for (size_t c = 0; c < C; ++c) {
+    if (gw)
+      for (size_t j = 0; j < K; ++j) gw[c * K + j] += sum[j * C + c];
+    if (gb) gb[c] += sum[K * C + c];
+  }
+}
+}  // namespace
+
 Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t stride) {
   if (x.shape().size() != 3) shape_error("depthwise_conv1d_causal", "x must be (B, T, C)");
   size_t B = x.dim(0), T = x.dim(1), C = x.dim(2), K = w.dim(1);
   if (w.dim(0) != C) shape_error("depthwise_conv1d_causal", "weight must be (C, k)");
   if (stride == 0) shape_error("depthwise_conv1d_causal", "stride must be >= 1");
-  size_t To = (T + stride - 1) / stride;
+  const CausalTaps taps{K, stride, T, (T + stride - 1) / stride};
+  const size_t To = taps.To;
   Tensor y = Tensor::empty({B, To, C});
   const float* X = x.value().data();
   // the weights as (k, C), so each tap is one vector kernel over rows of C channels
@@ -868,46 +969,18 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
       for (size_t j = 0; j < K; ++j) (*wt)[j * C + c] = W[c * K + j];
   }
   const float* bv = bias ? bias->value().data() : nullptr;
-  // Tap j of output row `to` reads input row to * stride - (k - 1) + j; the output rows whose
-  // tap j falls inside the input are [lo, hi), the first reads input row lo * stride - back.
-  struct Span {
-    size_t lo, hi, in0;
-  };
-  auto span = [K, stride, T, To](size_t j) {
-    const size_t back = K - 1 - j;
-    Span sp{(back + stride - 1) / stride, T ? std::min(To, (T - 1 + back) / stride + 1) : 0, 0};
-    if (sp.lo > sp.hi) sp.lo = sp.hi;
-    sp.in0 = sp.lo * stride - back;
-    return sp;
-  };
   parallel_for(B, [&](size_t b) {
-    float* yb = y.data() + b * To * C;
-    if (!bv) {
-      std::memset(yb, 0, To * C * sizeof(float));
-    } else if (To) {  // the bias in every row: one row, then copies that double
-      std::memcpy(yb, bv, C * sizeof(float));
-      for (size_t done = 1; done < To;) {
-        const size_t n = std::min(done, To - done);
-        std::memcpy(yb + done * C, yb, n * C * sizeof(float));
-        done += n;
-      }
-    }
-    for (size_t j = 0; j < K; ++j) {  // each output sums its taps in order
-      const Span sp = span(j);
-      if (sp.lo < sp.hi)
-        kernels::mul_add_rows(yb + sp.lo * C, C, X + (b * T + sp.in0) * C, stride * C,
-                              wt->data() + j * C, sp.hi - sp.lo, C);
-    }
+    conv_sample_forward(y.data() + b * To * C, X + b * T * C, wt->data(), bv, taps, C);
   });
-  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), wt, span, B, T, C, K, To, stride](
+  auto grad_fn = [xx = x, ww = w, bb = bias ? *bias : Var(), wt, taps, B, C](
                      const Tensor& g, const Tensor&) mutable {
-    const float* X = xx.value().data();
     const float* G = g.data();
+    const size_t T = taps.T, To = taps.To, stride = taps.stride;
     float* gx = xx.requires_grad() ? xx.grad_buf().data() : nullptr;
-    if (gx)
+    if (gx)  // the transposed taps, in order
       parallel_for(B, [&](size_t b) {
-        for (size_t j = 0; j < K; ++j) {
-          const Span sp = span(j);
+        for (size_t j = 0; j < taps.K; ++j) {
+          const auto sp = taps.span(j);
           if (sp.lo < sp.hi)
             kernels::mul_add_rows(gx + (b * T + sp.in0) * C, stride * C, G + (b * To + sp.lo) * C,
                                   C, wt->data() + j * C, sp.hi - sp.lo, C);
@@ -915,35 +988,7 @@ Var depthwise_conv1d_causal(const Var& x, const Var& w, const Var* bias, size_t 
       });
     float* gw = ww.requires_grad() ? ww.grad_buf().data() : nullptr;
     float* gb = bb.defined() && bb.requires_grad() ? bb.grad_buf().data() : nullptr;
-    if (!gw && !gb) return;
-    // one partial sum per sample (over its rows in order) in parallel, then the samples in
-    // order: the same bits with any thread count
-    std::vector<float> part(B * (K + 1) * C, 0.0f);
-    parallel_for(B, [&](size_t b) {
-      float* pb = part.data() + b * (K + 1) * C;
-      if (gw)
-        for (size_t j = 0; j < K; ++j) {
-          const Span sp = span(j);
-          if (sp.lo < sp.hi)
-            kernels::dot_rows(pb + j * C, G + (b * To + sp.lo) * C, C, X + (b * T + sp.in0) * C,
-                              stride * C, sp.hi - sp.lo, C);
-        }
-      if (gb) {
-        float* __restrict a = pb + K * C;
-        for (size_t to = 0; to < To; ++to) {
-          const float* __restrict gr = G + (b * To + to) * C;
-          for (size_t c = 0; c < C; ++c) a[c] += gr[c];
-        }
-      }
-    });
-    std::vector<float> sum((K + 1) * C, 0.0f);
-    for (size_t b = 0; b < B; ++b)
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[b * (K + 1) * C + i];
-    for (size_t c = 0; c < C; ++c) {
-      if (gw)
-        for (size_t j = 0; j < K; ++j) gw[c * K + j] += sum[j * C + c];
-      if (gb) gb[c] += sum[K * C + c];
-    }
+    if (gw || gb) conv_param_grads(xx.value().data(), G, B, C, taps, gw, gb);
   };
   return finish(std::move(y), {&x, &w, bias}, grad_fn);
 }
