@@ -1,12 +1,41 @@
 # Layering check (run by ctest): plugins depend only on the installed headers (<growformer/...>
 # of the core, of the data library, <growformer/data/...>, and of the INCRT library,
-# <growformer/incrt/...>) and on files of their own folder; apps never include plugin files; the
-# core never includes the data or the INCRT library; only INCRT plugins include the INCRT library.
+# <growformer/incrt/...>), on files of their own folder and on their own library's headers
+# (plugins/P/include/, e.g. attn_hkt's <gf_hkt/...>); apps never include plugin files; the core
+# never includes the data or the INCRT library; only INCRT plugins include the INCRT library;
+# tests reach a plugin's code only through its library's headers, never by a path into plugins/.
 cmake_policy(SET CMP0057 NEW)
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_includes.cmake
 file(GLOB_RECURSE plugin_files "${SOURCE_DIR}/plugins/*.cpp" "${SOURCE_DIR}/plugins/*.hpp")
 file(GLOB_RECURSE app_files "${SOURCE_DIR}/apps/*.cpp" "${SOURCE_DIR}/apps/*.hpp")
 set(problems "")
+# A plugin's own library: its headers under plugins/P/include/. OWNER_VAR gets the plugin folder
+# whose library holds header INC (an angle-bracket include), or "" when none does.
+file(GLOB plugin_include_dirs LIST_DIRECTORIES true "${SOURCE_DIR}/plugins/*/include")
+function(plugin_library_of inc owner_var)
+  set(owner "")
+  foreach(d ${plugin_include_dirs})
+    if(IS_DIRECTORY "${d}" AND EXISTS "${d}/${inc}")
+      get_filename_component(owner "${d}" DIRECTORY)
+    endif()
+  endforeach()
+  set(${owner_var} "${owner}" PARENT_SCOPE)
+endfunction()
+# every angle-bracket include of FILES that names a plugin library's header is a problem: WHY
+function(forbid_plugin_libraries why)
+  foreach(f ${ARGN})
+    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*<")
+    foreach(line ${lines})
+      if(line MATCHES "#[ \t]*include[ \t]*<([^>]+)>")
+        plugin_library_of("${CMAKE_MATCH_1}" owner)
+        if(owner)
+          string(APPEND problems "${f}: `${line}`: ${why}\n")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+  set(problems "${problems}" PARENT_SCOPE)
+endfunction()
 foreach(f ${plugin_files})
   get_filename_component(dir "${f}" DIRECTORY)
   file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include")
@@ -18,6 +47,11 @@ foreach(f ${plugin_files})
       endif()
     elseif(line MATCHES "#[ \t]*include[ \t]*<([^>]+)>")
       set(inc "${CMAKE_MATCH_1}")
+      plugin_library_of("${inc}" owner)
+      string(FIND "${f}" "${owner}/" at)
+      if(owner AND NOT at EQUAL 0)
+        string(APPEND problems "${f}: `${line}`: a plugin includes its own library's headers, never another plugin's\n")
+      endif()
       if(inc MATCHES "^growformer/" AND NOT EXISTS "${SOURCE_DIR}/core/include/${inc}"
          AND NOT EXISTS "${SOURCE_DIR}/data/include/${inc}"
          AND NOT EXISTS "${SOURCE_DIR}/incrt/include/${inc}"
@@ -39,6 +73,12 @@ function(forbid_includes pattern why)
 endfunction()
 forbid_includes("plugins/" "apps use core APIs, never plugin files" ${app_files})
 file(GLOB_RECURSE core_files "${SOURCE_DIR}/core/*.cpp" "${SOURCE_DIR}/core/*.hpp")
+forbid_plugin_libraries("apps use core APIs, never a plugin's library" ${app_files})
+forbid_plugin_libraries("the core never depends on a plugin's library" ${core_files})
+# tests reach a plugin's code through its library (linked, headers <...> from plugins/P/include),
+# never by a path into plugins/
+file(GLOB_RECURSE test_files "${SOURCE_DIR}/tests/*.cpp" "${SOURCE_DIR}/tests/*.hpp")
+forbid_includes("plugins/" "a test reaches plugin code through the plugin's library (its include/ headers), not by a path into plugins/" ${test_files})
 forbid_includes("growformer/data/" "the core never depends on the data library" ${core_files})
 forbid_includes("growformer/incrt/" "the core never depends on the INCRT library" ${core_files})
 forbid_includes("growformer/incrt/" "apps never depend on the INCRT library" ${app_files})

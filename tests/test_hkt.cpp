@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "../plugins/attn_hkt/hkt_analysis.hpp"
-#include "../plugins/attn_hkt/hkt_attend.hpp"
+#include <gf_hkt/analysis.hpp>
+#include <gf_hkt/attend.hpp>
+
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
 #include "growformer/kernels.hpp"

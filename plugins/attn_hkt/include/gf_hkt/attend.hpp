@@ -1,6 +1,6 @@
-// The fused multi-level attention op of the `hkt` block, header-only so that
-// tests/test_hkt.cpp can check it on its own (finite differences, a reference
-// built from core ops).
+// The fused multi-level attention op of the `hkt` block, in the plugin's library gf_hkt so
+// that tests/test_hkt.cpp can check it on its own (finite differences, a reference built
+// from core ops).
 //
 //   S_ij = sum_l lambda_l * scale * q_l[i / s^l] . k_l[j / s^l]     (up(S_l) via the index map)
 //   P    = softmax_j(S + mask),   out = P v

@@ -1,6 +1,6 @@
-// Numerical helpers of the `hkt` analysis (header-only so the tests can check them): excess
-// kurtosis, Mardia's multivariate kurtosis and the numerical rank of a square matrix. Bilinear
-// forms and eigenvalues come from the core's growformer/linalg.hpp.
+// Numerical helpers of the `hkt` analysis (in the plugin's library gf_hkt, so the tests can
+// check them): excess kurtosis, Mardia's multivariate kurtosis and the numerical rank of a
+// square matrix. Bilinear forms and eigenvalues come from the core's growformer/linalg.hpp.
 #pragma once
 
 #include <algorithm>
