@@ -34,3 +34,19 @@ function(growformer_add_plugin name)
     install(TARGETS ${name} LIBRARY DESTINATION ${GROWFORMER_PLUGIN_INSTALL_DIR})
   endif()
 endfunction()
+
+# growformer_simd_sources(AVX2 src... AVX512 src...) compiles kernel sources with the flags of
+# their instruction set, the ones the core's own kernels use (core/src/simd/): AVX2 with FMA,
+# and AVX-512F+DQ. SSE2 sources need none (the x86-64 baseline). Such a source must only run
+# once the program chose its set (gf::kernels::active_isa(), capped by GROWFORMER_ISA). Call it
+# in the folder whose target compiles the sources.
+function(growformer_simd_sources)
+  cmake_parse_arguments(ARG "" "" "AVX2;AVX512" ${ARGN})
+  if(ARG_AVX2)
+    set_source_files_properties(${ARG_AVX2} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  endif()
+  if(ARG_AVX512)
+    set_source_files_properties(${ARG_AVX512} PROPERTIES
+                                COMPILE_OPTIONS "-mavx512f;-mavx512dq;-mavx2;-mfma;-Wno-maybe-uninitialized")
+  endif()
+endfunction()

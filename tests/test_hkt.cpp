@@ -1,8 +1,10 @@
-// HKT: the fused multi-level attention op, the `hkt` block, the `hybrid_conv`
-// head and the analysis helpers. Oracles: finite differences, a reference built
+// HKT: the fused multi-level attention op, its row kernels, the `hkt` block, the
+// `hybrid_conv` head and the analysis helpers. Oracles: finite differences, a reference built
 // from core ops (explicit one-hot upsampling matrices), hand loops, the `mha`
 // block with the same weights, and per-sample runs.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include <gf_hkt/analysis.hpp>
 #include <gf_hkt/attend.hpp>
+#include <gf_hkt/kernels.hpp>
 
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
@@ -233,6 +236,95 @@ TEST_CASE("hkt fused op: one level is plain scaled dot-product attention") {
   Var ref = ops::attention(v[0], v[1], v[2], 1.0f / std::sqrt(3.0f), m);
   for (size_t i = 0; i < y.size(); ++i)
     CHECK(y.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
+}
+
+// ---------------------------------------------------------------------------
+// The block's own row kernels (<gf_hkt/kernels.hpp>), in every instruction set this CPU has.
+
+namespace {
+
+// Restores the core's instruction set when a test ends.
+struct IsaSettings {
+  std::string simd = gf::kernels::simd_name();
+  ~IsaSettings() { gf::kernels::set_simd(simd); }
+};
+
+std::vector<float> values(size_t n, uint64_t seed, float std = 2.0f) {
+  return gf_test::randn({n}, seed, std).to_vector();
+}
+
+}  // namespace
+
+TEST_CASE("hkt row kernels: the core's instruction set, against double loops at odd lengths") {
+  // the set chosen at start (the CPU's widest, or GROWFORMER_ISA's) is the core's
+  CHECK(std::string(gf_hkt::kernels::isa_name()) == gf::kernels::simd_name());
+  IsaSettings keep;
+  for (const std::string& isa : gf::kernels::simd_available()) {
+    REQUIRE(gf::kernels::set_simd(isa));
+    REQUIRE(std::string(gf_hkt::kernels::isa_name()) == isa);
+    for (size_t n : {0, 1, 3, 7, 8, 15, 16, 17, 33, 100}) {
+      CAPTURE(isa);
+      CAPTURE(n);
+      auto x = values(n, n + 1), y = values(n, n + 2);
+      auto ea = y;
+      gf_hkt::kernels::exp_add_shift(ea.data(), x.data(), n, 0.5f);
+      for (size_t j = 0; j < n; ++j)
+        CHECK(ea[j] == doctest::Approx(std::exp(static_cast<double>(y[j] + x[j]) - 0.5)).epsilon(2e-6));
+      auto am = y;
+      const float amax = gf_hkt::kernels::add_max(am.data(), x.data(), n);
+      float amax_ref = -INFINITY;
+      for (size_t j = 0; j < n; ++j) {
+        CHECK(am[j] == y[j] + x[j]);  // one rounding, as the scalar sum
+        amax_ref = std::max(amax_ref, y[j] + x[j]);
+      }
+      CHECK(amax == amax_ref);
+      // the max of the summed row is the core's row max of it
+      CHECK(amax == gf::kernels::row_max(am.data(), n));
+    }
+  }
+}
+
+TEST_CASE("hkt stride-2 row kernels: the expanded row's results bit for bit, every instruction set") {
+  IsaSettings keep;
+  for (const std::string& isa : gf::kernels::simd_available()) {
+    REQUIRE(gf::kernels::set_simd(isa));
+    REQUIRE(std::string(gf_hkt::kernels::isa_name()) == isa);
+    for (size_t n : {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 512}) {
+      CAPTURE(isa);
+      CAPTURE(n);
+      const size_t nc = (n + 1) / 2;
+      auto y = values(n, n + 31), c = values(nc + 1, n + 32), r0 = values(n, n + 33),
+           r1 = values(n, n + 34);
+      c[nc] = NAN;  // one past the coarse row: never read
+      std::vector<float> up(n);
+      for (size_t j = 0; j < n; ++j) up[j] = c[j / 2];
+      auto a = y, b = y;
+      gf_hkt::kernels::add_up2(a.data(), c.data(), n);
+      gf::kernels::axpy(b.data(), up.data(), n, 1.0f);
+      for (size_t j = 0; j < n; ++j) REQUIRE(a[j] == b[j]);
+      a = y, b = y;
+      const float ma = gf_hkt::kernels::add_max_up2(a.data(), c.data(), n);
+      const float mb = gf_hkt::kernels::add_max(b.data(), up.data(), n);
+      REQUIRE(ma == mb);
+      for (size_t j = 0; j < n; ++j) REQUIRE(a[j] == b[j]);
+      a = y, b = y;
+      gf_hkt::kernels::exp_add_up2_shift(a.data(), c.data(), n, 0.75f);
+      gf_hkt::kernels::exp_add_shift(b.data(), up.data(), n, 0.75f);
+      for (size_t j = 0; j < n; ++j) REQUIRE(a[j] == b[j]);
+      // the fold against its definition; -0 pairs give +0
+      for (size_t j = 0; j + 1 < n; j += 4) r0[j] = r1[j] = r0[j + 1] = r1[j + 1] = -0.0f;
+      std::vector<float> out(nc + 1, -5.0f);
+      gf_hkt::kernels::fold_pairs2(out.data(), r0.data(), r1.data(), n);
+      for (size_t J = 0; J < nc; ++J) {
+        const float want = 2 * J + 1 < n ? (0.0f + (r0[2 * J] + r1[2 * J])) +
+                                               (r0[2 * J + 1] + r1[2 * J + 1])
+                                         : 0.0f + (r0[2 * J] + r1[2 * J]);
+        REQUIRE(std::memcmp(&out[J], &want, sizeof want) == 0);
+      }
+      if (n >= 2) REQUIRE(!std::signbit(out[0]));  // the -0 block
+      REQUIRE(out[nc] == -5.0f);
+    }
+  }
 }
 
 TEST_CASE("hkt analysis: Jacobi eigenvalues, antisymmetric share, kurtosis") {

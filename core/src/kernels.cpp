@@ -57,10 +57,24 @@ std::string choose_isa() {
   return resolve_isa(var, env, &g_note);
 }
 
-simd::RowKernels& active() {
-  static simd::RowKernels k = table_for(choose_isa());
-  return k;
+Isa isa_named(const std::string& name) {
+  if (name == "avx512") return Isa::avx512;
+  if (name == "avx2") return Isa::avx2;
+  return Isa::sse2;
 }
+
+// The kernel table in use and its set's name as an Isa, switched together.
+struct ActiveSet {
+  simd::RowKernels table;
+  Isa isa;
+};
+ActiveSet set_named(const std::string& name) { return {table_for(name), isa_named(name)}; }
+
+ActiveSet& active_set() {
+  static ActiveSet a = set_named(choose_isa());
+  return a;
+}
+simd::RowKernels& active() { return active_set().table; }
 
 size_t default_block_rows() {
   if (const char* env = std::getenv("GROWFORMER_ATTN_ROWS")) {
@@ -114,6 +128,7 @@ std::vector<std::string> simd_available() {
 }
 
 std::string simd_name() { return active().name; }
+Isa active_isa() { return active_set().isa; }
 
 std::string simd_note() {
   const std::string name = active().name;
@@ -122,11 +137,11 @@ std::string simd_note() {
 
 bool set_simd(const std::string& name) {
   if (name == "best") {
-    active() = table_for(best_available());
+    active_set() = set_named(best_available());
     return true;
   }
   if (!cpu_can(name)) return false;
-  active() = table_for(name);
+  active_set() = set_named(name);
   return true;
 }
 
@@ -181,9 +196,6 @@ void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? default_
 float row_max(const float* x, size_t n) { return active().max(x, n); }
 float exp_shift_sum(float* x, size_t n, float shift) { return active().exp_shift_sum(x, n, shift); }
 void exp_shift(float* x, size_t n, float shift) { active().exp_shift(x, n, shift); }
-void exp_add_shift(float* y, const float* x, size_t n, float shift) {
-  active().exp_add_shift(y, x, n, shift);
-}
 void scale_row(float* x, size_t n, float s) { active().scale(x, n, s); }
 void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s) {
   active().softmax_grad(ds, p, n, dot, s);
@@ -202,15 +214,6 @@ void layer_norm_param_grad(const float* x, const float* g, const float* stats, s
   active().layer_norm_param_grad(x, g, stats, rows, d, ggamma, gbeta);
 }
 void axpy(float* y, const float* x, size_t n, float a) { active().axpy(y, x, n, a); }
-float add_max(float* y, const float* x, size_t n) { return active().add_max(y, x, n); }
-void add_up2(float* y, const float* c, size_t n) { active().add_up2(y, c, n); }
-float add_max_up2(float* y, const float* c, size_t n) { return active().add_max_up2(y, c, n); }
-void exp_add_up2_shift(float* y, const float* c, size_t n, float shift) {
-  active().exp_add_up2_shift(y, c, n, shift);
-}
-void fold_pairs2(float* out, const float* r0, const float* r1, size_t n) {
-  active().fold_pairs2(out, r0, r1, n);
-}
 void mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
                   size_t c) {
   active().mul_add_rows(y, ldy, x, ldx, w, rows, c);

@@ -52,8 +52,6 @@ float row_max(const float* x, size_t n);
 float exp_shift_sum(float* x, size_t n, float shift);
 /// x[j] = exp(x[j] - shift).
 void exp_shift(float* x, size_t n, float shift);
-/// y[j] = exp((y[j] + x[j]) - shift): a score row's last addend and its exp in one pass.
-void exp_add_shift(float* y, const float* x, size_t n, float shift);
 /// x[j] *= s.
 void scale_row(float* x, size_t n, float s);
 /// ds[j] = p[j] * (ds[j] - dot) * s: the softmax backward of one row.
@@ -62,22 +60,6 @@ void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s);
 float dot(const float* a, const float* b, size_t n);
 /// y[j] += a x[j].
 void axpy(float* y, const float* x, size_t n, float a);
-/// y[j] += x[j]; returns the new max_j y[j] (-inf when n == 0): one pass for a score row's
-/// last addend and the max its softmax needs.
-float add_max(float* y, const float* x, size_t n);
-/// Rows against a grid twice as coarse (HKT's stride-2 levels), up2(c)[j] = c[j / 2]; the
-/// same bits as adding an expanded row with add_max / exp_add_shift / axpy(..., 1), without
-/// writing it out. c holds ceil(n / 2) values.
-/// y[j] += c[j / 2].
-void add_up2(float* y, const float* c, size_t n);
-/// y[j] += c[j / 2]; returns the new max_j y[j] (-inf when n == 0).
-float add_max_up2(float* y, const float* c, size_t n);
-/// y[j] = exp((y[j] + c[j / 2]) - shift).
-void exp_add_up2_shift(float* y, const float* c, size_t n, float shift);
-/// out[J] = (0 + (r0[2J] + r1[2J])) + (r0[2J + 1] + r1[2J + 1]) for 2J + 1 < n, and, when n
-/// is odd, out[n / 2] = 0 + (r0[n - 1] + r1[n - 1]): two rows' column sums folded over
-/// blocks of 2 (the 0 + turns an all -0 sum into +0, as a sum from zero does).
-void fold_pairs2(float* out, const float* r0, const float* r1, size_t n);
 /// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c (a depthwise convolution's tap over
 /// rows of c channels).
 void mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
@@ -138,6 +120,13 @@ void layer_norm_param_grad(const float* x, const float* g, const float* stats, s
 /// The kernel set in use ("sse2", "avx2", "avx512"); throws std::invalid_argument when
 /// GROWFORMER_ISA names no set.
 std::string simd_name();
+/// The kernel sets, narrowest first.
+enum class Isa { sse2, avx2, avx512 };
+/// The set in use, as simd_name() names it, in one load: for kernels compiled per set outside
+/// the core (growformer_simd_sources in CMake; the HKT plugin's), which follow the core's choice,
+/// GROWFORMER_ISA and set_simd included. Such a kernel runs only the set this returns (it is
+/// never above the CPU's).
+Isa active_isa();
 /// simd_name() and why it was chosen (the widest the CPU runs, GROWFORMER_ISA, capped).
 std::string simd_note();
 std::vector<std::string> simd_available();

@@ -22,8 +22,6 @@ struct RowKernels {
   float (*exp_shift_sum)(float* x, size_t n, float shift);
   /// x[j] = exp(x[j] - shift)
   void (*exp_shift)(float* x, size_t n, float shift);
-  /// y[j] = exp((y[j] + x[j]) - shift)
-  void (*exp_add_shift)(float* y, const float* x, size_t n, float shift);
   /// x[j] *= s
   void (*scale)(float* x, size_t n, float s);
   /// ds[j] = p[j] * (ds[j] - dot) * s   (softmax backward)
@@ -32,8 +30,6 @@ struct RowKernels {
   float (*dot)(const float* a, const float* b, size_t n);
   /// y += a * x
   void (*axpy)(float* y, const float* x, size_t n, float a);
-  /// y += x; returns max_j y[j] (-inf when n == 0)
-  float (*add_max)(float* y, const float* x, size_t n);
   /// y[j] = x[j] Phi(x[j])   (exact GELU)
   void (*gelu)(const float* x, float* y, size_t n);
   /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j]))
@@ -59,15 +55,6 @@ struct RowKernels {
   void (*gemm_bias_parts)(size_t m, size_t n, size_t k, const float* x, size_t ldx,
                           const float* w, size_t ldw, const float* bias, const size_t* off,
                           size_t parts, float* const* dst);
-  // Rows against a grid twice as coarse, up2(c)[j] = c[j / 2] (HKT's stride-2 levels):
-  /// y[j] += c[j / 2]
-  void (*add_up2)(float* y, const float* c, size_t n);
-  /// y[j] += c[j / 2]; returns max_j y[j]
-  float (*add_max_up2)(float* y, const float* c, size_t n);
-  /// y[j] = exp((y[j] + c[j / 2]) - shift)
-  void (*exp_add_up2_shift)(float* y, const float* c, size_t n, float shift);
-  /// out[J] = (0 + (r0[2J] + r1[2J])) + (r0[2J + 1] + r1[2J + 1]) (an odd last pair: its first)
-  void (*fold_pairs2)(float* out, const float* r0, const float* r1, size_t n);
   // Rows of width c (a depthwise convolution's taps):
   /// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c
   void (*mul_add_rows)(float* y, size_t ldy, const float* x, size_t ldx, const float* w,

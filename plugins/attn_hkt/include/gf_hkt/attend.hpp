@@ -25,6 +25,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels.hpp"
+
 namespace gf_hkt {
 
 /// Masking and geometry of one fused call.
@@ -149,7 +151,7 @@ inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
 inline void fold_rows(const float* rows, size_t ld, size_t nrows, size_t bs, size_t lim,
                       float* acc, float* out) {
   if (bs == 2 && nrows == 2) {
-    gf::kernels::fold_pairs2(out, rows, rows + ld, lim);
+    gf_hkt::kernels::fold_pairs2(out, rows, rows + ld, lim);
     return;
   }
   std::fill(acc, acc + lim, 0.0f);
@@ -196,7 +198,7 @@ inline void nested_levels(const Geom& g, const std::vector<gf::Var>& q, const fl
       for (size_t I = 0; I < nI[l]; ++I) {
         const float* cr = cc + ((I0[l] + I) / s - I0[l + 1]) * g.Tl[l + 1];
         if (s == 2) {  // the same sums without writing the expanded row
-          gf::kernels::add_up2(cl + I * n, cr, n);
+          gf_hkt::kernels::add_up2(cl + I * n, cr, n);
         } else {
           expand_blocks(cr, s, n, up);
           gf::kernels::axpy(cl + I * n, up, n, 1.0f);
@@ -223,7 +225,7 @@ inline void nested_levels(const Geom& g, const std::vector<gf::Var>& q, const fl
 // fin(a, row, up, half) as soon as it is ready (while it is still in L1): the score row is
 // row + up, with up a T-wide row to add (the coarse levels and the padding), or, when half
 // is true, row + up2(up) with up on the stride-2 grid (up2(c)[j] = c[j / 2], see
-// kernels::add_max_up2); up is null when the row is already complete.
+// gf_hkt::kernels::add_max_up2); up is null when the row is already complete.
 template <class Fin>
 inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const float* const* klt,
                         const float* lb, size_t b, size_t i0, size_t r, size_t jmax, float* S,
@@ -338,8 +340,8 @@ inline void forward_tiles(const Geom& g, const std::vector<gf::Var>& q, const fl
     tile_scores(g, q, klt + b * L, lam + b * L, b, i0, r, jmax, S,
                 [&](size_t a, float* row, const float* up, bool half) {
                   const float mx = !up   ? gf::kernels::row_max(row, jmax)
-                                   : half ? gf::kernels::add_max_up2(row, up, jmax)
-                                          : gf::kernels::add_max(row, up, jmax);
+                                   : half ? gf_hkt::kernels::add_max_up2(row, up, jmax)
+                                          : gf_hkt::kernels::add_max(row, up, jmax);
                   if (mx == -INFINITY) {
                     std::fill(row, row + jmax, 0.0f);
                     if (keep_lse) lse[b * T + i0 + a] = INFINITY;
@@ -442,9 +444,9 @@ struct Backward {
                     if (!up)
                       gf::kernels::exp_shift(row, jmax, shift);
                     else if (half)
-                      gf::kernels::exp_add_up2_shift(row, up, jmax, shift);
+                      gf_hkt::kernels::exp_add_up2_shift(row, up, jmax, shift);
                     else
-                      gf::kernels::exp_add_shift(row, up, jmax, shift);
+                      gf_hkt::kernels::exp_add_shift(row, up, jmax, shift);
                   });
       if (gr.v)  // dV = P^T dO
         gf::kernels::gemm_acc_tnd(tl.r, jmax, dv, 1.0f, P, jmax, tl.gob, dv, gr.v + b * T * dv, dv);
