@@ -14,6 +14,7 @@
 #include "growformer/data/data_stats.hpp"
 #include "growformer/data/io.hpp"
 #include "growformer/data/sequences.hpp"
+#include "growformer/data/split.hpp"
 #include "testing.hpp"
 
 namespace fs = std::filesystem;
@@ -177,6 +178,45 @@ TEST_CASE("io: k-mer ids by hand, ambiguous modes, unknown bases") {
   msg = error_of([&] { tok.tokenize("ACXG", 0, 4, 0, "rec"); });
   CHECK(msg.find("unknown base 'X'") != std::string::npos);
   CHECK(msg.find("position 3") != std::string::npos);
+}
+
+TEST_CASE("split: a genome dataset's tokenizer, empty splits and held-out counts") {
+  gf::GenomeSettings g;
+  g.k = 2;
+  g.stride = 2;
+  g.ambiguous = gf::Ambiguous::Skip;
+  const gf::KmerTokenizer tok = gf::genome_tokenizer(g);
+  CHECK(tok.tokenize("ACNGTA", 0, 6, 0, "w") ==
+        gf::KmerTokenizer(2, 2, gf::Ambiguous::Skip).tokenize("ACNGTA", 0, 6, 0, "w"));
+  gf::DataSplits d = gf::genome_splits(tok, {"alpha", "beta", "gamma"});
+  CHECK(d.pad_id == 0);
+  CHECK(d.vocab_size == 18);
+  CHECK(d.vocab == tok.vocab());
+  CHECK(d.num_classes == 3);
+  CHECK(d.class_names == std::vector<std::string>{"alpha", "beta", "gamma"});
+  CHECK((d.train.empty() && d.val.empty() && d.test.empty()));
+
+  g.test_ratio = 0.2;
+  g.val_ratio = 0.3;
+  const gf::HeldOut h = gf::held_out(10, g);
+  CHECK(h.test == 2);
+  CHECK(h.val == 3);
+  for (size_t i = 0; i < 10; ++i) {
+    gf::Example e;
+    e.label = static_cast<int32_t>(i);
+    h.split_of(d, i).push_back(e);
+  }
+  // the first `test` examples, then `val`, then the rest, each in order
+  auto labels = [](const std::vector<gf::Example>& v) {
+    std::vector<int32_t> out;
+    for (const auto& e : v) out.push_back(e.label);
+    return out;
+  };
+  CHECK(labels(d.test) == std::vector<int32_t>{0, 1});
+  CHECK(labels(d.val) == std::vector<int32_t>{2, 3, 4});
+  CHECK(labels(d.train) == std::vector<int32_t>{5, 6, 7, 8, 9});
+  CHECK(gf::held_out(3, g).test == 1);  // 0.6, rounded to nearest
+  CHECK(gf::held_out(4, g).val == 1);   // 1.2
 }
 
 TEST_CASE("data stats: nearest-rank percentiles, class counts, truncation, JSON") {

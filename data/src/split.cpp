@@ -66,8 +66,26 @@ GenomeSettings read_genome_settings(const Options& o) {
   return g;
 }
 
+KmerTokenizer genome_tokenizer(const GenomeSettings& s) {
+  return KmerTokenizer(s.k, s.stride, s.ambiguous);
+}
+
+DataSplits genome_splits(const KmerTokenizer& tok, const std::vector<std::string>& classes) {
+  DataSplits d;
+  d.pad_id = 0;
+  d.vocab_size = tok.vocab_size();
+  d.vocab = tok.vocab();
+  d.class_names = classes;
+  d.num_classes = classes.size();
+  return d;
+}
+
 size_t ratio_count(size_t n, double ratio) {
   return static_cast<size_t>(std::llround(static_cast<double>(n) * ratio));
+}
+
+HeldOut held_out(size_t n, const GenomeSettings& s) {
+  return {ratio_count(n, s.test_ratio), ratio_count(n, s.val_ratio)};
 }
 
 void require_nonempty_splits(const DataSplits& d, const std::string& plugin, const std::string& hint) {

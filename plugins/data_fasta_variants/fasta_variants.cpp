@@ -66,7 +66,7 @@ void restore(Settings& s, const std::string& state) {
 class FastaRecordReader : public gf::RecordReader {
  public:
   FastaRecordReader(const Settings& s, size_t start, size_t end, const std::string& path)
-      : s_(s), start_(start), end_(end), in_(path), tok_(s.k, s.stride, s.ambiguous) {}
+      : s_(s), start_(start), end_(end), in_(path), tok_(gf::genome_tokenizer(s)) {}
   bool next(gf::Record& r) override {
     std::string line;
     size_t header_line = 0;
@@ -189,13 +189,8 @@ class FastaVariants : public gf::Dataset {
     std::map<std::string, int32_t> class_of;
     for (size_t i = 0; i < names.size(); ++i) class_of[names[i]] = static_cast<int32_t>(i);
 
-    gf::KmerTokenizer tok(s_.k, s_.stride, s_.ambiguous);
-    gf::DataSplits d;
-    d.pad_id = 0;
-    d.vocab_size = tok.vocab_size();
-    d.vocab = tok.vocab();
-    d.class_names = names;
-    d.num_classes = names.size();
+    const gf::KmerTokenizer tok = gf::genome_tokenizer(s_);
+    gf::DataSplits d = gf::genome_splits(tok, names);
     std::vector<std::vector<gf::Example>> per_class =
         tokenize(records, rows, maps_to, class_of, names.size(), tok, d.max_len);
     std::vector<gf::FastaRecord>().swap(records);
@@ -380,18 +375,14 @@ class FastaVariants : public gf::Dataset {
       gf::Rng rng(s_.seed, "fasta_variants.split." + names[c]);
       gf::seeded_shuffle(v, rng);
       size_t n = v.size();
-      size_t n_test = gf::ratio_count(n, s_.test_ratio);
-      size_t n_val = gf::ratio_count(n, s_.val_ratio);
-      while (n_test + n_val >= n && (n_test + n_val) > 0) {  // keep one for training
-        if (n_val >= n_test && n_val > 0)
-          --n_val;
+      gf::HeldOut h = gf::held_out(n, s_);
+      while (h.test + h.val >= n && (h.test + h.val) > 0) {  // keep one for training
+        if (h.val >= h.test && h.val > 0)
+          --h.val;
         else
-          --n_test;
+          --h.test;
       }
-      for (size_t i = 0; i < n; ++i) {
-        auto& dst = i < n_test ? d.test : i < n_test + n_val ? d.val : d.train;
-        dst.push_back(std::move(v[i]));
-      }
+      for (size_t i = 0; i < n; ++i) h.split_of(d, i).push_back(std::move(v[i]));
     }
   }
 

@@ -152,17 +152,11 @@ class SyntheticVariants : public gf::Dataset {
     for (const auto& c : chosen) states.push_back(defs.resolve(c, s_.clades_tsv));
     const std::vector<std::string> seq_in_region = region_sequences(ref, chosen, states, start, end);
 
-    gf::KmerTokenizer tok(s_.k, s_.stride, s_.ambiguous);
-    gf::DataSplits d;
-    d.pad_id = 0;
-    d.vocab_size = tok.vocab_size();
-    d.vocab = tok.vocab();
-    d.class_names = chosen;
-    d.num_classes = chosen.size();
-    size_t n = static_cast<size_t>(s_.per_clade);
-    size_t n_test = gf::ratio_count(n, s_.test_ratio);
-    size_t n_val = gf::ratio_count(n, s_.val_ratio);
-    if (n_test == 0 || n_val == 0 || n_test + n_val >= n) {
+    const gf::KmerTokenizer tok = gf::genome_tokenizer(s_);
+    gf::DataSplits d = gf::genome_splits(tok, chosen);
+    const size_t n = static_cast<size_t>(s_.per_clade);
+    const gf::HeldOut h = gf::held_out(n, s_);
+    if (h.test == 0 || h.val == 0 || h.test + h.val >= n) {
       throw gf::ConfigError("synthetic_variants: per_clade " + std::to_string(n) +
                             " with val_ratio/test_ratio leaves an empty split; raise per_clade");
     }
@@ -180,8 +174,7 @@ class SyntheticVariants : public gf::Dataset {
             "synthetic_variants clade `" + chosen[c] + "` sequence " + std::to_string(i);
         e.tokens = tok.tokenize(s, 0, s.size(), s_.max_len, where, s_.seed ^ gf::hash_name(where));
         d.max_len = std::max(d.max_len, e.tokens.size());
-        auto& dst = i < n_test ? d.test : i < n_test + n_val ? d.val : d.train;
-        dst.push_back(std::move(e));
+        h.split_of(d, i).push_back(std::move(e));
       }
     }
     summary_ = "region " + std::to_string(start + 1) + ".." + std::to_string(end) +

@@ -1,6 +1,7 @@
 // What the dataset plugins share about choosing their examples (library growformer_data): the
-// region of a genome to read (1-based positions or a gene of a GFF file), the seeded shuffle
-// behind every split, how many examples a val/test ratio takes, and the check that no split
+// region of a genome to read (1-based positions or a gene of a GFF file), a genome dataset's
+// settings, tokenizer and empty splits, the seeded shuffle behind every split, how many
+// examples a val/test ratio takes and which split each goes to, and the check that no split
 // came out empty.
 #pragma once
 
@@ -49,6 +50,22 @@ OptionSpecs genome_options(const std::string& region, const std::string& unit,
                            const std::string& group);
 /// Reads them (region checks as read_region).
 GenomeSettings read_genome_settings(const Options& o);
+/// The k-mer tokenizer of S (k, stride, ambiguous), as training and prediction both build it.
+KmerTokenizer genome_tokenizer(const GenomeSettings& s);
+/// Empty splits of a genome dataset: TOK's vocabulary (pad id 0) and the classes CLASSES.
+DataSplits genome_splits(const KmerTokenizer& tok, const std::vector<std::string>& classes);
+
+/// How the N examples of one group (a class, a clade), in their drawn order, are split: the
+/// first `test` go to the test split, the next `val` to validation, the rest to training.
+struct HeldOut {
+  size_t test = 0, val = 0;
+  /// The split of D that example I of the group goes to.
+  std::vector<Example>& split_of(DataSplits& d, size_t i) const {
+    return i < test ? d.test : i < test + val ? d.val : d.train;
+  }
+};
+/// The counts S's test and validation shares take of N (ratio_count of each).
+HeldOut held_out(size_t n, const GenomeSettings& s);
 
 /// Fisher-Yates over V with RNG (the order every split of the data plugins is drawn in).
 template <class T>
