@@ -257,8 +257,15 @@ TEST_CASE("pruning: ablation measures each head's removal on the validation prob
     auto ex = experiment_from_checkpoint(dir + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
     ex->load_weights(dir + "/checkpoints/last.safetensors");
     const auto& val = ex->data().val;
-    const double base = ex->evaluate(val, 1).loss;
+    const EvalResult base_r = ex->evaluate(val, 1, true);
+    const double base = base_r.loss;
     CHECK(last["probe_loss"].get<double>() == doctest::Approx(base).epsilon(1e-6));
+    // the per-example losses average to the probe loss (computed another way: the batch's
+    // cross-entropy op)
+    REQUIRE(base_r.example_losses.size() == base_r.examples);
+    double mean_loss = 0;
+    for (double l : base_r.example_losses) mean_loss += l / double(base_r.examples);
+    CHECK(mean_loss == doctest::Approx(base).epsilon(1e-5));
     AttentionBlock* blk = ex->model().blocks()[0];
     const auto heads = blk->heads();
     REQUIRE(heads.size() == 3);
@@ -267,10 +274,23 @@ TEST_CASE("pruning: ablation measures each head's removal on the validation prob
       Tensor& w = const_cast<Var*>(heads[i].w_o)->value();
       const Tensor saved = w.clone();
       w.zero();
-      const double without = ex->evaluate(val, 1).loss;
+      const EvalResult muted = ex->evaluate(val, 1, true);
+      const double without = muted.loss;
       w = saved;
       const double cost = (without - base) / std::max(base, 0.05);
       CHECK(last["cost"][i].get<double>() == doctest::Approx(cost).epsilon(1e-5).scale(1e-6));
+      // the paired spread: the sample sd of muted - unmuted over the probe's examples
+      REQUIRE(muted.example_losses.size() == base_r.example_losses.size());
+      const size_t n = muted.example_losses.size();
+      double mean = 0, ss = 0;
+      for (size_t k = 0; k < n; ++k) mean += (muted.example_losses[k] - base_r.example_losses[k]) / double(n);
+      for (size_t k = 0; k < n; ++k) {
+        const double dev = muted.example_losses[k] - base_r.example_losses[k] - mean;
+        ss += dev * dev;
+      }
+      const double sd = std::sqrt(ss / double(n - 1)) / std::max(base, 0.05);
+      CHECK(sd > 0);
+      CHECK(last["cost_sd"][i].get<double>() == doctest::Approx(sd).epsilon(1e-4).scale(1e-7));
     }
     for (const json& e : lines(dir)) CHECK(e["type"] != "prune");
     fs::remove_all(dir);

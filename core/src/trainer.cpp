@@ -401,7 +401,25 @@ Batch Experiment::make_batch(const std::vector<Example>& split,
   return gf::make_batch(split, idx, model_->max_tokens(), data_.pad_id);
 }
 
-EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batches) {
+namespace {
+// Each row's cross-entropy of LOGITS ([B, C]) against LABELS, in double, appended to OUT.
+void append_row_losses(const Tensor& logits, const std::vector<int32_t>& labels,
+                       std::vector<double>& out) {
+  const size_t b = logits.dim(0), c = logits.dim(1);
+  const float* x = logits.data();
+  for (size_t i = 0; i < b; ++i) {
+    const float* row = x + i * c;
+    double m = row[0];
+    for (size_t j = 1; j < c; ++j) m = std::max(m, double(row[j]));
+    double sum = 0;
+    for (size_t j = 0; j < c; ++j) sum += std::exp(double(row[j]) - m);
+    out.push_back(m + std::log(sum) - double(row[size_t(labels[i])]));
+  }
+}
+}  // namespace
+
+EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batches,
+                                bool keep_examples) {
   NoGradGuard ng;
   EvalResult r;
   double loss = 0;
@@ -420,6 +438,7 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
     Var logits = model_->forward(b, false, nullptr);
     Var l = ops::cross_entropy(logits, b.labels);
     loss += static_cast<double>(l.value()[0]) * b.batch;
+    if (keep_examples) append_row_losses(logits.value(), b.labels, r.example_losses);
     TrainWindow hits;
     hits.add(logits, b, 0.f);
     correct += static_cast<size_t>(hits.correct);
@@ -864,18 +883,21 @@ class Experiment::Loop {
     if (want > 0 && !val.empty()) {
       const size_t bs = std::max<size_t>(1, static_cast<size_t>(ts_.batch_size));
       const long batches = static_cast<long>((want + bs - 1) / bs);
-      EvalResult r = ex_.evaluate(val, batches);
+      const std::vector<std::vector<HeadRef>> sets = editor_.probe_ablations(static_cast<size_t>(step));
+      EvalResult r = ex_.evaluate(val, batches, !sets.empty());
       m.probe_examples = r.examples;
       m.probe_loss = r.loss;
       m.probe_accuracy = r.accuracy;
-      for (const std::vector<HeadRef>& set : editor_.probe_ablations(static_cast<size_t>(step)))
-        m.ablations.push_back(ablate(set, val, batches));
+      for (const std::vector<HeadRef>& set : sets)
+        m.ablations.push_back(ablate(set, val, batches, r.example_losses));
     }
     return m;
   }
 
-  /// The probe (BATCHES of VAL) with the heads of SET muted.
-  Ablation ablate(const std::vector<HeadRef>& set, const std::vector<Example>& val, long batches) {
+  /// The probe (BATCHES of VAL) with the heads of SET muted, paired with the unmuted probe's
+  /// per-example losses BASE (this process's rows, in the same order).
+  Ablation ablate(const std::vector<HeadRef>& set, const std::vector<Example>& val, long batches,
+                  const std::vector<double>& base) {
     std::vector<AttentionBlock*> blocks = ex_.model_->blocks();
     for (AttentionBlock* b : blocks) b->set_muted({});
     for (const HeadRef& h : set) {
@@ -888,7 +910,7 @@ class Experiment::Loop {
     }
     EvalResult r;
     try {
-      r = ex_.evaluate(val, batches);
+      r = ex_.evaluate(val, batches, true);
     } catch (...) {
       for (AttentionBlock* b : blocks) b->set_muted({});
       throw;
@@ -898,7 +920,26 @@ class Experiment::Loop {
     a.heads = set;
     a.loss = r.loss;
     a.accuracy = r.accuracy;
+    a.diff_sd = paired_sd(r.example_losses, base);
     return a;
+  }
+
+  /// The sample sd over every process's examples of MUTED[i] - BASE[i].
+  double paired_sd(const std::vector<double>& muted, const std::vector<double>& base) {
+    if (muted.size() != base.size())
+      throw RuntimeError("the muted probe has " + std::to_string(muted.size()) +
+                         " examples and the probe " + std::to_string(base.size()));
+    double sums[3] = {0, 0, double(muted.size())};
+    for (size_t i = 0; i < muted.size(); ++i) {
+      const double d = muted[i] - base[i];
+      sums[0] += d;
+      sums[1] += d * d;
+    }
+    if (comm_.size() > 1) comm_.allreduce_sum(sums, 3);
+    const double n = sums[2];
+    if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+    const double mean = sums[0] / n;
+    return std::sqrt(std::max(0.0, (sums[1] - n * mean * mean) / (n - 1)));
   }
 
   // Each block's diagnostics (HKT: fusion weights `lambda`) and its heads' (hybrid: `beta`) as

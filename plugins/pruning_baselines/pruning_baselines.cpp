@@ -364,7 +364,7 @@ class AblationRule : public gf::GrowthPolicy {
       if (!bv.block || !bv.block->can_edit_heads()) continue;
       const std::vector<gf::HeadInfo> heads = bv.block->heads();
       std::vector<Scored> cand;
-      std::vector<double> ids, costs, counts;
+      std::vector<double> ids, costs, counts, spreads;
       for (size_t i = 0; i < heads.size(); ++i) {
         // a head in its grace is not judged, even when another policy had it ablated
         if (age_of(view, heads[i]) < grace_ || heads.size() <= min_heads_) continue;
@@ -376,6 +376,8 @@ class AblationRule : public gf::GrowthPolicy {
         ids.push_back(heads[i].id);
         costs.push_back(cost);
         counts.push_back(double(low));
+        // the paired spread of the cost over the probe's examples (its noise), on the same scale
+        spreads.push_back(std::isfinite(a->diff_sd) ? a->diff_sd / denom : -1.0);
         if (low >= patience_) cand.push_back({i, heads[i].id, cost, age_of(view, heads[i])});
       }
       if (view.events && !ids.empty()) {
@@ -386,7 +388,7 @@ class AblationRule : public gf::GrowthPolicy {
                       {"probe_loss", m.probe_loss},     {"probe_accuracy", m.probe_accuracy},
                       {"examples", double(m.probe_examples)}, {"heads", double(heads.size())}};
         ev.strings = {{"policy", "ablation"}};
-        ev.lists = {{"head_ids", ids}, {"cost", costs}, {"checks_under", counts}};
+        ev.lists = {{"head_ids", ids}, {"cost", costs}, {"cost_sd", spreads}, {"checks_under", counts}};
         view.events->emit(ev);
       }
       const size_t before = edits.size();

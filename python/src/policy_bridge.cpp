@@ -526,6 +526,7 @@ class PythonPolicy : public gf::GrowthPolicy {
       py::list heads;
       for (const gf::HeadRef& h : a.heads) heads.append(py::make_tuple(h.block, h.head));
       abl.append(ns("heads"_a = heads, "loss"_a = number_or_none(a.loss),
+                    "diff_sd"_a = number_or_none(a.diff_sd),
                     "accuracy"_a = number_or_none(a.accuracy)));
       }
       return ns("train_loss"_a = number_or_none(m.train_loss),

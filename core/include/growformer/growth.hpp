@@ -72,6 +72,10 @@ struct Ablation {
   std::vector<HeadRef> heads;
   double loss = std::numeric_limits<double>::quiet_NaN();
   double accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The paired spread: the sample sd over the probe's examples of (an example's loss with the
+  /// heads muted - its loss with them), so (loss - RunMetrics::probe_loss) / (diff_sd /
+  /// sqrt(probe_examples)) is the paired t statistic of what muting costs. NaN under 2 examples.
+  double diff_sd = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// What the run has measured, as a policy sees it at a check. NaN (and step -1) = not measured.

@@ -19,6 +19,9 @@ namespace gf {
 struct EvalResult {
   double loss = 0, accuracy = 0;
   size_t examples = 0;
+  /// Each of this process's examples' cross-entropy, in split order (only when asked for:
+  /// Experiment::evaluate's KEEP_EXAMPLES); the paired test of an ablation reads them.
+  std::vector<double> example_losses;
 };
 
 /// The final test's line: which model was tested on which split, against the majority class.

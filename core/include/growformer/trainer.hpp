@@ -112,7 +112,8 @@ class Experiment {
   /// Loss and accuracy on SPLIT (the first MAX_BATCHES batches; 0 = all). Under a communicator
   /// of several processes (set by train/resume), every process evaluates its shard of each batch
   /// and the sums are reduced: every process gets the whole split's figures.
-  EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0);
+  EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0,
+                      bool keep_examples = false);
   /// Restores model structure and parameters (and, with optimizer, its state) from a checkpoint.
   void load_weights(const std::string& checkpoint_path);
   void load_weights(const Checkpoint& checkpoint, const std::string& path);
