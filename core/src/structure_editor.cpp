@@ -56,6 +56,14 @@ std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) 
   return out;
 }
 
+std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
+  std::vector<HeadRef> out;
+  for (const Policy& p : policies_)
+    for (const HeadRef& h : p.policy->muted_in_training(step))
+      if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  return canonical(out);
+}
+
 bool StructureEditor::needs_head_mask_grads() const {
   return std::any_of(policies_.begin(), policies_.end(),
                      [](const Policy& p) { return p.policy->needs_head_mask_grads(); });

@@ -655,7 +655,9 @@ class Experiment::Loop {
       bool check = step % ts_.check_every == 0;
       capture_probes(check && need_probe_);
       NamedParams params = ex_.model_->named_parameters();
+      mute_for_training(step);
       Var logits = forward_backward(batch, whole.batch, params, step);
+      unmute();
       float lr = update(params, step);
       if (check) check_structure(batch, whole, step);
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
@@ -892,6 +894,24 @@ class Experiment::Loop {
         m.ablations.push_back(ablate(set, val, batches, r.example_losses));
     }
     return m;
+  }
+
+  /// The heads the policies leave out of STEP's training pass (GrowthPolicy::muted_in_training).
+  void mute_for_training(long step) {
+    const std::vector<HeadRef> set = editor_.muted_in_training(static_cast<size_t>(step));
+    if (set.empty()) return;
+    std::vector<AttentionBlock*> blocks = ex_.model_->blocks();
+    for (const HeadRef& h : set) {
+      if (h.block >= blocks.size())
+        throw RuntimeError("a policy asked to mute a head of block " + std::to_string(h.block) +
+                           " of " + std::to_string(blocks.size()) + " in training");
+      std::vector<int> ids = blocks[h.block]->muted();
+      ids.push_back(h.head);
+      blocks[h.block]->set_muted(ids);
+    }
+  }
+  void unmute() {
+    for (AttentionBlock* b : ex_.model_->blocks()) b->set_muted({});
   }
 
   /// The probe (BATCHES of VAL) with the heads of SET muted, paired with the unmuted probe's

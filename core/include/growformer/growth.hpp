@@ -127,6 +127,15 @@ class GrowthPolicy {
     (void)view;
     return {};
   }
+  /// Heads to leave out of training step STEP's forward and backward pass (muted as in an
+  /// ablation: their output is not added, their parameters get no gradient that step), e.g.
+  /// new heads dropped on some steps so that the older heads keep working without them and an
+  /// ablation measures what the new heads add rather than what the others came to lean on.
+  /// Asked before every training step; the union over the policies is muted.
+  virtual std::vector<HeadRef> muted_in_training(size_t step) const {
+    (void)step;
+    return {};
+  }
   /// Ask for head-mask gradients on every step (after_backward is then called).
   virtual bool needs_head_mask_grads() const { return false; }
   virtual void on_start(const TrainView& view) { (void)view; }

@@ -39,6 +39,8 @@ class StructureEditor {
   size_t validation_probe(size_t step) const;
   /// The head sets any policy asks the check at STEP to ablate on the probe (each once).
   std::vector<std::vector<HeadRef>> probe_ablations(size_t step) const;
+  /// The heads any policy asks to leave out of training step STEP (each once, in order).
+  std::vector<HeadRef> muted_in_training(size_t step) const;
   bool needs_head_mask_grads() const;
   void on_start();
   /// After the backward pass of STEP: the policies that asked for head-mask gradients.
