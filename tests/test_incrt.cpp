@@ -870,6 +870,147 @@ TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's
   CHECK(d.share == doctest::Approx(0.5));
 }
 
+TEST_CASE("gain rounds, paired test: a small share pays when it is significant, waits while "
+          "the answer is open, and is judged again when the growth window ends") {
+  gf::incrt::GainOptions o;  // min_share 1 %, z 2, z_early 3
+  REQUIRE(!o.paired);  // relative is the default
+  o.paired = true;
+  o.settle_probes = 2;
+  o.min_gain = 0.05;
+  o.grow_until = 0.5;
+  o.round_patience = 1.5;
+  using K = gf::incrt::GainDecision::Kind;
+  // a first head that learns after 30 steps and settles at 1.0 (onset 30: patience 45 steps)
+  auto started = [&](gf::incrt::GainState& g, size_t& step) {
+    for (double l : {2.7, 2.7, 2.7, 1.5, 1.0, 1.0, 1.0, 1.0}) {
+      step += 10;
+      g.watch(l, step, o.min_gain);
+      if (g.observe(l, step, 1000, o).kind == K::Grow) break;
+    }
+    REQUIRE(g.onset == 30);
+    g.grown(1, 1.0, step);
+  };
+  // share 2 % (under the relative rule's 5 %, and no fall of the settled loss at all), standard
+  // error 0.5 % of the loss: t = 4 -> the round pays and the next one grows
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    for (int i = 0; i < 6 && d.kind == K::None; ++i) d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.005);
+    CHECK(d.kind == K::Grow);
+    CHECK(d.share == doctest::Approx(0.02));
+    CHECK(d.t == doctest::Approx(4.0));
+    CHECK(d.gain == doctest::Approx(0.0));
+    // the relative rule takes the same round back (no 5 % fall)
+    gf::incrt::GainOptions rel = o;
+    rel.paired = false;
+    gf::incrt::GainState h;
+    size_t s2 = 0;
+    for (double l : {2.7, 2.7, 2.7, 1.5, 1.0, 1.0, 1.0, 1.0}) {
+      s2 += 10;
+      h.watch(l, s2, rel.min_gain);
+      if (h.observe(l, s2, 1000, rel).kind == K::Grow) break;
+    }
+    h.grown(1, 1.0, s2);
+    gf::incrt::GainDecision e;
+    for (int i = 0; i < 20 && e.kind == K::None; ++i) e = h.observe(1.0, s2 += 10, 1000, rel, 1.02, 0.005);
+    CHECK(e.kind == K::Reject);
+  }
+  // a round whose heads carry half the loss pays while the loss is still falling (no plateau
+  // needed): after W = 2 probes of its share
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    double l = 1.0;
+    int probes = 0;
+    for (; probes < 6 && d.kind == K::None; ++probes) {
+      l *= 0.8;
+      d = g.observe(l, step += 10, 1000, o, 1.5 * l, 0.05 * l);
+    }
+    CHECK(d.kind == K::Grow);
+    CHECK(probes == 2);
+    CHECK(d.t == doctest::Approx(10.0));
+  }
+  // the same 2 % share with a standard error of 2 % (t = 1): open, so the round waits past its
+  // patience and is taken back at the first probe after the growth window (step 500 of 1000)
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    size_t decided = 0;
+    while (step < 900 && d.kind == K::None) {
+      d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.02);
+      decided = step;
+    }
+    CHECK(d.kind == K::Reject);
+    CHECK(decided == 510);
+    CHECK(g.done);
+    CHECK(g.rejected == 1);
+  }
+  // a dormant new head (share 0.1 %, standard error 0.1 %) is not judged before the growth
+  // window ends, however small its error
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 1.001, 0.001);
+    CHECK(d.kind == K::Reject);
+    CHECK(step == 510);
+  }
+  // heads that hurt (muting them lowers the loss by 2 %, t = -4) may be starting to learn:
+  // they too wait for the window's end
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 0.98, 0.005);
+    CHECK(d.kind == K::Reject);
+    CHECK(step == 510);
+    CHECK(d.t == doctest::Approx(-4.0));
+  }
+  // t = 2.5: under z_early (3), so no early pay; at the end of the growth window the last look
+  // (z = 2) keeps the round and growth stops there
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.008);
+    CHECK(d.kind == K::Stop);
+    CHECK(step == 510);
+    CHECK(d.t == doctest::Approx(2.5));
+    CHECK(g.rejected == 0);
+    CHECK(g.rounds == 1);
+  }
+  // a share of 3 % with a tiny error, but under the floor min_share = 5 %: not paid
+  {
+    gf::incrt::GainOptions hi = o;
+    hi.min_share = 0.05;
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, hi, 1.03, 0.001);
+    CHECK(d.kind == K::Reject);
+  }
+  // without a measured standard error (no ablation) a round never pays the paired test
+  {
+    gf::incrt::GainState g;
+    size_t step = 0;
+    started(g, step);
+    gf::incrt::GainDecision d;
+    while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 1.5);
+    CHECK(d.kind == K::Reject);
+    CHECK(!std::isfinite(d.t));
+  }
+}
+
 TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
   gf::incrt::GainOptions o;
   o.settle_probes = 3;
@@ -877,7 +1018,7 @@ TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
   for (double l : {2.0, 1.4, 1.1, 0.9}) a.observe(l, 100, 1000, o);
   a.grown(2, 0.9, 100);
   a.round = {{0, 5}, {1, 7}};
-  for (double l : {0.85, 0.7}) a.observe(l, 200, 1000, o);
+  for (double l : {0.85, 0.7}) a.observe(l, 200, 1000, o, l * 1.03, 0.004);
   std::ostringstream os;
   a.save(os);
   gf::incrt::Reader r(os.str(), "incrt");
@@ -886,10 +1027,13 @@ TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
   CHECK(b.round == a.round);
   CHECK(b.onset == a.onset);
   CHECK(b.round_step == 100);
+  CHECK(b.share_ses == a.share_ses);
+  REQUIRE(b.share_ses.size() == 2);
   for (double l : {0.6, 0.55, 0.55, 0.55, 0.55, 0.55, 0.55}) {
-    const auto x = a.observe(l, 300, 1000, o), y = b.observe(l, 300, 1000, o);
+    const auto x = a.observe(l, 300, 1000, o, l * 1.03, 0.004), y = b.observe(l, 300, 1000, o, l * 1.03, 0.004);
     CHECK(int(x.kind) == int(y.kind));
     CHECK(x.settled == y.settled);
+    CHECK((x.t == y.t || (std::isnan(x.t) && std::isnan(y.t))));
   }
 }
 
@@ -977,6 +1121,62 @@ TEST_CASE("incrt_geometric criterion gain: rounds double the heads while they pa
   CHECK(quiet->validation_probe(0) > 0);
   // the energy criterion asks for no probe
   CHECK(growth("plugin: incrt_geometric\ncriterion: energy\n")->validation_probe(0) == 0);
+}
+
+TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paired spread decide; "
+          "without the spread it does not pay") {
+  const size_t d = 8;
+  for (bool spread : {true, false}) {
+    CAPTURE(spread);
+    FakeBlock block(d, 16);
+    block.add(random_head(d, 4, 1));
+    Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
+                      "calibration_checks: 2\nprobe_every: 1\nsettle_probes: 2\nprobe_examples: 64\n"),
+               &block, anisotropic_probe(4, 6, d, 2)};
+    drv.total = 400;  // growth window: 0.6 x 400 = 240 steps (a check every 10)
+    drv.start();
+    auto feed = [&](double l) {
+      drv.metrics.probe_examples = 64;
+      drv.metrics.probe_loss = l;
+      drv.metrics.ablations.clear();
+      for (const auto& set : drv.policy->probe_ablations(drv.view())) {
+        gf::Ablation a;
+        a.heads = set;
+        a.loss = 1.5 * l;  // muting the round's heads costs half the loss
+        if (spread) a.diff_sd = 0.4 * l;  // t = 0.5 l / (0.4 l / sqrt(64)) = 10
+        drv.metrics.ablations.push_back(a);
+      }
+      drv.check();
+    };
+    CHECK(drv.policy->muted_in_training(drv.step + 2).empty());  // no round yet
+    for (double l : {2.7, 2.7, 2.0, 1.2, 0.9, 0.9, 0.9, 0.9}) feed(l);
+    REQUIRE(block.slots.size() == 2);
+    // the waiting round's head sits out every 2nd training step (round_mute_every 2)
+    const auto muted = drv.policy->muted_in_training(drv.step + 2);
+    REQUIRE(muted.size() == 1);
+    CHECK(muted[0].head == block.slots[1].id);
+    CHECK(drv.policy->muted_in_training(drv.step + 1).empty());
+    // two probes of the round's share (W = 2), then the paired test
+    feed(0.9);
+    feed(0.9);
+    if (spread) {
+      CHECK(block.slots.size() == 4);  // paid: the next round doubled the heads
+      const auto probes = drv.of_type("probe");
+      REQUIRE(!probes.empty());
+      CHECK(number(probes.back(), "round_t") == doctest::Approx(10.0));
+      CHECK(number(probes.back(), "round_share") == doctest::Approx(0.5));
+      // the paid round's heads train on every step again; the new round's two sit out
+      CHECK(drv.policy->muted_in_training(drv.step + 2).size() == 2);
+    } else {
+      CHECK(block.slots.size() == 2);  // no spread, no test: the round waits
+      for (int i = 0; i < 30; ++i) feed(0.9);
+      // and is taken back when the growth window ends
+      CHECK(block.slots.size() == 1);
+      REQUIRE(drv.of_type("round_rejected").size() == 1);
+      CHECK(number(drv.of_type("round_rejected")[0], "step") > 240.0);
+      CHECK(drv.policy->muted_in_training(drv.step + 2).empty());  // growth stopped
+    }
+  }
 }
 
 TEST_CASE("directional_energy: prunes a zeroed head after grace and patience, keeps a useful one") {
@@ -1567,7 +1767,7 @@ TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and 
             "a list of"));
 }
 
-TEST_CASE("incrt_geometric: policy states of versions 2 to 7 load, and save as version 7") {
+TEST_CASE("incrt_geometric: policy states of versions 2 to 8 load, and save as version 8") {
   // one block: started, u+ u- (2-d), tracker lambdas, no Q, 4 checks, no calibration norms,
   // calibrated, Gamma0 and eleven more numbers, last growth, grown, heads, pending, [over],
   // pending directions
@@ -1576,7 +1776,7 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 7 load, and save as v
     if (version >= 3) s += "2 ";
     return s + "0 0 ";
   };
-  for (int v = 2; v <= 7; ++v) {
+  for (int v = 2; v <= 8; ++v) {
     CAPTURE(v);
     std::string text = "incrt_geometric " + std::to_string(v) + " 1 5 7 1 " + block(v);
     if (v >= 4) {
@@ -1584,21 +1784,22 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 7 load, and save as v
       if (v >= 5) text += "0 0 -1 0 ";
       if (v >= 6) text += "0 ";
       if (v >= 7) text += "0 ";
+      if (v >= 8) text += "0 ";
       text += "3 0 ";
     }
     text += "end";
     auto p = growth("plugin: incrt_geometric");
     p->load_state(text);
     const std::string out = p->save_state();
-    CHECK(out.rfind("incrt_geometric 7 1 5 7 1 block 0 1 ", 0) == 0);
+    CHECK(out.rfind("incrt_geometric 8 1 5 7 1 block 0 1 ", 0) == 0);
     CHECK(p->summary().at("K_obs") == 1.0);
     CHECK(p->summary().at("gamma_res0") == 2.0);
     auto q = growth("plugin: incrt_geometric");
     q->load_state(out);
-    CHECK(q->save_state() == out);  // version 7 is a fixed point
-    if (v == 7) CHECK(out == text);
+    CHECK(q->save_state() == out);  // version 8 is a fixed point
+    if (v == 8) CHECK(out == text);
   }
   auto p = growth("plugin: incrt_geometric");
-  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 8 end"); }),
-            "incrt: policy state: expected version '2' to '7', got '8'"));
+  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 9 end"); }),
+            "incrt: policy state: expected version '2' to '8', got '9'"));
 }

@@ -229,6 +229,53 @@ TEST_CASE("policies see the training window, the latest validation and a validat
   fs::remove_all(cut);
 }
 
+TEST_CASE("training-time muting: a paired round's heads sit out every 2nd step while it waits; the "
+          "run is the same as without up to the round, differs after, and resumes exactly") {
+  auto lines = [](const std::string& dir) {
+    std::vector<json> out;
+    std::ifstream in(dir + "/events.jsonl");
+    for (std::string l; std::getline(in, l);) out.push_back(json::parse(l));
+    return out;
+  };
+  // a round as soon as the probe is watched twice (settle_tolerance 1, min_gain 0), and a window
+  // longer than the run (grow_until 1), so the round waits to the end
+  auto sets = [](int every) {
+    return std::vector<std::string>{
+        "model.attention.heads=1", "model.attention.d_k=4", "train.check_every=5", "model.dropout=0",
+        "growth={plugin: incrt_geometric, criterion: gain, round_test: paired, calibration: fixed, "
+        "calibration_checks: 1, probe_every: 1, settle_probes: 1, settle_tolerance: 1, min_gain: 0, "
+        "min_share: 1, grow_until: 1, probe_examples: 32, round_mute_every: " +
+            std::to_string(every) + "}"};
+  };
+  const std::string on = tmpdir("mute_on"), off = tmpdir("mute_off"), cut = tmpdir("mute_cut");
+  REQUIRE(train(on, sets(2)) == 0);
+  REQUIRE(train(off, sets(0)) == 0);
+  double grown_at = -1;
+  for (const json& e : lines(on))
+    if (e["type"] == "grow" && grown_at < 0) grown_at = e["step"].get<double>();
+  REQUIRE(grown_at > 0);
+  REQUIRE(grown_at < 35);
+  const auto a = metrics_without_timing(on), b = metrics_without_timing(off);
+  REQUIRE(a.size() == b.size());
+  bool differ_after = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double step = a[i]["step"].get<double>();
+    if (step <= grown_at) CHECK(a[i] == b[i]);
+    if (step > grown_at + 1 && a[i] != b[i]) differ_after = true;
+  }
+  CHECK(differ_after);
+  // stopped mid-round (a muted step next) and resumed: the same log
+  REQUIRE(train(cut, sets(2), long(grown_at) + 3) == 0);
+  auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.quiet = true;
+  REQUIRE(ex->resume(cut, f) == 0);
+  CHECK(metrics_without_timing(cut) == a);
+  fs::remove_all(on);
+  fs::remove_all(off);
+  fs::remove_all(cut);
+}
+
 TEST_CASE("pruning: ablation measures each head's removal on the validation probe, prunes the "
           "cheapest, and a resumed run does the same") {
   auto lines = [](const std::string& dir) {

@@ -89,7 +89,23 @@ struct GainOptions {
                                 // reopening: of the steps left at the reopening)
   double round_patience = 1.5;  // a round is not taken back before it has trained this many
                                 // times the steps the first head took to start learning
-  bool attribution = true;      // a round pays only when muting its heads costs min_gain too
+  bool attribution = true;      // relative test: a round pays only when muting its heads
+                                // costs min_gain too
+  // The test a round must pass. relative (default): the settled loss fell by min_gain since the
+  // round and, with attribution, muting its heads costs min_gain; judged at the first settled
+  // phase past the patience. paired (an alternative; docs/INCRT.md says what it measured):
+  // muting the round's heads on the probe costs at least min_share of the loss, significantly
+  // so: the median over the last W probes of the paired t statistic over the probe examples.
+  // Judged at every probe once W shares are in, settled or not: the round pays early at t >=
+  // z_early; when the growth window (grow_until) ends it is judged once more, paying at t >= z
+  // and taken back otherwise, so a dormant new head (share near 0, tiny error) or one that hurts
+  // while it starts to learn waits for the window's end.
+  bool paired = false;
+  double min_share = 0.01;  // paired: the least share of the loss a round must carry
+  double z = 2.0;           // paired: the t statistic a round's share must reach at the last look
+  double z_early = 3.0;     // paired: ... at a look before the growth window ends
+  size_t mute_every = 2;    // paired: the waiting round's heads sit out every N-th training
+                            // step (0: never), so the older heads keep working without them
 };
 
 /// What a probe decided.
@@ -100,6 +116,9 @@ struct GainDecision {
   // the last round's share: the median over the settling window of (L with its heads muted -
   // L) / L (NaN when not measured)
   double share = std::numeric_limits<double>::quiet_NaN();
+  // paired: the median over the settling window of the share's t statistic and standard error
+  double t = std::numeric_limits<double>::quiet_NaN();
+  double share_se = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The round rule's state across probes (saved with the policy state).
@@ -122,6 +141,7 @@ struct GainState {
   size_t round_step = 0;  // the step the last round was grown at
   size_t phase_start = 0;  // the step growth last reopened at (0: the run's start)
   Vec shares;              // the last round's share at the phase's last W probes
+  Vec share_ses;           // and its standard error there (paired test; NaN when not measured)
 
   /// Every probe, from the run's first (before the rounds begin too): the learning onset.
   void watch(double loss, size_t step, double min_gain) {
@@ -142,6 +162,7 @@ struct GainState {
   void restart() {
     recent.clear();
     shares.clear();
+    share_ses.clear();
     first = 0.0;
   }
 
@@ -155,15 +176,22 @@ struct GainState {
 
   /// One probe of loss LOSS at STEP of TOTAL: what to do now. After Grow the caller grows a
   /// round and calls grown(); after Reject it removes `round`'s heads.
+  /// MUTED_LOSS: the probe with the round's heads muted; MUTED_SE: the standard error of the
+  /// paired difference (the spread of muted - unmuted over the probe's examples / sqrt(n)).
   GainDecision observe(double loss, size_t step, size_t total, const GainOptions& o,
-                       double muted_loss = std::numeric_limits<double>::quiet_NaN()) {
+                       double muted_loss = std::numeric_limits<double>::quiet_NaN(),
+                       double muted_se = std::numeric_limits<double>::quiet_NaN()) {
     GainDecision out;
     if (!std::isfinite(loss)) return out;
     const size_t w = std::max<size_t>(o.settle_probes, 1);
     if (has_prev && !done && std::isfinite(muted_loss) && loss > 0) {
       shares.push_back((muted_loss - loss) / loss);
+      share_ses.push_back(std::isfinite(muted_se) ? muted_se / loss
+                                                  : std::numeric_limits<double>::quiet_NaN());
       if (shares.size() > w) shares.erase(shares.begin());
+      if (share_ses.size() > w) share_ses.erase(share_ses.begin());
     }
+    if (o.paired && has_prev && !done) return paired_round(loss, step, total, o);
     if (done) {
       if (!std::isfinite(done_at)) {
         // growth stopped by taking a round back: the rise test starts from the level the
@@ -198,7 +226,7 @@ struct GainState {
     out.settled = last;
     if (has_prev) {
       out.gain = prev > 0 ? (prev - last) / prev : 0.0;
-      if (!shares.empty()) out.share = median(shares);
+      fill_share(out, o);
       // The fall must come from the round's heads, not from the older heads training on: with
       // attribution, muting the round's heads must cost min_gain of the loss as well.
       const bool pays = out.gain >= o.min_gain &&
@@ -213,13 +241,11 @@ struct GainState {
       }
       if (!pays) {
         out.kind = GainDecision::Kind::Reject;
-        rejected += 1;
-        stop(std::numeric_limits<double>::quiet_NaN());
-        restart();
+        reject();
         return out;
       }
     }
-    if (total > 0 && double(step) > double(phase_start) + o.grow_until * double(total - std::min(total, phase_start))) {
+    if (past_window(step, total, o)) {
       out.kind = GainDecision::Kind::Stop;
       stop(last);
       return out;
@@ -243,6 +269,68 @@ struct GainState {
     restart();
   }
 
+  /// The paired test of the waiting round at each probe (not only at a settled one: a round
+  /// whose heads carry the loss pays while the loss still falls). Once the window holds W
+  /// shares: paid at t >= z_early (or z past the growth window) -> the next round grows at
+  /// once (or growth stops, past the window); a round unpaid when the growth window ends is
+  /// taken back; otherwise it waits (a new head can hurt the probe while it starts to learn, so
+  /// a negative share early on is not a verdict).
+  GainDecision paired_round(double loss, size_t step, size_t total, const GainOptions& o) {
+    GainDecision out;
+    const size_t w = std::max<size_t>(o.settle_probes, 1);
+    const bool late = past_window(step, total, o);
+    out.settled = loss;  // the probe the decision is taken at (the loss may still be falling)
+    out.gain = prev > 0 ? (prev - loss) / prev : 0.0;
+    if (shares.size() >= w) fill_share(out, o);
+    if (shares.size() >= w && paired_pays(out, o, late ? o.z : o.z_early)) {
+      if (late) {
+        out.kind = GainDecision::Kind::Stop;
+        stop(loss);
+      } else {
+        out.kind = GainDecision::Kind::Grow;
+      }
+      return out;
+    }
+    if (late) {
+      out.kind = GainDecision::Kind::Reject;
+      reject();
+    }
+    return out;
+  }
+
+  /// Past the growth window: grow_until of the run's steps (after a reopening, of those left).
+  bool past_window(size_t step, size_t total, const GainOptions& o) const {
+    return total > 0 && double(step) > double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
+  }
+
+  /// The round's share over the settling window (median) and, for the paired test, its
+  /// standard error and t statistic (medians of the window's).
+  void fill_share(GainDecision& out, const GainOptions& o) const {
+    if (!shares.empty()) out.share = median(shares);
+    if (!o.paired || share_ses.empty()) return;
+    Vec ses, ts;
+    for (size_t i = 0; i < share_ses.size() && i < shares.size(); ++i) {
+      if (!std::isfinite(share_ses[i])) continue;
+      ses.push_back(share_ses[i]);
+      ts.push_back(share_ses[i] > 0 ? shares[i] / share_ses[i]
+                                    : (shares[i] > 0 ? 1e300 : shares[i] < 0 ? -1e300 : 0.0));
+    }
+    if (ses.empty()) return;
+    out.share_se = median(ses);
+    out.t = median(ts);
+  }
+
+  /// The paired test: the round's share is at least min_share and its t statistic at least Z.
+  static bool paired_pays(const GainDecision& d, const GainOptions& o, double z) {
+    return std::isfinite(d.share) && std::isfinite(d.t) && d.share >= o.min_share && d.t >= z;
+  }
+
+  void reject() {
+    rejected += 1;
+    stop(std::numeric_limits<double>::quiet_NaN());
+    restart();
+  }
+
   void stop(double at) {
     done = true;
     has_prev = false;
@@ -251,7 +339,8 @@ struct GainState {
   }
 
   /// Each field once, in the order of the saved text: present from policy state version 4,
-  /// the learning onset from 5, the step of the last reopening from 6, the round's shares from 7.
+  /// the learning onset from 5, the step of the last reopening from 6, the round's shares from 7, their standard errors
+  /// from 8.
   static const StateFields<GainState>& state_fields() {
     using G = GainState;
     static const auto f = StateFields<G>()
@@ -271,7 +360,8 @@ struct GainState {
                               .add("onset", &G::onset, 5)
                               .add("round_step", &G::round_step, 5)
                               .add("phase_start", &G::phase_start, 6)
-                              .add("shares", &G::shares, 7);
+                              .add("shares", &G::shares, 7)
+                              .add("share_ses", &G::share_ses, 8);
     return f;
   }
 

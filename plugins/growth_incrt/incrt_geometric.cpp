@@ -152,10 +152,21 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   /// criterion: gain, at a probe while a round waits for its test: the round's heads muted.
   std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
-    if (!set_.gain_mode || !set_.gain.attribution || !gain_.has_prev || gain_.done || gain_.round.empty() ||
-        validation_probe(view.step) == 0)
+    if (!set_.gain_mode || !(set_.gain.attribution || set_.gain.paired) || !gain_.has_prev ||
+        gain_.done || gain_.round.empty() || validation_probe(view.step) == 0)
       return {};
     return {round_heads()};
+  }
+
+  /// round_test paired: the waiting round's heads sit out every `round_mute_every`-th training
+  /// step, so that the older heads keep working without them and the round's ablation measures
+  /// what it adds, not what the older heads came to lean on.
+  std::vector<gf::HeadRef> muted_in_training(size_t step) const override {
+    const size_t every = set_.gain.mute_every;
+    if (!set_.gain_mode || !set_.gain.paired || every == 0 || step % every != 0 || !gain_.has_prev ||
+        gain_.done)
+      return {};
+    return round_heads();
   }
 
   /// The heads of the round waiting for its test.
@@ -277,7 +288,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 7 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 8 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& [index, st] : blocks_) {
       os << "block " << index << ' ';
@@ -289,12 +300,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return os.str();
   }
 
-  /// Versions 2 to 7 load: 2 (before growth patience) without the over-threshold counter (0);
+  /// Versions 2 to 8 load: 2 (before growth patience) without the over-threshold counter (0);
   /// 3 (before growth in rounds) without round state; 4 (before the round patience) without
   /// the learning onset; 5 (before growth_until counted from a reopening) as never reopened;
-  /// 6 (before the round's shares) with none measured.
+  /// 6 (before the round's shares) with none measured; 7 (before the paired test) without the
+  /// shares' standard errors.
   void load_state(const std::string& text) override {
-    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 7, "incrt");
+    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 8, "incrt");
     if (!opened) return;
     gf::state::Reader& r = *opened;
     const int version = r.version();
@@ -596,10 +608,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
     for (const gf::BlockView& bv : view.blocks)
       if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calib.done;
     double muted = std::numeric_limits<double>::quiet_NaN();  // the probe without the round
+    double muted_se = std::numeric_limits<double>::quiet_NaN();  // its paired standard error
     if (!gain_.round.empty())
-      if (const gf::Ablation* a = m.ablation(round_heads())) muted = a->loss;
+      if (const gf::Ablation* a = m.ablation(round_heads())) {
+        muted = a->loss;
+        if (m.probe_examples > 1) muted_se = a->diff_sd / std::sqrt(double(m.probe_examples));
+      }
     const gf::incrt::GainDecision dec =
-        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, set_.gain, muted)
+        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, set_.gain, muted, muted_se)
                    : gf::incrt::GainDecision{};
     emit_probe(view, before, dec, muted, calibrated);
     using K = gf::incrt::GainDecision::Kind;
@@ -640,7 +656,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
                   {"window", windows.first},            {"window_before", windows.second},
                   {"onset_steps", gain_.onset >= 0 ? double(gain_.onset) : nan},
                   {"probe_loss_without_round", muted},
-                  {"round_share", dec.share}};
+                  {"round_share", dec.share},
+                  {"round_share_se", dec.share_se},
+                  {"round_t", dec.t}};
     // numbers not measured yet (no validation, no full window) are left out, not written as null
     pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
@@ -674,6 +692,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
                                   {"heads_removed", double(before.round.size())},
                                   {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
                                   {"round_age", double(view.step - before.round_step)},
+                                  {"round_t", std::isfinite(dec.t) ? dec.t : -1.0},
+                                  {"test", set_.gain.paired ? 1.0 : 0.0},
                                   {"patience_steps", before.patience_steps(set_.gain)}});
   }
 
@@ -800,9 +820,29 @@ void round_options(IncrtTable& t) {
            "gain: a round is not taken back before it has trained this many times the steps the "
            "run's first head took to start learning (its probe loss to fall by min_gain)",
            0.0)
+      .choice("round_test", &S::gain, &G::paired, "relative",
+              "gain: what a round must show to be kept. relative: the settled probe loss fell by "
+              "min_gain (and, with attribution, muting its heads costs as much); paired: muting "
+              "its heads costs at least min_share of the probe loss with a paired t statistic "
+              "over the probe examples of at least z_early at any probe, or z when the growth "
+              "window ends (docs/INCRT.md: it measures use, not need)",
+              {{"paired", true}, {"relative", false}})
+      .add("min_share", &S::gain, &G::min_share, "0.01",
+           "gain, round_test paired: the least fraction of the probe loss a round's heads must carry", 0.0, 1.0)
+      .add("z", &S::gain, &G::z, "2",
+           "gain, round_test paired: the paired t statistic (median over the settling window) a "
+           "round's share must reach when the growth window ends",
+           0.0)
+      .add("round_mute_every", &S::gain, &G::mute_every, "2",
+           "gain, round_test paired: the waiting round's heads sit out every N-th training step "
+           "(0: never), so that muting them on the probe measures what they add",
+           0, 1e9)
+      .add("z_early", &S::gain, &G::z_early, "3",
+           "gain, round_test paired: the t statistic that pays a round before the growth window ends",
+           0.0)
       .add("attribution", &S::gain, &G::attribution, "true",
-           "gain: a round is kept only when muting its heads on the probe also costs min_gain of "
-           "the loss (the fall came from the new heads, not from the older ones training on)")
+           "gain, round_test relative: a round is kept only when muting its heads on the probe also "
+           "costs min_gain of the loss (the fall came from the new heads, not from the older ones)")
       .add("grow_until", &S::gain, &G::grow_until, "0.6",
            "gain: no new round after this fraction of the run's steps (after a reopening: of the "
            "steps left then)",
