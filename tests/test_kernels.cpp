@@ -330,6 +330,81 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
   }
 }
 
+// One output element as the products define it: a chain of multiply-adds over q from 0, fused
+// where the set has FMA (a float multiply and add on SSE2; this file is compiled without FMA, so
+// the compiler does not fuse them).
+float chain(const std::string& isa, size_t len, const float* x, size_t sx, const float* y, size_t sy) {
+  float s = 0.0f;
+  for (size_t q = 0; q < len; ++q) {
+    if (isa == "sse2") {
+      const float p = x[q * sx] * y[q * sy];
+      s = p + s;
+    } else {
+      s = std::fma(x[q * sx], y[q * sy], s);
+    }
+  }
+  return s;
+}
+float fused(const std::string& isa, float a, float b, float c) {
+  if (isa == "sse2") {
+    const float p = a * b;
+    return p + c;
+  }
+  return std::fma(a, b, c);
+}
+
+TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the scalar chains") {
+  // Sizes that reach the 6-row x 4-vector tiles (64 columns and more at AVX-512, a reduction of
+  // 32 and more in gemm_short_k), the 12- and 8-row single-vector tiles (a narrow output over
+  // 20 to 131 rows) and every remainder after them; odd leading dimensions.
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (size_t m : {6, 20, 29, 131})
+      for (size_t n : {16, 24, 64, 67, 97, 130})
+        for (size_t k : {16, 32, 45}) {
+          CAPTURE(isa);
+          CAPTURE(m);
+          CAPTURE(n);
+          CAPTURE(k);
+          const size_t ldx = k + 3, ldw = n + 5, ldc = n + 1;
+          auto x = values(m * ldx, 31), w = values(k * ldw, 32), bias = values(n, 33);
+          std::vector<float> c(m * ldc, 0.0f), cs(m * ldc, 0.0f);
+          kernels::gemm_bias(m, n, k, x.data(), ldx, w.data(), ldw, bias.data(), c.data(), ldc);
+          kernels::gemm_short_k(m, n, k, 0.3f, x.data(), ldx, w.data(), ldw, cs.data(), ldc);
+          for (size_t i = 0; i < m; ++i)
+            for (size_t j = 0; j < n; ++j) {
+              const float s = chain(isa, k, x.data() + i * ldx, 1, w.data() + j, ldw);
+              REQUIRE(c[i * ldc + j] == s + bias[j]);
+              REQUIRE(cs[i * ldc + j] == 0.3f * s);
+            }
+          // C (m x k) += alpha X (m x n) Y (n x k): the long n is the chain, k the output width
+          const size_t ldy = k + 2, ldo = k + 1;
+          auto xn = values(m * ldc, 34), y = values(n * ldy, 35), c0 = values(m * ldo, 36);
+          auto rows = values(m, 37);
+          auto cn = c0, cr = c0;
+          kernels::gemm_acc_nd(m, n, k, -0.7f, xn.data(), ldc, y.data(), ldy, cn.data(), ldo);
+          kernels::gemm_acc_nd_rows(m, n, k, rows.data(), xn.data(), ldc, y.data(), ldy, cr.data(),
+                                    ldo);
+          for (size_t i = 0; i < m; ++i)
+            for (size_t e = 0; e < k; ++e) {
+              const float s = chain(isa, n, xn.data() + i * ldc, 1, y.data() + e, ldy);
+              REQUIRE(cn[i * ldo + e] == fused(isa, -0.7f, s, c0[i * ldo + e]));
+              REQUIRE(cr[i * ldo + e] == fused(isa, rows[i], s, c0[i * ldo + e]));
+            }
+          // C (n x k) += alpha X^T Y, X (m x n), Y (m x k): the chain runs over the m rows
+          auto y2 = values(m * ldy, 38), t0 = values(n * ldo, 39);
+          auto ct = t0;
+          kernels::gemm_acc_tnd(m, n, k, 0.45f, xn.data(), ldc, y2.data(), ldy, ct.data(), ldo);
+          for (size_t j = 0; j < n; ++j)
+            for (size_t e = 0; e < k; ++e) {
+              const float s = chain(isa, m, xn.data() + j, ldc, y2.data() + e, ldy);
+              REQUIRE(ct[j * ldo + e] == fused(isa, 0.45f, s, t0[j * ldo + e]));
+            }
+        }
+  }
+}
+
 TEST_CASE("gemm_bias: against double loops; a column's value does not depend on its position") {
   KernelSettings keep;
   // part widths that straddle vector boundaries and leave scalar tails at every width
