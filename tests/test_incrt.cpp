@@ -692,6 +692,7 @@ TEST_CASE("incrt_geometric: unknown option and bad choice are config errors") {
 
 TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reopen on a rise") {
   gf::incrt::GainOptions o;
+  o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
   o.settle_tolerance = 0.01;
   o.min_gain = 0.05;
@@ -757,6 +758,7 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
 TEST_CASE("gain rounds: a round is judged only after it trained as long as the first head took "
           "to start learning") {
   gf::incrt::GainOptions o;
+  o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
   o.min_gain = 0.05;
   o.grow_until = 0.9;
@@ -834,6 +836,7 @@ TEST_CASE("gain rounds: a round is judged only after it trained as long as the f
 
 TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's gain") {
   gf::incrt::GainOptions o;
+  o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
   o.min_gain = 0.05;
   o.grow_until = 0.9;
@@ -872,9 +875,8 @@ TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's
 
 TEST_CASE("gain rounds, paired test: a small share pays when it is significant, waits while "
           "the answer is open, and is judged again when the growth window ends") {
-  gf::incrt::GainOptions o;  // min_share 1 %, z 2, z_early 3
-  REQUIRE(!o.paired);  // relative is the default
-  o.paired = true;
+  gf::incrt::GainOptions o;  // paired (the default), min_share 1 %, z 2, z_early 3
+  REQUIRE(o.paired);
   o.settle_probes = 2;
   o.min_gain = 0.05;
   o.grow_until = 0.5;
@@ -1074,7 +1076,7 @@ TEST_CASE("incrt_geometric criterion gain: rounds double the heads while they pa
   const size_t d = 8;
   FakeBlock block(d, 16);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\ncalibration: fixed\n"
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: relative\ncalibration: fixed\n"
                     "calibration_checks: 2\nprobe_every: 1\nsettle_probes: 2\nprobe_examples: 64\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   drv.total = 100000;

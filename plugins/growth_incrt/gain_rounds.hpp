@@ -77,7 +77,7 @@ inline PlaneResidual plane_residual(const Mat& c, const std::vector<Mat>& motors
 
 /// The options of the round rule.
 struct GainOptions {
-  size_t probe_examples = 128;  // validation examples per probe
+  size_t probe_examples = 512;  // validation examples per probe (the paired test's power)
   size_t probe_every = 2;       // a probe every N checks
   size_t settle_probes = 4;     // W: the settled test compares the median probe loss of the
                                 // last W probes with the W before
@@ -91,16 +91,16 @@ struct GainOptions {
                                 // times the steps the first head took to start learning
   bool attribution = true;      // relative test: a round pays only when muting its heads
                                 // costs min_gain too
-  // The test a round must pass. relative (default): the settled loss fell by min_gain since the
-  // round and, with attribution, muting its heads costs min_gain; judged at the first settled
-  // phase past the patience. paired (an alternative; docs/INCRT.md says what it measured):
+  // The test a round must pass. paired (default; docs/INCRT.md, "The paired round test"):
   // muting the round's heads on the probe costs at least min_share of the loss, significantly
   // so: the median over the last W probes of the paired t statistic over the probe examples.
   // Judged at every probe once W shares are in, settled or not: the round pays early at t >=
   // z_early; when the growth window (grow_until) ends it is judged once more, paying at t >= z
   // and taken back otherwise, so a dormant new head (share near 0, tiny error) or one that hurts
-  // while it starts to learn waits for the window's end.
-  bool paired = false;
+  // while it starts to learn waits for the window's end. relative (the earlier default): the
+  // settled loss fell by min_gain since the round and, with attribution, muting its heads costs
+  // min_gain; judged at the first settled phase past the patience.
+  bool paired = true;
   double min_share = 0.01;  // paired: the least share of the loss a round must carry
   double z = 2.0;           // paired: the t statistic a round's share must reach at the last look
   double z_early = 3.0;     // paired: ... at a look before the growth window ends

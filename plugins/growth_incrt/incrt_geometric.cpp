@@ -802,7 +802,7 @@ void round_options(IncrtTable& t) {
               {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
       .add("plane_threshold", &S::plane_threshold, "0.5",
            "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
-      .add("probe_examples", &S::gain, &G::probe_examples, "128", "gain: validation examples per probe", 1, 1e7)
+      .add("probe_examples", &S::gain, &G::probe_examples, "512", "gain: validation examples per probe", 1, 1e7)
       .add("probe_every", &S::gain, &G::probe_every, "2", "gain: a validation probe every N checks", 1, 1e6)
       .add("settle_probes", &S::gain, &G::settle_probes, "4",
            "gain: W, settled when the median probe loss of the last W probes fell by less than "
@@ -820,12 +820,13 @@ void round_options(IncrtTable& t) {
            "gain: a round is not taken back before it has trained this many times the steps the "
            "run's first head took to start learning (its probe loss to fall by min_gain)",
            0.0)
-      .choice("round_test", &S::gain, &G::paired, "relative",
-              "gain: what a round must show to be kept. relative: the settled probe loss fell by "
-              "min_gain (and, with attribution, muting its heads costs as much); paired: muting "
-              "its heads costs at least min_share of the probe loss with a paired t statistic "
-              "over the probe examples of at least z_early at any probe, or z when the growth "
-              "window ends (docs/INCRT.md: it measures use, not need)",
+      .choice("round_test", &S::gain, &G::paired, "paired",
+              "gain: what a round must show to be kept. paired: muting its heads costs at least "
+              "min_share of the probe loss with a paired t statistic over the probe examples of "
+              "at least z_early at any probe, or z when the growth window ends, its heads sitting "
+              "out every round_mute_every-th training step meanwhile; relative (the earlier rule): "
+              "the settled probe loss fell by min_gain (and, with attribution, muting its heads "
+              "costs as much)",
               {{"paired", true}, {"relative", false}})
       .add("min_share", &S::gain, &G::min_share, "0.01",
            "gain, round_test paired: the least fraction of the probe loss a round's heads must carry", 0.0, 1.0)
