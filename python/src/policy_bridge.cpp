@@ -7,7 +7,8 @@
 //   optional: on_start(self, view), edited(self, edit, view), summary(self) -> {name: number},
 //             save_state(self) -> str and load_state(self, str) (without them the instance's
 //             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) -> int,
-//             probe_ablations(self, view) -> [[(block, head), ...], ...], summary_columns
+//             probe_ablations(self, view) -> [[(block, head), ...], ...],
+//             muted_in_training(self, step) -> [(block, head), ...], summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
 // Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
 // ConfigError for the class, its import and its options) naming the class, the method and the step.
@@ -226,6 +227,7 @@ class PythonPolicy : public gf::GrowthPolicy {
         throw gf::RuntimeError(label_ + ": needs_probe is " + short_repr(v) + ", not True or False");
       return v.cast<bool>();
     });
+    has_muted_ = py::hasattr(obj, "muted_in_training") && PyCallable_Check(obj.attr("muted_in_training").ptr());
     obj_ = std::move(obj);  // last: a member destroyed by a throw here would lack the GIL
   }
 
@@ -266,29 +268,44 @@ class PythonPolicy : public gf::GrowthPolicy {
     if (!py::isinstance<py::list>(ret) && !py::isinstance<py::tuple>(ret))
       throw gf::RuntimeError(where + " returned " + short_repr(ret) +
                              "; expected a list of head sets, each a list of (block, head) pairs");
-    for (auto set : ret) {
-      std::vector<gf::HeadRef> s;
-      bool ok = py::isinstance<py::list>(set) || py::isinstance<py::tuple>(set);
-      for (auto pair : ok ? py::reinterpret_borrow<py::object>(set) : py::list()) {
-        py::sequence p = py::isinstance<py::sequence>(pair) && !py::isinstance<py::str>(pair)
-                             ? py::reinterpret_borrow<py::sequence>(pair)
-                             : py::sequence(py::list());
-        auto b = p.size() == 2 ? int_value(p[0]) : std::nullopt;
-        auto h = p.size() == 2 ? int_value(p[1]) : std::nullopt;
-        if (!b || !h || *b < 0 || static_cast<size_t>(*b) >= view.blocks.size() || *h < 0 ||
-            *h > std::numeric_limits<int>::max()) {
-          ok = false;
-          break;
-        }
-        s.push_back({static_cast<size_t>(*b), static_cast<int>(*h)});
-      }
-      if (!ok)
-        throw gf::RuntimeError(where + ": the head set " + short_repr(set) +
-                               " is not a list of (block, head) pairs of this model's " +
-                               std::to_string(view.blocks.size()) + " block(s)");
-      out.push_back(std::move(s));
-    }
+    for (auto set : ret) out.push_back(head_set(set, view.blocks.size(), where));
     return out;
+  }
+
+  // muted_in_training(self, step) -> [(block, head), ...]: asked before every training step,
+  // so the method is looked up once
+  std::vector<gf::HeadRef> muted_in_training(size_t step) const override {
+    if (!has_muted_) return {};
+    py::gil_scoped_acquire gil;
+    const std::string where = label_ + ".muted_in_training at step " + std::to_string(step);
+    py::object ret = call("muted_in_training", long(step), [&] { return obj_.attr("muted_in_training")(long(step)); });
+    return head_set(ret, std::numeric_limits<size_t>::max(), where);
+  }
+
+  // A list of (block, head) pairs, blocks under BLOCKS; else one RuntimeError naming WHERE.
+  static std::vector<gf::HeadRef> head_set(py::handle set, size_t blocks, const std::string& where) {
+    std::vector<gf::HeadRef> s;
+    bool ok = py::isinstance<py::list>(set) || py::isinstance<py::tuple>(set);
+    for (auto pair : ok ? py::reinterpret_borrow<py::object>(set) : py::list()) {
+      py::sequence p = py::isinstance<py::sequence>(pair) && !py::isinstance<py::str>(pair)
+                           ? py::reinterpret_borrow<py::sequence>(pair)
+                           : py::sequence(py::list());
+      auto b = p.size() == 2 ? int_value(p[0]) : std::nullopt;
+      auto h = p.size() == 2 ? int_value(p[1]) : std::nullopt;
+      if (!b || !h || *b < 0 || static_cast<size_t>(*b) >= blocks || *h < 0 ||
+          *h > std::numeric_limits<int>::max()) {
+        ok = false;
+        break;
+      }
+      s.push_back({static_cast<size_t>(*b), static_cast<int>(*h)});
+    }
+    if (!ok)
+      throw gf::RuntimeError(where + ": the head set " + short_repr(py::reinterpret_borrow<py::object>(set)) +
+                             " is not a list of (block, head) pairs" +
+                             (blocks == std::numeric_limits<size_t>::max()
+                                  ? std::string()
+                                  : " of this model's " + std::to_string(blocks) + " block(s)"));
+    return s;
   }
 
   void on_start(const gf::TrainView& view) override {
@@ -684,6 +701,7 @@ class PythonPolicy : public gf::GrowthPolicy {
   std::string role_, class_path_, label_;
   py::object obj_;
   bool needs_probe_ = false;
+  bool has_muted_ = false;  // the class defines muted_in_training
 };
 
 }  // namespace

@@ -121,3 +121,22 @@ class SelfInterrupt:
             os.kill(os.getpid(), signal.SIGINT)
         view.emit("after_kill", checks=self.checks)
         return [{"op": "add_head", "block": 0}] if view.step == self.at else []
+
+
+class MuteEven:
+    """Leaves head `head` of block 0 out of every even training step (muted_in_training)."""
+
+    def __init__(self, head=0, bad=False):
+        self.head, self.bad, self.asked = head, bad, 0
+
+    def muted_in_training(self, step):
+        self.asked += 1
+        if self.bad:
+            return "head 0"
+        return [(0, self.head)] if step % 2 == 0 else []
+
+    def check(self, view):
+        return []
+
+    def summary(self):
+        return {"asked": self.asked}

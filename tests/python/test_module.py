@@ -326,3 +326,17 @@ def test_read_sweep_rows(tiny, tmp_path):
         assert isinstance(r["test_loss"], float) and "train.steps=10" in r["overrides"]
     with pytest.raises(gf.ConfigError):
         gf.read_sweep(str(tmp_path / "nothing"))
+
+
+def test_python_policy_mutes_heads_in_training(tiny, tmp_path):
+    # the same run with a policy that never mutes, and with head 0 left out of every even step
+    train(tiny, tmp_path / "plain", [python_growth("AddAt", at=1000)])
+    _, r = train(tiny, tmp_path / "muted", [python_growth("MuteEven", head=0)])
+    plain = [l for l in gf.read_metrics(str(tmp_path / "plain")) if l.get("split") == "train"]
+    muted = [l for l in gf.read_metrics(str(tmp_path / "muted")) if l.get("split") == "train"]
+    assert len(plain) == len(muted) > 0
+    assert plain[0]["loss"] != muted[0]["loss"]  # steps 2 and 4 ran without head 0
+    # asked before every training step
+    assert r["growth_summary"]["asked"] == 40
+    with pytest.raises(gf.RunError, match=r"\(policies\.MuteEven\)\.muted_in_training at step 1: the head set 'head 0' is not a list of \(block, head\) pairs"):
+        train(tiny, tmp_path / "bad", [python_growth("MuteEven", bad="true")])
