@@ -936,6 +936,23 @@ TEST_CASE("gain rounds, paired test: a small share pays when it is significant, 
     CHECK(probes == 2);
     CHECK(d.t == doctest::Approx(10.0));
   }
+  // a solved task: the loss is 0.001 and muting the round raises it to 0.003 (t = 20). Of the
+  // loss that would be a 200 % share; of the floor 0.05 it is 4 % (pays), of a floor of 0.5
+  // 0.4 %, under min_share: the round does not pay and is taken back
+  {
+    for (double floor : {0.05, 0.5}) {
+      gf::incrt::GainOptions f = o;
+      f.loss_floor = floor;
+      gf::incrt::GainState g;
+      size_t step = 0;
+      started(g, step);
+      gf::incrt::GainDecision d;
+      while (step < 900 && d.kind == K::None) d = g.observe(0.001, step += 10, 1000, f, 0.003, 0.0001);
+      CHECK(d.share == doctest::Approx(0.002 / floor));
+      CHECK(d.t == doctest::Approx(20.0));
+      CHECK(d.kind == (floor == 0.05 ? K::Grow : K::Reject));
+    }
+  }
   // the same 2 % share with a standard error of 2 % (t = 1): open, so the round waits past its
   // patience and is taken back at the first probe after the growth window (step 500 of 1000)
   {

@@ -104,6 +104,8 @@ struct GainOptions {
   double min_share = 0.01;  // paired: the least share of the loss a round must carry
   double z = 2.0;           // paired: the t statistic a round's share must reach at the last look
   double z_early = 3.0;     // paired: ... at a look before the growth window ends
+  double loss_floor = 0.05; // paired: shares are of max(L, loss_floor), as the ablation pruning
+                            // rule's costs are
   size_t mute_every = 2;    // paired: the waiting round's heads sit out every N-th training
                             // step (0: never), so the older heads keep working without them
 };
@@ -185,8 +187,11 @@ struct GainState {
     if (!std::isfinite(loss)) return out;
     const size_t w = std::max<size_t>(o.settle_probes, 1);
     if (has_prev && !done && std::isfinite(muted_loss) && loss > 0) {
-      shares.push_back((muted_loss - loss) / loss);
-      share_ses.push_back(std::isfinite(muted_se) ? muted_se / loss
+      // paired: a share of a negligible loss is negligible (on a task the model has solved every
+      // head it has is used, and (L_muted - L) / L grows without bound as L -> 0)
+      const double scale = o.paired ? std::max(loss, o.loss_floor) : loss;
+      shares.push_back((muted_loss - loss) / scale);
+      share_ses.push_back(std::isfinite(muted_se) ? muted_se / scale
                                                   : std::numeric_limits<double>::quiet_NaN());
       if (shares.size() > w) shares.erase(shares.begin());
       if (share_ses.size() > w) share_ses.erase(share_ses.begin());

@@ -834,6 +834,10 @@ void round_options(IncrtTable& t) {
            "gain, round_test paired: the paired t statistic (median over the settling window) a "
            "round's share must reach when the growth window ends",
            0.0)
+      .add("loss_floor", &S::gain, &G::loss_floor, "0.05",
+           "gain, round_test paired: a round's share is of max(probe loss, loss_floor), so that on a "
+           "solved task (loss near 0) the heads' use does not read as need",
+           0.0)
       .add("round_mute_every", &S::gain, &G::mute_every, "2",
            "gain, round_test paired: the waiting round's heads sit out every N-th training step "
            "(0: never), so that muting them on the probe measures what they add",
