@@ -11,6 +11,7 @@
 
 #include "growformer/fields.hpp"
 #include "growformer/incrt/math.hpp"
+#include "growformer/incrt/stats.hpp"
 #include "growformer/state_text.hpp"
 #include "growformer/growth.hpp"
 #include "growformer/multihead.hpp"
@@ -332,6 +333,78 @@ TEST_CASE("incrt math: the coupled step adds the reference's cross terms (hand c
 }
 
 // ---- growth: incrt_geometric ----------------------------------------------------------
+
+TEST_CASE("incrt stats: one head's ProbeStats is the gate's A_h bit for bit; the tracker stage steps as "
+          "the trackers") {
+  const size_t d = 8;
+  gf::Tensor x = anisotropic_probe(3, 5, d, 31);
+  std::vector<uint8_t> valid(15, 1);
+  valid[4] = valid[13] = 0;
+  auto h = random_head(d, 4, 7);
+  for (bool first : {false, true}) {
+    CAPTURE(first);
+    const gf::incrt::ProbeSettings p{first, true};
+    const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(x, &valid, {h.get()}, p);
+    // what the gate computed of its own head before the stage was shared
+    const Mat c = gf::incrt::gram_from_probe(x, &valid, first, true);
+    const Mat a = gf::incrt::sym_cm(c, gf::incrt::head_motor(*h, d));
+    CHECK(ps.c.a == c.a);
+    CHECK(ps.s.a == a.a);
+    CHECK(ps.energy == gf::incrt::frobenius(a));
+    CHECK(ps.tokens == (first ? 4u : 13u));
+  }
+  // a slot without a head object adds a zero motor
+  const gf::incrt::ProbeStats two = gf::incrt::ProbeStats::measure(x, nullptr, {h.get(), nullptr}, {});
+  REQUIRE(two.motors.size() == 2);
+  CHECK(two.has_head == std::vector<bool>{true, false});
+  CHECK(two.present_motors().size() == 1);
+  CHECK(two.ma.a == gf::incrt::head_motor(*h, d).a);
+
+  const Known k = known_commutator(3);
+  const double an = gf::incrt::frobenius(k.a);
+  gf::Rng rng(2, 2);
+  gf::incrt::TrackerPair start;
+  start.reset(d, rng, {});
+  gf::incrt::TrackerSettings ts;
+  ts.iters = 7;
+  ts.eta_minus = 0.2;
+  gf::incrt::TrackerPair by_stage = start, by_hand = start;
+  ts.step(by_stage, k.a, {}, an);
+  by_hand.update(k.a, {}, 0.5, 0.2, gf::incrt::McaRule::Exin, 7, an);  // eta+ default 0.5
+  CHECK(by_stage.up == by_hand.up);
+  CHECK(by_stage.um == by_hand.um);
+  CHECK(by_stage.lambda_max == by_hand.lambda_max);
+  ts.scale_frobenius = false;  // the reference's 1/(10 d), eta- = eta+ / 2 unless set
+  ts.eta_minus = -1.0;
+  by_stage = by_hand = start;
+  ts.step(by_stage, k.a, {}, an);
+  by_hand.update(k.a, {}, 1.0 / 80.0, 0.5 / 80.0, gf::incrt::McaRule::Exin, 7, 1.0);
+  CHECK(by_stage.up == by_hand.up);
+  CHECK(by_stage.um == by_hand.um);
+  ts.coupling = true;
+  CHECK(ts.gamma(3.0, 1.0) == 0.75);
+  CHECK(ts.gamma(0.0, 0.0) == 0.5);
+  ts.coupling = false;
+  CHECK(ts.gamma(3.0, 1.0) == -1.0);
+  ts.scale_frobenius = true;
+  by_stage = start;
+  ts.step(by_stage, Mat(d), {}, 0.0);  // no energy: the vectors stay, the eigenvalues are 0
+  CHECK(by_stage.up == start.up);
+  CHECK(by_stage.lambda_max == 0.0);
+  CHECK(by_stage.lambda_min == 0.0);
+  ts.exact = true;
+  ts.step(by_stage, k.a, {}, an);
+  by_hand = start;
+  by_hand.exact(k.a, {});
+  CHECK(by_stage.up == by_hand.up);
+  CHECK(by_stage.lambda_max == doctest::Approx(3.0).epsilon(1e-9));
+
+  gf::incrt::Calibration cal;
+  cal.gamma0 = 4.0;
+  CHECK(gf::incrt::threshold_scale(gf::incrt::Thresholds::Relative, 2.5, cal) == 2.5);
+  CHECK(gf::incrt::threshold_scale(gf::incrt::Thresholds::Calibrated, 2.5, cal) == 4.0);
+  CHECK(gf::incrt::threshold_scale(gf::incrt::Thresholds::Absolute, 2.5, cal) == 1.0);
+}
 
 TEST_CASE("incrt_geometric: growth mechanics on a fixed block; W_t falls at every growth") {
   // New FakeBlock heads carry no motor (W_K = 0), so this checks the bookkeeping only;

@@ -117,11 +117,7 @@ struct IncrtSettings {
   double plane_threshold = 0.5;
   gf::incrt::GainOptions gain;
   gf::incrt::ProbeSettings probe;
-  bool exact = false;
-  gf::incrt::McaRule mca_rule = gf::incrt::McaRule::Exin;
-  double eta_plus = -1.0, eta_minus = -1.0;  // unset: the defaults of eta_plus(d)
-  size_t tracker_iters = 100;
-  bool scale_frobenius = true, coupling = false;
+  gf::incrt::TrackerSettings tracker;
   gf::incrt::CalibrationSettings calibration;
   Thresholds thresholds = Thresholds::Relative;
   bool both_halves = true;
@@ -347,11 +343,6 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return b;
   }
 
-  double eta_plus(size_t d) const {
-    return set_.eta_plus > 0 ? set_.eta_plus : gf::incrt::default_eta_plus(set_.scale_frobenius, d);
-  }
-  double eta_minus(size_t d) const { return set_.eta_minus > 0 ? set_.eta_minus : 0.5 * eta_plus(d); }
-
   /// Stage "threshold": the thresholds of the current check (energy = E_t = ||sym(C M_a)||_F).
   void set_thresholds(BlockState& st, double energy) const {
     if (set_.thresholds == Thresholds::Absolute) {
@@ -360,7 +351,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.phi_g = set_.phi_g;
       return;
     }
-    const double scale = set_.thresholds == Thresholds::Relative ? energy : st.calib.gamma0;
+    const double scale = gf::incrt::threshold_scale(set_.thresholds, energy, st.calib);
     st.theta_w = set_.theta_w * scale;
     st.phi_w = set_.phi_w * st.theta_w;
     st.phi_g = set_.phi_g * st.theta_w;
@@ -399,29 +390,17 @@ class IncrtGeometric : public gf::GrowthPolicy {
     }
   }
 
-  /// Stage "spectrum": A_res, its eigenvalues, and the trackers' step.
+  /// Stage "spectrum" and "track": A_res, its eigenvalues, and the trackers' step.
   Spectrum track(BlockState& st, const gf::incrt::ProbeStats& ps, size_t d) {
+    const gf::incrt::TrackerSettings& tr = set_.tracker;
     Spectrum sp;
     sp.a = gf::incrt::project(ps.s, st.q);
     sp.a_norm = gf::incrt::frobenius(sp.a);
-    sp.eig = gf::incrt::jacobi_eigen(sp.a, set_.exact);
+    sp.eig = gf::incrt::jacobi_eigen(sp.a, tr.exact);
     const Vec& ev = sp.eig.values;
     sp.gap_top = d >= 2 ? ev[d - 1] - ev[d - 2] : 0.0;
     sp.gap_bottom = d >= 2 ? ev[1] - ev[0] : 0.0;
-    if (set_.exact) {
-      st.tracker.exact(sp.a, st.q, &sp.eig);
-    } else {
-      const double scale = set_.scale_frobenius ? sp.a_norm : 1.0;
-      double gamma = -1.0;  // uncoupled
-      if (set_.coupling)
-        gamma = sp.gap_top + sp.gap_bottom > 0 ? sp.gap_top / (sp.gap_top + sp.gap_bottom) : 0.5;
-      if (scale > 0) {
-        st.tracker.update(sp.a, st.q, eta_plus(d), eta_minus(d), set_.mca_rule, set_.tracker_iters,
-                          scale, gamma);
-      } else {
-        st.tracker.lambda_max = st.tracker.lambda_min = 0.0;  // no directional energy at all
-      }
-    }
+    tr.step(st.tracker, sp.a, st.q, sp.a_norm, tr.gamma(sp.gap_top, sp.gap_bottom), &sp.eig);
     st.lambda_max = st.tracker.lambda_max;
     st.lambda_min = st.tracker.lambda_min;
     st.a_norm = sp.a_norm;
@@ -470,12 +449,12 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // Dwell time in checks.
     rd.dwell = set_.dwell_checks;
     if (set_.dwell_auto) {
-      const double scale = set_.scale_frobenius && sp.a_norm > 0 ? sp.a_norm : 1.0;
+      const double scale = set_.tracker.scale_frobenius && sp.a_norm > 0 ? sp.a_norm : 1.0;
       const double gap = sp.gap_top / scale;
-      const double iters = gap > 0 ? set_.dwell_kappa / (eta_plus(d) * gap * gap) *
+      const double iters = gap > 0 ? set_.dwell_kappa / (set_.tracker.eta_plus_at(d) * gap * gap) *
                                          std::log(1.0 / set_.dwell_eps)
                                    : 1e18;
-      const double in_checks = std::ceil(iters / double(std::max<size_t>(set_.tracker_iters, 1)));
+      const double in_checks = std::ceil(iters / double(std::max<size_t>(set_.tracker.iters, 1)));
       rd.dwell = static_cast<long>(std::min<double>(in_checks, double(set_.dwell_max_checks)));
     }
     // The energy the criterion reads: the spectral radius of A_res (both halves), or
@@ -858,20 +837,22 @@ void round_options(IncrtTable& t) {
 void tracker_options(IncrtTable& t) {
   using S = IncrtSettings;
   using Cal = gf::incrt::CalibrationSettings;
+  using T = gf::incrt::TrackerSettings;
   t.include(gf::incrt::ProbeSettings::table(), &S::probe)
-      .choice("tracker", &S::exact, "online", "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)",
+      .choice("tracker", &S::tracker, &T::exact, "online",
+              "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)",
               {{"online", false}, {"exact", true}})
-      .choice("mca_rule", &S::mca_rule, "exin",
+      .choice("mca_rule", &S::tracker, &T::mca_rule, "exin",
               "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)",
               {{"exin", gf::incrt::McaRule::Exin}, {"reference", gf::incrt::McaRule::Reference}})
-      .add("eta_plus", &S::eta_plus, "~",
+      .add("eta_plus", &S::tracker, &T::eta_plus, "~",
            "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0)
-      .add("eta_minus", &S::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
-      .add("tracker_iters", &S::tracker_iters, "100", "tracker steps per check", 1, 1e7)
-      .choice("step_scale", &S::scale_frobenius, "frobenius",
+      .add("eta_minus", &S::tracker, &T::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
+      .add("tracker_iters", &S::tracker, &T::iters, "100", "tracker steps per check", 1, 1e7)
+      .choice("step_scale", &S::tracker, &T::scale_frobenius, "frobenius",
               "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
               {{"frobenius", true}, {"none", false}})
-      .add("coupling", &S::coupling, "false",
+      .add("coupling", &S::tracker, &T::coupling, "false",
            "couple the trackers as the reference code does, gamma* = D+/(D+ + D-): u+ gets "
            "-(1-gamma*) c u-, u- gets +eta gamma*(1-gamma*) c u+, c = u+^T u-")
       .choice("calibration", &S::calibration, &Cal::plateau, "plateau",

@@ -1,9 +1,10 @@
 // What the INCRT growth policy, its pruning rule and its gate head measure at a check, declared
 // once: the probe's statistics (C, the heads' motors M_a,h, the total directional energy
-// E_t = ||sym(C M_a)||_F), the calibration of Gamma_res(0) from the first checks' E_t, and the
-// options these share (`probe`, `normalize_c`, `calibration_checks`, `thresholds`). A check is
-// then probe -> energy -> calibrate -> threshold -> decide, the first three here and the last two
-// in each policy.
+// E_t = ||sym(C M_a)||_F), the trackers' step on a matrix of them, the calibration of
+// Gamma_res(0) from the first checks' E_t, the scale of a threshold, and the options these share
+// (`probe`, `normalize_c`, `calibration_checks`, `thresholds`). A check is then probe -> energy
+// -> calibrate -> threshold -> decide, the first four here and the decision in each policy; the
+// gate runs probe -> energy -> track on its own head at every update.
 #pragma once
 
 #include <algorithm>
@@ -76,23 +77,30 @@ struct ProbeStats {
   /// Stage "probe" and "energy" of a check: C from the block's probe, the heads' motors, E_t.
   static ProbeStats measure(const BlockView& bv, const std::vector<HeadInfo>& heads,
                             const ProbeSettings& p) {
+    std::vector<const Head*> of;
+    for (const HeadInfo& h : heads) of.push_back(h.head);
+    return measure(bv.probe->input, bv.probe->mask(), of, p);
+  }
+
+  /// The same on INPUT (B, T, d) with its valid tokens VALID (B*T, or null) and HEADS (null for
+  /// a slot without a head object): what the gate measures of its own head at an update.
+  static ProbeStats measure(const Tensor& input, const std::vector<uint8_t>* valid,
+                            const std::vector<const Head*>& heads, const ProbeSettings& p) {
     ProbeStats out;
-    const size_t d = bv.probe->input.dim(2);
+    const size_t d = input.dim(2);
     out.ma = Mat(d);
-    for (const HeadInfo& h : heads) {
-      out.has_head.push_back(h.head != nullptr);
-      if (!h.head) {
+    for (const Head* h : heads) {
+      out.has_head.push_back(h != nullptr);
+      if (!h) {
         out.motors.emplace_back(d);
         continue;
       }
-      Mat m = head_motor(*h.head, d);
+      Mat m = head_motor(*h, d);
       for (size_t i = 0; i < out.ma.a.size(); ++i) out.ma.a[i] += m.a[i];
       out.motors.push_back(std::move(m));
     }
-    out.c = gram_from_probe(bv.probe->input, bv.probe->mask(), p.first_sequence, p.normalize_c,
-                            &out.tokens);
-    const size_t nseq = p.first_sequence ? std::min<size_t>(bv.probe->input.dim(0), 1)
-                                         : bv.probe->input.dim(0);
+    out.c = gram_from_probe(input, valid, p.first_sequence, p.normalize_c, &out.tokens);
+    const size_t nseq = p.first_sequence ? std::min<size_t>(input.dim(0), 1) : input.dim(0);
     out.seq_len = nseq ? double(out.tokens) / double(nseq) : 1.0;
     out.s = sym_cm(out.c, out.ma);
     out.energy = frobenius(out.s);
@@ -104,6 +112,44 @@ struct ProbeStats {
     for (size_t i = 0; i < motors.size(); ++i)
       if (has_head[i]) out.push_back(motors[i]);
     return out;
+  }
+};
+
+/// How the trackers u+ / u- step (`tracker`, `mca_rule`, `eta_plus`, `eta_minus`,
+/// `tracker_iters`, `step_scale`, `coupling`; each policy declares the options it offers).
+struct TrackerSettings {
+  bool exact = false;                // the eigendecomposition instead of Oja / MCA steps
+  McaRule mca_rule = McaRule::Exin;
+  double eta_plus = -1.0, eta_minus = -1.0;  // unset (<= 0): the defaults of eta_plus_at(d)
+  size_t iters = 100;                // tracker steps per update
+  bool scale_frobenius = true;       // steps on A / ||A||_F
+  bool coupling = false;             // the reference code's coupling of the two trackers
+
+  double eta_plus_at(size_t d) const { return eta_plus > 0 ? eta_plus : default_eta_plus(scale_frobenius, d); }
+  double eta_minus_at(size_t d) const { return eta_minus > 0 ? eta_minus : 0.5 * eta_plus_at(d); }
+
+  /// gamma* = D+ / (D+ + D-) of the top and bottom eigen-gaps with `coupling`, else -1
+  /// (uncoupled).
+  double gamma(double gap_top, double gap_bottom) const {
+    if (!coupling) return -1.0;
+    return gap_top + gap_bottom > 0 ? gap_top / (gap_top + gap_bottom) : 0.5;
+  }
+
+  /// Stage "track": u+ / u- of A (Frobenius norm A_NORM) in the complement of BASIS, exactly
+  /// (from EIG when given) or by `iters` steps; without any directional energy to step on (a
+  /// zero scale) the tracked eigenvalues are 0 and the vectors stay.
+  void step(TrackerPair& t, const Mat& a, const std::vector<Vec>& basis, double a_norm,
+            double gamma_star = -1.0, const Eigen* eig = nullptr) const {
+    if (exact) {
+      t.exact(a, basis, eig);
+      return;
+    }
+    const double scale = scale_frobenius ? a_norm : 1.0;
+    if (!(scale > 0)) {
+      t.lambda_max = t.lambda_min = 0.0;
+      return;
+    }
+    t.update(a, basis, eta_plus_at(a.n), eta_minus_at(a.n), mca_rule, iters, scale, gamma_star);
   }
 };
 
@@ -142,5 +188,11 @@ struct Calibration {
     return median(last) <= (1.0 + s.tolerance) * median(before);
   }
 };
+
+/// Stage "threshold": what a threshold under T multiplies at a check: E_t of the check
+/// (relative), Gamma_res(0) of CALIB (calibrated), 1 (absolute).
+inline double threshold_scale(Thresholds t, double energy, const Calibration& calib) {
+  return t == Thresholds::Relative ? energy : t == Thresholds::Calibrated ? calib.gamma0 : 1.0;
+}
 
 }  // namespace gf::incrt
