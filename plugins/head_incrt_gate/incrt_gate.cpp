@@ -5,7 +5,8 @@
 // during training forwards from the detached input (no gradient flows through
 // the trackers). g+ and g- are fixed or learned (sigmoid of a parameter). The
 // trackers are saved with the block's structure (save_state), so a checkpoint
-// evaluates with the gate the model was trained with.
+// evaluates with the gate the model was trained with. What an update measures and how the
+// trackers step are the INCRT library's (ProbeStats, TrackerSettings), as in the growth policy.
 #include <growformer/attention.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
@@ -19,10 +20,10 @@
 #include <vector>
 
 #include <growformer/incrt/math.hpp>
+#include <growformer/incrt/stats.hpp>
 
 namespace {
 
-using gf::incrt::Mat;
 using gf::incrt::Vec;
 
 class IncrtGate : public gf::Head {
@@ -33,13 +34,8 @@ class IncrtGate : public gf::Head {
         g_minus_(o.get_float("g_minus")),
         learn_(o.get_bool("learn_gates")),
         update_every_(size_t(o.get_int("update_every"))),
-        iters_(size_t(o.get_int("tracker_iters"))),
-        eta_plus_(o.has_value("eta_plus") ? o.get_float("eta_plus") : -1.0),
-        eta_minus_(o.has_value("eta_minus") ? o.get_float("eta_minus") : -1.0),
-        rule_(o.get_string("mca_rule") == "reference" ? gf::incrt::McaRule::Reference
-                                                      : gf::incrt::McaRule::Exin),
-        exact_(o.get_string("tracker") == "exact"),
-        first_sequence_(o.get_string("probe") == "first_sequence"),
+        tracking_(tracking(o)),
+        probe_{o.get_string("probe") == "first_sequence", true},
         rng_(b.rng ? b.rng->next_u64() : 0x9a7eULL, "incrt_gate") {
     if (!b.registry) throw gf::ConfigError("incrt_gate: the head build has no registry");
     if (learn_) {
@@ -90,24 +86,16 @@ class IncrtGate : public gf::Head {
     return inner_->forward(gated);
   }
 
-  /// Updates u+ / u- from a batch of head inputs (B, T, d) (no gradient).
+  /// Updates u+ / u- from a batch of head inputs (B, T, d) (no gradient): the stages probe and
+  /// energy on the inner head alone (C of the batch, A_h = sym(C M_a,h), ||A_h||_F), then track.
   void observe(const gf::Tensor& x, const std::vector<uint8_t>* valid) {
-    const size_t d = shape_.d_model;
-    const Mat c = gf::incrt::gram_from_probe(x, valid, first_sequence_, true);
-    const Mat a = gf::incrt::sym_cm(c, gf::incrt::head_motor(*inner_, d));
-    const double scale = gf::incrt::frobenius(a);
-    if (!(scale > 0)) return;  // no directional structure: keep the gate as it is
+    const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(x, valid, {inner_.get()}, probe_);
+    if (!(ps.energy > 0)) return;  // no directional structure: keep the gate as it is
     if (!started_) {
-      tracker_.reset(d, rng_, {});
+      tracker_.reset(shape_.d_model, rng_, {});
       started_ = true;
     }
-    if (exact_) {
-      tracker_.exact(a, {});
-    } else {
-      const double ep = eta_plus_ > 0 ? eta_plus_ : gf::incrt::default_eta_plus(true, d);
-      const double em = eta_minus_ > 0 ? eta_minus_ : 0.5 * ep;
-      tracker_.update(a, {}, ep, em, rule_, iters_, scale);
-    }
+    tracking_.step(tracker_, ps.s, {}, ps.energy);
   }
 
   const gf::Var* w_q(size_t level) const override { return inner_->w_q(level); }
@@ -175,14 +163,26 @@ class IncrtGate : public gf::Head {
 
  private:
   static double logit(double p) { return std::log(p / (1.0 - p)); }
+  /// The tracker options (steps always on A_h / ||A_h||_F, uncoupled).
+  static gf::incrt::TrackerSettings tracking(const gf::Options& o) {
+    gf::incrt::TrackerSettings t;
+    t.exact = o.get_string("tracker") == "exact";
+    t.mca_rule = o.get_string("mca_rule") == "reference" ? gf::incrt::McaRule::Reference
+                                                         : gf::incrt::McaRule::Exin;
+    if (o.has_value("eta_plus")) t.eta_plus = o.get_float("eta_plus");
+    if (o.has_value("eta_minus")) t.eta_minus = o.get_float("eta_minus");
+    t.iters = size_t(o.get_int("tracker_iters"));
+    t.scale_frobenius = true;
+    t.coupling = false;
+    return t;
+  }
   static double sigmoid(double a) { return 1.0 / (1.0 + std::exp(-a)); }
 
   double g_plus_, g_minus_;
   bool learn_;
-  size_t update_every_, iters_;
-  double eta_plus_, eta_minus_;
-  gf::incrt::McaRule rule_;
-  bool exact_, first_sequence_;
+  size_t update_every_;
+  gf::incrt::TrackerSettings tracking_;
+  gf::incrt::ProbeSettings probe_;  // C of all valid tokens or of sequence 0, always normalised
   gf::Rng rng_;
   std::shared_ptr<gf::Head> inner_;
   gf::Var a_plus_, a_minus_;  // handles share the registered parameters' nodes
