@@ -209,25 +209,27 @@ class DirectionalEnergy : public gf::GrowthPolicy {
 
  private:
   /// One block's check: probe -> energy (E_t and each head's share) -> calibrate -> threshold ->
-  /// decide.
+  /// decide (the heads under the threshold long enough, then the removals).
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, PruneBlockState& st,
                    std::vector<gf::Edit>& edits) {
     const std::vector<gf::HeadInfo> heads = bv.block->heads();
     const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
     const Vec energy = head_energies(ps);
     st.checks += 1;
-    const double total = ps.energy;  // E_t
-    const bool absolute = set_.thresholds == Thresholds::Absolute;
-    st.calib.observe(total, view.step, view.total_steps, set_.calibration, absolute);
-    if (st.calib.done) {
-      if (absolute) st.phi_g = set_.phi_g;
-      else if (set_.thresholds == Thresholds::Relative) st.phi_g = set_.phi_g * total;
-      else st.phi_g = set_.phi_g * set_.theta_w * st.calib.gamma0;
-    }
+    const bool absolute = set_.thresholds == Thresholds::Absolute;  // no calibration needed
+    st.calib.observe(ps.energy, view.step, view.total_steps, set_.calibration, absolute);
+    if (st.calib.done) st.phi_g = threshold(st, ps.energy);
     Vec ages;
     std::vector<size_t> candidates = count_below(view, st, heads, energy, ages);
-    emit_check(view, bv, st, heads, energy, total);
+    emit_check(view, bv, st, heads, energy, ps.energy);
     decide(view, bv, st, heads, energy, ages, candidates, edits);
+  }
+
+  /// Stage "threshold": phi_g of a check with total energy E_t: phi_g x E_t (relative),
+  /// phi_g x theta_w x Gamma_res(0) (calibrated) or phi_g (absolute).
+  double threshold(const PruneBlockState& st, double energy) const {
+    const double w = set_.thresholds == Thresholds::Calibrated ? set_.theta_w : 1.0;
+    return set_.phi_g * w * gf::incrt::threshold_scale(set_.thresholds, energy, st.calib);
   }
 
   /// Each head's energy: its share of sym(C M_a) (or C M_a,h), the part the other heads do not
