@@ -706,8 +706,16 @@ TEST_CASE("incrt_geometric: a pruned head's direction is released from Q") {
   rm.release_direction = true;
   block.remove_head(rm.head_id);
   drv.policy->edited(rm, -1, drv.view());
+  CHECK(drv.policy->summary().at("K_obs") == double(block.slots.size()));  // read from the block
   drv.policy->check(drv.view());
   CHECK(number(drv.sink.events.back(), "q_rank") < rank);
+  // a head another policy grew counts as soon as the edit is told
+  gf::Edit add;
+  add.kind = gf::Edit::Kind::AddHead;
+  gf::Rng r(1, 1);
+  const int id = block.add_head(add.init, r, drv.step);
+  drv.policy->edited(add, id, drv.view());
+  CHECK(drv.policy->summary().at("K_obs") == double(block.slots.size()));
 }
 
 TEST_CASE("incrt_geometric: K_pred comes before growth and does not depend on theta_w") {

@@ -45,7 +45,9 @@ struct BlockState {
   long last_growth_check = -1000000;
   size_t over = 0;                  // consecutive active checks with the energy over the threshold
   size_t grown = 0;
-  size_t heads = 0;                 // head count at the last check
+  size_t heads = 0;                 // the block's head count, read from the block at each check
+                                    // and after each edit: the summary's K_obs (saved, so that a
+                                    // resumed run reports it before its first check)
   double w_t = 0.0;                 // Lyapunov functional at the last check
   double lambda_max = 0.0, lambda_min = 0.0, a_norm = 0.0;
   bool pending = false;             // an AddHead was returned and not yet confirmed
@@ -205,16 +207,16 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
-    (void)view;
     auto it = blocks_.find(e.block);
     if (it == blocks_.end()) return;
     BlockState& st = it->second;
+    for (const gf::BlockView& bv : view.blocks)
+      if (bv.index == e.block && bv.block) st.heads = bv.block->num_heads();
     const size_t d = st.tracker.up.size();
     if (e.kind == gf::Edit::Kind::AddHead && gain_pending_ > 0) {
       gain_pending_ -= 1;  // a head of this policy's round
       gain_.round.emplace_back(e.block, new_head_id);
       st.grown += 1;
-      st.heads += 1;
       return;
     }
     if (e.kind == gf::Edit::Kind::AddHead) {
@@ -230,11 +232,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
         }
       }
       st.grown += 1;
-      st.heads += 1;
       st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
     } else {
       const bool release = e.release_direction.value_or(set_.release_direction);
-      if (st.heads > 0) st.heads -= 1;
       auto& r = gain_.round;
       r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
               r.end());
