@@ -515,6 +515,7 @@ std::map<std::string, std::string> probe_in_child(const std::vector<std::string>
   for (const auto& f : files)
     if (!cache.count(probe_key(f))) todo.push_back(f);
   size_t next = 0;
+  std::set<size_t> retried;  // files whose child timed out once
   while (next < todo.size()) {
     int progress[2], errs[2];
     if (::pipe2(progress, O_CLOEXEC) != 0) break;
@@ -538,6 +539,10 @@ std::map<std::string, std::string> probe_in_child(const std::vector<std::string>
     for (size_t i = next; i < next + rep.done && i < todo.size(); ++i) cache[probe_key(todo[i])] = "";
     next += rep.done;
     if (next >= todo.size()) break;
+    // A child that stopped making progress is given one more try in a fresh child before its
+    // file is refused: a forked child can stall on a lock another thread of the parent held at
+    // the fork (seen under ASan on a loaded machine), which a second fork does not repeat.
+    if (rep.timed_out && retried.insert(next).second) continue;
     cache[probe_key(todo[next])] = probe_failure(rep);  // todo[next] ended the child
     ++next;
   }
