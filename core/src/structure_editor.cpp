@@ -59,9 +59,8 @@ std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) 
 std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
   std::vector<HeadRef> out;
   for (const Policy& p : policies_)
-    for (const HeadRef& h : p.policy->muted_in_training(step))
-      if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
-  return canonical(out);
+    for (const HeadRef& h : p.policy->muted_in_training(step)) out.push_back(h);
+  return canonical(out);  // sorted, each once
 }
 
 bool StructureEditor::needs_head_mask_grads() const {

@@ -655,9 +655,10 @@ class Experiment::Loop {
       bool check = step % ts_.check_every == 0;
       capture_probes(check && need_probe_);
       NamedParams params = ex_.model_->named_parameters();
-      mute_for_training(step);
+      const std::vector<HeadRef> sit_out = editor_.muted_in_training(static_cast<size_t>(step));
+      mute(sit_out, "mute in training");
       Var logits = forward_backward(batch, whole.batch, params, step);
-      unmute();
+      if (!sit_out.empty()) unmute();
       float lr = update(params, step);
       if (check) check_structure(batch, whole, step);
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
@@ -896,15 +897,14 @@ class Experiment::Loop {
     return m;
   }
 
-  /// The heads the policies leave out of STEP's training pass (GrowthPolicy::muted_in_training).
-  void mute_for_training(long step) {
-    const std::vector<HeadRef> set = editor_.muted_in_training(static_cast<size_t>(step));
+  /// Mutes the heads of SET (a policy asked to WHAT them: ablate, or mute in training).
+  void mute(const std::vector<HeadRef>& set, const char* what) {
     if (set.empty()) return;
     std::vector<AttentionBlock*> blocks = ex_.model_->blocks();
     for (const HeadRef& h : set) {
       if (h.block >= blocks.size())
-        throw RuntimeError("a policy asked to mute a head of block " + std::to_string(h.block) +
-                           " of " + std::to_string(blocks.size()) + " in training");
+        throw RuntimeError(std::string("a policy asked to ") + what + " a head of block " +
+                           std::to_string(h.block) + " of " + std::to_string(blocks.size()));
       std::vector<int> ids = blocks[h.block]->muted();
       ids.push_back(h.head);
       blocks[h.block]->set_muted(ids);
@@ -918,24 +918,16 @@ class Experiment::Loop {
   /// per-example losses BASE (this process's rows, in the same order).
   Ablation ablate(const std::vector<HeadRef>& set, const std::vector<Example>& val, long batches,
                   const std::vector<double>& base) {
-    std::vector<AttentionBlock*> blocks = ex_.model_->blocks();
-    for (AttentionBlock* b : blocks) b->set_muted({});
-    for (const HeadRef& h : set) {
-      if (h.block >= blocks.size())
-        throw RuntimeError("a policy asked to ablate a head of block " + std::to_string(h.block) +
-                           " of " + std::to_string(blocks.size()));
-      std::vector<int> ids = blocks[h.block]->muted();
-      ids.push_back(h.head);
-      blocks[h.block]->set_muted(ids);
-    }
+    unmute();
+    mute(set, "ablate");
     EvalResult r;
     try {
       r = ex_.evaluate(val, batches, true);
     } catch (...) {
-      for (AttentionBlock* b : blocks) b->set_muted({});
+      unmute();
       throw;
     }
-    for (AttentionBlock* b : blocks) b->set_muted({});
+    unmute();
     Ablation a;
     a.heads = set;
     a.loss = r.loss;

@@ -344,8 +344,8 @@ struct GainState {
   }
 
   /// Each field once, in the order of the saved text: present from policy state version 4,
-  /// the learning onset from 5, the step of the last reopening from 6, the round's shares from 7, their standard errors
-  /// from 8.
+  /// the learning onset from 5, the step of the last reopening from 6, the round's shares from
+  /// 7, their standard errors from 8.
   static const StateFields<GainState>& state_fields() {
     using G = GainState;
     static const auto f = StateFields<G>()
