@@ -290,14 +290,16 @@ class PythonPolicy : public gf::GrowthPolicy {
       py::sequence p = py::isinstance<py::sequence>(pair) && !py::isinstance<py::str>(pair)
                            ? py::reinterpret_borrow<py::sequence>(pair)
                            : py::sequence(py::list());
-      auto b = p.size() == 2 ? int_value(p[0]) : std::nullopt;
-      auto h = p.size() == 2 ? int_value(p[1]) : std::nullopt;
-      if (!b || !h || *b < 0 || static_cast<size_t>(*b) >= blocks || *h < 0 ||
-          *h > std::numeric_limits<int>::max()) {
+      long long b = -1, h = -1;  // -1: not an integer pair
+      if (p.size() == 2) {
+        auto pb = int_value(p[0]), ph = int_value(p[1]);
+        if (pb && ph) b = *pb, h = *ph;
+      }
+      if (b < 0 || static_cast<size_t>(b) >= blocks || h < 0 || h > std::numeric_limits<int>::max()) {
         ok = false;
         break;
       }
-      s.push_back({static_cast<size_t>(*b), static_cast<int>(*h)});
+      s.push_back({static_cast<size_t>(b), static_cast<int>(h)});
     }
     if (!ok)
       throw gf::RuntimeError(where + ": the head set " + short_repr(py::reinterpret_borrow<py::object>(set)) +
