@@ -1249,8 +1249,10 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
       drv.check();
     };
     CHECK(drv.policy->muted_in_training(drv.step + 2).empty());  // no round yet
+    CHECK(!drv.policy->on_trial(drv.step));
     for (double l : {2.7, 2.7, 2.0, 1.2, 0.9, 0.9, 0.9, 0.9}) feed(l);
     REQUIRE(block.slots.size() == 2);
+    CHECK(drv.policy->on_trial(drv.step));  // the round waits for its test
     // the waiting round's head sits out every 2nd training step (round_mute_every 2)
     const auto muted = drv.policy->muted_in_training(drv.step + 2);
     REQUIRE(muted.size() == 1);
@@ -1267,6 +1269,7 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
       CHECK(number(probes.back(), "round_share") == doctest::Approx(0.5));
       // the paid round's heads train on every step again; the new round's two sit out
       CHECK(drv.policy->muted_in_training(drv.step + 2).size() == 2);
+      CHECK(drv.policy->on_trial(drv.step));  // the next round waits
     } else {
       CHECK(block.slots.size() == 2);  // no spread, no test: the round waits
       for (int i = 0; i < 30; ++i) feed(0.9);
@@ -1275,6 +1278,7 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
       REQUIRE(drv.of_type("round_rejected").size() == 1);
       CHECK(number(drv.of_type("round_rejected")[0], "step") > 240.0);
       CHECK(drv.policy->muted_in_training(drv.step + 2).empty());  // growth stopped
+      CHECK(!drv.policy->on_trial(drv.step));
     }
   }
 }

@@ -63,6 +63,11 @@ std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
   return canonical(out);  // sorted, each once
 }
 
+bool StructureEditor::on_trial(size_t step) const {
+  return std::any_of(policies_.begin(), policies_.end(),
+                     [step](const Policy& p) { return p.policy->on_trial(step); });
+}
+
 bool StructureEditor::needs_head_mask_grads() const {
   return std::any_of(policies_.begin(), policies_.end(),
                      [](const Policy& p) { return p.policy->needs_head_mask_grads(); });

@@ -64,11 +64,13 @@ OptionSpecs TrainSettings::options() {
       {"check_every", OptType::Int, "50", "call growth and pruning every N steps", 1, 1e12},
       {"checkpoint_every", OptType::Int, "0",
        "write checkpoints/last every N steps (0 = at each validation)", 0, 1e12},
-      {"test_on", OptType::String, "best", "model the final test uses", -INFINITY, INFINITY,
+      {"test_on", OptType::String, "best", "model the final test uses (best: the best validation accuracy at a validation where "
+       "no policy had the structure on trial)", -INFINITY, INFINITY,
        {"best", "last"}},
       {"stop_patience", OptType::Int, "0",
        "end the run (with its final test) at the first validation this many validations after "
-       "the best validation accuracy; under a switch, on the second task only (0 = run all steps)",
+       "the best validation accuracy, not while a policy has the structure on trial; under a switch, "
+       "on the second task only (0 = run all steps)",
        0, 1e12},
       {"switch", OptType::Component, "~",
        "task switch {at: N, data: {plugin: ...}}: steps after N train, validate and test on "
@@ -987,7 +989,9 @@ class Experiment::Loop {
     st_.val_step = step;
     st_.val_loss = r.loss;
     st_.val_accuracy = r.accuracy;
-    if (r.accuracy > st_.best_val) {
+    // a structure on trial (heads a policy may still take back) is not a candidate for the best
+    // model: the tested model's structure is one the policies settled on
+    if (r.accuracy > st_.best_val && !editor_.on_trial(static_cast<size_t>(step))) {
       st_.best_val = r.accuracy;
       st_.best_step = step;
       st_.step = step;
@@ -1002,6 +1006,7 @@ class Experiment::Loop {
     if (ts_.stop_patience <= 0 || st_.best_step < 0 || step == ts_.steps) return;
     if (ts_.switch_at > 0 && step <= ts_.switch_at) return;
     if (step - st_.best_step < ts_.stop_patience * ts_.eval_every) return;
+    if (editor_.on_trial(static_cast<size_t>(step))) return;  // a round still waits for its test
     st_.stopped_early = true;
     Event e;
     e.type = "early_stop";

@@ -167,6 +167,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return round_heads();
   }
 
+  /// Criterion gain: the structure is on trial while a round waits for its test (its heads may
+  /// still be taken back), so the run's best checkpoint is never one with a waiting round.
+  bool on_trial(size_t step) const override {
+    (void)step;
+    return set_.gain_mode && gain_.has_prev && !gain_.done;
+  }
+
   /// The heads of the round waiting for its test.
   std::vector<gf::HeadRef> round_heads() const {
     std::vector<gf::HeadRef> set;

@@ -8,7 +8,8 @@
 //             save_state(self) -> str and load_state(self, str) (without them the instance's
 //             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) -> int,
 //             probe_ablations(self, view) -> [[(block, head), ...], ...],
-//             muted_in_training(self, step) -> [(block, head), ...], summary_columns
+//             muted_in_training(self, step) -> [(block, head), ...], on_trial(self, step) -> bool,
+//             summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
 // Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
 // ConfigError for the class, its import and its options) naming the class, the method and the step.
@@ -228,6 +229,7 @@ class PythonPolicy : public gf::GrowthPolicy {
       return v.cast<bool>();
     });
     has_muted_ = py::hasattr(obj, "muted_in_training") && PyCallable_Check(obj.attr("muted_in_training").ptr());
+    has_on_trial_ = py::hasattr(obj, "on_trial") && PyCallable_Check(obj.attr("on_trial").ptr());
     obj_ = std::move(obj);  // last: a member destroyed by a throw here would lack the GIL
   }
 
@@ -280,6 +282,17 @@ class PythonPolicy : public gf::GrowthPolicy {
     const std::string where = label_ + ".muted_in_training at step " + std::to_string(step);
     py::object ret = call("muted_in_training", long(step), [&] { return obj_.attr("muted_in_training")(long(step)); });
     return head_set(ret, std::numeric_limits<size_t>::max(), where);
+  }
+
+  // on_trial(self, step) -> bool: asked at each validation
+  bool on_trial(size_t step) const override {
+    if (!has_on_trial_) return false;
+    py::gil_scoped_acquire gil;
+    py::object ret = call("on_trial", long(step), [&] { return obj_.attr("on_trial")(long(step)); });
+    if (!py::isinstance<py::bool_>(ret))
+      throw gf::RuntimeError(label_ + ".on_trial at step " + std::to_string(step) + " returned " +
+                             short_repr(ret) + "; expected True or False");
+    return ret.cast<bool>();
   }
 
   // A list of (block, head) pairs, blocks under BLOCKS; else one RuntimeError naming WHERE.
@@ -704,6 +717,7 @@ class PythonPolicy : public gf::GrowthPolicy {
   py::object obj_;
   bool needs_probe_ = false;
   bool has_muted_ = false;  // the class defines muted_in_training
+  bool has_on_trial_ = false;  // the class defines on_trial
 };
 
 }  // namespace

@@ -140,3 +140,18 @@ class MuteEven:
 
     def summary(self):
         return {"asked": self.asked}
+
+
+class TrialAfter:
+    """Has the structure on trial after step `after` (on_trial), editing nothing."""
+
+    def __init__(self, after=10, bad=False):
+        self.after, self.bad = after, bad
+
+    def on_trial(self, step):
+        if self.bad:
+            return "yes"
+        return step > self.after
+
+    def check(self, view):
+        return []

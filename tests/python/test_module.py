@@ -340,3 +340,25 @@ def test_python_policy_mutes_heads_in_training(tiny, tmp_path):
     assert r["growth_summary"]["asked"] == 40
     with pytest.raises(gf.RunError, match=r"\(policies\.MuteEven\)\.muted_in_training at step 1: the head set 'head 0' is not a list of \(block, head\) pairs"):
         train(tiny, tmp_path / "bad", [python_growth("MuteEven", bad="true")])
+
+
+def test_no_best_checkpoint_or_early_stop_while_the_structure_is_on_trial(tiny, tmp_path):
+    def test_line(run):
+        return [l for l in gf.read_metrics(str(run)) if l.get("split") == "test"][-1]
+
+    def vals(run):
+        return {l["step"]: l["accuracy"] for l in gf.read_metrics(str(run)) if l.get("split") == "val"}
+
+    # on trial after step 10: the only candidate for the best model is the validation at 10,
+    # and stop_patience 1 (which would stop the run at step 20) waits for the trial to end
+    _, r = train(tiny, tmp_path / "after10", [python_growth("TrialAfter", after=10),
+                                              "train.stop_patience=1"])
+    assert r["finished"]
+    assert test_line(tmp_path / "after10")["model"] == "best (step 10)"
+    assert r["best_val"] == pytest.approx(vals(tmp_path / "after10")[10])
+    assert not [e for e in gf.read_events(str(tmp_path / "after10")) if e["type"] == "early_stop"]
+    # on trial throughout: no best checkpoint, the last model is tested
+    train(tiny, tmp_path / "always", [python_growth("TrialAfter", after=0)])
+    assert test_line(tmp_path / "always")["model"].startswith("last")
+    with pytest.raises(gf.RunError, match=r"\(policies\.TrialAfter\)\.on_trial at step 10 returned 'yes'; expected True or False"):
+        train(tiny, tmp_path / "bad", [python_growth("TrialAfter", bad="true")])

@@ -136,6 +136,14 @@ class GrowthPolicy {
     (void)step;
     return {};
   }
+  /// Whether the structure is on trial after training step STEP: this policy has heads it may
+  /// still take back (a growth round waiting for its test). While any policy says so, the
+  /// trainer takes no best-validation checkpoint and makes no early stop, so the model a run is
+  /// tested on has a structure its policies settled on. Asked at each validation.
+  virtual bool on_trial(size_t step) const {
+    (void)step;
+    return false;
+  }
   /// Ask for head-mask gradients on every step (after_backward is then called).
   virtual bool needs_head_mask_grads() const { return false; }
   virtual void on_start(const TrainView& view) { (void)view; }

@@ -41,6 +41,8 @@ class StructureEditor {
   std::vector<std::vector<HeadRef>> probe_ablations(size_t step) const;
   /// The heads any policy asks to leave out of training step STEP (each once, in order).
   std::vector<HeadRef> muted_in_training(size_t step) const;
+  /// Whether any policy has the structure on trial after STEP (GrowthPolicy::on_trial).
+  bool on_trial(size_t step) const;
   bool needs_head_mask_grads() const;
   void on_start();
   /// After the backward pass of STEP: the policies that asked for head-mask gradients.
