@@ -1,9 +1,16 @@
 #!/usr/bin/python3
-"""Step time, peak memory and evaluation throughput against sequence length for
-growformer (mha, hkt) and the PyTorch reference, in one interleaved run.
+"""Step time, peak memory, evaluation throughput and the fraction of the FMA peak against
+sequence length for growformer (mha, hkt) and the PyTorch reference, in one interleaved run;
+with --widths, growformer's step against model width at one length as well.
 
-  tools/bench_curves.py [--seqs 256,512,1024,2048,4096] [--tokens 16384] [--repeats 3]
-                        [--threads 2] [--torch-max-seq 4096] [--out docs/bench_curves]
+  tools/bench_curves.py [--seqs 256,512,1024,2048,4096,8192] [--tokens 16384] [--repeats 3]
+                        [--threads 2] [--torch-max-seq 4096] [--widths 64,128,256,512,768]
+                        [--width-seq 512] [--out docs/bench_curves]
+
+The FMA-peak fraction is the step's matrix GFLOP/s (bench's count) against the register-loop
+FMA peak of the kernel set in use, measured by the same bench process (per wall second, and
+per CPU second of all threads). At each width d the model has d / 64 heads of d_k 64 (d 64:
+one head), 2 layers as in bench_mha.yaml.
 
 Batch = tokens / T (16 at T = 1024 with the default), so every point trains on the same
 number of tokens per step. Each repeat runs every (T, model, implementation) once, one
@@ -30,7 +37,9 @@ def run_json(cmd):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seqs", default="256,512,1024,2048,4096")
+    p.add_argument("--seqs", default="256,512,1024,2048,4096,8192")
+    p.add_argument("--widths", default="", help="model widths for the width curve (empty: none)")
+    p.add_argument("--width-seq", type=int, default=512, help="T of the width curve")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per batch (batch = tokens / T)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
@@ -41,6 +50,7 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "bench_curves"))
     a = p.parse_args()
     seqs = [int(s) for s in a.seqs.split(",")]
+    widths = [int(w) for w in a.widths.split(",") if w]
     have_torch = os.path.exists(a.torch_ref)
     if not have_torch:
         print(f"note: {a.torch_ref} not found; PyTorch columns stay empty", file=sys.stderr)
@@ -63,6 +73,18 @@ def main():
                     runs.setdefault((T, model, "torch"), []).append(t)
                 print(f"repeat {rep + 1}/{a.repeats} T {T} {model} done ({time.time() - t_start:.0f} s)",
                       file=sys.stderr)
+        for d in widths:
+            T = a.width_seq
+            B = max(1, a.tokens // T)
+            for model in ("mha", "hkt"):
+                cfg = os.path.join(ROOT, "configs", f"bench_{model}.yaml")
+                g = run_json([a.growformer, "bench", cfg, "--json", "--seq", str(T), "--batch", str(B),
+                              "--steps", str(a.steps), "--warmup", "1", "--set", f"model.max_len={T}",
+                              "--set", f"model.d_model={d}", "--set", f"model.attention.heads={max(1, d // 64)}",
+                              "--set", f"model.attention.d_k={min(d, 64)}", "--set", f"threads={a.threads}"])
+                runs.setdefault((("d", d), model, "growformer"), []).append(g)
+                print(f"repeat {rep + 1}/{a.repeats} d {d} {model} done ({time.time() - t_start:.0f} s)",
+                      file=sys.stderr)
     load = os.getloadavg()
     rows = []
     for T in seqs:
@@ -74,18 +96,35 @@ def main():
             row[f"{model}_rss_mb"] = max(r["peak_rss_mb"] for r in g)
             row[f"{model}_eval_tok_s"] = statistics.median(r["eval_tokens_per_s"] for r in g)
             row[f"{model}_train_tok_s"] = statistics.median(r["tokens_per_s"] for r in g)
-            row[f"{model}_pct_peak"] = statistics.median(r["percent_of_sgemm_peak"] for r in g)
+            row[f"{model}_pct_sgemm"] = statistics.median(r["percent_of_sgemm_peak"] for r in g)
+            row[f"{model}_gflops"] = statistics.median(r["matmul_gflops"] for r in g)
+            row[f"{model}_pct_fma"] = statistics.median(r["percent_of_fma_peak"] for r in g)
+            row[f"{model}_pct_fma_cpu"] = statistics.median(r["percent_of_fma_peak_per_cpu_s"] for r in g)
+            row["fma_peak_gflops"] = statistics.median(r["fma_peak_gflops"] for r in g)
             t = runs.get((T, model, "torch"))
             row[f"torch_{model}_ms"] = statistics.median(r["ms_per_step_median"] for r in t) if t else None
             row[f"torch_{model}_rss_mb"] = max(r["peak_rss_mb"] for r in t) if t else None
         rows.append(row)
+    wrows = []
+    for d in widths:
+        row = {"d_model": d, "heads": max(1, d // 64), "d_k": min(d, 64), "T": a.width_seq,
+               "batch": max(1, a.tokens // a.width_seq)}
+        for model in ("mha", "hkt"):
+            g = runs[(("d", d), model, "growformer")]
+            row[f"{model}_ms"] = statistics.median(r["ms_per_step_median"] for r in g)
+            row[f"{model}_gflops"] = statistics.median(r["matmul_gflops"] for r in g)
+            row[f"{model}_pct_fma"] = statistics.median(r["percent_of_fma_peak"] for r in g)
+            row[f"{model}_pct_fma_cpu"] = statistics.median(r["percent_of_fma_peak_per_cpu_s"] for r in g)
+            row[f"{model}_params"] = g[0]["params"]
+            row["fma_peak_gflops"] = statistics.median(r["fma_peak_gflops"] for r in g)
+        wrows.append(row)
     first = runs[(seqs[0], "mha", "growformer")][0]
     meta = {"version": version.strip(), "cpu": first["cpu"], "blas": first["blas_kernels"],
-            "simd": first["simd"], "threads": a.threads, "tokens_per_batch": a.tokens,
+            "simd": first["simd"], "isa": first.get("isa"), "threads": a.threads, "tokens_per_batch": a.tokens,
             "repeats": a.repeats, "steps": a.steps, "loadavg_at_end": load,
             "minutes": (time.time() - t_start) / 60}
     with open(a.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        json.dump({"meta": meta, "rows": rows, "width_rows": wrows}, f, indent=1)
 
     def fmt(x, spec="{:.0f}"):
         return "-" if x is None else spec.format(x)
@@ -96,8 +135,9 @@ def main():
         f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; took {meta['minutes']:.0f} min.",
         "",
         "| T | batch | mha ms | PyTorch mha ms | speed-up | hkt ms | PyTorch hkt ms | speed-up | hkt/mha "
-        "| mha MB | PyTorch mha MB | hkt MB | PyTorch hkt MB | mha eval/train tok/s | hkt eval/train tok/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mha MB | PyTorch mha MB | hkt MB | PyTorch hkt MB | mha eval/train tok/s | hkt eval/train tok/s "
+        "| mha GFLOP/s, % of FMA peak (wall / per CPU s) | hkt GFLOP/s, % of FMA peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         def ratio(a_, b_):
@@ -111,7 +151,22 @@ def main():
             f"{fmt(r['mha_eval_tok_s'])} / {fmt(r['mha_train_tok_s'])} = "
             f"{fmt(r['mha_eval_tok_s'] / r['mha_train_tok_s'], '{:.1f}x')} | "
             f"{fmt(r['hkt_eval_tok_s'])} / {fmt(r['hkt_train_tok_s'])} = "
-            f"{fmt(r['hkt_eval_tok_s'] / r['hkt_train_tok_s'], '{:.1f}x')} |")
+            f"{fmt(r['hkt_eval_tok_s'] / r['hkt_train_tok_s'], '{:.1f}x')} | "
+            f"{r['mha_gflops']:.1f}, {r['mha_pct_fma']:.1f} % / {r['mha_pct_fma_cpu']:.1f} % | "
+            f"{r['hkt_gflops']:.1f}, {r['hkt_pct_fma']:.1f} % / {r['hkt_pct_fma_cpu']:.1f} % |")
+    lines.append("")
+    lines.append(f"FMA peak of the run ({meta['simd']}, {a.threads} threads): "
+                 + ", ".join(f"{r['fma_peak_gflops']:.0f}" for r in rows) + " GFLOP/s (per T row).")
+    if wrows:
+        lines += ["", f"Against width at T = {a.width_seq} (d / 64 heads of d_k 64; growformer only):", "",
+                  "| d_model | heads | d_k | batch | mha params | mha ms | mha GFLOP/s | % of FMA peak (wall / per CPU s) "
+                  "| hkt ms | hkt GFLOP/s | % of FMA peak (wall / per CPU s) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in wrows:
+            lines.append(
+                f"| {r['d_model']} | {r['heads']} | {r['d_k']} | {r['batch']} | {r['mha_params']} | "
+                f"{r['mha_ms']:.0f} | {r['mha_gflops']:.1f} | {r['mha_pct_fma']:.1f} % / {r['mha_pct_fma_cpu']:.1f} % | "
+                f"{r['hkt_ms']:.0f} | {r['hkt_gflops']:.1f} | {r['hkt_pct_fma']:.1f} % / {r['hkt_pct_fma_cpu']:.1f} % |")
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -119,15 +174,16 @@ def main():
     if shutil.which("gnuplot"):
         dat = a.out + ".dat"
         with open(dat, "w") as f:
-            f.write("# T mha torch_mha hkt torch_hkt mha_MB torch_mha_MB hkt_MB torch_hkt_MB\n")
+            f.write("# T mha torch_mha hkt torch_hkt mha_MB torch_mha_MB hkt_MB torch_hkt_MB mha_pct hkt_pct\n")
             for r in rows:
                 vals = [r["T"], r["mha_ms"], r["torch_mha_ms"], r["hkt_ms"], r["torch_hkt_ms"],
-                        r["mha_rss_mb"], r["torch_mha_rss_mb"], r["hkt_rss_mb"], r["torch_hkt_rss_mb"]]
+                        r["mha_rss_mb"], r["torch_mha_rss_mb"], r["hkt_rss_mb"], r["torch_hkt_rss_mb"],
+                        r["mha_pct_fma"], r["hkt_pct_fma"]]
                 f.write(" ".join("NaN" if v is None else str(v) for v in vals) + "\n")
         script = f"""
-set terminal svg size 1000,420 font "sans,12"
+set terminal svg size 1500,420 font "sans,12"
 set output "{a.out}.svg"
-set multiplot layout 1,2 title "{meta['cpu']}, {a.threads} threads, {a.tokens} tokens per batch"
+set multiplot layout 1,3 title "{meta['cpu']}, {a.threads} threads, {a.tokens} tokens per batch"
 set logscale xy 2
 set xlabel "sequence length T"
 set key top left
@@ -138,6 +194,10 @@ plot "{dat}" u 1:2 w lp t "growformer mha", "" u 1:3 w lp t "PyTorch mha", \\
 set ylabel "peak RSS (MB)"
 plot "{dat}" u 1:6 w lp t "growformer mha", "" u 1:7 w lp t "PyTorch mha", \\
      "" u 1:8 w lp t "growformer hkt", "" u 1:9 w lp t "PyTorch hkt"
+unset logscale y
+set yrange [0:100]
+set ylabel "% of the FMA peak (matrix GFLOP/s, wall)"
+plot "{dat}" u 1:10 w lp t "growformer mha", "" u 1:11 w lp t "growformer hkt"
 unset multiplot
 """
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
