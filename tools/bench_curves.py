@@ -5,7 +5,7 @@ with --widths, growformer's step against model width at one length as well.
 
   tools/bench_curves.py [--seqs 256,512,1024,2048,4096,8192] [--tokens 16384] [--repeats 3]
                         [--threads 2] [--torch-max-seq 4096] [--widths 64,128,256,512,768]
-                        [--width-seq 512] [--out docs/bench_curves]
+                        [--width-seq 512] [--width-tokens 4096] [--out docs/bench_curves]
 
 The FMA-peak fraction is the step's matrix GFLOP/s (bench's count) against the register-loop
 FMA peak of the kernel set in use, measured by the same bench process (per wall second, and
@@ -40,6 +40,8 @@ def main():
     p.add_argument("--seqs", default="256,512,1024,2048,4096,8192")
     p.add_argument("--widths", default="", help="model widths for the width curve (empty: none)")
     p.add_argument("--width-seq", type=int, default=512, help="T of the width curve")
+    p.add_argument("--width-tokens", type=int, default=4096,
+                   help="tokens per batch of the width curve (batch 8 at T 512)")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per batch (batch = tokens / T)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
@@ -75,7 +77,7 @@ def main():
                       file=sys.stderr)
         for d in widths:
             T = a.width_seq
-            B = max(1, a.tokens // T)
+            B = max(1, a.width_tokens // T)
             for model in ("mha", "hkt"):
                 cfg = os.path.join(ROOT, "configs", f"bench_{model}.yaml")
                 g = run_json([a.growformer, "bench", cfg, "--json", "--seq", str(T), "--batch", str(B),
@@ -108,7 +110,7 @@ def main():
     wrows = []
     for d in widths:
         row = {"d_model": d, "heads": max(1, d // 64), "d_k": min(d, 64), "T": a.width_seq,
-               "batch": max(1, a.tokens // a.width_seq)}
+               "batch": max(1, a.width_tokens // a.width_seq)}
         for model in ("mha", "hkt"):
             g = runs[(("d", d), model, "growformer")]
             row[f"{model}_ms"] = statistics.median(r["ms_per_step_median"] for r in g)
