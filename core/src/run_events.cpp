@@ -72,13 +72,23 @@ void add_field(Line& out, const std::string& k, const json& v) {
     throw std::runtime_error("field `" + k + "` is no number, string or list of numbers");
 }
 
+// A line's `step` (an integer, or a float such as 490.0 as the events write it); one error for a
+// value no step can have (a float cast out of range is undefined behaviour).
+long step_of(const json& v) {
+  if (v.is_number_integer()) return v.get<long>();
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || std::fabs(x) > 9.0e18)
+    throw std::runtime_error("corrupt line (`step` is out of range)");
+  return static_cast<long>(x);
+}
+
 RunEvent parse_event(const std::string& line) {
   json j = parse_object(line);
   if (!j.contains("step") || !j["step"].is_number() || !j.contains("type") ||
       !j["type"].is_string())
     throw std::runtime_error("not an event (an object with `step` and `type`)");
   RunEvent r;
-  r.step = j["step"].get<long>();
+  r.step = step_of(j["step"]);
   r.event.type = j["type"].get<std::string>();
   for (auto& [k, v] : j.items()) {
     if (k == "step" || k == "type") continue;
@@ -137,7 +147,7 @@ MetricsLine parse_metrics(const std::string& line) {
   if (!j.contains("step") || !j["step"].is_number())
     throw std::runtime_error("corrupt line (no numeric `step`)");
   MetricsLine m;
-  m.step = j["step"].get<long>();
+  m.step = step_of(j["step"]);
   m.split = j.contains("split") && j["split"].is_string() ? j["split"].get<std::string>() : "";
   if (m.split != "train" && m.split != "val" && m.split != "test")
     throw std::runtime_error("corrupt line (`split` is not train, val or test)");
