@@ -983,15 +983,18 @@ class Experiment::Loop {
       st_.window.clear();
     }
     validated_ = (ts_.eval_every > 0 && step % ts_.eval_every == 0) || step == ts_.steps;
+    on_trial_ = false;
     if (!validated_ || task(step).val.empty()) return;
+    // asked once a validation: a structure on trial (heads a policy may still take back) is no
+    // candidate for the best model, so the tested model's structure is one the policies settled
+    // on, and no early stop is made while it lasts
+    on_trial_ = editor_.on_trial(static_cast<size_t>(step));
     EvalResult r = ex_.evaluate(task(step).val, ts_.eval_batches);
     report_->validation(step, r, heads);
     st_.val_step = step;
     st_.val_loss = r.loss;
     st_.val_accuracy = r.accuracy;
-    // a structure on trial (heads a policy may still take back) is not a candidate for the best
-    // model: the tested model's structure is one the policies settled on
-    if (r.accuracy > st_.best_val && !editor_.on_trial(static_cast<size_t>(step))) {
+    if (r.accuracy > st_.best_val && !on_trial_) {
       st_.best_val = r.accuracy;
       st_.best_step = step;
       st_.step = step;
@@ -1006,7 +1009,7 @@ class Experiment::Loop {
     if (ts_.stop_patience <= 0 || st_.best_step < 0 || step == ts_.steps) return;
     if (ts_.switch_at > 0 && step <= ts_.switch_at) return;
     if (step - st_.best_step < ts_.stop_patience * ts_.eval_every) return;
-    if (editor_.on_trial(static_cast<size_t>(step))) return;  // a round still waits for its test
+    if (on_trial_) return;  // a round still waits for its test
     st_.stopped_early = true;
     Event e;
     e.type = "early_stop";
@@ -1100,6 +1103,7 @@ class Experiment::Loop {
   std::vector<AttentionBlock*> blocks_;
   StructureEditor editor_;
   bool need_probe_ = false, need_masks_ = false, validated_ = false;
+  bool on_trial_ = false;  // the last validation found the structure on trial
 };
 
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
