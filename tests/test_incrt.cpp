@@ -1175,7 +1175,8 @@ TEST_CASE("incrt_geometric criterion gain: rounds double the heads while they pa
   FakeBlock block(d, 16);
   block.add(random_head(d, 4, 1));
   Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: relative\ncalibration: fixed\n"
-                    "calibration_checks: 2\nprobe_every: 1\nsettle_probes: 2\nprobe_examples: 64\n"),
+                    "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
+                    "settle_probes: 2\nprobe_examples: 64\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   drv.total = 100000;
   drv.start();
@@ -1231,7 +1232,8 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
     FakeBlock block(d, 16);
     block.add(random_head(d, 4, 1));
     Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
-                      "calibration_checks: 2\nprobe_every: 1\nsettle_probes: 2\nprobe_examples: 64\n"),
+                      "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
+                    "settle_probes: 2\nprobe_examples: 64\n"),
                &block, anisotropic_probe(4, 6, d, 2)};
     drv.total = 400;  // growth window: 0.6 x 400 = 240 steps (a check every 10)
     drv.start();
@@ -1281,6 +1283,73 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
       CHECK(!drv.policy->on_trial(drv.step));
     }
   }
+}
+
+TEST_CASE("incrt_geometric criterion gain: the probe's schedule follows the phase: every "
+          "probe_every checks while settling, round_probe_every while a paired round waits, "
+          "stopped_probe_every once growth stopped") {
+  const size_t d = 8;
+  FakeBlock block(d, 16);
+  block.add(random_head(d, 4, 1));
+  // probe_every and stopped_probe_every at their defaults (2, 8 checks), round_probe_every 4
+  Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
+                    "calibration_checks: 2\nsettle_probes: 2\nprobe_examples: 64\nround_probe_every: 4\n"),
+             &block, anisotropic_probe(4, 6, d, 2)};
+  drv.total = 2000;  // growth window: 0.6 x 2000 = 1,200 steps (a check every 10)
+  drv.start();
+  const std::vector<double> settle = {2.7, 2.7, 2.0, 1.2, 0.9, 0.9, 0.9, 0.9};
+  std::vector<size_t> asked;           // the steps at which the policy asked for a probe
+  std::vector<bool> with_ablation;     // ... and for the round's ablation beside it
+  for (int i = 0; i < 200; ++i) {      // 2,000 steps: the whole run, as the trainer asks
+    const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+    drv.metrics = gf::RunMetrics{};
+    if (want > 0) {
+      CHECK(want == 64);
+      const double l = asked.size() < settle.size() ? settle[asked.size()] : 0.9;
+      drv.metrics.probe_examples = want;
+      drv.metrics.probe_loss = l;
+      drv.step += drv.every;  // the view of the coming check
+      const auto sets = drv.policy->probe_ablations(drv.view());
+      drv.step -= drv.every;
+      for (const auto& set : sets) {
+        gf::Ablation a;
+        a.heads = set;
+        a.loss = l;  // the round carries nothing: it waits to the window's end, then goes
+        a.diff_sd = 0.1;
+        drv.metrics.ablations.push_back(a);
+      }
+      asked.push_back(drv.step + drv.every);
+      with_ablation.push_back(!sets.empty());
+    }
+    drv.check();
+  }
+  REQUIRE(drv.of_type("grow").size() == 1);
+  REQUIRE(drv.of_type("round_rejected").size() == 1);
+  const double grown = number(drv.of_type("grow")[0], "step");
+  const double rejected = number(drv.of_type("round_rejected")[0], "step");
+  CHECK(rejected > 1200.0);
+  CHECK(block.slots.size() == 1);
+  size_t settling = 0, waiting = 0, stopped = 0;
+  for (size_t i = 1; i < asked.size(); ++i) {
+    const double a = double(asked[i - 1]), b = double(asked[i]);
+    CAPTURE(b);
+    if (b <= grown) {
+      CHECK(b - a == 20.0);  // probe_every 2 checks of 10 steps
+      CHECK(!with_ablation[i]);
+      ++settling;
+    } else if (a > grown && b <= rejected) {  // (the first gap of a phase may be shorter)
+      CHECK(b - a == 40.0);  // round_probe_every 4
+      CHECK(with_ablation[i]);  // each probe of a waiting round is paired with its ablation
+      ++waiting;
+    } else if (a > rejected) {
+      CHECK(b - a == 80.0);  // stopped_probe_every 8
+      CHECK(!with_ablation[i]);
+      ++stopped;
+    }
+  }
+  CHECK(settling >= 5);
+  CHECK(waiting >= 20);
+  CHECK(stopped >= 5);
 }
 
 TEST_CASE("directional_energy: prunes a zeroed head after grace and patience, keeps a useful one") {

@@ -189,8 +189,9 @@ TEST_CASE("policies see the training window, the latest validation and a validat
   // criterion: gain asks for a probe at every check (probe_every 1); with log_every equal to
   // check_every the window a check sees is the one the train line reports
   const std::vector<std::string> sets = {
-      "growth={plugin: incrt_geometric, criterion: gain, probe_every: 1, probe_examples: 16, "
-      "settle_probes: 1, calibration: fixed, calibration_checks: 1}",
+      "growth={plugin: incrt_geometric, criterion: gain, probe_every: 1, round_probe_every: 1, "
+      "stopped_probe_every: 1, probe_examples: 16, settle_probes: 1, calibration: fixed, "
+      "calibration_checks: 1}",
       "train.check_every=5", "model.attention.max_heads=8"};
   std::string full = tmpdir("probe_full"), cut = tmpdir("probe_cut");
   REQUIRE(train(full, sets) == 0);
@@ -243,7 +244,8 @@ TEST_CASE("training-time muting: a paired round's heads sit out every 2nd step w
     return std::vector<std::string>{
         "model.attention.heads=1", "model.attention.d_k=4", "train.check_every=5", "model.dropout=0",
         "growth={plugin: incrt_geometric, criterion: gain, round_test: paired, calibration: fixed, "
-        "calibration_checks: 1, probe_every: 1, settle_probes: 1, settle_tolerance: 1, min_gain: 0, "
+        "calibration_checks: 1, probe_every: 1, round_probe_every: 1, settle_probes: 1, "
+        "settle_tolerance: 1, min_gain: 0, "
         "min_share: 1, grow_until: 1, probe_examples: 32, round_mute_every: " +
             std::to_string(every) + "}"};
   };

@@ -659,16 +659,23 @@ class Experiment::Loop {
       NamedParams params = ex_.model_->named_parameters();
       const std::vector<HeadRef> sit_out = editor_.muted_in_training(static_cast<size_t>(step));
       mute(sit_out, "mute in training");
+      Clock::time_point tp = Clock::now();
       Var logits = forward_backward(batch, whole.batch, params, step);
       if (!sit_out.empty()) unmute();
       float lr = update(params, step);
+      phase_.train += since(tp);
       if (check) check_structure(batch, whole, step);
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
+      tp = Clock::now();
       log_and_validate(step, lr);
+      phase_.validation += since(tp);
       if (validated_) stop_early_when_due(step);
       if (step == ts_.switch_at) switch_task(step);
       report_step(step, lr);
-      if (checkpoint_or_stop(step)) return interrupted_status();
+      tp = Clock::now();
+      const bool stop = checkpoint_or_stop(step);
+      phase_.checkpoint += since(tp);
+      if (stop) return interrupted_status();
     }
     report_->end_bar();
     if (comm_.size() > 1 || sync_.measure_wait()) say_timing(start_step, t0, cpu0);
@@ -808,7 +815,11 @@ class Experiment::Loop {
     if (sync_.measure_wait())
       o << "timing: " << 1e3 * total / steps << " ms wall, "
         << 1e3 * (process_cpu_seconds() - cpu0) / steps
-        << " ms CPU (this process, all threads) per step, validation included\n";
+        << " ms CPU (this process, all threads) per step, validation included; of the wall time: "
+        << "training " << 1e3 * phase_.train / steps << " ms, validation probes "
+        << 1e3 * phase_.probe / steps << " ms, growth and pruning checks " << 1e3 * phase_.policy / steps
+        << " ms, validation " << 1e3 * phase_.validation / steps << " ms, checkpoints "
+        << 1e3 * phase_.checkpoint / steps << " ms\n";
     if (comm_.size() == 1) {
       report_->say(o.str());
       return;
@@ -857,10 +868,14 @@ class Experiment::Loop {
       probes[i] = make_probe(in, whole.valid, whole.seq);
     }
     capture_probes(false);
+    Clock::time_point tp = Clock::now();
     RunMetrics metrics = run_metrics(step);
+    phase_.probe += since(tp);
+    tp = Clock::now();
     editor_.set_probes(&probes);
     editor_.set_metrics(&metrics);
     editor_.check(static_cast<size_t>(step));
+    phase_.policy += since(tp);
     editor_.set_probes(nullptr);
     editor_.set_metrics(nullptr);
     st_.since_check.clear();
@@ -1104,6 +1119,12 @@ class Experiment::Loop {
   StructureEditor editor_;
   bool need_probe_ = false, need_masks_ = false, validated_ = false;
   bool on_trial_ = false;  // the last validation found the structure on trial
+  // wall seconds per phase of the loop (the timing line of GROWFORMER_DP_TIMING=1)
+  struct PhaseTimes {
+    double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
+  } phase_;
+  using Clock = std::chrono::steady_clock;
+  static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 };
 
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {

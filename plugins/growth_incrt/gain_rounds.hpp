@@ -78,7 +78,11 @@ inline PlaneResidual plane_residual(const Mat& c, const std::vector<Mat>& motors
 /// The options of the round rule.
 struct GainOptions {
   size_t probe_examples = 512;  // validation examples per probe (the paired test's power)
-  size_t probe_every = 2;       // a probe every N checks
+  size_t probe_every = 2;       // a probe every N checks (while settling before a round)
+  size_t round_probe_every = 2; // paired: a probe every N checks while a round waits (each one
+                                // is evaluated twice, with and without the round's heads)
+  size_t stopped_probe_every = 8;  // a probe every N checks once growth stopped (the reopen
+                                   // watch alone reads it)
   size_t settle_probes = 4;     // W: the settled test compares the median probe loss of the
                                 // last W probes with the W before
   double settle_tolerance = 0.01;  // settled: the median fell by less than this fraction
@@ -158,6 +162,14 @@ struct GainState {
   /// The steps a round is given before it can be taken back.
   double patience_steps(const GainOptions& o) const {
     return onset > 0 ? o.round_patience * double(onset) : 0.0;
+  }
+
+  /// The checks between two probes in the current phase (docs/INCRT.md, "What the probe costs").
+  size_t probe_interval(const GainOptions& o) const {
+    const size_t every = done                   ? o.stopped_probe_every
+                         : (o.paired && has_prev) ? o.round_probe_every
+                                                  : o.probe_every;
+    return std::max<size_t>(every, 1);
   }
 
   /// Starts a new settling phase (after a growth, a reopening or at the start).

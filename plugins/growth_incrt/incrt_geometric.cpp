@@ -184,7 +184,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   size_t validation_probe(size_t step) const override {
     (void)step;
     if (!set_.gain_mode) return 0;
-    return gain_checks_ % std::max<size_t>(set_.gain.probe_every, 1) == 0 ? set_.gain.probe_examples : 0;
+    return gain_checks_ % gain_.probe_interval(set_.gain) == 0 ? set_.gain.probe_examples : 0;
   }
 
   void on_start(const gf::TrainView& view) override {
@@ -789,7 +789,14 @@ void round_options(IncrtTable& t) {
       .add("plane_threshold", &S::plane_threshold, "0.5",
            "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
       .add("probe_examples", &S::gain, &G::probe_examples, "512", "gain: validation examples per probe", 1, 1e7)
-      .add("probe_every", &S::gain, &G::probe_every, "2", "gain: a validation probe every N checks", 1, 1e6)
+      .add("probe_every", &S::gain, &G::probe_every, "2",
+           "gain: a validation probe every N checks while the rule waits for the loss to settle", 1, 1e6)
+      .add("round_probe_every", &S::gain, &G::round_probe_every, "2",
+           "gain, round_test paired: a probe every N checks while a round waits for its test (each "
+           "probe is evaluated twice, with and without the round's heads)",
+           1, 1e6)
+      .add("stopped_probe_every", &S::gain, &G::stopped_probe_every, "8",
+           "gain: a probe every N checks once growth stopped (only the reopen watch reads it)", 1, 1e6)
       .add("settle_probes", &S::gain, &G::settle_probes, "4",
            "gain: W, settled when the median probe loss of the last W probes fell by less than "
            "settle_tolerance against the W before",
