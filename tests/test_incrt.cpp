@@ -1233,7 +1233,7 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
     block.add(random_head(d, 4, 1));
     Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
                       "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
-                    "settle_probes: 2\nprobe_examples: 64\n"),
+                      "settle_probes: 2\nprobe_examples: 64\n"),
                &block, anisotropic_probe(4, 6, d, 2)};
     drv.total = 400;  // growth window: 0.6 x 400 = 240 steps (a check every 10)
     drv.start();
