@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <regex>
 #include <tuple>
 #include <utility>
 
@@ -276,8 +277,30 @@ struct SweepContext {
   fs::path out_dir;
   gf::Communicator& comm;
   size_t shard = 0, shards = 1;
+  std::vector<bool> selected;  // by --only (every job when it is not given)
   bool distributed() const { return comm.size() > 1; }
+  bool mine(size_t k) const { return k % shards == shard && selected[k]; }
 };
+
+// --only PATTERN: the jobs whose names contain a match of PATTERN (an ECMAScript regular
+// expression, e.g. "paired|k2"); at least one must match.
+std::vector<bool> select_jobs(const SweepPlan& plan, const std::string* pattern) {
+  std::vector<bool> out(plan.jobs.size(), true);
+  if (!pattern) return out;
+  std::regex re;
+  try {
+    re = std::regex(*pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw UsageError("--only " + gf::printable(pattern->substr(0, 100)) +
+                     ": not a regular expression (" + e.what() + ")");
+  }
+  size_t n = 0;
+  for (size_t k = 0; k < out.size(); ++k) n += (out[k] = std::regex_search(plan.jobs[k].name, re));
+  if (n == 0)
+    throw UsageError("--only " + gf::printable(pattern->substr(0, 100)) + ": matches none of the " +
+                     std::to_string(out.size()) + " job names (e.g. " + plan.jobs[0].name + ")");
+  return out;
+}
 
 // A job's row of the table: its result with the job's name, seed and axis labels.
 json label(json row, const Job& j, const std::vector<Axis>& ax) {
@@ -312,7 +335,7 @@ enum class JobEnd { row, skipped, interrupted };
 // mpirun or srun silently: its own process reports it).
 JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
   const Job& j = cx.plan.jobs[k];
-  const bool mine = k % cx.shards == cx.shard;
+  const bool mine = cx.mine(k);
   if (cx.distributed() && !mine) return JobEnd::skipped;
   fs::path dir = cx.out_dir / j.name, rec = dir / kJobFile;
   // several processes print whole lines, each its own jobs
@@ -329,7 +352,7 @@ JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
   if (earlier.contains("result") && earlier["result"]["exit"] == 0) {
     row = earlier["result"];
   } else if (!mine) {
-    std::cout << ": another shard's, not finished yet\n";
+    std::cout << (cx.selected[k] ? ": another shard's, not finished yet\n" : ": not selected by --only\n");
     return JobEnd::skipped;
   } else {
     row = run_recorded(cx, j, dir, &how);
@@ -421,12 +444,14 @@ int cmd_sweep(const std::vector<std::string>& args) {
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
       "shard", po::value<std::string>(), "I/N: run only jobs I, I+N, I+2N, ... (0-based; several "
       "processes share one --out); the others' finished jobs join the table")(
+      "only", po::value<std::string>(), "PATTERN: run only the jobs whose names match this regular "
+      "expression (e.g. 'paired|k2'); the others' finished jobs join the table")(
       "check", "check every job's config (no data read) and stop, running nothing")(
       "quiet,q", "less output");
   po::positional_options_description p;
   p.add("sweep", 1);
   bool help;
-  auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]... [--shard I/N] [--check]", o, p, args, &help);
+  auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]... [--shard I/N] [--only PATTERN] [--check]", o, p, args, &help);
   if (help) return 0;
   // under mpirun/srun the processes share the jobs: rank I of N runs jobs I, I+N, ... (each job
   // in its one process), and rank 0 writes the table of all of them
@@ -434,6 +459,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
   const SweepPlan plan = plan_sweep(gf::ConfigNode::load_file(file), sets);
   if (out_dir.empty()) out_dir = "runs/sweep-" + plan.name;
   SweepContext cx{plan, paths, out_dir, comm};
+  const std::string only = vm.count("only") ? vm["only"].as<std::string>() : std::string();
+  cx.selected = select_jobs(plan, vm.count("only") ? &only : nullptr);
   if (vm.count("shard")) std::tie(cx.shard, cx.shards) = parse_shard(vm["shard"].as<std::string>(), plan.jobs.size());
   if (cx.distributed()) {
     if (vm.count("shard"))

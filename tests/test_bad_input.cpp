@@ -771,6 +771,29 @@ TEST_CASE("checkpoint: a fractional step and an unknown format are refused") {
   CHECK(has(n.output, "no `format` entry"));
 }
 
+TEST_CASE("sweep --only: the matching jobs run, the others wait for a later run") {
+  TempDir d;
+  write_text(d.file("tiny.yaml"), kTiny);
+  write_text(d.file("s.yaml"), "name: s\nbase: tiny.yaml\nseeds: [1, 2]\naxes:\n  train.steps:\n"
+                               "    short: 3\n    long: 6\n");
+  const std::string cmd = "sweep " + d.file("s.yaml") + " --out " + d.file("out");
+  auto a = run_bounded(cmd + " --only '^long__seed2$'");
+  REQUIRE_MESSAGE(a.status == 0, a.output);
+  CHECK(fs::exists(d.file("out/long__seed2/sweep_job.json")));
+  for (const char* other : {"short__seed1", "short__seed2", "long__seed1"}) {
+    CAPTURE(other);
+    CHECK(!fs::exists(d.file(std::string("out/") + other)));
+    CHECK(has(a.output, std::string(other) + ": not selected by --only"));
+  }
+  auto b = run_bounded(cmd + " --only short");  // two more; the finished one joins the table
+  REQUIRE_MESSAGE(b.status == 0, b.output);
+  CHECK(has(b.output, "long__seed2: finished earlier"));
+  CHECK(has(b.output, "long__seed1: not selected by --only"));
+  CHECK(fs::exists(d.file("out/short__seed1/sweep_job.json")));
+  CHECK(fs::exists(d.file("out/short__seed2/sweep_job.json")));
+  CHECK(!fs::exists(d.file("out/long__seed1")));
+}
+
 TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and absurd shards") {
   TempDir d;
   write_text(d.file("tiny.yaml"), kTiny);
@@ -796,6 +819,9 @@ TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and abs
   check_refusal(sweep("seeds: [1, 2]\n", "--shard 0/-2"), 2, "expected I/N");
   check_refusal(sweep("axes:\n  name: [x__y, x]\n  seed: [\"z\", \"y__z\"]\n"), 2,
                 "two jobs share the run directory name `x__y__z__seed1`");
+  check_refusal(sweep("seeds: [1, 2]\n", "--only '('"), 2, "--only (: not a regular expression");
+  check_refusal(sweep("seeds: [1, 2]\n", "--only zzz"), 2,
+                "--only zzz: matches none of the 2 job names (e.g. job__seed1)");
   CHECK(!fs::exists(d.file("out")));  // nothing written
 }
 
