@@ -405,6 +405,47 @@ TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the sca
   }
 }
 
+TEST_CASE("products in packed column panels (a long reduction, a wide output): bit for bit the scalar chains") {
+  // A reduction of 1,100 over 331 columns (1.4 MB of Y) is copied in panels of 64 columns
+  // (512 KiB / (1,100 x 4 bytes), whole 4-vector tiles) that every row tile passes over in
+  // turn; the last panel is narrow, with a tail. A leading dimension of 2,048 (8 KiB, the
+  // stride that packing is for) and one that is not a power of two. Each column keeps its
+  // chain, so the values are the scalar chains'.
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available())
+    for (size_t ldw : {size_t{334}, size_t{2048}}) {
+      kernels::set_simd(isa);
+      CAPTURE(isa);
+      CAPTURE(ldw);
+      const size_t m = 13, n = 331, k = 1100, ldx = k + 1, ldc = n + 2;
+      auto x = values(m * ldx, 41), w = values(k * ldw, 42), bias = values(n, 43);
+      std::vector<float> c(m * ldc, 0.0f), cs(m * ldc, 0.0f);
+      kernels::gemm_bias(m, n, k, x.data(), ldx, w.data(), ldw, bias.data(), c.data(), ldc);
+      kernels::gemm_short_k(m, n, k, 0.3f, x.data(), ldx, w.data(), ldw, cs.data(), ldc);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          const float s = chain(isa, k, x.data() + i * ldx, 1, w.data() + j, ldw);
+          REQUIRE(c[i * ldc + j] == s + bias[j]);
+          REQUIRE(cs[i * ldc + j] == 0.3f * s);
+        }
+    }
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    CAPTURE(isa);
+    // C (n2 x e) += alpha X^T Y with the chain over 64 rows (a weight gradient's row block) and
+    // Y 64 x 2,048 (512 KiB): packed, in panels of 2,048 columns
+    const size_t rows = 64, n2 = 13, e = 2048;
+    auto xt = values(rows * n2, 44), y = values(rows * e, 45), t0 = values(n2 * e, 46);
+    auto ct = t0;
+    kernels::gemm_acc_tnd(rows, n2, e, 0.45f, xt.data(), n2, y.data(), e, ct.data(), e);
+    for (size_t j = 0; j < n2; ++j)
+      for (size_t v = 0; v < e; ++v) {
+        const float s = chain(isa, rows, xt.data() + j, n2, y.data() + v, e);
+        REQUIRE(ct[j * e + v] == fused(isa, 0.45f, s, t0[j * e + v]));
+      }
+  }
+}
+
 TEST_CASE("gemm_bias: against double loops; a column's value does not depend on its position") {
   KernelSettings keep;
   // part widths that straddle vector boundaries and leave scalar tails at every width

@@ -256,6 +256,17 @@ inline float* tail_scratch(size_t n) {
   return s.buf;
 }
 
+// A second per-thread buffer, for product's column panels (pad_tail uses the first).
+inline float* panel_scratch(size_t n) {
+  static thread_local TailScratch s;
+  if (s.cap < n) {
+    ::free(s.buf);
+    s.cap = n + n / 2 + 64;
+    s.buf = static_cast<float*>(::aligned_alloc(64, (s.cap * sizeof(float) + 63) / 64 * 64));
+  }
+  return s.buf;
+}
+
 // The last n % W columns of Y (len x n, ldy) zero-padded to W, or null when there are none.
 inline const float* pad_tail(size_t n, size_t len, const float* y, size_t ldy) {
   const size_t nt = n % W;
@@ -270,9 +281,9 @@ inline const float* pad_tail(size_t n, size_t len, const float* y, size_t ldy) {
   return yp;
 }
 
-template <bool TRANS, size_t R0 = RM, class EV, class ES>
-inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
-                    size_t ldy, EV ev, ES es) {
+template <bool TRANS, size_t R0, class EV, class ES>
+inline void product_block(size_t m, size_t n, size_t len, const float* x, size_t ldx,
+                          const float* y, size_t ldy, EV& ev, ES& es) {
   const float* yt = pad_tail(n, len, y, ldy);
   size_t i = 0;
   // One vector of columns or less (a head width of 16 at AVX-512): 6 rows would be only 6 FMA
@@ -290,6 +301,45 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
   for (; i + 4 <= m; i += 4) product_rows_call<4, 3, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
   for (; i + 2 <= m; i += 2) product_rows_call<2, 4, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
   for (; i < m; ++i) product_rows_call<1, 8, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+}
+
+// A large Y (len x n over 256 KiB) is copied, in panels of columns that stay in the level-2
+// cache (512 KiB), to contiguous rows, and every row tile passes over a panel before the next.
+// Read in place, each 6-row tile streamed all of Y from the last level, its rows a power of two
+// apart (8 KiB at n 2048) and so in a few cache sets that evicted each other: the linear layers
+// of d 512 ran at 40..65 GFLOP/s on an Intel Xeon (one core, AVX-512), packed at 150..165
+// (docs/RESULTS.md). A panel is whole 4-vector tiles wide, so each column keeps its FMA chain
+// (the same q order) and the bits do not change.
+constexpr size_t kPanelBytes = 512 * 1024;
+constexpr size_t kPackBytes = 256 * 1024;
+template <bool TRANS, size_t R0 = RM, class EV, class ES>
+inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
+                    size_t ldy, EV ev, ES es) {
+  constexpr size_t kTile = NCW * W;
+  size_t nb = len ? kPanelBytes / (len * sizeof(float)) / kTile * kTile : n;
+  if (nb < kTile) nb = kTile;
+  // one pass of the rows, or a panel small enough to stay cached as it is: used in place (one
+  // epilogue type for both paths, so each tile is compiled once)
+  if (m <= R0 || len * n * sizeof(float) <= kPackBytes) {
+    const size_t cb = 0;
+    auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
+    auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
+    product_block<TRANS, R0>(m, n, len, x, ldx, y, ldy, evb, esb);
+    return;
+  }
+  if (nb > n) nb = n;
+  float* panel = panel_scratch(len * nb);
+  for (size_t cb = 0; cb < n; cb += nb) {
+    const size_t w = n - cb < nb ? n - cb : nb;
+    for (size_t q = 0; q < len; ++q) {
+      const float* src = y + q * ldy + cb;
+      float* dst = panel + q * w;
+      for (size_t j = 0; j < w; ++j) dst[j] = src[j];
+    }
+    auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
+    auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
+    product_block<TRANS, R0>(m, w, len, x, ldx, panel, w, evb, esb);
+  }
 }
 
 void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
