@@ -836,6 +836,36 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
   CHECK(late.done);
 }
 
+TEST_CASE("gain rounds, paired: a solved task (probe loss under the floor) is settled, grows no "
+          "round, stops past the window; its rise is measured against the floor") {
+  gf::incrt::GainOptions o;  // paired (the default)
+  o.settle_probes = 2;
+  o.settle_tolerance = 0.01;
+  o.loss_floor = 0.05;
+  o.reopen_rise = 0.25;
+  o.grow_until = 0.6;
+  REQUIRE(o.paired);
+  using K = gf::incrt::GainDecision::Kind;
+  gf::incrt::GainState g;
+  size_t step = 0;
+  // learns, then the loss keeps falling tenfold a probe under the floor: each window is far
+  // under the one before (never settled by the 1 % test), but there is nothing left to grow for
+  double l = 2.0;
+  for (int i = 0; i < 20; ++i, l = i < 2 ? 1.0 : l * 0.1) {
+    CAPTURE(step);
+    CHECK(g.observe(l, step += 20, 1000, o).kind == K::None);  // steps 20..400: no round
+  }
+  step = 600;
+  CHECK(g.observe(l, step += 20, 1000, o).kind == K::Stop);  // past 0.6 of the run
+  REQUIRE(g.done);
+  REQUIRE(g.done_at < 1e-10);
+  // stopped at ~0: a loss of 0.06 is a rise of 1e10 x it but not over 1.25 x the floor
+  for (int i = 0; i < 6; ++i) CHECK(g.observe(0.06, step += 20, 1000, o).kind == K::None);
+  // a changed task (loss 1.1 for W = 2 probes) reopens growth
+  CHECK(g.observe(1.1, step += 20, 1000, o).kind == K::None);
+  CHECK(g.observe(1.1, step += 20, 1000, o).kind == K::Reopen);
+}
+
 TEST_CASE("gain rounds: a round is judged only after it trained as long as the first head took "
           "to start learning") {
   gf::incrt::GainOptions o;

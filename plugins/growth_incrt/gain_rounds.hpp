@@ -216,10 +216,13 @@ struct GainState {
         recent.push_back(loss);
         if (recent.size() > 2 * w) recent.erase(recent.begin());
         const auto [last, before] = windows(w);
-        if (std::isfinite(last) && last >= before * (1.0 - o.settle_tolerance)) done_at = last;
+        if (std::isfinite(last) && (solved(last, o) || last >= before * (1.0 - o.settle_tolerance)))
+          done_at = last;
         return out;
       }
-      rise = loss > done_at * (1.0 + o.reopen_rise) ? rise + 1 : 0;
+      // against the loss floor at least: on a solved task the stopped-at loss is ~0, and any
+      // wobble would be a rise of many times it
+      rise = loss > reopen_reference(o) * (1.0 + o.reopen_rise) ? rise + 1 : 0;
       if (rise < w) return out;
       done = false;
       has_prev = false;
@@ -235,7 +238,12 @@ struct GainState {
     recent.push_back(loss);
     if (recent.size() > 2 * w) recent.erase(recent.begin());
     const auto [last, before] = windows(w);
-    if (!std::isfinite(last) || last < before * (1.0 - o.settle_tolerance)) return out;
+    // Under the loss floor (paired) the phase is settled however fast the loss still falls: a
+    // solved task's loss falls by orders of magnitude, which the relative test reads as
+    // learning, so growth never stopped there (and the reopen watch never began).
+    const bool below_floor = solved(last, o);
+    if (!std::isfinite(last) || (!below_floor && last < before * (1.0 - o.settle_tolerance)))
+      return out;
     // The first phase must show learning before it can settle (a loss flat at chance is not
     // a plateau of trained heads): the run's learning onset (watch) or, without it, a fall
     // from the phase's first probe.
@@ -267,8 +275,20 @@ struct GainState {
       stop(last);
       return out;
     }
+    if (below_floor) return out;  // nothing left for a round to capture
     out.kind = GainDecision::Kind::Grow;
     return out;
+  }
+
+  /// A windowed probe loss under the loss floor (round_test paired): the task is solved.
+  static bool solved(double last, const GainOptions& o) {
+    return o.paired && std::isfinite(last) && last <= o.loss_floor;
+  }
+
+  /// The loss a stopped phase's rise is measured against: the stopped-at loss, at least the
+  /// loss floor (paired).
+  double reopen_reference(const GainOptions& o) const {
+    return o.paired ? std::max(done_at, o.loss_floor) : done_at;
   }
 
   /// The caller grew a round (possibly empty: then growth stops) at STEP from settled loss

@@ -829,7 +829,9 @@ void round_options(IncrtTable& t) {
            0.0)
       .add("loss_floor", &S::gain, &G::loss_floor, "0.05",
            "gain, round_test paired: a round's share is of max(probe loss, loss_floor), so that on a "
-           "solved task (loss near 0) the heads' use does not read as need",
+           "solved task (loss near 0) the heads' use does not read as need; a probe loss under it "
+           "is settled (no round grows; growth stops past grow_until), and a stopped phase's rise "
+           "is measured against at least it",
            0.0)
       .add("round_mute_every", &S::gain, &G::mute_every, "2",
            "gain, round_test paired: the waiting round's heads sit out every N-th training step "
