@@ -353,6 +353,36 @@ float fused(const std::string& isa, float a, float b, float c) {
   return std::fma(a, b, c);
 }
 
+// C (n x k, ldo) += 0.45 X^T Y for X (m x n, ldx), Y (m x k, ldy): the chain runs over the m
+// rows; against the scalar chains, bit for bit
+void check_acc_tnd(const std::string& isa, size_t m, size_t n, size_t k, const float* x,
+                   size_t ldx, size_t ldy, size_t ldo, uint64_t seed) {
+  auto y = values(m * ldy, seed), t0 = values(n * ldo, seed + 1);
+  auto ct = t0;
+  kernels::gemm_acc_tnd(m, n, k, 0.45f, x, ldx, y.data(), ldy, ct.data(), ldo);
+  for (size_t j = 0; j < n; ++j)
+    for (size_t e = 0; e < k; ++e) {
+      const float s = chain(isa, m, x + j, ldx, y.data() + e, ldy);
+      REQUIRE(ct[j * ldo + e] == fused(isa, 0.45f, s, t0[j * ldo + e]));
+    }
+}
+
+// gemm_bias (+ bias) and gemm_short_k (x 0.3) of X (m x k, ldx) W (k x n, ldw) against the
+// scalar chains, bit for bit
+void check_bias_and_short_k(const std::string& isa, size_t m, size_t n, size_t k, size_t ldx,
+                            size_t ldw, size_t ldc, uint64_t seed) {
+  auto x = values(m * ldx, seed), w = values(k * ldw, seed + 1), bias = values(n, seed + 2);
+  std::vector<float> c(m * ldc, 0.0f), cs(m * ldc, 0.0f);
+  kernels::gemm_bias(m, n, k, x.data(), ldx, w.data(), ldw, bias.data(), c.data(), ldc);
+  kernels::gemm_short_k(m, n, k, 0.3f, x.data(), ldx, w.data(), ldw, cs.data(), ldc);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const float s = chain(isa, k, x.data() + i * ldx, 1, w.data() + j, ldw);
+      REQUIRE(c[i * ldc + j] == s + bias[j]);
+      REQUIRE(cs[i * ldc + j] == 0.3f * s);
+    }
+}
+
 TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the scalar chains") {
   // Sizes that reach the 6-row x 4-vector tiles (64 columns and more at AVX-512, a reduction of
   // 32 and more in gemm_short_k), the 12- and 8-row single-vector tiles (a narrow output over
@@ -368,16 +398,7 @@ TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the sca
           CAPTURE(n);
           CAPTURE(k);
           const size_t ldx = k + 3, ldw = n + 5, ldc = n + 1;
-          auto x = values(m * ldx, 31), w = values(k * ldw, 32), bias = values(n, 33);
-          std::vector<float> c(m * ldc, 0.0f), cs(m * ldc, 0.0f);
-          kernels::gemm_bias(m, n, k, x.data(), ldx, w.data(), ldw, bias.data(), c.data(), ldc);
-          kernels::gemm_short_k(m, n, k, 0.3f, x.data(), ldx, w.data(), ldw, cs.data(), ldc);
-          for (size_t i = 0; i < m; ++i)
-            for (size_t j = 0; j < n; ++j) {
-              const float s = chain(isa, k, x.data() + i * ldx, 1, w.data() + j, ldw);
-              REQUIRE(c[i * ldc + j] == s + bias[j]);
-              REQUIRE(cs[i * ldc + j] == 0.3f * s);
-            }
+          check_bias_and_short_k(isa, m, n, k, ldx, ldw, ldc, 31);
           // C (m x k) += alpha X (m x n) Y (n x k): the long n is the chain, k the output width
           const size_t ldy = k + 2, ldo = k + 1;
           auto xn = values(m * ldc, 34), y = values(n * ldy, 35), c0 = values(m * ldo, 36);
@@ -393,14 +414,7 @@ TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the sca
               REQUIRE(cr[i * ldo + e] == fused(isa, rows[i], s, c0[i * ldo + e]));
             }
           // C (n x k) += alpha X^T Y, X (m x n), Y (m x k): the chain runs over the m rows
-          auto y2 = values(m * ldy, 38), t0 = values(n * ldo, 39);
-          auto ct = t0;
-          kernels::gemm_acc_tnd(m, n, k, 0.45f, xn.data(), ldc, y2.data(), ldy, ct.data(), ldo);
-          for (size_t j = 0; j < n; ++j)
-            for (size_t e = 0; e < k; ++e) {
-              const float s = chain(isa, m, xn.data() + j, ldc, y2.data() + e, ldy);
-              REQUIRE(ct[j * ldo + e] == fused(isa, 0.45f, s, t0[j * ldo + e]));
-            }
+          check_acc_tnd(isa, m, n, k, xn.data(), ldc, ldy, ldo, 38);
         }
   }
 }
@@ -417,32 +431,15 @@ TEST_CASE("products in packed column panels (a long reduction, a wide output): b
       kernels::set_simd(isa);
       CAPTURE(isa);
       CAPTURE(ldw);
-      const size_t m = 13, n = 331, k = 1100, ldx = k + 1, ldc = n + 2;
-      auto x = values(m * ldx, 41), w = values(k * ldw, 42), bias = values(n, 43);
-      std::vector<float> c(m * ldc, 0.0f), cs(m * ldc, 0.0f);
-      kernels::gemm_bias(m, n, k, x.data(), ldx, w.data(), ldw, bias.data(), c.data(), ldc);
-      kernels::gemm_short_k(m, n, k, 0.3f, x.data(), ldx, w.data(), ldw, cs.data(), ldc);
-      for (size_t i = 0; i < m; ++i)
-        for (size_t j = 0; j < n; ++j) {
-          const float s = chain(isa, k, x.data() + i * ldx, 1, w.data() + j, ldw);
-          REQUIRE(c[i * ldc + j] == s + bias[j]);
-          REQUIRE(cs[i * ldc + j] == 0.3f * s);
-        }
+      check_bias_and_short_k(isa, 13, 331, 1100, 1101, ldw, 333, 41);
     }
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
     CAPTURE(isa);
     // C (n2 x e) += alpha X^T Y with the chain over 64 rows (a weight gradient's row block) and
     // Y 64 x 2,048 (512 KiB): packed, in panels of 2,048 columns
-    const size_t rows = 64, n2 = 13, e = 2048;
-    auto xt = values(rows * n2, 44), y = values(rows * e, 45), t0 = values(n2 * e, 46);
-    auto ct = t0;
-    kernels::gemm_acc_tnd(rows, n2, e, 0.45f, xt.data(), n2, y.data(), e, ct.data(), e);
-    for (size_t j = 0; j < n2; ++j)
-      for (size_t v = 0; v < e; ++v) {
-        const float s = chain(isa, rows, xt.data() + j, n2, y.data() + v, e);
-        REQUIRE(ct[j * e + v] == fused(isa, 0.45f, s, t0[j * e + v]));
-      }
+    auto xt = values(64 * 13, 44);
+    check_acc_tnd(isa, 64, 13, 2048, xt.data(), 13, 2048, 2048, 45);
   }
 }
 

@@ -246,8 +246,7 @@ struct TailScratch {
   size_t cap = 0;
   ~TailScratch() { ::free(buf); }  // at thread exit (a leak checker sees no lost block)
 };
-inline float* tail_scratch(size_t n) {
-  static thread_local TailScratch s;
+inline float* grown_to(TailScratch& s, size_t n) {
   if (s.cap < n) {
     ::free(s.buf);
     s.cap = n + n / 2 + 64;
@@ -255,16 +254,14 @@ inline float* tail_scratch(size_t n) {
   }
   return s.buf;
 }
-
+inline float* tail_scratch(size_t n) {
+  static thread_local TailScratch s;
+  return grown_to(s, n);
+}
 // A second per-thread buffer, for product's column panels (pad_tail uses the first).
 inline float* panel_scratch(size_t n) {
   static thread_local TailScratch s;
-  if (s.cap < n) {
-    ::free(s.buf);
-    s.cap = n + n / 2 + 64;
-    s.buf = static_cast<float*>(::aligned_alloc(64, (s.cap * sizeof(float) + 63) / 64 * 64));
-  }
-  return s.buf;
+  return grown_to(s, n);
 }
 
 // The last n % W columns of Y (len x n, ldy) zero-padded to W, or null when there are none.
