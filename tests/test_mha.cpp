@@ -137,6 +137,41 @@ TEST_CASE("mha: a padded batch equals its samples run one by one") {
   }
 }
 
+TEST_CASE("adamw: a large parameter's update split over threads has the bits of one thread "
+          "and of the hand formula") {
+  // 100,000 elements: over the 65,536 from which elementwise work is split over the pool
+  const size_t n = 100000;
+  Tensor w0 = gf_test::randn({n}, 21), g0 = gf_test::randn({n}, 22);
+  auto run = [&](size_t threads) {
+    set_num_threads(threads);
+    auto opt = gf_test::registry().create_optimizer(
+        ConfigNode::load_string("plugin: adamw\nweight_decay: 0.1\ndecay: all\n"));
+    NamedParams params{{"w", parameter(w0.clone())}};
+    for (int k = 0; k < 2; ++k) {
+      params[0].second.zero_grad();
+      Tensor& g = params[0].second.grad_buf();
+      for (size_t i = 0; i < n; ++i) g[i] = g0[i] * float(k + 1);
+      opt->step(params, 1e-2f);
+    }
+    return params[0].second.value().clone();
+  };
+  const Tensor one = run(1), two = run(2);
+  set_num_threads(0);
+  for (size_t i = 0; i < n; ++i) REQUIRE(one[i] == two[i]);
+  // the hand formula (defaults beta 0.9 / 0.999, eps 1e-8), in double, two steps
+  for (size_t i : {size_t{0}, size_t{777}, n - 1}) {
+    double w = w0[i], m = 0, v = 0;
+    for (int t = 1; t <= 2; ++t) {
+      const double g = double(g0[i]) * t;
+      m = 0.9 * m + 0.1 * g;
+      v = 0.999 * v + 0.001 * g * g;
+      const double mh = m / (1 - std::pow(0.9, t)), vh = v / (1 - std::pow(0.999, t));
+      w = w * (1 - 1e-2 * 0.1) - 1e-2 * mh / (std::sqrt(vh) + 1e-8);
+    }
+    CHECK(one[i] == doctest::Approx(w).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("structural edits: stable names, optimizer state follows by name") {
   auto blk = make_block("plugin: mha\nheads: 2\nd_k: 4\n", 8);
   auto opt = gf_test::registry().create_optimizer(ConfigNode::load_string("plugin: adamw\n"));

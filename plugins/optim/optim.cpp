@@ -1,5 +1,6 @@
 // optimizers `sgd` (momentum, Nesterov) and `adamw` (decoupled weight decay).
 // State is kept per parameter name, so it survives structural edits exactly.
+#include <growformer/parallel.hpp>
 #include <growformer/plugin.hpp>
 
 #include <cmath>
@@ -120,11 +121,14 @@ class AdamW : public Optimizer {
       float* M = s.m.data();
       float* V = s.v.data();
       const float* G = g.data();
-      for (size_t i = 0; i < w.size(); ++i) {
-        M[i] = b1 * M[i] + (1.0f - b1) * G[i];
-        V[i] = b2 * V[i] + (1.0f - b2) * G[i] * G[i];
-        W[i] = W[i] * decay - lr * (M[i] * c1) / (std::sqrt(V[i] * c2) + eps);
-      }
+      // elementwise, so split over the pool with the same bits
+      gf::parallel_elementwise(w.size(), [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) {
+          M[i] = b1 * M[i] + (1.0f - b1) * G[i];
+          V[i] = b2 * V[i] + (1.0f - b2) * G[i] * G[i];
+          W[i] = W[i] * decay - lr * (M[i] * c1) / (std::sqrt(V[i] * c2) + eps);
+        }
+      });
     }
   }
   void forget(const std::vector<std::string>& removed) override {
