@@ -216,8 +216,7 @@ struct GainState {
         recent.push_back(loss);
         if (recent.size() > 2 * w) recent.erase(recent.begin());
         const auto [last, before] = windows(w);
-        if (std::isfinite(last) && (solved(last, o) || last >= before * (1.0 - o.settle_tolerance)))
-          done_at = last;
+        if (settled(last, before, o)) done_at = last;
         return out;
       }
       // against the loss floor at least: on a solved task the stopped-at loss is ~0, and any
@@ -238,12 +237,8 @@ struct GainState {
     recent.push_back(loss);
     if (recent.size() > 2 * w) recent.erase(recent.begin());
     const auto [last, before] = windows(w);
-    // Under the loss floor (paired) the phase is settled however fast the loss still falls: a
-    // solved task's loss falls by orders of magnitude, which the relative test reads as
-    // learning, so growth never stopped there (and the reopen watch never began).
+    if (!settled(last, before, o)) return out;
     const bool below_floor = solved(last, o);
-    if (!std::isfinite(last) || (!below_floor && last < before * (1.0 - o.settle_tolerance)))
-      return out;
     // The first phase must show learning before it can settle (a loss flat at chance is not
     // a plateau of trained heads): the run's learning onset (watch) or, without it, a fall
     // from the phase's first probe.
@@ -278,6 +273,14 @@ struct GainState {
     if (below_floor) return out;  // nothing left for a round to capture
     out.kind = GainDecision::Kind::Grow;
     return out;
+  }
+
+  /// The window's median LAST fell by less than settle_tolerance against BEFORE, or lies under
+  /// the loss floor (paired): a solved task's loss falls by orders of magnitude, which the
+  /// relative test reads as learning, so growth never stopped there and the reopen watch never
+  /// began.
+  static bool settled(double last, double before, const GainOptions& o) {
+    return std::isfinite(last) && (solved(last, o) || last >= before * (1.0 - o.settle_tolerance));
   }
 
   /// A windowed probe loss under the loss floor (round_test paired): the task is solved.

@@ -313,29 +313,27 @@ template <bool TRANS, size_t R0 = RM, class EV, class ES>
 inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
                     size_t ldy, EV ev, ES es) {
   constexpr size_t kTile = NCW * W;
-  size_t nb = len ? kPanelBytes / (len * sizeof(float)) / kTile * kTile : n;
-  if (nb < kTile) nb = kTile;
-  // one pass of the rows, or a panel small enough to stay cached as it is: used in place (one
-  // epilogue type for both paths, so each tile is compiled once)
-  if (m <= R0 || len * n * sizeof(float) <= kPackBytes) {
-    const size_t cb = 0;
-    auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
-    auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
-    product_block<TRANS, R0>(m, n, len, x, ldx, y, ldy, evb, esb);
-    return;
+  // one pass of the rows, or a Y small enough to stay cached as it is: read in place, whole
+  const bool pack = m > R0 && len * n * sizeof(float) > kPackBytes;
+  size_t nb = n;
+  if (pack) {
+    nb = kPanelBytes / (len * sizeof(float)) / kTile * kTile;
+    nb = nb < kTile ? kTile : (nb > n ? n : nb);
   }
-  if (nb > n) nb = n;
-  float* panel = panel_scratch(len * nb);
+  float* panel = pack ? panel_scratch(len * nb) : nullptr;
   for (size_t cb = 0; cb < n; cb += nb) {
     const size_t w = n - cb < nb ? n - cb : nb;
-    for (size_t q = 0; q < len; ++q) {
-      const float* src = y + q * ldy + cb;
-      float* dst = panel + q * w;
-      for (size_t j = 0; j < w; ++j) dst[j] = src[j];
+    const float* yb = y + cb;
+    size_t ldb = ldy;
+    if (pack) {
+      for (size_t q = 0; q < len; ++q)
+        for (size_t j = 0; j < w; ++j) panel[q * w + j] = y[q * ldy + cb + j];
+      yb = panel;
+      ldb = w;
     }
     auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
     auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
-    product_block<TRANS, R0>(m, w, len, x, ldx, panel, w, evb, esb);
+    product_block<TRANS, R0>(m, w, len, x, ldx, yb, ldb, evb, esb);
   }
 }
 
