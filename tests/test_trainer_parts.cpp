@@ -85,6 +85,52 @@ TEST_CASE("batch sampler: each epoch visits every example once; a step's batch i
   CHECK(fresh.indices(1) != other_seed.indices(1));
 }
 
+TEST_CASE("batch sampler with length bucketing: same windows, batches cut from the sorted window, shuffled") {
+  const size_t n = 64, batch = 4, bucket = 4, window = batch * bucket;
+  std::vector<size_t> len(n);
+  for (size_t i = 0; i < n; ++i) len[i] = (i * 37) % n + 1;  // distinct lengths 1..64
+  gf::BatchSampler plain(3, n, batch), bucketed(3, n, batch, bucket, len);
+  const long per_window = static_cast<long>(bucket), per_epoch = static_cast<long>(n / batch);
+  size_t unsorted_windows = 0;
+  for (long epoch = 0; epoch < 3; ++epoch) {
+    std::set<size_t> epoch_seen;
+    for (long w = 0; w < per_epoch / per_window; ++w) {
+      std::multiset<size_t> a, b;
+      std::vector<std::pair<size_t, size_t>> ranges;  // (min, max) length of each batch
+      for (long k = 1; k <= per_window; ++k) {
+        long step = epoch * per_epoch + w * per_window + k;
+        for (size_t i : plain.indices(step)) a.insert(i);
+        std::vector<size_t> idx = bucketed.indices(step);
+        size_t lo = n + 1, hi = 0;
+        for (size_t i : idx) {
+          b.insert(i);
+          epoch_seen.insert(i);
+          lo = std::min(lo, len[i]);
+          hi = std::max(hi, len[i]);
+        }
+        ranges.push_back({lo, hi});
+      }
+      CHECK(a == b);  // a window holds the examples the plain shuffle put there
+      CHECK(b.size() == window);
+      for (size_t x = 0; x < ranges.size(); ++x)
+        for (size_t y = x + 1; y < ranges.size(); ++y)  // batches are disjoint length ranges
+          CHECK((ranges[x].second < ranges[y].first || ranges[y].second < ranges[x].first));
+      for (size_t x = 1; x < ranges.size(); ++x)
+        if (ranges[x].first < ranges[x - 1].first) {
+          ++unsorted_windows;
+          break;
+        }
+    }
+    CHECK(epoch_seen.size() == n);
+  }
+  CHECK(unsorted_windows > 0);  // the batch order within a window is shuffled
+  gf::BatchSampler walked(3, n, batch, bucket, len), fresh(3, n, batch, bucket, len);
+  for (long s = 1; s < 30; ++s) walked.indices(s);
+  CHECK(walked.indices(30) == fresh.indices(30));
+  CHECK_THROWS_AS(gf::BatchSampler(3, n, batch, bucket, std::vector<size_t>(n - 1, 1)),
+                  std::invalid_argument);
+}
+
 TEST_CASE("make_batch pads, truncates and keeps one position of an empty sequence") {
   std::vector<gf::Example> split = {{{5, 6, 7}, 1}, {{}, 0}, {{1, 2, 3, 4, 5, 6}, 2}};
   gf::Batch b = gf::make_batch(split, {0, 1, 2}, 4, 9);

@@ -1,14 +1,52 @@
 #include "growformer/batch_sampler.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "growformer/rng.hpp"
 
 namespace gf {
 
-BatchSampler::BatchSampler(uint64_t seed, size_t num_examples, size_t batch_size)
-    : seed_(seed), n_(num_examples), batch_(batch_size) {}
+BatchSampler::BatchSampler(uint64_t seed, size_t num_examples, size_t batch_size, size_t bucket,
+                           std::vector<size_t> lengths)
+    : seed_(seed),
+      n_(num_examples),
+      batch_(batch_size),
+      bucket_(bucket),
+      lengths_(std::move(lengths)) {
+  if (bucket_ > 0 && lengths_.size() != n_)
+    throw std::invalid_argument("length bucketing needs one length per example (" +
+                                std::to_string(lengths_.size()) + " for " + std::to_string(n_) +
+                                " examples)");
+}
+
+void BatchSampler::bucket_epoch(long epoch) {
+  const size_t window = bucket_ * batch_;
+  for (size_t w = 0; w < n_; w += window) {
+    const size_t end = std::min(n_, w + window);
+    std::stable_sort(perm_.begin() + static_cast<std::ptrdiff_t>(w),
+                     perm_.begin() + static_cast<std::ptrdiff_t>(end),
+                     [&](size_t a, size_t b) { return lengths_[a] < lengths_[b]; });
+    // shuffle the whole batches of the window (a partial last batch stays last)
+    const size_t whole = (end - w) / batch_;
+    Rng r(seed_, "data_buckets." + std::to_string(epoch) + "." + std::to_string(w));
+    for (size_t j = whole; j > 1; --j) {
+      size_t k = r.below(j);
+      if (k != j - 1)
+        std::swap_ranges(perm_.begin() + static_cast<std::ptrdiff_t>(w + (j - 1) * batch_),
+                         perm_.begin() + static_cast<std::ptrdiff_t>(w + j * batch_),
+                         perm_.begin() + static_cast<std::ptrdiff_t>(w + k * batch_));
+    }
+  }
+}
+
+std::vector<size_t> padded_lengths(const std::vector<Example>& split, size_t max_tokens) {
+  std::vector<size_t> out(split.size());
+  for (size_t i = 0; i < split.size(); ++i)
+    out[i] = std::max<size_t>(1, std::min(max_tokens, split[i].tokens.size()));
+  return out;
+}
 
 std::vector<size_t> BatchSampler::indices(long step) {
   std::vector<size_t> idx(batch_);
@@ -20,6 +58,7 @@ std::vector<size_t> BatchSampler::indices(long step) {
       for (size_t j = 0; j < n_; ++j) perm_[j] = j;
       Rng r(seed_, "data_order." + std::to_string(epoch));
       for (size_t j = n_; j > 1; --j) std::swap(perm_[j - 1], perm_[r.below(j)]);
+      if (bucket_ > 0) bucket_epoch(epoch);
       epoch_ = epoch;
     }
     idx[i] = perm_[sample % n_];

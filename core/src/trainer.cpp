@@ -50,6 +50,10 @@ OptionSpecs TrainSettings::options() {
   return {
       {"steps", OptType::Int, "1000", "optimizer steps in the run", 1, 1e12},
       {"batch_size", OptType::Int, "32", "examples per step", 1, 1 << 20},
+      {"bucket", OptType::Int, "0",
+       "length bucketing: sort each window of this many batches of the shuffled epoch by "
+       "length and shuffle its batches, so a batch pads less (0 = off)",
+       0, 1 << 20},
       {"warmup", OptType::Int, "100", "linear warm-up steps of the learning rate", 0, 1e12},
       {"schedule", OptType::String, "cosine", "learning-rate schedule after warm-up", -INFINITY,
        INFINITY, {"cosine", "linear", "constant"}},
@@ -92,6 +96,7 @@ OptionSpecs switch_options() {
 TrainSettings::TrainSettings(const Options& o)
     : steps(o.get_int("steps")),
       batch_size(o.get_int("batch_size")),
+      bucket(o.get_int("bucket")),
       warmup(o.get_int("warmup")),
       eval_every(o.get_int("eval_every")),
       log_every(o.get_int("log_every")),
@@ -621,10 +626,17 @@ class Experiment::Loop {
         report_(comm_.root() ? std::make_unique<Reporter>(dir, ts_.steps, flags.quiet)
                              : Reporter::muted(ts_.steps)),
         sync_(comm_),
-        sampler_(ex.seed_, ex.data_.train.size(), static_cast<size_t>(ts_.batch_size)),
+        sampler_(ex.seed_, ex.data_.train.size(), static_cast<size_t>(ts_.batch_size),
+                 static_cast<size_t>(ts_.bucket),
+                 ts_.bucket > 0 ? padded_lengths(ex.data_.train, ex.model_->max_tokens())
+                                : std::vector<size_t>{}),
         switch_sampler_(ex.seed_ ^ hash_name("train.switch"),
                         std::max<size_t>(1, ex.switch_data_.train.size()),
-                        static_cast<size_t>(ts_.batch_size)),
+                        static_cast<size_t>(ts_.batch_size),
+                        ex.switch_data_.train.empty() ? 0 : static_cast<size_t>(ts_.bucket),
+                        ts_.bucket > 0 ? padded_lengths(ex.switch_data_.train,
+                                                        ex.model_->max_tokens())
+                                       : std::vector<size_t>{}),
         blocks_(ex.model_->blocks()),
         editor_(blocks_,
                 {{ex.growth_.get(), &st_.growth_rng, "growth"},

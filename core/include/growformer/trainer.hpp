@@ -31,6 +31,8 @@ struct TrainSettings {
   explicit TrainSettings(const Options& o);
   TrainSettings() = default;
   long steps = 1000, batch_size = 32, warmup = 100, eval_every = 200, log_every = 20;
+  /// `bucket: W` (> 0): length bucketing over windows of W batches (BatchSampler); 0 = off.
+  long bucket = 0;
   long check_every = 50, checkpoint_every = 0, eval_batches = 0, test_batches = 0;
   double clip = 1.0, min_lr_ratio = 0.0;
   std::string schedule = "cosine", test_on = "best";
