@@ -435,13 +435,98 @@ void acc_product(size_t m, size_t n, size_t len, float alpha, const float* x, si
       [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]); });
 }
 
+// ---- a narrow output over a long reduction -----------------------------------------
+// C (m x d) from X (m x n) Y (n x d) with d <= W / 2 (a head of width 8 or less at AVX-512, 4 at
+// AVX2, 2 at SSE2: P V and dS K of narrow heads). The column layout would leave at least half of
+// every register's lanes padding (a head of width 4 used a quarter of them, and its P V was the
+// largest product of a 16-head step); here the long n lies in the lanes instead: each element
+// is W partial sums over n in steps of W (Y transposed once a call), added across the lanes in
+// xsimd's fixed order, then the last n % W products in order. Every element is computed the same
+// way whatever d, the rows beside it or the tile it falls in, so a head's bits depend on its own
+// width alone (tested against a column computed by itself), but they are not the single chain
+// of the wider outputs: a narrow head's sums are rounded in another order than before.
+constexpr size_t kNarrowAcc = W == 16 ? 16 : 8;  // accumulators a tile (AVX-512 has 32 registers)
+
+template <size_t D, size_t R, class ES>
+__attribute__((noinline)) void narrow_rows(size_t i, size_t n, const float* x, size_t ldx,
+                                           const float* yt, ES& es) {
+  B acc[R][D];
+#pragma GCC unroll 16
+  for (size_t r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (size_t c = 0; c < D; ++c) acc[r][c] = B(0.0f);
+  const size_t nv = n / W * W;
+  for (size_t q = 0; q < nv; q += W) {
+    B yv[D];
+#pragma GCC unroll 8
+    for (size_t c = 0; c < D; ++c) yv[c] = B::load_aligned(yt + c * nv + q);
+#pragma GCC unroll 16
+    for (size_t r = 0; r < R; ++r) {
+      const B xv = B::load_unaligned(x + (i + r) * ldx + q);
+#pragma GCC unroll 8
+      for (size_t c = 0; c < D; ++c) acc[r][c] = vfma(xv, yv[c], acc[r][c]);
+    }
+  }
+  const float* ytail = yt + D * nv;  // the last n % W rows of Y, row-major (n % W x D)
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < D; ++c) {
+      float s = xsimd::hadd(acc[r][c]);
+      for (size_t q = nv; q < n; ++q) s = lane_fma(x[(i + r) * ldx + q], ytail[(q - nv) * D + c], s);
+      es(s, i + r, c);
+    }
+}
+
+template <size_t D, class ES>
+void narrow_product_d(size_t m, size_t n, const float* x, size_t ldx, const float* yt, ES& es) {
+  constexpr size_t R = kNarrowAcc / D < 1 ? 1 : (kNarrowAcc / D > 8 ? 8 : kNarrowAcc / D);
+  size_t i = 0;
+  for (; i + R <= m; i += R) narrow_rows<D, R>(i, n, x, ldx, yt, es);
+  for (; i < m; ++i) narrow_rows<D, 1>(i, n, x, ldx, yt, es);
+}
+
+// ES(sum, row, column) consumes each element; d <= W / 2 (narrow_output).
+inline bool narrow_output(size_t d) { return d >= 1 && d <= W / 2; }
+template <class ES>
+void narrow_product(size_t m, size_t n, size_t d, const float* x, size_t ldx, const float* y,
+                    size_t ldy, ES es) {
+  // Y^T in whole vectors (d x nv, aligned rows), then the remainder rows as they are
+  const size_t nv = n / W * W;
+  float* yt = panel_scratch(d * n + W);
+  for (size_t c = 0; c < d; ++c)
+    for (size_t q = 0; q < nv; ++q) yt[c * nv + q] = y[q * ldy + c];
+  for (size_t q = nv; q < n; ++q)
+    for (size_t c = 0; c < d; ++c) yt[d * nv + (q - nv) * d + c] = y[q * ldy + c];
+  switch (d) {
+    case 1: narrow_product_d<1>(m, n, x, ldx, yt, es); break;
+    case 2: narrow_product_d<2>(m, n, x, ldx, yt, es); break;
+    case 3: narrow_product_d<3>(m, n, x, ldx, yt, es); break;
+    case 4: narrow_product_d<4>(m, n, x, ldx, yt, es); break;
+    case 5: narrow_product_d<5>(m, n, x, ldx, yt, es); break;
+    case 6: narrow_product_d<6>(m, n, x, ldx, yt, es); break;
+    case 7: narrow_product_d<7>(m, n, x, ldx, yt, es); break;
+    default: narrow_product_d<8>(m, n, x, ldx, yt, es); break;
+  }
+}
+
 void k_gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                    const float* y, size_t ldy, float* c, size_t ldc) {
+  if (narrow_output(d)) {
+    narrow_product(m, n, d, x, ldx, y, ldy, [=](float s, size_t r, size_t j) {
+      c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]);
+    });
+    return;
+  }
   acc_product<false>(m, d, n, alpha, x, ldx, y, ldy, c, ldc);
 }
 
 void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
                         size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
+  if (narrow_output(d)) {
+    narrow_product(m, n, d, x, ldx, y, ldy, [=](float s, size_t r, size_t j) {
+      c[r * ldc + j] = lane_fma(alpha[r], s, c[r * ldc + j]);
+    });
+    return;
+  }
   product<false>(
       m, d, n, x, ldx, y, ldy,
       [=](B acc, size_t r, size_t j) {
@@ -506,7 +591,7 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
   // width.
   constexpr size_t kVec = 64;
   float* tab[kVec];
-  size_t ldt[kVec];
+  size_t ldt[kVec], first[kVec];
   auto put = [=](float s, size_t r, size_t j) {
     size_t lo = 0, hi = parts;  // the part p with off[p] <= j < off[p + 1], by bisection
     while (hi - lo > 1) {
@@ -524,9 +609,11 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
       const bool whole = a + W <= off[p + 1];
       tab[v] = whole ? dst[p] + (a - off[p]) : nullptr;
       ldt[v] = off[p + 1] - off[p];
+      first[v] = p;
     }
     float* const* tp = tab;
     const size_t* lp = ldt;
+    const size_t* fp = first;
     product<false>(
         m, nc, k, x, ldx, w + c0, ldw,
         [=](B acc, size_t r, size_t j) {
@@ -534,10 +621,21 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
           const size_t v = j / W;
           if (tp[v]) {
             y.store_unaligned(tp[v] + r * lp[v]);
-          } else {  // the vector spans two parts
+          } else {  // the vector spans parts: each part's run of lanes copied (heads of
+            // width 4 or 8 put several parts in one vector; a search per lane was 13 % of a
+            // 16-head step)
             alignas(64) float lanes[W];
             y.store_aligned(lanes);
-            for (size_t u = 0; u < W; ++u) put(lanes[u], r, c0 + j + u);
+            size_t p = fp[v];
+            for (size_t u = 0; u < W;) {
+              const size_t col = c0 + j + u;
+              while (off[p + 1] <= col) ++p;
+              const size_t wp = off[p + 1] - off[p];
+              const size_t cnt = off[p + 1] - col < W - u ? off[p + 1] - col : W - u;
+              float* d = dst[p] + r * wp + (col - off[p]);
+              for (size_t t = 0; t < cnt; ++t) d[t] = lanes[u + t];
+              u += cnt;
+            }
           }
         },
         [=](float s, size_t r, size_t j) { put(BIAS ? s + bias[c0 + j] : s, r, c0 + j); });
