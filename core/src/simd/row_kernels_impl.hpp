@@ -478,7 +478,7 @@ __attribute__((noinline)) void narrow_rows(size_t i, size_t n, const float* x, s
 
 template <size_t D, class ES>
 void narrow_product_d(size_t m, size_t n, const float* x, size_t ldx, const float* yt, ES& es) {
-  constexpr size_t R = kNarrowAcc / D < 1 ? 1 : (kNarrowAcc / D > 8 ? 8 : kNarrowAcc / D);
+  constexpr size_t R = kNarrowAcc / D > 8 ? 8 : kNarrowAcc / D;  // D <= 8 <= kNarrowAcc
   size_t i = 0;
   for (; i + R <= m; i += R) narrow_rows<D, R>(i, n, x, ldx, yt, es);
   for (; i < m; ++i) narrow_rows<D, 1>(i, n, x, ldx, yt, es);
