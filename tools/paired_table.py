@@ -2,6 +2,12 @@
 """Per-seed and paired tables of a sweep whose arms share seeds (docs/RESULTS.md, H1 at 512).
 
     tools/paired_table.py runs/h1_listops_512 hkt mha mha_wide
+    tools/paired_table.py runs/h2_listops_512 --also runs/h1_listops_512 \
+        --pairs hkt-hkt_dot,mha_conv-mha,hkt_L2-mha_conv hkt hkt_dot mha_conv mha hkt_L2
+
+--also DIR (repeatable): arms of another sweep with the same seeds join the table (an arm's name
+must not occur in two of the directories). --pairs A-B,...: the paired differences to print
+(default: the first arm against each of the others).
 
 For every arm (the job name without its `__seedN` suffix): test and best validation accuracy per
 seed, the step of the best validation, the step the run ended at and its wall seconds, with
@@ -40,17 +46,35 @@ def mean_sd(v):
 
 
 def main(argv):
-    if len(argv) < 3:
+    args, roots, pairs = argv[1:], [], None
+    pos = []
+    i = 0
+    while i < len(args):
+        if args[i] in ("--also", "--pairs") and i + 1 < len(args):
+            if args[i] == "--also":
+                roots.append(args[i + 1])
+            else:
+                pairs = [tuple(p.split("-", 1)) for p in args[i + 1].split(",")]
+            i += 2
+        else:
+            pos.append(args[i])
+            i += 1
+    if len(pos) < 2:
         sys.exit(__doc__)
-    root, first, others = argv[1], argv[2], argv[3:]
-    arms = {}
-    for name in sorted(os.listdir(root)):
-        mt = re.match(r"(.+)__seed(\d+)$", name)
-        if not mt or not os.path.exists(os.path.join(root, name, "sweep_job.json")):
-            continue
-        r = job(os.path.join(root, name))
-        if r:
-            arms.setdefault(mt.group(1), {})[int(mt.group(2))] = r
+    roots.insert(0, pos[0])
+    first, others = pos[1], pos[2:]
+    arms, where = {}, {}
+    for root in roots:
+        for name in sorted(os.listdir(root)):
+            mt = re.match(r"(.+)__seed(\d+)$", name)
+            if not mt or not os.path.exists(os.path.join(root, name, "sweep_job.json")):
+                continue
+            arm = mt.group(1)
+            if where.setdefault(arm, root) != root:
+                sys.exit(f"arm {arm} is in both {where[arm]} and {root}")
+            r = job(os.path.join(root, name))
+            if r:
+                arms.setdefault(arm, {})[int(mt.group(2))] = r
     print("| arm | seed | test | best val (step) | ended at | wall s |")
     print("|---|---|---|---|---|---|")
     for arm in [first] + others:
@@ -71,7 +95,7 @@ def main(argv):
     print()
     print("| paired test difference | seeds | mean | sd | 95 % t interval |")
     print("|---|---|---|---|---|")
-    for other in others:
+    for first, other in pairs or [(first, o) for o in others]:
         common = sorted(set(arms.get(first, {})) & set(arms.get(other, {})))
         d = [arms[first][s]["test"] - arms[other][s]["test"] for s in common]
         if len(d) < 2:
