@@ -7,7 +7,7 @@
 
 --also DIR (repeatable): arms of another sweep with the same seeds join the table (an arm's name
 must not occur in two of the directories). --pairs A-B,...: the paired differences to print
-(default: the first arm against each of the others).
+(default: the first arm against each of the others). --seeds 2,3,4: only these seeds.
 
 For every arm (the job name without its `__seedN` suffix): test and best validation accuracy per
 seed, the step of the best validation, the step the run ended at and its wall seconds, with
@@ -46,13 +46,15 @@ def mean_sd(v):
 
 
 def main(argv):
-    args, roots, pairs = argv[1:], [], None
+    args, roots, pairs, seeds = argv[1:], [], None, None
     pos = []
     i = 0
     while i < len(args):
-        if args[i] in ("--also", "--pairs") and i + 1 < len(args):
+        if args[i] in ("--also", "--pairs", "--seeds") and i + 1 < len(args):
             if args[i] == "--also":
                 roots.append(args[i + 1])
+            elif args[i] == "--seeds":
+                seeds = {int(x) for x in args[i + 1].split(",")}
             else:
                 pairs = [tuple(p.split("-", 1)) for p in args[i + 1].split(",")]
             i += 2
@@ -73,7 +75,7 @@ def main(argv):
             if where.setdefault(arm, root) != root:
                 sys.exit(f"arm {arm} is in both {where[arm]} and {root}")
             r = job(os.path.join(root, name))
-            if r:
+            if r and (seeds is None or int(mt.group(2)) in seeds):
                 arms.setdefault(arm, {})[int(mt.group(2))] = r
     print("| arm | seed | test | best val (step) | ended at | wall s |")
     print("|---|---|---|---|---|---|")
