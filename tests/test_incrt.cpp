@@ -19,7 +19,7 @@
 #include "growformer/structure_editor.hpp"
 #include "testing.hpp"
 
-#include "gain_rounds.hpp"
+#include "round_rules.hpp"
 
 namespace {
 
@@ -1970,7 +1970,7 @@ TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and 
             "a list of"));
 }
 
-TEST_CASE("incrt_geometric: policy states of versions 2 to 8 load, and save as version 8") {
+TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as version 9") {
   // one block: started, u+ u- (2-d), tracker lambdas, no Q, 4 checks, no calibration norms,
   // calibrated, Gamma0 and eleven more numbers, last growth, grown, heads, pending, [over],
   // pending directions
@@ -1991,18 +1991,294 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 8 load, and save as v
       text += "3 0 ";
     }
     text += "end";
-    auto p = growth("plugin: incrt_geometric");
+    // before version 9 the text holds the gain rule's state, whatever the criterion
+    auto p = growth("plugin: incrt_geometric\ncriterion: gain");
     p->load_state(text);
     const std::string out = p->save_state();
-    CHECK(out.rfind("incrt_geometric 8 1 5 7 1 block 0 1 ", 0) == 0);
+    CHECK(out.rfind("incrt_geometric 9 1 5 7 1 block 0 1 ", 0) == 0);
     CHECK(p->summary().at("K_obs") == 1.0);
     CHECK(p->summary().at("gamma_res0") == 2.0);
-    auto q = growth("plugin: incrt_geometric");
+    auto q = growth("plugin: incrt_geometric\ncriterion: gain");
     q->load_state(out);
-    CHECK(q->save_state() == out);  // version 8 is a fixed point
-    if (v == 8) CHECK(out == text);
+    CHECK(q->save_state() == out);  // version 9 is a fixed point
+    if (v == 8) CHECK(out == "incrt_geometric 9" + text.substr(std::string("incrt_geometric 8").size()));
+    // the energy criterion reads and drops the gain state of older texts, and saves none
+    auto e = growth("plugin: incrt_geometric\ncriterion: energy");
+    e->load_state(text);
+    CHECK(e->save_state().find(" none ") != std::string::npos);
+    if (v >= 4) {
+      // the learning rule (the default) refuses a gain rule's state, naming the fix
+      auto l = growth("plugin: incrt_geometric");
+      CHECK(fields_test::has(fields_test::error_text([&] { l->load_state(text); }),
+                             "saved by criterion gain, the config says criterion learning: resume with "
+                             "--set growth.criterion=gain"));
+    }
   }
   auto p = growth("plugin: incrt_geometric");
-  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 9 end"); }),
-            "incrt: policy state: expected version '2' to '8', got '9'"));
+  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 10 end"); }),
+            "incrt: policy state: expected version '2' to '9', got '10'"));
+}
+
+// ---- criterion learning: rounds while the model learns (the default) -------------------------
+
+namespace learning_test {
+
+using gf::incrt::GainDecision;
+using gf::incrt::GainOptions;
+using gf::incrt::GainState;
+using gf::incrt::LearningProbe;
+using gf::incrt::LearningState;
+using K = GainDecision::Kind;
+
+/// A loss that falls steadily for the whole run and never settles: 2.5 e^(-step / 800) (about
+/// 1.2 % every 10 steps, 5 % every 40).
+double falling(size_t step) { return 2.5 * std::exp(-double(step) / 800.0); }
+
+/// A probe at STEP of TOTAL; with a round waiting, its heads muted cost SHARE of the loss at a
+/// paired t of T.
+LearningProbe probe_at(size_t step, size_t total, double loss, double share = 0.0, double t = 0.0) {
+  LearningProbe p;
+  p.loss = loss;
+  p.step = step;
+  p.total = total;
+  p.muted_loss = loss * (1.0 + share);
+  p.muted_se = t > 0 ? loss * share / t : std::numeric_limits<double>::quiet_NaN();
+  return p;
+}
+
+}  // namespace learning_test
+
+TEST_CASE("incrt learning rule: a round grows as soon as the probe shows learning and the next as soon "
+          "as it pays, on a loss that never settles; the gain rule grows nothing there") {
+  using namespace learning_test;
+  const GainOptions o;  // min_share 1 %, z 2, z_early 3, grow_until 0.6, loss floor 0.05
+  const size_t total = 1000;
+  LearningState s;
+  std::vector<std::pair<size_t, K>> decisions;
+  for (size_t step = 10; step <= 300; step += 10) {
+    const double share = s.waiting() ? 0.10 : 0.0;  // a waiting round carries 10 % at t = 10
+    const GainDecision d = s.observe(probe_at(step, total, falling(step), share, 10.0), o);
+    if (d.kind == K::None) continue;
+    decisions.push_back({step, d.kind});
+    if (d.kind == K::Grow) s.grown(1, d.settled, step);
+  }
+  // the first probe is 2.5 e^(-1/80); 5 % under it is reached 41 steps later: at step 60
+  REQUIRE(decisions.size() >= 3);
+  CHECK(decisions[0] == std::make_pair(size_t(60), K::Grow));
+  CHECK(s.onset == 50);
+  // each round pays at its third probe (W = 3): the medians reach share 10 %, t 10
+  CHECK(decisions[1] == std::make_pair(size_t(90), K::Grow));
+  CHECK(decisions[2] == std::make_pair(size_t(120), K::Grow));
+  CHECK(s.rounds == decisions.size());
+
+  // the plateau rule on the same probes: no round before its growth window ends (600)
+  GainState g;
+  for (size_t step = 10; step <= 600; step += 10) {
+    g.watch(falling(step), step, o.min_gain);
+    const GainDecision d = g.observe(falling(step), step, total, o);
+    CHECK(d.kind != K::Grow);
+  }
+}
+
+TEST_CASE("incrt learning rule: flat at chance grows nothing; a round that does not pay waits for the "
+          "window's end, is taken back, and a rise reopens growth") {
+  using namespace learning_test;
+  const GainOptions o;
+  const size_t total = 1000;
+  SUBCASE("flat") {
+    LearningState s;
+    std::vector<std::pair<size_t, K>> decisions;
+    for (size_t step = 10; step <= 700; step += 10) {
+      const GainDecision d = s.observe(probe_at(step, total, 2.48 + 0.01 * std::sin(double(step))), o);
+      if (d.kind != K::None) decisions.push_back({step, d.kind});
+    }
+    REQUIRE(decisions.size() == 1);
+    CHECK(decisions[0] == std::make_pair(size_t(610), K::Stop));  // past 0.6 x 1000
+    CHECK(s.rounds == 0);
+    CHECK(!s.waiting());
+  }
+  SUBCASE("unpaid round, then a changed task") {
+    LearningState s;
+    CHECK(s.observe(probe_at(10, total, 2.0), o).kind == K::None);
+    CHECK(s.observe(probe_at(20, total, 1.8), o).kind == K::Grow);
+    s.grown(1, 1.8, 20);
+    s.round = {{0, 1}};
+    // the round carries 0.5 % at a large t: under min_share, never paid; 2.5 % at t 2.5: paid
+    // only at the window's end (z 2), not before (z_early 3)
+    for (size_t step = 30; step <= 600; step += 10)
+      CHECK(s.observe(probe_at(step, total, 1.5, 0.005, 50.0), o).kind == K::None);
+    const GainDecision r = s.observe(probe_at(610, total, 1.5, 0.005, 50.0), o);
+    CHECK(r.kind == K::Reject);
+    CHECK(r.share == doctest::Approx(0.005));
+    CHECK(s.rejected == 1);
+    CHECK(!s.waiting());
+    // stopped: the best loss since is 1.4; three probes over 1.25 x 1.4 = 1.75 reopen
+    CHECK(s.observe(probe_at(620, total, 1.4), o).kind == K::None);
+    CHECK(s.observe(probe_at(630, total, 1.8), o).kind == K::None);
+    CHECK(s.observe(probe_at(640, total, 1.8), o).kind == K::None);
+    CHECK(s.observe(probe_at(650, total, 1.8), o).kind == K::Reopen);
+    CHECK(s.reopened == 1);
+    // a new warm-up with its own window (0.6 of the 350 steps left): learning grows a round
+    CHECK(s.observe(probe_at(660, total, 1.8), o).kind == K::None);
+    CHECK(s.observe(probe_at(670, total, 1.6), o).kind == K::Grow);
+  }
+  SUBCASE("a round that pays at z only when the window ends is kept") {
+    LearningState s;
+    s.observe(probe_at(10, total, 2.0), o);
+    REQUIRE(s.observe(probe_at(20, total, 1.8), o).kind == K::Grow);
+    s.grown(2, 1.8, 20);
+    for (size_t step = 30; step <= 600; step += 10)
+      CHECK(s.observe(probe_at(step, total, 1.5, 0.025, 2.5), o).kind == K::None);
+    const GainDecision d = s.observe(probe_at(610, total, 1.5, 0.025, 2.5), o);
+    CHECK(d.kind == K::Stop);
+    CHECK(d.t == doctest::Approx(2.5));
+    CHECK(s.rejected == 0);
+  }
+  SUBCASE("a solved task grows nothing") {
+    LearningState s;
+    CHECK(s.observe(probe_at(10, total, 0.04), o).kind == K::Stop);
+  }
+}
+
+TEST_CASE("incrt learning rule: the probe interval keeps the probe at a quarter of the training work; "
+          "the state round-trips mid-round") {
+  using namespace learning_test;
+  LearningState s;
+  // 60 examples (a small validation split), batch 16, 10 steps a check: 60 <= 0.25 x 3 x 160
+  CHECK(s.probe_interval(16, 10, 60) == 1);
+  CHECK(s.probe_interval(32, 10, 256) == 2);  // 256 / 240
+  s.phase = LearningState::Trial;              // a waiting round is evaluated twice
+  CHECK(s.probe_interval(16, 10, 60) == 1);   // 120 / 120
+  CHECK(s.probe_interval(32, 10, 256) == 3);  // 512 / 240
+  CHECK(s.probe_interval(16, 10, 256) == 5);  // 512 / 120
+  s.phase = LearningState::Stopped;            // the reopen watch: four times as sparse
+  CHECK(s.probe_interval(32, 10, 256) == 8);
+
+  const GainOptions o;
+  const size_t total = 1000;
+  LearningState a;
+  a.observe(probe_at(10, total, 2.0), o);
+  REQUIRE(a.observe(probe_at(20, total, 1.8), o).kind == K::Grow);
+  a.grown(1, 1.8, 20);
+  a.round = {{0, 3}};
+  a.observe(probe_at(30, total, 1.7, 0.02, 2.0), o);
+  std::ostringstream os;
+  a.save(os);
+  LearningState b;
+  {
+    gf::state::Reader r(os.str(), "test");
+    r.expect("learning");
+    b.load_fields(r);
+  }
+  std::ostringstream again;
+  b.save(again);
+  CHECK(again.str() == os.str());
+  for (size_t step = 40; step <= 200; step += 10) {
+    const GainDecision da = a.observe(probe_at(step, total, 1.6, 0.05, 4.0), o);
+    const GainDecision db = b.observe(probe_at(step, total, 1.6, 0.05, 4.0), o);
+    CHECK(int(da.kind) == int(db.kind));
+    if (da.kind == K::Grow) {
+      a.grown(1, da.settled, step);
+      b.grown(1, db.settled, step);
+    }
+  }
+  CHECK(a.rounds == 7);  // the first, then one at every third probe from step 50 on
+  CHECK(b.rounds == a.rounds);
+}
+
+TEST_CASE("incrt_geometric defaults (criterion learning): a round at the learning onset, its heads "
+          "sit out every 2nd step, and a 60-example probe's paired t pays it; signals in the events") {
+  const size_t d = 8;
+  FakeBlock block(d, 16);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric"), &block, anisotropic_probe(4, 6, d, 2)};
+  drv.total = 1000;
+  drv.start();
+  const size_t val = 60;  // a small validation split: the probe is all of it
+  size_t probes = 0;
+  // the trainer's side: a probe only at the checks the policy asks for, of at most the split
+  auto tick = [&](double loss, double share, double diff_sd) {
+    const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+    drv.metrics = gf::RunMetrics{};
+    drv.metrics.train_steps = drv.every;
+    if (want > 0) {
+      CHECK(want == 256);  // the default, capped by the split below
+      ++probes;
+      drv.metrics.probe_examples = std::min(want, val);
+      drv.metrics.probe_loss = loss;
+      for (const auto& set : drv.policy->probe_ablations(drv.view())) {
+        gf::Ablation a;
+        a.heads = set;
+        a.loss = loss * (1.0 + share);
+        a.diff_sd = diff_sd;
+        drv.metrics.ablations.push_back(a);
+      }
+    }
+    drv.check();
+  };
+  CHECK(!drv.policy->on_trial(drv.step));
+  // a loss that falls all run long; the probe batch has 4 rows and a check is 10 steps, so a
+  // 60-example probe is due every ceil(60 / (0.25 x 3 x 4 x 10)) = 2 checks (4 with a round)
+  size_t grown_at = 0;
+  for (int i = 0; i < 20 && block.slots.size() == 1; ++i) {
+    tick(2.5 * std::exp(-double(drv.step) / 300.0), 0.0, 0.0);
+    if (block.slots.size() == 2) grown_at = drv.step;
+  }
+  REQUIRE(block.slots.size() == 2);
+  CHECK(grown_at <= 100);  // long before any plateau
+  CHECK(drv.policy->on_trial(drv.step));
+  const auto muted = drv.policy->muted_in_training(drv.step + 2);
+  REQUIRE(muted.size() == 1);
+  CHECK(muted[0].head == block.slots[1].id);
+  CHECK(drv.policy->muted_in_training(drv.step + 1).empty());
+  // the round's head carries 4 % of the loss; the example-wise spread is 0.1 x the loss, so
+  // with 60 examples t = 0.04 / (0.1 / sqrt(60)) = 3.10 >= z_early (3): paid, the heads double
+  for (int i = 0; i < 40 && block.slots.size() == 2; ++i) {
+    const double loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+    tick(loss, 0.04, 0.1 * loss);
+  }
+  CHECK(block.slots.size() == 4);
+  const auto ev = drv.of_type("probe");
+  REQUIRE(!ev.empty());
+  bool paid = false;
+  for (const auto& e : ev)
+    if (e.numbers.size() && std::isfinite(number(e, "examples")) && number(e, "examples") == 60.0) {
+      for (const auto& kv : e.numbers)
+        if (kv.first == "round_t" && std::fabs(kv.second - 0.04 / (0.1 / std::sqrt(60.0))) < 1e-9) paid = true;
+    }
+  CHECK(paid);
+  const std::string state = drv.policy->save_state();
+  CHECK(state.rfind("incrt_geometric 9 ", 0) == 0);
+  CHECK(state.find(" learning ") != std::string::npos);
+  auto again = growth("plugin: incrt_geometric");
+  again->load_state(state);
+  CHECK(again->save_state() == state);
+  CHECK(again->on_trial(drv.step));  // the new round waits
+  // the same t with a 30-example probe is 2.19: under z_early, the round waits
+  FakeBlock small(d, 16);
+  small.add(random_head(d, 4, 1));
+  Driver drv2{growth("plugin: incrt_geometric"), &small, anisotropic_probe(4, 6, d, 2)};
+  drv2.total = 1000;
+  drv2.start();
+  for (int i = 0; i < 40; ++i) {
+    const size_t want = drv2.policy->validation_probe(drv2.step + drv2.every);
+    drv2.metrics = gf::RunMetrics{};
+    drv2.metrics.train_steps = drv2.every;
+    const double loss = 2.5 * std::exp(-double(drv2.step) / 300.0);
+    if (want > 0) {
+      drv2.metrics.probe_examples = 30;
+      drv2.metrics.probe_loss = loss;
+      for (const auto& set : drv2.policy->probe_ablations(drv2.view())) {
+        gf::Ablation a;
+        a.heads = set;
+        a.loss = loss * 1.04;
+        a.diff_sd = 0.1 * loss;
+        drv2.metrics.ablations.push_back(a);
+      }
+    }
+    drv2.check();
+  }
+  CHECK(small.slots.size() == 2);  // the round grew and waits (step 400 < the window's 600)
+  CHECK(drv2.policy->on_trial(drv2.step));
+  CHECK(probes > 0);
 }

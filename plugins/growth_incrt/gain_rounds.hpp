@@ -77,7 +77,8 @@ inline PlaneResidual plane_residual(const Mat& c, const std::vector<Mat>& motors
 
 /// The options of the round rule.
 struct GainOptions {
-  size_t probe_examples = 512;  // validation examples per probe (the paired test's power)
+  size_t probe_examples = 0;    // validation examples per probe (0: unset, the policy picks
+                                // 256 for the learning rule, 512 for the gain rule)
   size_t probe_every = 2;       // a probe every N checks (while settling before a round)
   size_t round_probe_every = 2; // paired: a probe every N checks while a round waits (each one
                                 // is evaluated twice, with and without the round's heads)

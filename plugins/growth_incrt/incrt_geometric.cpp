@@ -21,7 +21,7 @@
 #include <growformer/incrt/math.hpp>
 #include <growformer/incrt/stats.hpp>
 
-#include "gain_rounds.hpp"
+#include "round_rules.hpp"
 
 namespace {
 
@@ -112,12 +112,17 @@ struct BlockState {
 
 enum class Round { Double, Planes, One };
 
+/// What decides whether to grow (docs/INCRT.md): rounds while learning, rounds at plateaus, or
+/// the paper's energy threshold.
+enum class Criterion { Learning, Gain, Energy };
+
 /// The policy's options, each declared once (`table()`: spec, parsing and member).
 struct IncrtSettings {
-  bool gain_mode = true;
+  Criterion criterion = Criterion::Learning;
   Round round = Round::Double;
   double plane_threshold = 0.5;
   gf::incrt::GainOptions gain;
+  double z = std::numeric_limits<double>::quiet_NaN();  // unset: by criterion (see the option)
   gf::incrt::ProbeSettings probe;
   gf::incrt::TrackerSettings tracker;
   gf::incrt::CalibrationSettings calibration;
@@ -144,14 +149,23 @@ class IncrtGeometric : public gf::GrowthPolicy {
   explicit IncrtGeometric(const gf::Options& o) : set_(IncrtSettings::table().read(o)) {
     if (set_.thresholds == Thresholds::Absolute && !o.is_set("theta_w"))
       o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
+    // probe_examples unset: 256 for the learning rule (its probe interval keeps the cost at a
+    // quarter of training), 512 for the gain rule (the paired test's power at a plateau)
+    if (set_.gain.probe_examples == 0)
+      set_.gain.probe_examples = set_.criterion == Criterion::Gain ? 512 : 256;
+    // z unset: 1 for learning (the last look decides keep or take back: a round whose heads carry
+    // min_share of the loss at one standard error is kept), 2 for gain
+    set_.gain.z = std::isfinite(set_.z) ? set_.z : set_.criterion == Criterion::Gain ? 2.0 : 1.0;
+    if (set_.criterion == Criterion::Gain) rule_ = std::make_unique<gf::incrt::GainRule>(set_.gain);
+    if (set_.criterion == Criterion::Learning) rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
   }
 
   bool needs_probe() const override { return true; }
 
   /// criterion: gain, at a probe while a round waits for its test: the round's heads muted.
   std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
-    if (!set_.gain_mode || !(set_.gain.attribution || set_.gain.paired) || !gain_.has_prev ||
-        gain_.done || gain_.round.empty() || validation_probe(view.step) == 0)
+    if (!rule_ || !rule_->measures_round() || !rule_->waiting() || rule_->round().empty() ||
+        validation_probe(view.step) == 0)
       return {};
     return {round_heads()};
   }
@@ -160,10 +174,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// step, so that the older heads keep working without them and the round's ablation measures
   /// what it adds, not what the older heads came to lean on.
   std::vector<gf::HeadRef> muted_in_training(size_t step) const override {
-    const size_t every = set_.gain.mute_every;
-    if (!set_.gain_mode || !set_.gain.paired || every == 0 || step % every != 0 || !gain_.has_prev ||
-        gain_.done)
-      return {};
+    const size_t every = rule_ ? rule_->mute_every() : 0;
+    if (every == 0 || step % every != 0 || !rule_->waiting()) return {};
     return round_heads();
   }
 
@@ -171,20 +183,21 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// still be taken back), so the run's best checkpoint is never one with a waiting round.
   bool on_trial(size_t step) const override {
     (void)step;
-    return set_.gain_mode && gain_.has_prev && !gain_.done;
+    return rule_ && rule_->waiting();
   }
 
   /// The heads of the round waiting for its test.
   std::vector<gf::HeadRef> round_heads() const {
     std::vector<gf::HeadRef> set;
-    for (const auto& [b, id] : gain_.round) set.push_back({b, static_cast<int>(id)});
+    if (rule_)
+      for (const auto& [b, id] : rule_->round()) set.push_back({b, static_cast<int>(id)});
     return set;
   }
 
   size_t validation_probe(size_t step) const override {
     (void)step;
-    if (!set_.gain_mode) return 0;
-    return gain_checks_ % gain_.probe_interval(set_.gain) == 0 ? set_.gain.probe_examples : 0;
+    if (!rule_) return 0;
+    return rule_->wants_probe(gain_checks_) ? rule_->probe_examples() : 0;
   }
 
   void on_start(const gf::TrainView& view) override {
@@ -206,7 +219,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       BlockState& st = blocks_[bv.index];
       check_block(view, bv, st, edits);
     }
-    if (set_.gain_mode) {
+    if (rule_) {
       if (view.metrics.probe_examples > 0) gain_step(view, edits);
       gain_checks_ += 1;
     }
@@ -222,7 +235,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     const size_t d = st.tracker.up.size();
     if (e.kind == gf::Edit::Kind::AddHead && gain_pending_ > 0) {
       gain_pending_ -= 1;  // a head of this policy's round
-      gain_.round.emplace_back(e.block, new_head_id);
+      rule_->round().emplace_back(e.block, new_head_id);
       st.grown += 1;
       return;
     }
@@ -242,9 +255,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
       st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
     } else {
       const bool release = e.release_direction.value_or(set_.release_direction);
-      auto& r = gain_.round;
-      r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
-              r.end());
+      if (rule_) {
+        auto& r = rule_->round();
+        r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
+                r.end());
+      }
       if (!release) return;
       for (size_t i = 0; i < st.q_owner.size();)
         if (st.q_owner[i] == e.head_id) {
@@ -275,11 +290,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       if (blocks_.size() > 1)
         for (const auto& q : b) out["block" + std::to_string(kv.first) + "." + q.first] = q.second;
     }
-    if (set_.gain_mode) {
-      out["rounds"] = static_cast<double>(gain_.rounds);
-      out["rounds_rejected"] = static_cast<double>(gain_.rejected);
-      out["reopened"] = static_cast<double>(gain_.reopened);
-    }
+    if (rule_) rule_->summarize(out);
     if (blocks_.size() > 1) {
       out["K_pred"] = k_pred_total;
       out["K_obs"] = k_obs_total;
@@ -291,25 +302,29 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 8 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 9 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& [index, st] : blocks_) {
       os << "block " << index << ' ';
       BlockState::state_fields().save(os, st);
     }
-    gain_.save(os);
+    if (rule_)
+      rule_->save(os);
+    else
+      os << "none ";
     os << gain_checks_ << ' ' << gain_pending_ << ' ';
     os << "end";
     return os.str();
   }
 
-  /// Versions 2 to 8 load: 2 (before growth patience) without the over-threshold counter (0);
+  /// Versions 2 to 9 load: 2 (before growth patience) without the over-threshold counter (0);
   /// 3 (before growth in rounds) without round state; 4 (before the round patience) without
   /// the learning onset; 5 (before growth_until counted from a reopening) as never reopened;
   /// 6 (before the round's shares) with none measured; 7 (before the paired test) without the
-  /// shares' standard errors.
+  /// shares' standard errors; 4 to 8 hold the gain rule's state whatever the criterion (9: the
+  /// criterion's own, named: `gain`, `learning`, or `none` for energy).
   void load_state(const std::string& text) override {
-    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 8, "incrt");
+    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 9, "incrt");
     if (!opened) return;
     gf::state::Reader& r = *opened;
     const int version = r.version();
@@ -321,11 +336,12 @@ class IncrtGeometric : public gf::GrowthPolicy {
       r.expect("block");
       BlockState::state_fields().load(r, blocks_[r.u64()], version);
     }
-    gain_ = gf::incrt::GainState{};
     gain_checks_ = 0;
     gain_pending_ = 0;
+    if (set_.criterion == Criterion::Gain) rule_ = std::make_unique<gf::incrt::GainRule>(set_.gain);
+    if (set_.criterion == Criterion::Learning) rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
     if (version >= 4) {
-      gain_.load(r);
+      load_rule_state(r, version);
       gain_checks_ = r.u64();
       gain_pending_ = r.u64();
     }
@@ -333,6 +349,23 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
  private:
+  /// The criterion's state: a state saved under another criterion is refused by name.
+  void load_rule_state(gf::state::Reader& r, int version) {
+    const std::string mine = rule_ ? rule_->name() : "none";
+    // before version 9 the gain rule's state, written whatever the criterion
+    const std::string saved = version < 9 ? (r.expect("gain"), std::string("gain")) : r.word();
+    if (version < 9 && set_.criterion == Criterion::Energy) {
+      gf::incrt::GainRule(set_.gain).load(r);  // read and dropped
+      return;
+    }
+    if (saved != mine)
+      throw gf::RuntimeError(std::string("incrt_geometric: the policy state was saved by criterion ") +
+                             (saved == "none" ? "energy" : saved) + ", the config says criterion " +
+                             (rule_ ? mine : "energy") + ": resume with --set growth.criterion=" +
+                             (saved == "none" ? "energy" : saved));
+    if (rule_) rule_->load(r);
+  }
+
   std::map<std::string, double> block_summary(const BlockState& st) const {
     std::map<std::string, double> b = BlockState::state_fields().summary(st);
     // Head-count law K* = c kappa_T^2 log(Gamma0 / floor), from the spectrum of
@@ -568,7 +601,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     st.pending = false;  // an edit returned by the last check that was not applied
     forget_dead_heads(st, heads);
     gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
-    if (set_.gain_mode) round_inputs_[bv.index] = {ps.c, ps.present_motors(), ps.seq_len};
+    if (rule_) round_inputs_[bv.index] = {ps.c, ps.present_motors(), ps.seq_len};
     const Spectrum sp = track(st, ps, d);
     st.energy_now = ps.energy;
     const size_t check_index = st.checks++;
@@ -577,7 +610,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (st.calib.done && !calibrated_now) set_thresholds(st, ps.energy);
     const Reading rd = read_energy(st, sp, heads.size(), d, check_index, calibrated_now);
     emit_check(view, bv, st, ps, sp, rd, heads.size());
-    if (set_.gain_mode || !st.calib.done || calibrated_now) return;
+    if (set_.criterion != Criterion::Energy || !st.calib.done || calibrated_now) return;
     decide_energy(view, bv, st, heads, ps, sp, rd, edits);
   }
 
@@ -586,27 +619,34 @@ class IncrtGeometric : public gf::GrowthPolicy {
   void gain_step(const gf::TrainView& view, std::vector<gf::Edit>& edits) {
     gain_pending_ = 0;  // edits returned by an earlier check and not applied
     const gf::RunMetrics& m = view.metrics;
-    gain_.watch(m.probe_loss, view.step, set_.gain.min_gain);
-    const gf::incrt::GainState before = gain_;
-    // The rounds begin once every block's calibration has ended (its first heads have learned:
-    // before that the probe loss can sit flat at chance and look settled).
+    if (auto* gain = dynamic_cast<gf::incrt::GainRule*>(rule_.get())) gain->watch(m.probe_loss, view.step);
+    const gf::incrt::RoundSnapshot before = rule_->snapshot();
+    // The gain rule's rounds begin once every block's calibration has ended (its first heads
+    // have learned: before that the probe loss can sit flat at chance and look settled).
     bool calibrated = true;
+    if (rule_->needs_calibration())
+      for (const gf::BlockView& bv : view.blocks)
+        if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calib.done;
+    gf::incrt::ProbeReading p;
+    p.loss = m.probe_loss;
+    p.step = view.step;
+    p.total = view.total_steps;
+    p.check = gain_checks_;
+    p.steps_per_check = m.train_steps;
+    p.examples = m.probe_examples;
     for (const gf::BlockView& bv : view.blocks)
-      if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calib.done;
-    double muted = std::numeric_limits<double>::quiet_NaN();  // the probe without the round
-    double muted_se = std::numeric_limits<double>::quiet_NaN();  // its paired standard error
-    if (!gain_.round.empty())
+      if (bv.probe && bv.probe->input.defined() && p.batch == 0) p.batch = bv.probe->input.dim(0);
+    if (!rule_->round().empty())
       if (const gf::Ablation* a = m.ablation(round_heads())) {
-        muted = a->loss;
-        if (m.probe_examples > 1) muted_se = a->diff_sd / std::sqrt(double(m.probe_examples));
+        p.muted_loss = a->loss;  // the probe without the round
+        if (m.probe_examples > 1) p.muted_se = a->diff_sd / std::sqrt(double(m.probe_examples));
       }
-    const gf::incrt::GainDecision dec =
-        calibrated ? gain_.observe(m.probe_loss, view.step, view.total_steps, set_.gain, muted, muted_se)
-                   : gf::incrt::GainDecision{};
-    emit_probe(view, before, dec, muted, calibrated);
+    const std::string phase = !calibrated ? "calibrating" : rule_->phase();
+    const gf::incrt::GainDecision dec = calibrated ? rule_->observe(p) : gf::incrt::GainDecision{};
+    emit_probe(view, p, dec, phase);
     using K = gf::incrt::GainDecision::Kind;
     if (dec.kind == K::Reopen) {
-      note(view, "reopen", {{"probe_loss", m.probe_loss}, {"settled_before", before.done_at}});
+      note(view, "reopen", {{"probe_loss", m.probe_loss}, {"settled_before", before.stopped_at}});
     } else if (dec.kind == K::Stop) {
       note(view, "growth_stop", {{"settled", dec.settled}, {"grow_until", set_.gain.grow_until}});
     } else if (dec.kind == K::Reject) {
@@ -627,36 +667,31 @@ class IncrtGeometric : public gf::GrowthPolicy {
     if (view.events) view.events->emit(e);
   }
 
-  /// The `probe` event: what the round rule read of this probe.
-  void emit_probe(const gf::TrainView& view, const gf::incrt::GainState& before,
-                  const gf::incrt::GainDecision& dec, double muted, bool calibrated) const {
+  /// The `probe` event: what the round rule read of this probe, and the decision's signal.
+  void emit_probe(const gf::TrainView& view, const gf::incrt::ProbeReading& p,
+                  const gf::incrt::GainDecision& dec, const std::string& phase) const {
     const gf::RunMetrics& m = view.metrics;
-    const auto windows = gain_.windows(std::max<size_t>(set_.gain.settle_probes, 1));
-    const double nan = std::numeric_limits<double>::quiet_NaN();
     gf::Event pe;
     pe.type = "probe";
     pe.numbers = {{"step", double(view.step)},          {"probe_loss", m.probe_loss},
                   {"probe_accuracy", m.probe_accuracy}, {"examples", double(m.probe_examples)},
                   {"train_loss", m.train_loss},         {"train_steps", double(m.train_steps)},
-                  {"val_step", double(m.val_step)},      {"val_loss", m.val_loss},
-                  {"window", windows.first},            {"window_before", windows.second},
-                  {"onset_steps", gain_.onset >= 0 ? double(gain_.onset) : nan},
-                  {"probe_loss_without_round", muted},
-                  {"round_share", dec.share},
-                  {"round_share_se", dec.share_se},
-                  {"round_t", dec.t}};
+                  {"val_step", double(m.val_step)},      {"val_loss", m.val_loss}};
+    for (const auto& kv : rule_->probe_numbers(p)) pe.numbers.push_back(kv);
+    pe.numbers.insert(pe.numbers.end(), {{"probe_loss_without_round", p.muted_loss},
+                                         {"round_share", dec.share},
+                                         {"round_share_se", dec.share_se},
+                                         {"round_t", dec.t}});
     // numbers not measured yet (no validation, no full window) are left out, not written as null
     pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
                      pe.numbers.end());
-    pe.strings = {{"policy", "incrt_geometric"},
-                  {"phase", !calibrated ? "calibrating" : before.done ? "stopped" : "settling"},
-                  {"plot", "probe_loss window window_before"}};  // drawn by `growformer report`
+    pe.strings = {{"policy", "incrt_geometric"}, {"phase", phase}, {"plot", rule_->plot()}};  // drawn by `growformer report`
     if (view.events) view.events->emit(pe);
   }
 
   /// The last round did not pay: its heads go.
-  void reject_round(const gf::TrainView& view, const gf::incrt::GainState& before,
+  void reject_round(const gf::TrainView& view, const gf::incrt::RoundSnapshot& before,
                     const gf::incrt::GainDecision& dec, std::vector<gf::Edit>& edits) {
     for (const auto& [b, id] : before.round) {
       gf::Edit e;
@@ -672,7 +707,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
       e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
       edits.push_back(std::move(e));
     }
-    gain_.round.clear();
+    rule_->round().clear();
     note(view, "round_rejected", {{"gain", dec.gain}, {"min_gain", set_.gain.min_gain},
                                   {"settled_before", before.prev}, {"settled", dec.settled},
                                   {"heads_removed", double(before.round.size())},
@@ -680,7 +715,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
                                   {"round_age", double(view.step - before.round_step)},
                                   {"round_t", std::isfinite(dec.t) ? dec.t : -1.0},
                                   {"test", set_.gain.paired ? 1.0 : 0.0},
-                                  {"patience_steps", before.patience_steps(set_.gain)}});
+                                  {"patience_steps", before.patience}});
   }
 
   /// Grow: one round over the editable blocks, each sized and aimed by its uncaptured planes.
@@ -730,7 +765,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
                           {"settled", dec.settled}});
       added += n;
     }
-    gain_.grown(added, dec.settled, view.step);
+    rule_->grown(added, dec.settled, view.step);
     gain_pending_ = added;
   }
 
@@ -754,7 +789,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   IncrtSettings set_;
-  gf::incrt::GainState gain_;
+  std::unique_ptr<gf::incrt::RoundRule> rule_;  // the criterion (null: energy)
   size_t gain_checks_ = 0;   // checks seen (a probe every probe_every of them)
   size_t gain_pending_ = 0;  // AddHead edits of a round returned and not yet confirmed
   // what a round reads of this check, per block (criterion: gain; not state): C, the heads'
@@ -777,18 +812,26 @@ using IncrtTable = gf::OptionTable<IncrtSettings>;
 void round_options(IncrtTable& t) {
   using S = IncrtSettings;
   using G = gf::incrt::GainOptions;
-  t.choice("criterion", &S::gain_mode, "gain",
-           "gain: grow in rounds, each sized and aimed by the uncaptured planes and kept only when "
-           "the settled validation-probe loss falls by min_gain (docs/INCRT.md); energy: grow while "
-           "the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated is the paper's rule)",
-           {{"gain", true}, {"energy", false}})
+  t.choice("criterion", &S::criterion, "learning",
+           "learning: grow in rounds while the model learns: a round (doubling the heads, aimed at "
+           "the planes no head carries) grows as soon as the validation probe shows learning and "
+           "again each time the last round's heads carry min_share of the probe loss at a paired t of "
+           "z_early (z when grow_until ends); a round unpaid at grow_until is taken back (docs/INCRT.md); "
+           "gain: the same rounds, grown only at plateaus of the probe loss (the earlier default); "
+           "energy: grow while the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated "
+           "is the paper's rule)",
+           {{"learning", Criterion::Learning}, {"gain", Criterion::Gain}, {"energy", Criterion::Energy}})
       .choice("round", &S::round, "double",
               "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
               "over plane_threshold, at most doubling) or one",
               {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
       .add("plane_threshold", &S::plane_threshold, "0.5",
            "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
-      .add("probe_examples", &S::gain, &G::probe_examples, "512", "gain: validation examples per probe", 1, 1e7)
+      .add("probe_examples", &S::gain, &G::probe_examples, "~",
+           "learning, gain: validation examples per probe (at most the validation split); unset = 256 "
+           "for learning (its probes every so many checks that they cost at most a quarter of the "
+           "training work), 512 for gain",
+           1, 1e7)
       .add("probe_every", &S::gain, &G::probe_every, "2",
            "gain: a validation probe every N checks while the rule waits for the loss to settle", 1, 1e6)
       .add("round_probe_every", &S::gain, &G::round_probe_every, "2",
@@ -823,9 +866,10 @@ void round_options(IncrtTable& t) {
               {{"paired", true}, {"relative", false}})
       .add("min_share", &S::gain, &G::min_share, "0.01",
            "gain, round_test paired: the least fraction of the probe loss a round's heads must carry", 0.0, 1.0)
-      .add("z", &S::gain, &G::z, "2",
-           "gain, round_test paired: the paired t statistic (median over the settling window) a "
-           "round's share must reach when the growth window ends",
+      .add("z", &S::z, "~",
+           "learning, gain (round_test paired): the paired t statistic (median over the last probes) a "
+           "round's share must reach when the growth window ends; unset = 1 for learning (keep a round "
+           "whose heads carry min_share at one standard error), 2 for gain",
            0.0)
       .add("loss_floor", &S::gain, &G::loss_floor, "0.05",
            "gain, round_test paired: a round's share is of max(probe loss, loss_floor), so that on a "

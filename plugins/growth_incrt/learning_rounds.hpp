@@ -1,0 +1,273 @@
+// INCRT growth while the model learns (`criterion: learning`, the default of `incrt_geometric`;
+// docs/INCRT.md, "The default rule: grow while learning").
+//
+// The rule asks the validation probe one question at a time, and never waits for a plateau:
+// - warm-up: has the model started to learn (the probe loss fell 5 % under its first value)?
+//   Then a round grows at once: the block's heads double, aimed by INCRT's geometry.
+// - trial: do the round's heads carry part of the loss the probe measures? At every probe the
+//   round's heads are muted on the probe (paired, example by example); the round pays when the
+//   median share over the last W probes reaches min_share with a paired t of z_early (z once the
+//   growth window has ended). A paid round is followed at once by the next; a round unpaid when
+//   the window ends is taken back, and growth stops.
+// - stopped: the probe loss rising well over the best it reached since (a changed task) reopens
+//   growth, as a new warm-up.
+// The probe's examples and interval are derived so that the probe costs at most a quarter of the
+// training work (`probe_interval`). The state is a pure function of the probes it was fed.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <growformer/fields.hpp>
+#include <growformer/incrt/math.hpp>
+#include <growformer/state_text.hpp>
+
+#include "gain_rounds.hpp"
+
+namespace gf::incrt {
+
+/// The fixed constants of the learning rule, each with its reason (docs/INCRT.md).
+struct LearningConstants {
+  /// W: the round's share and t are medians over its last W probes (one probe's t carries the
+  /// noise of one probe; three is the fewest whose median ignores one outlier).
+  static constexpr size_t window = 3;
+  /// Learning has begun once the probe loss fell this fraction under the phase's first probe:
+  /// a loss flat at chance shows no structure for a head to be aimed at.
+  static constexpr double onset_fall = 0.05;
+  /// The probe costs at most this fraction of the training work (a probe example's forward pass
+  /// counted as a third of a training example's forward and backward pass).
+  static constexpr double probe_cost = 0.25;
+  /// Once growth stopped, the reopen watch probes this many times less often.
+  static constexpr size_t stopped_slowdown = 4;
+};
+
+/// What one probe showed, as the learning rule reads it.
+struct LearningProbe {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double muted_loss = std::numeric_limits<double>::quiet_NaN();  // the round's heads muted
+  double muted_se = std::numeric_limits<double>::quiet_NaN();    // paired standard error
+  size_t step = 0;
+  size_t total = 0;
+};
+
+/// The learning rule's state across probes (saved with the policy state).
+struct LearningState {
+  enum Phase : int { WarmUp = 0, Trial = 1, Stopped = 2 };
+  int phase = WarmUp;
+  double first = std::numeric_limits<double>::quiet_NaN();  // the phase's first probe loss
+  size_t first_step = 0;       // and its step
+  size_t phase_start = 0;      // the step growth last (re)opened at
+  size_t round_step = 0;       // the step the waiting round grew at
+  double prev = std::numeric_limits<double>::quiet_NaN();  // the probe loss it grew at
+  std::vector<std::pair<size_t, long>> round;  // (block, head id) of the waiting round
+  Vec shares, share_ses;       // the waiting round's share and its se at its last W probes
+  double best = std::numeric_limits<double>::quiet_NaN();  // stopped: the lowest probe loss since
+  size_t rise = 0;             // stopped: consecutive probes over (1 + reopen_rise) x best
+  size_t rounds = 0, rejected = 0, reopened = 0;
+  long onset = -1;             // steps from the run's first probe to its learning onset (the
+                               // first warm-up's; reported, not used by the decisions)
+  size_t next_probe = 0;       // the check index of the next probe
+
+  bool waiting() const { return phase == Trial; }
+
+  /// The growth window's end: grow_until of the steps (after a reopening, of those left then).
+  double window_end(size_t total, const GainOptions& o) const {
+    return double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
+  }
+  /// Past the growth window.
+  bool late(size_t step, size_t total, const GainOptions& o) const {
+    return total > 0 && double(step) > window_end(total, o);
+  }
+  /// Whether a round grown at STEP can still be judged inside the window: it is given as many
+  /// steps as the last round took to pay (the first round: as many as the model took to start
+  /// learning), so a round is not grown only to be taken back untested when the window ends.
+  bool fits(size_t step, size_t total, size_t need, const GainOptions& o) const {
+    return total == 0 || double(step + need) <= window_end(total, o);
+  }
+
+  /// The t a round's share must reach at STEP: z_early inside the growth window, z at its end.
+  double z_needed(size_t step, size_t total, const GainOptions& o) const {
+    return late(step, total, o) ? o.z : o.z_early;
+  }
+
+  /// Validation examples each probe evaluates.
+  static size_t probe_examples(const GainOptions& o) { return o.probe_examples; }
+
+  /// Checks between two probes now: the fewest for which a probe (EXAMPLES examples, evaluated
+  /// twice while a round waits) costs at most probe_cost of training BATCH examples for
+  /// STEPS_PER_CHECK steps a check (a probe forward pass as a third of a training step's
+  /// work); four times that once growth stopped (only the reopen watch reads it).
+  size_t probe_interval(size_t batch, size_t steps_per_check, size_t probe_size) const {
+    const double evals = waiting() ? 2.0 : 1.0;
+    const double per_check = LearningConstants::probe_cost * 3.0 * double(std::max<size_t>(batch, 1)) *
+                             double(std::max<size_t>(steps_per_check, 1));
+    const double need = evals * double(std::max<size_t>(probe_size, 1)) / per_check;
+    size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(need - 1e-9)));
+    if (phase == Stopped) every *= LearningConstants::stopped_slowdown;
+    return every;
+  }
+
+  /// One probe: what to do now. After Grow the caller grows a round and calls grown(); after
+  /// Reject it removes `round`'s heads (the state has already stopped).
+  GainDecision observe(const LearningProbe& p, const GainOptions& o) {
+    GainDecision out;
+    if (!std::isfinite(p.loss)) return out;
+    out.settled = p.loss;  // the probe the decision is taken at (the loss may still be falling)
+    if (phase == Trial) return trial(p, o);
+    if (phase == Stopped) return stopped(p, o);
+    // warm-up
+    if (!std::isfinite(first)) {
+      first = p.loss;
+      first_step = p.step;
+    }
+    const bool learnt = p.loss <= first * (1.0 - LearningConstants::onset_fall);
+    if (learnt && onset < 0) onset = long(p.step - first_step);
+    if (late(p.step, p.total, o) || p.loss <= o.loss_floor) {
+      // nothing learnt in the window, or nothing left for a round to capture
+      out.kind = GainDecision::Kind::Stop;
+      stop(p.loss);
+      return out;
+    }
+    if (!learnt) return out;
+    if (!fits(p.step, p.total, p.step - first_step, o)) {
+      out.kind = GainDecision::Kind::Stop;  // too late for a round to be judged
+      stop(p.loss);
+      return out;
+    }
+    out.kind = GainDecision::Kind::Grow;
+    return out;
+  }
+
+  /// The caller grew HEADS_ADDED heads at STEP (0: no room or no plane; growth stops).
+  void grown(size_t heads_added, double loss, size_t step) {
+    if (heads_added == 0) {
+      stop(loss);
+      return;
+    }
+    rounds += 1;
+    phase = Trial;
+    round_step = step;
+    prev = loss;
+    round.clear();  // the round's heads are told by the edits, after this
+    shares.clear();
+    share_ses.clear();
+  }
+
+  /// The waiting round's share and t over its last W probes (medians; NaN while fewer).
+  void fill(GainDecision& out) const {
+    if (shares.size() < LearningConstants::window) return;
+    out.share = median(shares);
+    Vec ses, ts;
+    for (size_t i = 0; i < shares.size(); ++i) {
+      if (!std::isfinite(share_ses[i])) return;  // no spread, no test
+      ses.push_back(share_ses[i]);
+      ts.push_back(share_ses[i] > 0 ? shares[i] / share_ses[i]
+                                    : (shares[i] > 0 ? 1e300 : shares[i] < 0 ? -1e300 : 0.0));
+    }
+    out.share_se = median(ses);
+    out.t = median(ts);
+  }
+
+  static const StateFields<LearningState>& state_fields() {
+    using L = LearningState;
+    static const auto f = StateFields<L>()
+                              .add("phase", &L::phase)
+                              .add("first", &L::first)
+                              .add("first_step", &L::first_step)
+                              .add("phase_start", &L::phase_start)
+                              .add("round_step", &L::round_step)
+                              .add("prev", &L::prev)
+                              .add("round", &L::round)
+                              .add("shares", &L::shares)
+                              .add("share_ses", &L::share_ses)
+                              .add("best", &L::best)
+                              .add("rise", &L::rise)
+                              .add("rounds", &L::rounds)
+                              .add("rejected", &L::rejected)
+                              .add("reopened", &L::reopened)
+                              .add("onset", &L::onset)
+                              .add("next_probe", &L::next_probe);
+    return f;
+  }
+  void save(std::ostringstream& os) const {
+    os << "learning ";
+    state_fields().save(os, *this);
+  }
+  /// The fields after the word `learning`.
+  void load_fields(Reader& r) {
+    state_fields().load(r, *this, r.version());
+    if (phase < WarmUp || phase > Stopped) throw RuntimeError("incrt_geometric: policy state: bad phase");
+    if (share_ses.size() != shares.size())
+      throw RuntimeError("incrt_geometric: policy state: shares and their errors differ in length");
+  }
+
+ private:
+  GainDecision trial(const LearningProbe& p, const GainOptions& o) {
+    GainDecision out;
+    out.settled = p.loss;
+    if (std::isfinite(p.muted_loss)) {
+      // a share of a negligible loss is negligible (on a solved task every head is used)
+      const double scale = std::max(p.loss, o.loss_floor);
+      shares.push_back((p.muted_loss - p.loss) / scale);
+      share_ses.push_back(std::isfinite(p.muted_se) ? p.muted_se / scale
+                                                    : std::numeric_limits<double>::quiet_NaN());
+      while (shares.size() > LearningConstants::window) {
+        shares.erase(shares.begin());
+        share_ses.erase(share_ses.begin());
+      }
+    }
+    fill(out);
+    const bool is_late = late(p.step, p.total, o);
+    const bool pays = std::isfinite(out.share) && std::isfinite(out.t) && out.share >= o.min_share &&
+                      out.t >= (is_late ? o.z : o.z_early);
+    if (pays) {
+      // paid: the next round grows now, if the window leaves it the time this one needed
+      const bool next = !is_late && fits(p.step, p.total, p.step - round_step, o);
+      out.kind = next ? GainDecision::Kind::Grow : GainDecision::Kind::Stop;
+      if (next)
+        phase = WarmUp;  // the caller grows the next round now (grown() starts its trial)
+      else
+        stop(p.loss);
+      return out;
+    }
+    if (is_late) {
+      out.kind = GainDecision::Kind::Reject;
+      rejected += 1;
+      stop(p.loss);
+    }
+    return out;
+  }
+
+  GainDecision stopped(const LearningProbe& p, const GainOptions& o) {
+    GainDecision out;
+    // the rise is measured against the best loss since the stop, at least the loss floor
+    const double ref = std::max(std::isfinite(best) ? best : p.loss, o.loss_floor);
+    rise = p.loss > ref * (1.0 + o.reopen_rise) ? rise + 1 : 0;
+    if (!std::isfinite(best) || p.loss < best) best = p.loss;
+    if (rise < LearningConstants::window) return out;
+    phase = WarmUp;
+    phase_start = p.step;
+    first = p.loss;
+    first_step = p.step;
+    rise = 0;
+    reopened += 1;
+    round.clear();
+    out.kind = GainDecision::Kind::Reopen;
+    return out;
+  }
+
+  void stop(double loss) {
+    phase = Stopped;
+    best = loss;
+    rise = 0;
+    shares.clear();
+    share_ses.clear();
+  }
+};
+
+}  // namespace gf::incrt
