@@ -339,30 +339,40 @@ std::string incrt_charts(const Run& r, Plotter& plot, const std::string& prefix)
 
 // A policy's own signal: the numbers an event's `plot` string names (`"train_loss waited"`),
 // against the step; one figure per policy (the event's `policy`, else its type) and name, one
-// line per block (an event without a block: the model).
+// line per block (an event without a block: the model). Names joined by commas share a figure
+// (`"round_t,z_needed"`: a statistic and the bound it is compared with), one line per name.
 std::string signal_charts(const Run& r, Plotter& plot, const std::string& prefix) {
   std::vector<std::string> order;
-  std::map<std::string, std::map<long, Series>> figs;
+  std::map<std::string, std::map<std::pair<long, std::string>, Series>> figs;
   for (auto& e : r.events) {
-    std::istringstream keys(e.text("plot"));
-    std::string who = e.text("policy").empty() ? e.event.type : e.text("policy"), k;
-    while (keys >> k) {
-      std::optional<double> v = e.number(k);
-      if (!v || !std::isfinite(*v)) continue;
-      std::string id = who + ": " + k;
-      if (!figs.count(id)) order.push_back(id);
-      Series& s = figs[id][e.event.block];
-      if (s.title.empty()) s.title = e.event.block < 0 ? "model" : "block " + std::to_string(e.event.block);
-      s.style = "linespoints";
-      s.pts.push_back({get(e, "step"), *v});
+    std::istringstream groups(e.text("plot"));
+    std::string who = e.text("policy").empty() ? e.event.type : e.text("policy"), group;
+    while (groups >> group) {
+      std::istringstream keys(group);
+      std::string k;
+      const bool joint = group.find(',') != std::string::npos;
+      while (std::getline(keys, k, ',')) {
+        std::optional<double> v = e.number(k);
+        if (!v || !std::isfinite(*v)) continue;
+        std::string id = who + ": " + group;
+        if (!figs.count(id)) order.push_back(id);
+        Series& s = figs[id][{e.event.block, joint ? k : std::string()}];
+        if (s.title.empty()) {
+          s.title = e.event.block < 0 ? "model" : "block " + std::to_string(e.event.block);
+          if (joint) s.title = e.event.block < 0 ? k : s.title + ": " + k;
+        }
+        s.style = "linespoints";
+        s.pts.push_back({get(e, "step"), *v});
+      }
     }
   }
   std::string charts;
   for (size_t i = 0; i < order.size(); ++i) {
     const std::string& id = order[i];
-    Figure f{prefix + "signal_" + gfapp::safe_name(id.substr(0, id.find(':'))) + "_" +
-                 gfapp::safe_name(id.substr(id.find(':') + 2)),
-             id, "step", id.substr(id.find(':') + 2)};
+    std::string what = id.substr(id.find(':') + 2);
+    std::replace(what.begin(), what.end(), ',', ' ');
+    Figure f{prefix + "signal_" + gfapp::safe_name(id.substr(0, id.find(':'))) + "_" + gfapp::safe_name(what),
+             id.substr(0, id.find(':') + 2) + what, "step", what};
     for (auto& [b, s] : figs[id]) f.series.push_back(s);
     charts += chart(plot.draw(f), f.id);
   }

@@ -166,7 +166,7 @@ class LearningRule final : public RoundRule {
   std::string phase() const override {
     return s_.phase == LearningState::WarmUp ? "warm-up" : s_.phase == LearningState::Trial ? "trial" : "stopped";
   }
-  std::string plot() const override { return "probe_loss round_t z_needed"; }
+  std::string plot() const override { return "probe_loss round_t,z_needed round_share,min_share"; }
   void summarize(std::map<std::string, double>& out) const override {
     out["rounds"] = double(s_.rounds);
     out["rounds_rejected"] = double(s_.rejected);
