@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Required-heads tables from sweep directories (docs/RESULTS.md, "Required heads").
+"""Required-heads tables from sweep directories (docs/results/incrt.md, "Required heads").
 
     tools/heads_table.py runs/heads_variants_long runs/heads_variants_long_incrt
 

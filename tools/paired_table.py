@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-seed and paired tables of a sweep whose arms share seeds (docs/RESULTS.md, H1 at 512).
+"""Per-seed and paired tables of a sweep whose arms share seeds (docs/results/hkt.md, H1 at 512).
 
     tools/paired_table.py runs/h1_listops_512 hkt mha mha_wide
     tools/paired_table.py runs/h2_listops_512 --also runs/h1_listops_512 \

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Groups a `perf record` profile of a training step into the categories of
-docs/RESULTS.md (GEMMs, attention, softmax, layer norm, GELU, optimizer, tape,
+docs/results/speed.md (GEMMs, attention, softmax, layer norm, GELU, optimizer, tape,
 allocation, other) by symbol name.
 
   perf record -F 499 -o step.data -- build/bin/growformer bench configs/bench_mha.yaml --steps 4

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Growth settling per group of sweep jobs (docs/RESULTS.md, "## INCRT").
+"""Growth settling per group of sweep jobs (docs/results/archive/incrt.md, "Settling").
 
     tools/settle_table.py [--label NAME=SWEEP_DIR]... SWEEP_DIR...
 

@@ -355,7 +355,7 @@ inline void product_block(size_t m, size_t n, size_t len, const float* x, size_t
 // Read in place, each 6-row tile streamed all of Y from the last level, its rows a power of two
 // apart (8 KiB at n 2048) and so in a few cache sets that evicted each other: the linear layers
 // of d 512 ran at 40..65 GFLOP/s on an Intel Xeon (one core, AVX-512), packed at 150..165
-// (docs/RESULTS.md). A panel is whole 4-vector tiles wide, so each column keeps its FMA chain
+// (docs/results/speed.md). A panel is whole 4-vector tiles wide, so each column keeps its FMA chain
 // (the same q order) and the bits do not change.
 constexpr size_t kPanelBytes = 512 * 1024;
 constexpr size_t kPackBytes = 256 * 1024;
