@@ -210,30 +210,7 @@ struct GainState {
       if (share_ses.size() > w) share_ses.erase(share_ses.begin());
     }
     if (o.paired && has_prev && !done) return paired_round(loss, step, total, o);
-    if (done) {
-      if (!std::isfinite(done_at)) {
-        // growth stopped by taking a round back: the rise test starts from the level the
-        // model settles at without those heads (their removal raises the loss for a while)
-        recent.push_back(loss);
-        if (recent.size() > 2 * w) recent.erase(recent.begin());
-        const auto [last, before] = windows(w);
-        if (settled(last, before, o)) done_at = last;
-        return out;
-      }
-      // against the loss floor at least: on a solved task the stopped-at loss is ~0, and any
-      // wobble would be a rise of many times it
-      rise = loss > reopen_reference(o) * (1.0 + o.reopen_rise) ? rise + 1 : 0;
-      if (rise < w) return out;
-      done = false;
-      has_prev = false;
-      rise = 0;
-      reopened += 1;
-      phase_start = step;
-      round.clear();
-      restart();
-      out.kind = GainDecision::Kind::Reopen;
-      return out;
-    }
+    if (done) return stopped_probe(loss, step, o);
     if (recent.empty()) first = loss;  // recent holds 2 W >= 2 probes once the phase began
     recent.push_back(loss);
     if (recent.size() > 2 * w) recent.erase(recent.begin());
@@ -273,6 +250,35 @@ struct GainState {
     }
     if (below_floor) return out;  // nothing left for a round to capture
     out.kind = GainDecision::Kind::Grow;
+    return out;
+  }
+
+  /// A probe once growth stopped: the level a taken-back round settles at, then the reopen
+  /// watch (a rise over that level for W probes in a row reopens growth).
+  GainDecision stopped_probe(double loss, size_t step, const GainOptions& o) {
+    GainDecision out;
+    const size_t w = std::max<size_t>(o.settle_probes, 1);
+    if (!std::isfinite(done_at)) {
+      // growth stopped by taking a round back: the rise test starts from the level the
+      // model settles at without those heads (their removal raises the loss for a while)
+      recent.push_back(loss);
+      if (recent.size() > 2 * w) recent.erase(recent.begin());
+      const auto [last, before] = windows(w);
+      if (settled(last, before, o)) done_at = last;
+      return out;
+    }
+    // against the loss floor at least: on a solved task the stopped-at loss is ~0, and any
+    // wobble would be a rise of many times it
+    rise = loss > reopen_reference(o) * (1.0 + o.reopen_rise) ? rise + 1 : 0;
+    if (rise < w) return out;
+    done = false;
+    has_prev = false;
+    rise = 0;
+    reopened += 1;
+    phase_start = step;
+    round.clear();
+    restart();
+    out.kind = GainDecision::Kind::Reopen;
     return out;
   }
 

@@ -856,7 +856,14 @@ void round_options(IncrtTable& t) {
            "gain: a round is not taken back before it has trained this many times the steps the "
            "run's first head took to start learning (its probe loss to fall by min_gain)",
            0.0)
-      .choice("round_test", &S::gain, &G::paired, "paired",
+      ;
+}
+
+/// The rounds' test (criterion learning, and gain's round_test) and the growth window.
+void round_test_options(IncrtTable& t) {
+  using S = IncrtSettings;
+  using G = gf::incrt::GainOptions;
+  t.choice("round_test", &S::gain, &G::paired, "paired",
               "gain: what a round must show to be kept. paired: muting its heads costs at least "
               "min_share of the probe loss with a paired t statistic over the probe examples of "
               "at least z_early at any probe, or z when the growth window ends, its heads sitting "
@@ -981,6 +988,7 @@ const IncrtTable& IncrtSettings::table() {
   static const IncrtTable built = [] {
     IncrtTable t;
     round_options(t);
+    round_test_options(t);
     tracker_options(t);
     growth_options(t);
     return t;
