@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unistd.h>
@@ -106,6 +107,37 @@ TEST_CASE("incrt_geometric defaults settle with trained heads; the default Oja s
     CHECK(!grow_steps.empty());  // the trained first head leaves energy to capture
     for (double s : grow_steps) CHECK(s < 600.0);
     fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("incrt_geometric defaults (criterion learning) grow while the probe loss still falls; the "
+          "plateau rule (gain) grows later or not at all") {
+  // A real run whose loss falls for the whole budget: the learning rule's first round comes at
+  // the probe's learning onset, while the probe loss still has at least 5 % to fall; the plateau
+  // rule waits for a settled loss that this budget shows late or never.
+  for (int seed : {1, 2, 3}) {
+    INFO("seed " << seed);
+    auto first_grow_and_probes = [&](const std::string& criterion) {
+      const std::string dir = tmpdir("incrt_learning_" + criterion);
+      REQUIRE(train(dir, {"seed=" + std::to_string(seed), "train.steps=600",
+                          "growth={plugin: incrt_geometric, criterion: " + criterion + "}"}) == 0);
+      double grow = -1.0;
+      std::map<double, double> probes;  // step -> probe loss
+      for (const json& e : read_jsonl(dir + "/events.jsonl")) {
+        if (e["type"] == "grow" && grow < 0) grow = e["step"].get<double>();
+        if (e["type"] == "probe") probes[e["step"].get<double>()] = e["probe_loss"].get<double>();
+      }
+      fs::remove_all(dir);
+      return std::make_pair(grow, probes);
+    };
+    const auto [grow, probes] = first_grow_and_probes("learning");
+    REQUIRE(grow > 0);
+    CHECK(grow < 150.0);
+    REQUIRE(probes.count(grow));
+    CHECK(probes.at(grow) >= 1.05 * probes.rbegin()->second);  // still learning at the growth
+    const auto [grow_gain, probes_gain] = first_grow_and_probes("gain");
+    (void)probes_gain;
+    CHECK((grow_gain < 0 || grow_gain > grow + 100.0));
   }
 }
 
