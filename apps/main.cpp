@@ -20,6 +20,7 @@
 #include <iostream>
 #include <thread>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -427,6 +428,10 @@ int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>
     return 2;
   } catch (const gf::RuntimeError& e) {
     report("error: " + gf::printable(e.what()));
+    return 1;
+  } catch (const std::bad_alloc&) {  // a training step names its step and checkpoint itself
+    report("error: out of memory: the command needs more memory than this process may allocate "
+           "(the machine's memory, a cgroup limit or ulimit -v)");
     return 1;
   } catch (const std::exception& e) {
     report("error: " + gf::printable(e.what()));

@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include <growformer/checkpoint.hpp>
 #include <growformer/config.hpp>
 #include <growformer/run_events.hpp>
 #include <growformer/version.hpp>
@@ -613,14 +614,15 @@ int cmd_report(const std::vector<std::string>& args) {
       body << "<h2>configuration of " << esc(runs[0].name) << "</h2><pre>" << esc(runs[0].config) << "</pre>\n";
     }
   }
-  std::ofstream html(fs::path(out) / "report.html");
+  std::ostringstream html;
   html << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title>\n"
        << kStyle << "\n</head><body>\n"
        << body.str() << "<p id=\"render-check\"></p>\n<p style=\"color:#999;font-size:.8em\">growformer "
        << GROWFORMER_VERSION << "; figures drawn by gnuplot</p>\n"
        << kCheckScript << "\n</body></html>\n";
-  html.close();
-  if (!html) throw gf::RuntimeError((fs::path(out) / "report.html").string() + ": write failed");
+  // a temporary beside it, then a rename: a failed write (a full disk) keeps the previous page
+  const std::string page = html.str();
+  gf::write_file_durably((fs::path(out) / "report.html").string(), {{page.data(), page.size()}});
   size_t n = 0;
   for (auto& e : fs::directory_iterator(figs)) n += e.path().extension() == ".svg";
   std::cout << "report: " << (fs::path(out) / "report.html").string() << " (" << n << " figures in "

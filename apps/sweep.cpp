@@ -12,7 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <regex>
+#include <optional>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -24,6 +25,7 @@
 #include <growformer/trainer.hpp>
 
 #include "commands.hpp"
+#include "job_pattern.hpp"
 #include "sweep_file.hpp"
 
 namespace po = boost::program_options;
@@ -57,6 +59,7 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
   std::unique_ptr<gf::Experiment> ex;
   int rc;
   std::error_code ec;
+  rd.recover_last_from_best();  // stopped between writing its best and its last checkpoint
   if (fs::exists(rd.last_checkpoint(), ec)) {
     *how = "resumed";
     ex = gf::experiment_from_checkpoint(rd.last_checkpoint(), paths);
@@ -282,20 +285,20 @@ struct SweepContext {
   bool mine(size_t k) const { return k % shards == shard && selected[k]; }
 };
 
-// --only PATTERN: the jobs whose names contain a match of PATTERN (an ECMAScript regular
-// expression, e.g. "paired|k2"); at least one must match.
+// --only PATTERN: the jobs whose names contain a match of PATTERN (a regular expression in
+// ECMAScript syntax, e.g. "paired|k2", matched without backtracking: job_pattern.hpp); at least
+// one must match.
 std::vector<bool> select_jobs(const SweepPlan& plan, const std::string* pattern) {
   std::vector<bool> out(plan.jobs.size(), true);
   if (!pattern) return out;
-  std::regex re;
+  std::optional<JobPattern> re;
   try {
-    re = std::regex(*pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw UsageError("--only " + gf::printable(pattern->substr(0, 100)) +
-                     ": not a regular expression (" + e.what() + ")");
+    re.emplace(*pattern);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--only " + gf::printable(pattern->substr(0, 100)) + ": " + e.what());
   }
   size_t n = 0;
-  for (size_t k = 0; k < out.size(); ++k) n += (out[k] = std::regex_search(plan.jobs[k].name, re));
+  for (size_t k = 0; k < out.size(); ++k) n += (out[k] = re->search(plan.jobs[k].name));
   if (n == 0)
     throw UsageError("--only " + gf::printable(pattern->substr(0, 100)) + ": matches none of the " +
                      std::to_string(out.size()) + " job names (e.g. " + plan.jobs[0].name + ")");

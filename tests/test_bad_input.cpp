@@ -794,6 +794,47 @@ TEST_CASE("sweep --only: the matching jobs run, the others wait for a later run"
   CHECK(!fs::exists(d.file("out/long__seed1")));
 }
 
+TEST_CASE("sweep --only: no pattern hangs, and ordinary patterns select the jobs they did") {
+  TempDir d;
+  // every job fails at once on its missing data file, so a run of the sweep shows what it
+  // selected: "ran and FAILED" or "not selected by --only"
+  write_text(d.file("base.yaml"),
+             "name: b\nthreads: 1\ndata: {plugin: text_tsv, train: missing.tsv}\n"
+             "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}\n"
+             "optimizer: {plugin: adamw, lr: 0.003}\ntrain: {steps: 2, batch_size: 8, warmup: 1}\n");
+  const std::string a40(40, 'a');  // backtracking tries 2^40 ways to split it for (a*)*b
+  write_text(d.file("s.yaml"), "name: s\nbase: base.yaml\nseeds: [1, 3]\naxes:\n"
+                               "  train.steps: {paired: 2, single: 3, " + a40 + ": 4}\n"
+                               "  optimizer.lr: {k1: 0.003, k2: 0.002}\n");
+  std::vector<std::string> names;
+  for (std::string arm : {"paired", "single", a40.c_str()})
+    for (std::string k : {"k1", "k2"})
+      for (std::string seed : {"seed1", "seed3"}) names.push_back(arm + "__" + k + "__" + seed);
+  const std::string cmd = "sweep " + d.file("s.yaml") + " --out " + d.file("out") + " --only ";
+  using Selects = std::function<bool(const std::string&)>;
+  const std::vector<std::pair<std::string, Selects>> cases = {
+      {"paired|k2", [](const std::string& n) { return has(n, "paired") || has(n, "k2"); }},
+      {"^single", [](const std::string& n) { return n.rfind("single", 0) == 0; }},
+      {"seed[12]$", [](const std::string& n) { return has(n, "seed1"); }}};
+  for (const auto& c : cases) {
+    CAPTURE(c.first);
+    Bounded b = run_bounded(cmd + "'" + c.first + "'");
+    INFO(b.output);
+    CHECK(b.status == 1);  // the selected jobs failed
+    for (const std::string& n : names)
+      CHECK(has(b.output, n + (c.second(n) ? ": ran and FAILED" : ": not selected by --only")));
+  }
+  for (const char* pattern : {"(a*)*b", "(a|a)*b", "a*a*a*a*a*a*a*a*a*a*a*a*b"})
+    check_refusal(run_bounded(cmd + "'" + pattern + "'"), 2,
+                  std::string("--only ") + pattern + ": matches none of the 12 job names");
+  check_refusal(run_bounded(cmd + "'(a)\\1'"), 2,
+                "--only (a)\\1: back-references (\\1) are not supported by --only");
+  check_refusal(run_bounded(cmd + "'(?!b)'"), 2,
+                "lookaround and named groups ((?=, (?!, (?<) are not supported");
+  check_refusal(run_bounded(cmd + "'a{2000}'"), 2,
+                "--only a{2000}: not a regular expression (a repetition count over 1000)");
+}
+
 TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and absurd shards") {
   TempDir d;
   write_text(d.file("tiny.yaml"), kTiny);
@@ -825,35 +866,86 @@ TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and abs
   CHECK(!fs::exists(d.file("out")));  // nothing written
 }
 
-TEST_CASE("run directory: best but no last is never restarted over") {
+TEST_CASE("run directory: best but no last continues from the best") {
   TempDir d;
   std::string run = d.file("run");
   tiny_run(run);
+  const std::vector<json> metrics = gf_test::metrics_without_timing(run);
   fs::remove(run + "/checkpoints/last.safetensors");
   REQUIRE(fs::exists(run + "/checkpoints/best.safetensors"));
-  std::string best = read_text(run + "/checkpoints/best.safetensors");
-  std::string metrics = read_text(run + "/metrics.jsonl");
-  check_refusal(run_bounded("resume " + run + " --quiet"), 1,
-                "best.safetensors but no " + run + "/checkpoints/last.safetensors: starting the run "
-                "again from step 0 would overwrite it");
+  const std::string best = read_text(run + "/checkpoints/best.safetensors");
+  Cli r = run_cli("resume " + run);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, run + ": no checkpoints/last.safetensors (the run stopped between writing its best and "
+                      "its last checkpoint); continuing from a copy of checkpoints/best.safetensors"));
+  CHECK(gf_test::metrics_without_timing(run) == metrics);  // the steps since the best, repeated alike
   CHECK(read_text(run + "/checkpoints/best.safetensors") == best);
-  CHECK(read_text(run + "/metrics.jsonl") == metrics);
-  CHECK(!fs::exists(run + "/checkpoints/last.safetensors"));
+  CHECK(fs::exists(run + "/checkpoints/last.safetensors"));
 
-  // a sweep job in that state fails with the message and keeps its directory
+  // a sweep job in that state resumes as well, instead of failing on every rerun
   write_text(d.file("tiny.yaml"), kTiny);
   write_text(d.file("s.yaml"), "name: s\nbase: tiny.yaml\nseeds: [1]\n");
   std::string out = d.file("out");
   REQUIRE(run_cli("sweep " + d.file("s.yaml") + " --out " + out + " --quiet").status == 0);
   std::string job = out + "/job__seed1";
+  const std::vector<json> job_metrics = gf_test::metrics_without_timing(job);
   fs::remove(job + "/sweep_job.json");
   fs::remove(job + "/checkpoints/last.safetensors");
-  std::string job_best = read_text(job + "/checkpoints/best.safetensors");
   Cli c = run_cli("sweep " + d.file("s.yaml") + " --out " + out + " --quiet");
   INFO(c.output);
-  CHECK(c.status == 1);
-  CHECK(has(c.output, "would overwrite it"));
-  CHECK(read_text(job + "/checkpoints/best.safetensors") == job_best);
+  CHECK(c.status == 0);
+  CHECK(has(c.output, "job__seed1: resumed,"));
+  CHECK(gf_test::metrics_without_timing(job) == job_metrics);
+}
+
+TEST_CASE("run directory: kill -9 right after any checkpoint write leaves a run that resume finishes alike") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("sanitizer build: the LD_PRELOAD shim cannot come before the sanitizer; skipped");
+#else
+  TempDir d;
+  write_text(d.file("tiny.yaml"), kTiny);
+  // checkpoint_every 0: checkpoints at the validations (steps 3 and 6), and the first validation
+  // is always the best so far, so the first write is a best when no last is there yet
+  const std::string train = "train " + d.file("tiny.yaml") + " --set train.checkpoint_every=0 --quiet --run-dir ";
+  const std::string ref = d.file("ref");
+  REQUIRE(run_cli(train + ref).status == 0);
+  const std::vector<json> want = gf_test::metrics_without_timing(ref);
+  size_t writes = 0;  // how many checkpoint writes the run makes
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    const std::string run = d.file("kill" + std::to_string(n));
+    Cli k = run_cli(train + run, "GF_KILL_AFTER_CHECKPOINTS=" + std::to_string(n) + " LD_PRELOAD=" GF_KILL_SHIM);
+    INFO(k.output);
+    if (k.status == 0) break;  // fewer than N writes
+    ++writes;
+    CHECK(k.status == 128 + SIGKILL);
+    Cli r = run_cli("resume " + run + " --quiet");
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(gf_test::metrics_without_timing(run) == want);
+    CHECK(fs::exists(run + "/checkpoints/last.safetensors"));
+    CHECK(fs::exists(run + "/checkpoints/best.safetensors"));
+  }
+  CHECK(writes >= 3);  // best and last of step 3, last of step 6: every boundary was tried
+#endif
+}
+
+TEST_CASE("messages: a full disk at the first checkpoint claims no previous checkpoint") {
+  TempDir d;
+  write_text(d.file("tiny.yaml"), kTiny);
+  const std::string run = d.file("run"), out = d.file("full.txt");
+  // a file-size limit stands in for a full disk: the logs fit, the checkpoint of step 1 does not
+  int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) + " train " +
+                        d.file("tiny.yaml") + " --set train.checkpoint_every=1 --run-dir " + run +
+                        " --quiet\" > " + out + " 2>&1").c_str());
+  const std::string msg = read_text(out);
+  INFO(msg);
+  CHECK(WEXITSTATUS(rc) == 1);
+  CHECK(has(msg, "write failed (disk full?)"));
+  CHECK(has(msg, "(there was no last.safetensors before; no partial file is left)"));
+  CHECK(!has(msg, "untouched"));
+  CHECK(fs::is_empty(run + "/checkpoints"));
 }
 
 TEST_CASE("messages: a log write with no checkpoint yet, a FASTA record's place once, a switch to another dataset") {

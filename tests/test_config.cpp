@@ -112,6 +112,21 @@ TEST_CASE("files: missing file and relative paths") {
   CHECK(o.resolve_path(o.get_string("file")) == "/tmp/data/x.tsv");
 }
 
+TEST_CASE("a NUL character in a value or a key is refused, naming the key") {
+  const OptionSpecs specs = {{"train", OptType::String, "x.tsv", "a path"}};
+  // YAML's "\0" escape: the path would otherwise be cut at the NUL (train.tsv read silently)
+  std::string e = config_error("sec:\n  train: \"train.tsv\\0.junk\"\n", specs);
+  CHECK(has(e, "c.yaml:2:10: `sec.train`: the value holds a NUL character"));
+  e = config_error("sec: {}\n", specs, "sec.train=\"a\\0b\"");
+  CHECK(has(e, "--set sec.train: `sec.train`: the value holds a NUL character"));
+  ConfigNode n = ConfigNode::load_string("name: \"run\\0 and more\"\n", "c.yaml");
+  CHECK_THROWS_WITH_AS(n.child("name").as_string(), "c.yaml:1:7: `name`: the value holds a NUL character "
+                       "(a \\0 escape?); no option accepts one", ConfigError);
+  CHECK_THROWS_WITH_AS(ConfigNode::load_string("sec:\n  \"tr\\0ain\": 1\n", "c.yaml"),
+                       doctest::Contains("c.yaml:2:3: a key under `sec` holds a NUL character"), ConfigError);
+  CHECK(config_error("sec:\n  train: \"train.tsv\"\n", specs).empty());  // an ordinary value still reads
+}
+
 TEST_CASE("did_you_mean") {
   CHECK(did_you_mean("atention", {"attention", "layers"}) == "attention");
   CHECK(did_you_mean("zzzzzz", {"attention", "layers"}).empty());

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -238,4 +239,42 @@ TEST_CASE("report: a missing run directory and a corrupt metrics line get clear 
   Cli c = run(bin + " report " + dir.file("bad"), tmp);
   CHECK(c.status == 1);
   CHECK(has(c.output, "bad/metrics.jsonl:3: corrupt line"));
+}
+
+TEST_CASE("report: a report that fails on a full disk keeps the previous report.html") {
+  if (!have("gnuplot")) {
+    MESSAGE("skipped: gnuplot is not installed (apt-get install gnuplot-nox)");
+    return;
+  }
+  gf_test::TempDir dir;
+  std::string tmp = dir.file("out.txt"), bin = GF_BIN;
+  std::ofstream(dir.file("tiny.yaml"))
+      << "name: tiny\nseed: 1\nthreads: 1\nmodel: {d_model: 8, layers: 1, max_len: 40, attention: {plugin: mha, "
+         "heads: 2}}\noptimizer: {plugin: adamw, lr: 0.003}\ntrain: {steps: 20, batch_size: 8, warmup: 2, "
+         "eval_every: 10, log_every: 5}\n"
+      << kData;
+  const std::string run_dir = dir.file("run");
+  Cli t = run(bin + " train " + dir.file("tiny.yaml") + " --run-dir " + run_dir + " -q", tmp);
+  REQUIRE_MESSAGE(t.status == 0, t.output);
+  Cli good = run(bin + " report " + run_dir, tmp);
+  REQUIRE_MESSAGE(good.status == 0, good.output);
+  const fs::path html = fs::path(run_dir) / "report" / "report.html";
+  const std::string page = read_text(html);
+  uintmax_t largest_figure = 0;
+  for (auto& e : fs::directory_iterator(fs::path(run_dir) / "report" / "figures"))
+    largest_figure = std::max(largest_figure, fs::file_size(e.path()));
+  // a file-size limit stands in for a full disk: the figures fit, the page (which holds them) does not
+  const uintmax_t kib = largest_figure / 1024 + 2;
+  REQUIRE(kib * 1024 < page.size());
+  Cli full = run("bash -c \"trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec " + bin + " report " +
+                     run_dir + "\"",
+                 tmp);
+  INFO(full.output);
+  CHECK(full.status == 1);
+  CHECK(has(full.output, "report.html.tmp-"));
+  CHECK(has(full.output, "write failed (disk full?)"));
+  CHECK(has(full.output, "(the previous report.html is untouched)"));
+  CHECK(read_text(html) == page);  // the good page, whole
+  for (auto& e : fs::directory_iterator(html.parent_path()))
+    CHECK(!has(e.path().filename().string(), ".tmp-"));  // no partial file left
 }

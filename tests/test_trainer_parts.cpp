@@ -317,6 +317,54 @@ TEST_CASE("structure editor: applies edits, logs them, tells every policy, forge
   CHECK_THROWS_AS(ed.apply(bad, 0, 20), gf::RuntimeError);
 }
 
+/// Names heads to mute in training and to ablate on the probe, as told.
+struct MutingPolicy : gf::GrowthPolicy {
+  std::vector<gf::HeadRef> heads;
+  std::vector<gf::Edit> check(const gf::TrainView&) override { return {}; }
+  std::vector<gf::HeadRef> muted_in_training(size_t) const override { return heads; }
+  std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView&) const override { return {heads}; }
+};
+
+TEST_CASE("structure editor: a head a policy mutes or ablates must exist, named in the refusal") {
+  if (!gf_test::registry().find(gf::Kind::Attention, "mha")) {
+    MESSAGE("mha plugin not built: skipped");
+    return;
+  }
+  gf::Rng init(1, 1), rng(2, 2);
+  gf::AttentionBuild build;
+  build.d_model = 8;
+  build.registry = &gf_test::registry();
+  build.rng = &init;
+  auto block = gf_test::registry().create_attention(
+      gf::ConfigNode::load_string("plugin: mha\nheads: 2\nhead: {plugin: dot_product}"), build);
+  std::vector<int> ids;
+  for (const gf::HeadInfo& h : block->heads()) ids.push_back(h.id);
+  REQUIRE(ids.size() == 2);
+  MutingPolicy policy;
+  gf::StructureEditor ed({block.get()}, {{&policy, &rng, "pruning", "my_rule"}}, nullptr, 100);
+  policy.heads = {{0, ids[1]}};  // a head the block holds: asked for as before
+  CHECK(ed.muted_in_training(5) == policy.heads);
+  CHECK(ed.probe_ablations(5) == std::vector<std::vector<gf::HeadRef>>{policy.heads});
+  auto refusal = [&](auto&& f) {
+    try {
+      f();
+    } catch (const gf::RuntimeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  policy.heads = {{0, ids[0]}, {0, 99}};  // head 99 was never there
+  const std::string in_block = " head 99 of block 0, which has no such head (its heads: " +
+                               std::to_string(ids[0]) + ", " + std::to_string(ids[1]) + ")";
+  CHECK(refusal([&] { ed.muted_in_training(5); }) ==
+        "the pruning policy `my_rule` asked to mute in training" + in_block);
+  CHECK(refusal([&] { ed.probe_ablations(5); }) == "the pruning policy `my_rule` asked to ablate" + in_block);
+  policy.heads = {{3, ids[0]}};
+  CHECK(refusal([&] { ed.probe_ablations(5); }) ==
+        "the pruning policy `my_rule` asked to ablate head " + std::to_string(ids[0]) +
+            " of block 3, but the model has 1 block(s)");
+}
+
 TEST_CASE("reporter: metrics lines, events stamped with the step, summary only when non-empty") {
   gf_test::TempDir tmp;
   gf::RunDir dir((tmp.path / "run").string());

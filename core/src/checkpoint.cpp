@@ -88,7 +88,11 @@ void write_file_durably(const std::string& path, const std::vector<std::pair<con
     std::string msg = tmp + ": " + what + ": " + errno_text();
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());  // never leave a partial file behind
-    throw RuntimeError(msg + " (the previous " + target.filename().string() + " is untouched)");
+    std::error_code ec;
+    const std::string name = target.filename().string();
+    throw RuntimeError(msg + (fs::exists(target, ec)
+                                  ? " (the previous " + name + " is untouched)"
+                                  : " (there was no " + name + " before; no partial file is left)"));
   };
   ::fchmod(fd, 0644);
   for (const auto& [p, n] : parts)

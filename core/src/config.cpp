@@ -153,6 +153,10 @@ void check_duplicates(const Doc& doc, const YAML::Node& n, const std::string& pa
         throw ConfigError(mark_str(doc, it->first.Mark()) + ": a key under `" + path +
                           "` is a list or mapping; keys must be plain names");
       std::string key = it->first.Scalar();
+      if (key.find('\0') != std::string::npos)
+        throw ConfigError(mark_str(doc, it->first.Mark()) + ": " +
+                          (path.empty() ? std::string("a top-level key") : "a key under `" + path + "`") +
+                          " holds a NUL character (a \\0 escape?); keys must be plain names");
       if (!seen.insert(key).second)
         throw ConfigError(mark_str(doc, it->first.Mark()) + ": duplicate key `" +
                           join(path, key) + "` (each key may appear once in a mapping)");
@@ -482,6 +486,10 @@ std::string ConfigNode::as_string() const {
   if (!impl_->node.IsScalar()) fail("expected a single value, found a " +
                                     std::string(impl_->node.IsMap() ? "mapping" : "list"));
   mark_consumed();
+  // a NUL (a "\0" escape in a quoted string) would silently cut a path or a name where the
+  // text reaches the system or a message
+  if (impl_->node.Scalar().find('\0') != std::string::npos)
+    fail("the value holds a NUL character (a \\0 escape?); no option accepts one");
   return impl_->node.Scalar();
 }
 

@@ -88,6 +88,17 @@ void RunDir::refuse_restart_over_best() const {
                        " and resume; to start again, move it away first");
 }
 
+bool RunDir::recover_last_from_best() const {
+  std::error_code ec;
+  if (fs::exists(last_checkpoint(), ec) || !fs::exists(best_checkpoint(), ec)) return false;
+  RunDir locked(root_);
+  locked.lock();  // no process runs this run now, so its best checkpoint stays as it is
+  if (fs::exists(last_checkpoint(), ec)) return false;
+  // through a load: a damaged best is refused (naming it), not copied
+  save_checkpoint(last_checkpoint(), load_checkpoint(best_checkpoint()));
+  return true;
+}
+
 void RunDir::reset_logs() const {
   write(metrics(), "");
   write(events(), "");

@@ -46,10 +46,35 @@ const Ablation* RunMetrics::ablation(std::vector<HeadRef> heads) const {
   return nullptr;
 }
 
+namespace {
+// Refuses a head of HEADS that BLOCKS do not hold: muting it would change nothing, and an
+// "ablation" of it would report the unmuted loss. WHAT: what policy P asked to do with it.
+void check_heads(const std::vector<AttentionBlock*>& blocks, const std::vector<HeadRef>& heads,
+                 const StructureEditor::Policy& p, const char* what) {
+  for (const HeadRef& h : heads) {
+    const std::string asked = "the " + p.role + " policy" + (p.name.empty() ? "" : " `" + p.name + "`") +
+                              " asked to " + what + " head " + std::to_string(h.head) + " of block " +
+                              std::to_string(h.block);
+    if (h.block >= blocks.size())
+      throw RuntimeError(asked + ", but the model has " + std::to_string(blocks.size()) + " block(s)");
+    std::string ids;
+    bool held = false;
+    for (const HeadInfo& info : blocks[h.block]->heads()) {
+      held = held || info.id == h.head;
+      ids += (ids.empty() ? "" : ", ") + std::to_string(info.id);
+    }
+    if (!held)
+      throw RuntimeError(asked + ", which has no such head (its heads: " + (ids.empty() ? "none" : ids) +
+                         ")");
+  }
+}
+}  // namespace
+
 std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) const {
   std::vector<std::vector<HeadRef>> out;
   for (size_t p = 0; p < policies_.size(); ++p)
     for (auto& set : policies_[p].policy->probe_ablations(view(step, p))) {
+      check_heads(blocks_, set, policies_[p], "ablate");
       std::vector<HeadRef> c = canonical(set);
       if (!c.empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     }
@@ -58,8 +83,11 @@ std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) 
 
 std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
   std::vector<HeadRef> out;
-  for (const Policy& p : policies_)
-    for (const HeadRef& h : p.policy->muted_in_training(step)) out.push_back(h);
+  for (const Policy& p : policies_) {
+    std::vector<HeadRef> heads = p.policy->muted_in_training(step);
+    check_heads(blocks_, heads, p, "mute in training");
+    out.insert(out.end(), heads.begin(), heads.end());
+  }
   return canonical(out);  // sorted, each once
 }
 

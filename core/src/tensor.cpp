@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 
@@ -81,15 +82,21 @@ struct Pool {
     if (!p) throw std::bad_alloc();
     return static_cast<float*>(p);
   }
-  void put(float* p, size_t n) {
+  // Every tensor's release (a shared_ptr deleter, so inside destructors) ends here: it must not
+  // throw. Caching may allocate (a size class's first list, a longer list); when that fails, as
+  // it does when memory runs out, the buffer goes back to the system instead of the cache.
+  void put(float* p, size_t n) noexcept {
     n = size_class(n);
     {
       std::lock_guard<std::mutex> lock(mu);
       stats.bytes_live -= n * sizeof(float);
       if (cached_bytes + n * sizeof(float) <= cache_cap_bytes()) {
-        free[n].push_back(p);
-        cached_bytes += n * sizeof(float);
-        return;
+        try {
+          free[n].push_back(p);
+          cached_bytes += n * sizeof(float);
+          return;
+        } catch (...) {  // std::bad_alloc: no room for the list entry, so not cached
+        }
       }
     }
     std::free(p);

@@ -610,6 +610,13 @@ double majority_class_accuracy(const std::vector<Example>& train, const std::vec
   for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
   return static_cast<double>(hit) / std::max<size_t>(1, seen);
 }
+
+/// The plugin the component KEY of TOP names ("" when it names none), for messages.
+std::string plugin_of(const ConfigNode& top, const std::string& key) {
+  ConfigNode node = top.child(key);
+  if (!node.is_map() || !node.has("plugin") || !node.child("plugin").is_scalar()) return "";
+  return node.child("plugin").as_string();
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -639,8 +646,8 @@ class Experiment::Loop {
                                        : std::vector<size_t>{}),
         blocks_(ex.model_->blocks()),
         editor_(blocks_,
-                {{ex.growth_.get(), &st_.growth_rng, "growth"},
-                 {ex.pruning_.get(), &st_.pruning_rng, "pruning"}},
+                {{ex.growth_.get(), &st_.growth_rng, "growth", plugin_of(ex.cfg_, "growth")},
+                 {ex.pruning_.get(), &st_.pruning_rng, "pruning", plugin_of(ex.cfg_, "pruning")}},
                 &report_->events(), static_cast<size_t>(ts_.steps)) {
     editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
     need_probe_ = editor_.needs_probe();
@@ -658,6 +665,7 @@ class Experiment::Loop {
     auto t0 = std::chrono::steady_clock::now();
     double cpu0 = process_cpu_seconds();
     for (long step = start_step + 1; step <= ts_.steps && !st_.stopped_early; ++step) {
+      step_ = step;
       report_->begin_step(step);
       Batch whole = training_batch(step);
       Batch shard;
@@ -691,6 +699,7 @@ class Experiment::Loop {
     }
     report_->end_bar();
     if (comm_.size() > 1 || sync_.measure_wait()) say_timing(start_step, t0, cpu0);
+    step_ = -1;  // the final test
     final_test();
     RunOutcome& out = ex_.outcome_;
     out.best_val = st_.best_val;
@@ -701,6 +710,29 @@ class Experiment::Loop {
     report_->summary(st_.step, out.growth_summary, out.pruning_summary);
     report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;
+  }
+
+  /// std::bad_alloc out of run(): the tape and the pool's cache go back to the system, then one
+  /// error names where memory ran out and the checkpoint a resume continues from (no checkpoint
+  /// is written here: the model may be half-way through a step).
+  [[noreturn]] void fail_out_of_memory() {
+    clear_tape();
+    pool_release_cached();
+    report_->end_bar();
+    std::string where = step_ > 0    ? "at step " + std::to_string(step_)
+                        : step_ < 0 ? std::string("in the final test")
+                                    : std::string("before the first step");
+    std::string heads;
+    for (size_t h : ex_.model_->heads_per_block()) heads += (heads.empty() ? "" : ", ") + std::to_string(h);
+    const std::string last = dir_.last_checkpoint();
+    std::error_code ec;
+    throw RuntimeError("out of memory " + where + " of " + dir_.root() + " (heads per block: " + heads +
+                       "); lower train.batch_size or model.max_len, or the heads growth may add "
+                       "(max_heads), or give the process more memory. " +
+                       (fs::exists(last, ec) ? "The last checkpoint " + last +
+                                                   " is kept: continue with `growformer resume " +
+                                                   dir_.root() + "`"
+                                             : std::string("No checkpoint was written yet")));
   }
 
  private:
@@ -1024,8 +1056,7 @@ class Experiment::Loop {
     if (r.accuracy > st_.best_val && !on_trial_) {
       st_.best_val = r.accuracy;
       st_.best_step = step;
-      st_.step = step;
-      ex_.save(dir_.best_checkpoint());
+      best_due_ = true;  // written at the end of the step, in checkpoint_or_stop
     }
   }
 
@@ -1071,13 +1102,18 @@ class Experiment::Loop {
     stop_requested_ = stop_requested_ || stop > 0;
   }
 
-  /// Writes checkpoints/last when due or stopping; true when the run stops here.
+  /// Writes checkpoints/best after a better validation, then checkpoints/last when due or
+  /// stopping; true when the run stops here. Both are written at the end of the step, so they
+  /// are the same checkpoint: a kill between the two leaves a best that `resume` continues from
+  /// (RunDir::recover_last_from_best), or an older last that repeats the steps since.
   bool checkpoint_or_stop(long step) {
     bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
                step == ts_.steps || st_.stopped_early;
     bool interrupted = comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load();
     bool stop = interrupted || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
     st_.step = step;
+    if (best_due_) ex_.save(dir_.best_checkpoint());
+    best_due_ = false;
     if (due || stop) ex_.save(dir_.last_checkpoint());
     if (!stop || step >= ts_.steps || st_.stopped_early) return false;
     report_->end_bar();
@@ -1131,6 +1167,8 @@ class Experiment::Loop {
   StructureEditor editor_;
   bool need_probe_ = false, need_masks_ = false, validated_ = false;
   bool on_trial_ = false;  // the last validation found the structure on trial
+  long step_ = 0;          // the step being trained (-1: the final test)
+  bool best_due_ = false;  // this step's validation is the best so far: checkpoints/best is due
   // wall seconds per phase of the loop (the timing line of GROWFORMER_DP_TIMING=1)
   struct PhaseTimes {
     double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
@@ -1141,7 +1179,11 @@ class Experiment::Loop {
 
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
   Loop loop(*this, dir, flags);
-  return loop.run(start_step);
+  try {
+    return loop.run(start_step);
+  } catch (const std::bad_alloc&) {
+    loop.fail_out_of_memory();
+  }
 }
 
 namespace {
@@ -1185,6 +1227,14 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   RunFlags flags = flags_in;
   std::vector<PluginLock> missing;
   flags.plugin_paths = resume_plugin_paths(dir, flags.plugin_paths, &missing);
+  // stopped between writing the best and the last checkpoint: continue from the best (rank 0
+  // copies it; the others look for last after it)
+  Communicator* comm = flags.comm;
+  bool recovered = (!comm || comm->root()) && dir.recover_last_from_best();
+  if (comm && comm->size() > 1) recovered = comm->broadcast(recovered);
+  if (recovered && !flags.quiet && (!comm || comm->root()))
+    std::cout << run_dir << ": no checkpoints/last.safetensors (the run stopped between writing its best "
+              << "and its last checkpoint); continuing from a copy of checkpoints/best.safetensors\n";
   if (fs::exists(dir.last_checkpoint(), ec)) {
     std::unique_ptr<Experiment> ex;
     try {

@@ -32,6 +32,13 @@ class RunDir {
   /// new run would overwrite.
   void refuse_restart_over_best() const;
 
+  /// A run stopped between writing its best and its last checkpoint (the trainer writes them in
+  /// that order at the end of one step, as the same checkpoint), or before its first last
+  /// checkpoint, has a best and no last: this copies best to last (durably, after checking it)
+  /// so that a resume continues from the best's step, and returns true. False, doing nothing,
+  /// when there is a last or no best. Takes the directory's lock meanwhile (call it without).
+  bool recover_last_from_best() const;
+
   /// Empties both logs (a fresh run).
   void reset_logs() const;
   /// Keeps only the log lines of steps <= STEP and drops test lines and torn lines: a resume

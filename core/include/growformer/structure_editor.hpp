@@ -15,11 +15,13 @@ namespace gf {
 
 class StructureEditor {
  public:
-  /// A policy with its own random stream; ROLE ("growth", "pruning") is logged with its edits.
+  /// A policy with its own random stream; ROLE ("growth", "pruning") is logged with its edits,
+  /// NAME (its plugin; may be empty) is named in errors.
   struct Policy {
     GrowthPolicy* policy = nullptr;
     Rng* rng = nullptr;
     std::string role;
+    std::string name;
   };
 
   /// BLOCKS are edited in place; EVENTS receives one line per edit (may be null).
@@ -38,8 +40,10 @@ class StructureEditor {
   /// The most validation examples any policy asks the check at STEP to evaluate.
   size_t validation_probe(size_t step) const;
   /// The head sets any policy asks the check at STEP to ablate on the probe (each once).
+  /// RuntimeError naming the policy, block and head when a set names a head no block holds.
   std::vector<std::vector<HeadRef>> probe_ablations(size_t step) const;
   /// The heads any policy asks to leave out of training step STEP (each once, in order).
+  /// RuntimeError naming the policy, block and head for a head no block holds.
   std::vector<HeadRef> muted_in_training(size_t step) const;
   /// Whether any policy has the structure on trial after STEP (GrowthPolicy::on_trial).
   bool on_trial(size_t step) const;
