@@ -10,14 +10,27 @@ checkpoints, a run's logs, sweep tables, and growth/pruning policies written in 
 A policy in Python is a class named in the config:
     growth: {plugin: python, class: grow_on_plateau.GrowOnPlateau, path: [examples/python],
              options: {patience: 3}}
-see examples/python/grow_on_plateau.py.
+see examples/python/grow_on_plateau.py (or give the class object: `"class": MyPolicy` in a dict).
+
+Installed with `pip install --no-build-isolation .` (README, "Python"), the package also runs the
+growformer program: `python3 -m growformer train CONFIG`. Type stubs: growformer/__init__.pyi.
 """
 
 import csv as _csv
 import json as _json
 import os as _os
+import sys as _sys
 
-from ._core import (  # noqa: F401
+try:  # predict, parameters and the policy view give numpy arrays
+    import numpy as _numpy  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        "growformer needs numpy, which this Python (" + _sys.executable + ") cannot import: "
+        "install Debian's python3-numpy (apt-get install python3-numpy; in a venv made with "
+        "`python3 -m venv --system-site-packages`), or `pip install numpy` in this environment",
+        name="numpy") from _e
+
+from ._core import (  # noqa: F401,E402
     Config,
     ConfigError,
     Experiment,

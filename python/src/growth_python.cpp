@@ -37,6 +37,21 @@ std::string bridge_path() {
   return GF_PYPOLICY_BUILD;
 }
 
+// The folder holding the package growformer, which a policy may import: where an install puts
+// it relative to this plugin (PREFIX/lib/python3.X/site-packages, or the site-packages of a
+// wheel whose package folder holds the plugins), else the build tree's.
+std::string python_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&python_dir), &info) && info.dli_fname) {
+    for (const char* rel : {GF_PYTHON_FROM_PLUGINS, GF_PYTHON_FROM_PLUGINS_WHEEL}) {
+      fs::path site = (fs::path(info.dli_fname).parent_path() / rel).lexically_normal();
+      std::error_code ec;
+      if (fs::exists(site / "growformer" / "__init__.py", ec)) return site.string();
+    }
+  }
+  return GF_PYTHON_BUILD_DIR;
+}
+
 gfpy::MakePolicyFn load_bridge() {
   static std::mutex m;
   static gfpy::MakePolicyFn fn = nullptr;
@@ -89,7 +104,7 @@ std::unique_ptr<gf::GrowthPolicy> make(const gf::Options& o, const std::string& 
   }
   a.options = o.get_node("options");
   a.options_where = o.where("options");
-  a.python_dir = GF_PYTHON_BUILD_DIR;
+  a.python_dir = python_dir();
   return std::unique_ptr<gf::GrowthPolicy>(load_bridge()(a));
 }
 

@@ -31,6 +31,7 @@
 #include <growformer/run_dir.hpp>
 #include <growformer/run_events.hpp>
 #include <growformer/trainer.hpp>
+#include <growformer/trainer_state.hpp>
 
 #include "py_convert.hpp"
 
@@ -58,17 +59,48 @@ struct Config {
   }
 };
 
+// ---- arguments ---------------------------------------------------------------------------
+// A path argument: a str, bytes or os.PathLike (pathlib.Path); else one TypeError naming WHAT.
+std::string path_arg(py::handle h, const std::string& what) {
+  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (py::isinstance<py::bytes>(h) || py::hasattr(h, "__fspath__")) {
+    py::module_ os = py::module_::import("os");
+    return os.attr("fsdecode")(os.attr("fspath")(h)).cast<std::string>();
+  }
+  throw py::type_error(what + " is a path (a str or an os.PathLike such as pathlib.Path), not " +
+                       py::repr(h).cast<std::string>());
+}
+
+// A list of paths (plugin_paths); a lone path is refused (a str would be read letter by letter).
+std::vector<std::string> path_list(py::handle h, const std::string& what) {
+  std::vector<std::string> out;
+  if (h.is_none()) return out;
+  if (py::isinstance<py::str>(h) || py::isinstance<py::bytes>(h) || py::hasattr(h, "__fspath__") ||
+      !py::isinstance<py::iterable>(h))
+    throw py::type_error(what + " is a list of paths, not " + py::repr(h).cast<std::string>() +
+                         " (wrap one path in a list)");
+  size_t i = 0;
+  for (auto x : h) out.push_back(path_arg(x, what + "[" + std::to_string(i++) + "]"));
+  return out;
+}
+
+// A config dict as JSON text (growformer._convert: policy classes given as class objects,
+// numpy numbers, paths; one ConfigError naming the key of anything else).
+std::string config_json(py::handle d) {
+  return py::module_::import("growformer._convert").attr("config_json")(d).cast<std::string>();
+}
+
 Config config_from(py::handle src, const std::vector<std::string>& overrides,
                    const std::string& base_dir) {
   Config c;
   if (py::isinstance<Config>(src)) {
     c = src.cast<Config>();
   } else if (py::isinstance<py::dict>(src)) {
-    c.text = py::module_::import("json").attr("dumps")(src).cast<std::string>();
+    c.text = config_json(src);
     c.name = "<dict>";
     c.base_dir = base_dir.empty() ? fs::current_path().string() : base_dir;
   } else if (py::isinstance<py::str>(src) || py::hasattr(src, "__fspath__")) {
-    c.path = py::module_::import("os").attr("fspath")(src).cast<std::string>();
+    c.path = path_arg(src, "config");
     if (!fs::exists(c.path)) throw gf::ConfigError(c.path + ": no such config file");
   } else {
     throw py::type_error("a config is a growformer.Config, a path to a YAML file or a dict, not " +
@@ -91,10 +123,9 @@ py::dict eval_dict(const gf::EvalResult& r) {
   return py::dict("loss"_a = r.loss, "accuracy"_a = r.accuracy, "examples"_a = r.examples);
 }
 
-// A run's end as a dict: status, where it stopped, the final test (when it ran to the end).
+// What the callback raised (or a Ctrl-C), raised again once the run has stopped.
 struct RunWatch {
-  long last_step = -1, total = 0;
-  std::exception_ptr error;  // raised by the callback or a Ctrl-C, raised again after the run
+  std::exception_ptr error;
 };
 
 // Ctrl-C while training: the trainer's way (stop after the current step with a checkpoint),
@@ -149,8 +180,6 @@ gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long eve
   auto cb = std::make_shared<py::object>(std::move(callback));
   f.on_step = [cb, every, acc, &w](const gf::StepReport& r) -> bool {
     py::gil_scoped_acquire gil;
-    w.last_step = r.step;
-    w.total = r.total_steps;
     double n = static_cast<double>(std::max<size_t>(1, r.steps));
     acc->loss += r.loss * n;
     acc->correct += r.accuracy * n;
@@ -188,35 +217,83 @@ gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long eve
   return f;
 }
 
-py::dict run_result(int status, const RunWatch& w, const std::string& run_dir,
-                    const gf::Experiment* ex) {
-  bool finished = status == 0 && w.total > 0 && w.last_step == w.total;
+// Where a run stands after train() or resume(), from its last checkpoint: the step, whether it
+// ended (its last step, or an early stop) and the best validation accuracy so far.
+struct RunStand {
+  long step = -1;
+  bool ended = false;
+  double best_val = -1;  // -1: not validated yet
+};
+
+RunStand stand_of(const std::string& run_dir) {
+  RunStand s;
+  const std::string ck = gf::RunDir(run_dir).last_checkpoint();
+  std::error_code ec;
+  if (!fs::exists(ck, ec)) return s;
+  gf::Checkpoint c = gf::load_checkpoint(ck);
+  auto trainer = c.metadata.find("trainer");
+  auto config = c.metadata.find("config");
+  if (trainer == c.metadata.end() || config == c.metadata.end())
+    throw gf::RuntimeError(ck + ": not a training checkpoint (no trainer state or config)");
+  gf::TrainerState st;
+  st.from_json(trainer->second, ck);
+  gf::ConfigNode steps =
+      gf::ConfigNode::load_string(config->second, ck + " (embedded config)").child("train").child("steps");
+  s.step = st.step;
+  s.best_val = st.best_val;
+  s.ended = st.stopped_early || (steps.valid() && st.step >= steps.as_int());
+  return s;
+}
+
+// A policy summary as events.jsonl's `summary` event holds it (whole numbers as ints).
+py::dict summary_dict(const gf::Event& e, const std::string& prefix) {
+  py::dict d;
+  for (const auto& [k, v] : e.numbers)
+    if (k.rfind(prefix, 0) == 0) d[py::str(k.substr(prefix.size()))] = whole_or_float(v);
+  return d;
+}
+
+// A run's end as one dict, the same keys for train(), resume() and a stopped run:
+//   status, run_dir, finished, stopped_at (the step of a run that has not ended, else None),
+//   best_val (the best validation accuracy so far, None before one), test (the final test:
+//   loss, accuracy, examples, majority_class_accuracy, model, evaluated_on, heads; None until
+//   the run ends, or without a test or validation split), growth_summary and pruning_summary
+//   (the policies' end-of-run summaries; None until the run ends).
+// The test line and the summaries come from the run's logs, which train and resume write alike.
+py::dict run_result(int status, const std::string& run_dir) {
+  RunStand st = stand_of(run_dir);
+  bool finished = status == 0 && st.ended;
   py::dict d("status"_a = status, "run_dir"_a = run_dir, "finished"_a = finished,
-             "stopped_at"_a = finished || w.last_step < 0 ? py::object(py::none())
-                                                          : py::object(py::int_(w.last_step)));
+             "stopped_at"_a = finished || st.step < 0 ? py::object(py::none()) : py::object(py::int_(st.step)),
+             "best_val"_a = st.best_val >= 0 ? py::object(py::float_(st.best_val)) : py::object(py::none()));
   d["test"] = py::none();
-  d["best_val"] = py::none();
-  if (finished && ex) {
-    const gf::RunOutcome& o = ex->outcome();
-    if (o.tested)
-      d["test"] = py::dict("loss"_a = o.test.result.loss, "accuracy"_a = o.test.result.accuracy,
-                           "examples"_a = o.test.result.examples, "model"_a = o.test.model,
-                           "evaluated_on"_a = o.test.evaluated_on,
-                           "majority_class_accuracy"_a = o.test.majority_class_accuracy);
-    if (o.best_val >= 0) d["best_val"] = o.best_val;
-    d["growth_summary"] = o.growth_summary;
-    d["pruning_summary"] = o.pruning_summary;
-  } else if (finished) {
-    // a resumed run's experiment lives inside resume_run: its test line is in the log
-    for (const gf::MetricsLine& l : gf::read_metrics(gf::RunDir(run_dir).metrics()))
-      if (l.split == "test") {
-        py::dict t("loss"_a = number_or_none(l.number("loss").value_or(NAN)),
-                   "accuracy"_a = number_or_none(l.number("accuracy").value_or(NAN)),
-                   "model"_a = l.text("model"), "evaluated_on"_a = l.text("evaluated_on"));
-        if (auto n = l.number("examples")) t["examples"] = static_cast<long>(*n);
-        d["test"] = t;
+  d["growth_summary"] = py::none();
+  d["pruning_summary"] = py::none();
+  if (!finished) return d;
+  gf::RunDir dir(run_dir);
+  for (const gf::MetricsLine& l : gf::read_metrics(dir.metrics()))
+    if (l.split == "test") {
+      py::dict t("loss"_a = number_or_none(l.number("loss").value_or(NAN)),
+                 "accuracy"_a = number_or_none(l.number("accuracy").value_or(NAN)),
+                 "examples"_a = static_cast<long>(l.number("examples").value_or(0)),
+                 "majority_class_accuracy"_a =
+                     number_or_none(l.number("majority_class_accuracy").value_or(NAN)),
+                 "model"_a = l.text("model"), "evaluated_on"_a = l.text("evaluated_on"));
+      py::list heads;
+      for (double h : l.list("heads")) heads.append(static_cast<long>(h));
+      t["heads"] = heads;
+      d["test"] = t;
+    }
+  py::dict growth, pruning;
+  std::error_code ec;
+  if (fs::exists(dir.events(), ec))
+    for (const gf::RunEvent& e : gf::read_run_events(dir.events()))
+      if (e.event.type == "summary") {
+        growth = summary_dict(e.event, "growth.");
+        pruning = summary_dict(e.event, "pruning.");
       }
-  }
+  d["growth_summary"] = growth;
+  d["pruning_summary"] = pruning;
   return d;
 }
 
@@ -385,7 +462,8 @@ py::object predict(PyExperiment& p, py::object inputs, long batch_size) {
   return probabilities(*p.ex, std::move(rows), B);
 }
 
-py::tuple predict_file(PyExperiment& p, const std::string& path, long batch_size) {
+py::tuple predict_file(PyExperiment& p, py::object path_obj, long batch_size) {
+  const std::string path = path_arg(path_obj, "predict_file: path");
   if (!fs::exists(path)) throw gf::ConfigError(path + ": no such input file");
   size_t B = batch_size > 0 ? size_t(batch_size) : size_t(p.ex->settings().batch_size);
   auto reader = p.ex->dataset().open_records(path);
@@ -434,8 +512,11 @@ py::list heads(const PyExperiment& p) {
   return blocks;
 }
 
-std::unique_ptr<PyExperiment> load(const std::string& checkpoint, const std::string& data,
-                                   const std::vector<std::string>& plugin_paths) {
+std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, const std::string& data,
+                                   py::object plugin_paths_obj) {
+  const std::string checkpoint = path_arg(checkpoint_obj, "load: checkpoint");
+  const std::vector<std::string> plugin_paths = path_list(plugin_paths_obj, "load: plugin_paths");
+  forget_policy_error();
   if (data != "all" && data != "none" && data != "train" && data != "val" && data != "test")
     throw py::value_error("data must be 'all', 'none', 'train', 'val' or 'test'");
   auto p = std::make_unique<PyExperiment>();
@@ -471,17 +552,21 @@ py::list events_list(const std::string& path) {
   return out;
 }
 
+// The counts of a metrics line (the trainer writes them as JSON integers): examples, and heads
+// per block; the rest are measurements.
+bool is_count(const std::string& key) { return key == "examples" || key == "heads"; }
+
 py::list metrics_list(const std::string& path) {
   std::string file = fs::is_directory(path) ? gf::RunDir(path).metrics() : path;
   std::vector<gf::MetricsLine> lines = gf::read_metrics(file);
   py::list out;
   for (const gf::MetricsLine& l : lines) {
     py::dict d("step"_a = l.step, "split"_a = l.split);
-    for (const auto& [k, v] : l.numbers) d[py::str(k)] = number_or_none(v);
+    for (const auto& [k, v] : l.numbers) d[py::str(k)] = is_count(k) ? whole_or_float(v) : number_or_none(v);
     for (const auto& [k, v] : l.strings) d[py::str(k)] = v;
     for (const auto& [k, v] : l.lists) {
       py::list xs;
-      for (double x : v) xs.append(number_or_none(x));
+      for (double x : v) xs.append(is_count(k) ? whole_or_float(x) : number_or_none(x));
       d[py::str(k)] = xs;
     }
     if (!l.blocks.empty()) {
@@ -500,30 +585,40 @@ py::list metrics_list(const std::string& path) {
 
 /// growformer.Config: a YAML file or a dict, plus overrides.
 void bind_config(py::module_& m) {
-  py::class_<Config>(m, "Config", "A configuration: a YAML file or a dict, plus KEY=VALUE overrides")
+  py::class_<Config>(m, "Config", R"doc(A configuration: a YAML file, YAML text or a dict, plus KEY=VALUE overrides.
+
+Experiment() takes one (or a path or a dict directly). Each Experiment parses it afresh, so one
+Config can build several. Errors are ConfigError naming the file, line and key.)doc")
       .def_static("load",
-                  [](const std::string& path, const std::vector<std::string>& overrides) {
-                    return config_from(py::str(path), overrides, "");
+                  [](py::object path, const std::vector<std::string>& overrides) {
+                    return config_from(py::str(path_arg(path, "Config.load: path")), overrides, "");
                   },
                   "path"_a, "overrides"_a = std::vector<std::string>{},
-                  "A YAML config file (relative data paths resolve against its folder)")
+                  "A YAML config file (a str or pathlib.Path) with OVERRIDES (\"train.steps=300\", "
+                  "...); relative data paths resolve against the file's folder.")
       .def_static("from_dict",
-                  [](py::dict d, const std::vector<std::string>& overrides, const std::string& base_dir) {
-                    return config_from(d, overrides, base_dir);
+                  [](py::dict d, const std::vector<std::string>& overrides, py::object base_dir) {
+                    return config_from(d, overrides, base_dir.is_none() ? std::string()
+                                                                        : path_arg(base_dir, "Config.from_dict: base_dir"));
                   },
                   "config"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
-                  "A config as nested dicts (relative paths resolve against base_dir, default the "
-                  "current folder)")
+                  "A config as nested dicts (values: str, numbers, bools, None, lists, dicts; also "
+                  "numpy numbers, paths, and a policy class given as the class object, recorded as "
+                  "module.Class with its module's folder in `path`); relative paths resolve "
+                  "against BASE_DIR (default the current folder).")
       .def_static("from_yaml",
                   [](const std::string& text, const std::vector<std::string>& overrides,
-                     const std::string& base_dir) {
+                     py::object base_dir) {
                     Config c;
                     c.text = text;
                     c.name = "<yaml>";
-                    c.base_dir = base_dir.empty() ? fs::current_path().string() : base_dir;
+                    std::string dir = base_dir.is_none() ? std::string() : path_arg(base_dir, "Config.from_yaml: base_dir");
+                    c.base_dir = dir.empty() ? fs::current_path().string() : dir;
                     return config_from(py::cast(c), overrides, "");
                   },
-                  "text"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "")
+                  "text"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
+                  "A config from YAML TEXT; relative paths resolve against BASE_DIR (default the "
+                  "current folder).")
       .def("set",
            [](Config& c, const std::string& assignment) {
              Config next = c;
@@ -532,32 +627,65 @@ void bind_config(py::module_& m) {
              c = next;
              return c;
            },
-           "assignment"_a, "Adds a KEY=VALUE override (dotted key, YAML value); returns the config")
-      .def_readonly("overrides", &Config::overrides)
-      .def("yaml", [](const Config& c) { return c.node().dump(); }, "The document with the overrides applied")
-      .def("to_dict", [](const Config& c) { return config_to_py(c.node()); })
+           "assignment"_a,
+           "Adds a KEY=VALUE override (dotted key, YAML value), checked now; returns the config.")
+      .def_readonly("overrides", &Config::overrides, "The KEY=VALUE overrides, in order (list of str).")
+      .def("yaml", [](const Config& c) { return c.node().dump(); },
+           "The document with the overrides applied, as YAML text.")
+      .def("to_dict", [](const Config& c) { return config_to_py(c.node()); },
+           "The document with the overrides applied, as nested dicts and lists (scalars as int, "
+           "float, bool, None or str).")
       .def("__repr__", [](const Config& c) {
         return "growformer.Config(" + (c.path.empty() ? c.name : c.path) + ", overrides=" +
                py::repr(py::cast(c.overrides)).cast<std::string>() + ")";
       });
 }
 
+const char* kTrainDoc = R"doc(Trains into RUN_DIR (a str or pathlib.Path; new or empty) and returns the run's result.
+
+callback(metrics) runs every EVERY steps and at the last, with a dict: step, total_steps, loss and
+accuracy (means over the steps since its previous call), steps (how many), lr, heads (per block,
+ints), val_step, val_loss, val_accuracy (the latest validation, None before one). Returning False
+stops the run after that step with a checkpoint (resume() continues it); an exception in it, or
+Ctrl-C, does the same and is raised once the checkpoint is written. stop_after=N stops after step
+N. quiet=False prints the program's progress lines.
+
+The result (the same keys as resume()'s): status (0), run_dir, finished (the run reached its last
+step or stopped early), stopped_at (the step of a run that has not ended, else None), best_val
+(the best validation accuracy so far, None before one), test (once finished: loss, accuracy,
+examples, majority_class_accuracy, model, evaluated_on, heads; None before, or without a test or
+validation split), growth_summary and pruning_summary (once finished: the policies' summaries as
+{name: number}; None before). After the final test the model holds the weights it tested
+(train.test_on: best loads the best).)doc";
+
+const char* kResumeDoc = R"doc(Continues the run in RUN_DIR (a str or pathlib.Path) from its last checkpoint, as `growformer resume`.
+
+A run that has finished is tested again, as the program does. callback, every, stop_after and
+quiet as in Experiment.train; plugin_paths: more plugin folders (the run's plugins.lock names
+those it used). Returns the result dict of Experiment.train (the same keys).)doc";
+
 /// growformer.Experiment: building, training, evaluation and prediction.
 void bind_experiment_runs(py::class_<PyExperiment>& cls) {
   cls.def(py::init([](py::object config, const std::vector<std::string>& overrides,
-                       const std::vector<std::string>& plugin_paths) {
+                       py::object plugin_paths) {
              Config c = config_from(config, overrides, "");
+             std::vector<std::string> paths = path_list(plugin_paths, "Experiment: plugin_paths");
              auto p = std::make_unique<PyExperiment>();
              gf::ConfigNode node = c.node();
+             forget_policy_error();
              py::gil_scoped_release nogil;  // a Python policy class takes the GIL itself
-             p->ex = std::make_unique<gf::Experiment>(node, plugin_paths);
+             p->ex = std::make_unique<gf::Experiment>(node, paths);
              return p;
            }),
            "config"_a, "overrides"_a = std::vector<std::string>{},
-           "plugin_paths"_a = std::vector<std::string>{})
+           "plugin_paths"_a = std::vector<std::string>{},
+           "Builds everything CONFIG names (a Config, a path to a YAML file, or a dict) with "
+           "OVERRIDES (\"train.steps=300\", ...): data, model, optimizer, growth and pruning "
+           "policies; PLUGIN_PATHS: more plugin folders. Nothing is written until train().")
       .def("train",
-           [](PyExperiment& p, const std::string& run_dir, py::object callback, long every,
+           [](PyExperiment& p, py::object run_dir_obj, py::object callback, long every,
               long stop_after, bool quiet) {
+             const std::string run_dir = path_arg(run_dir_obj, "train: run_dir");
              if (p.data_need != "all")
                throw gf::ConfigError("an experiment loaded from a checkpoint trains with "
                                      "growformer.resume(run_dir), not train");
@@ -568,17 +696,12 @@ void bind_experiment_runs(py::class_<PyExperiment>& cls) {
              RunWatch w;
              gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, {}, w);
              p.trained = true;
+             forget_policy_error();
              int status = run_released(w, [&] { return p.ex->train(f); });
-             return run_result(status, w, run_dir, p.ex.get());
+             return run_result(status, run_dir);
            },
            "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1,
-           "quiet"_a = true,
-           "Trains into RUN_DIR (new or empty). callback(metrics) runs every EVERY steps and at the "
-           "last: a dict of step, total_steps, loss and accuracy (means over the steps since its "
-           "previous call), steps, lr, heads (per block), val_step, val_loss, val_accuracy; "
-           "returning False stops the run after that step with a checkpoint (resume() continues). "
-           "Returns a dict: status, run_dir, finished, stopped_at, test, best_val, summaries. "
-           "After the final test the model holds the weights it tested (test_on: best loads the best).")
+           "quiet"_a = true, kTrainDoc)
       .def("evaluate",
            [](PyExperiment& p, const std::string& split, long max_batches) {
              const auto& rows = split_of(p, split);
@@ -593,40 +716,53 @@ void bind_experiment_runs(py::class_<PyExperiment>& cls) {
              return d;
            },
            "split"_a = "val", "max_batches"_a = 0,
-           "Loss, accuracy and example count on a split (the batches `growformer eval` uses)")
+           "Loss, accuracy and example count on SPLIT ('train', 'val' or 'test'), in the batches "
+           "`growformer eval` uses (the first MAX_BATCHES; 0: all): {loss, accuracy, examples, "
+           "split}.")
       .def("predict", &predict, "inputs"_a, "batch_size"_a = 0,
-           "Class probabilities, an (N, classes) float64 array, of a list of token id sequences "
-           "or of strings (datasets with one-line records: listops, text_tsv)")
+           "Class probabilities, an (N, classes) float64 numpy array, of a list of token id "
+           "sequences (lists or 1-D arrays of ints) or of strings (datasets with one-line "
+           "records: listops, text_tsv), tokenised as `growformer predict` does; in batches of "
+           "BATCH_SIZE (0: train.batch_size).")
       .def("predict_file", &predict_file, "path"_a, "batch_size"_a = 0,
-           "(ids, probabilities) of a file of records, as `growformer predict` reads it")
-      .def("parameters", &parameters, "Every parameter by dotted name, as numpy float32 copies")
+           "(ids, probabilities) of a file of records (a str or pathlib.Path), as `growformer "
+           "predict` reads it: the records' ids and an (N, classes) float64 array.")
+      .def("parameters", &parameters,
+           "Every parameter by dotted name (layers.0.attn.heads.3.w_q, ...), as numpy float32 "
+           "copies.")
       .def("heads", &heads,
-           "Per block, per head: {id, born, tensors: {name: numpy copy}} with the head's W_O");
+           "Per block, per head: {id, born (its birth step), tensors: {name: numpy copy}}, the "
+           "tensors with the block's output map W_O of the head.");
 }
 
 /// growformer.Experiment: what it holds (names, sizes, the resolved config, token splits).
 void bind_experiment_properties(py::class_<PyExperiment>& cls) {
-  cls.def_property_readonly("name", [](const PyExperiment& p) { return p.ex->name(); })
+  cls.def_property_readonly("name", [](const PyExperiment& p) { return p.ex->name(); },
+                            "The config's `name` (str).")
       .def_property_readonly("classes", [](const PyExperiment& p) {
         std::vector<std::string> n = p.ex->data().class_names;
         for (size_t c = n.size(); c < p.ex->data().num_classes; ++c) n.push_back(std::to_string(c));
         return n;
-      })
+      }, "The class names by class index (list of str; the index as text where the data names none).")
       .def_property_readonly("vocab", [](const PyExperiment& p) { return p.ex->data().vocab; },
-                             "Token text by id (empty when loaded with data='none': the checkpoint's "
-                             "tokenizer still tokenises strings)")
-      .def_property_readonly("vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; })
-      .def_property_readonly("pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; })
+                             "Token text by id (list of str; empty when loaded with data='none': "
+                             "the checkpoint's tokenizer still tokenises strings).")
+      .def_property_readonly("vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; },
+                             "How many token ids there are (int).")
+      .def_property_readonly("pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; },
+                             "The padding token's id (int), which is no input token.")
       .def_property_readonly("heads_per_block",
-                             [](const PyExperiment& p) { return p.ex->model().heads_per_block(); })
+                             [](const PyExperiment& p) { return p.ex->model().heads_per_block(); },
+                             "The model's head count per block now (list of int).")
       .def_property_readonly("num_parameters",
-                             [](const PyExperiment& p) { return p.ex->model().num_parameters(); })
+                             [](const PyExperiment& p) { return p.ex->model().num_parameters(); },
+                             "How many scalar parameters the model has now (int).")
       .def_property_readonly("config", [](const PyExperiment& p) { return p.ex->config().dump(); },
-                             "The resolved config (every default spelled out) as YAML")
+                             "The resolved config (every default spelled out) as YAML text.")
       .def_property_readonly("data_sizes", [](const PyExperiment& p) {
         const gf::DataSplits& d = p.ex->data();
         return py::dict("train"_a = d.train.size(), "val"_a = d.val.size(), "test"_a = d.test.size());
-      })
+      }, "Examples per split: {train, val, test} (ints; 0 for a split not read).")
       .def("split_tokens",
            [](const PyExperiment& p, const std::string& split) {
              py::list toks, labels;
@@ -636,34 +772,81 @@ void bind_experiment_properties(py::class_<PyExperiment>& cls) {
              }
              return py::make_tuple(toks, labels);
            },
-           "split"_a, "(token id lists, labels) of a split");
+           "split"_a,
+           "(token id lists, labels) of SPLIT ('train', 'val' or 'test'), as the model reads it.");
 }
 
 /// load, resume and the run-log readers.
 void bind_functions(py::module_& m) {
   m.def("load", &load, "checkpoint"_a, "data"_a = "all", "plugin_paths"_a = std::vector<std::string>{},
-        "An Experiment from a checkpoint (its embedded config, saved tokenizer and weights). "
-        "data: 'all' reads every split (evaluate), a split name reads that one, 'none' reads no "
-        "data (predict only)");
+        "An Experiment from CHECKPOINT (a str or pathlib.Path): its embedded config, saved "
+        "tokenizer and weights. data: 'all' reads every split (evaluate), 'train', 'val' or "
+        "'test' reads that one, 'none' reads no data (predict only); PLUGIN_PATHS: more plugin "
+        "folders.");
   m.def("resume",
-        [](const std::string& run_dir, py::object callback, long every, long stop_after, bool quiet,
-           const std::vector<std::string>& plugin_paths) {
+        [](py::object run_dir_obj, py::object callback, long every, long stop_after, bool quiet,
+           py::object plugin_paths) {
+          const std::string run_dir = path_arg(run_dir_obj, "resume: run_dir");
+          std::vector<std::string> paths = path_list(plugin_paths, "resume: plugin_paths");
           RunWatch w;
-          gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, plugin_paths, w);
+          gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, paths, w);
+          forget_policy_error();
           int status = run_released(w, [&] { return gf::resume_run(run_dir, f); });
-          py::dict d = run_result(status, w, run_dir, nullptr);
-          return d;
+          return run_result(status, run_dir);
         },
         "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1, "quiet"_a = true,
-        "plugin_paths"_a = std::vector<std::string>{},
-        "Continues the run in RUN_DIR from its last checkpoint (as `growformer resume`); the "
-        "callback as in Experiment.train. The test result is in read_metrics(run_dir).");
-  m.def("read_events", &events_list, "run_dir"_a,
-        "events.jsonl of a run directory (or the file) as a list of dicts: step, type, block, "
-        "head, then the event's numbers, strings and lists by name");
-  m.def("read_metrics", &metrics_list, "run_dir"_a,
-        "metrics.jsonl of a run directory (or the file) as a list of dicts: step, split, numbers, "
-        "heads, and blocks (diagnostics) where logged");
+        "plugin_paths"_a = std::vector<std::string>{}, kResumeDoc);
+  m.def("read_events", [](py::object path) { return events_list(path_arg(path, "read_events: run_dir")); },
+        "run_dir"_a,
+        "events.jsonl of a run directory (or the file; a str or pathlib.Path) as a list of "
+        "dicts: step, type, block, head, then the event's numbers, strings and lists by name. "
+        "Events store every number as a double: whole numbers come back as int (head counts, "
+        "steps), the others as float, null as None.");
+  m.def("read_metrics", [](py::object path) { return metrics_list(path_arg(path, "read_metrics: run_dir")); },
+        "run_dir"_a,
+        "metrics.jsonl of a run directory (or the file; a str or pathlib.Path) as a list of "
+        "dicts: step, split ('train', 'val' or 'test'), loss, accuracy, lr, heads (per block, "
+        "ints), examples (int), timing, the test line's model, evaluated_on and "
+        "majority_class_accuracy, and blocks (per-block diagnostics) where logged; null as None.");
+}
+
+// ConfigError and RunError from the C++ exceptions; a policy's Python exception, kept by the
+// policy bridge, becomes the __cause__ of the error whose message reports it.
+py::handle g_config_error, g_run_error;
+
+void raise_with_cause(py::handle type, const char* what) {
+  py::object cause = take_policy_error(what);
+  if (cause.is_none()) {
+    PyErr_SetString(type.ptr(), what);
+    return;
+  }
+  py::object err = py::reinterpret_borrow<py::object>(type)(py::str(what));
+  PyException_SetCause(err.ptr(), cause.release().ptr());  // steals the reference
+  PyErr_SetObject(type.ptr(), err.ptr());
+}
+
+void bind_errors(py::module_& m) {
+  static py::exception<gf::ConfigError> config_error(m, "ConfigError", PyExc_ValueError);
+  static py::exception<gf::RuntimeError> run_error(m, "RunError", PyExc_RuntimeError);
+  config_error.attr("__doc__") =
+      "A configuration the program refuses (a ValueError): a malformed config, an unknown key, "
+      "plugin or option, a bad value, a policy class that cannot be made; the message names "
+      "the file, line and key. A policy's own exception is its __cause__.";
+  run_error.attr("__doc__") =
+      "A run that failed (a RuntimeError): unreadable data or checkpoints, a policy that raised "
+      "or answered wrongly, a non-finite loss; the message names what and where. A policy's own "
+      "exception is its __cause__.";
+  g_config_error = config_error;
+  g_run_error = run_error;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const gf::ConfigError& e) {
+      raise_with_cause(g_config_error, e.what());
+    } catch (const gf::RuntimeError& e) {
+      raise_with_cause(g_run_error, e.what());
+    }
+  });
 }
 
 }  // namespace
@@ -671,12 +854,15 @@ void bind_functions(py::module_& m) {
 
 PYBIND11_MODULE(_core, m) {
   using namespace gfpy;
-  m.doc() = "growformer: attention models that grow and prune their own heads (C++ core)";
-  py::register_exception<gf::ConfigError>(m, "ConfigError", PyExc_ValueError);
-  py::register_exception<gf::RuntimeError>(m, "RunError", PyExc_RuntimeError);
+  m.doc() = "growformer: attention models that grow and prune their own heads (the C++ core; "
+            "use it through the package growformer)";
+  bind_errors(m);
   bind_config(m);
-  py::class_<PyExperiment> experiment(m, "Experiment",
-                                      "Everything a config builds: data, model, optimizer, growth and pruning");
+  py::class_<PyExperiment> experiment(m, "Experiment", R"doc(Everything a config builds: data, model, optimizer, growth and pruning.
+
+Experiment(config, overrides=[], plugin_paths=[]) builds one to train (train() once, into a new
+run directory); growformer.load(checkpoint) builds one from a checkpoint to evaluate and
+predict. Arrays are numpy copies: the model's buffers are replaced by every optimizer step.)doc");
   bind_experiment_runs(experiment);
   bind_experiment_properties(experiment);
   bind_functions(m);

@@ -17,7 +17,7 @@ struct PolicyArgs {
   std::vector<std::string> paths;  // folders put in front of sys.path (resolved)
   gf::ConfigNode options;    // the mapping passed to the class as keyword arguments
   std::string options_where;
-  std::string python_dir;    // build/python: `import growformer` works inside a policy
+  std::string python_dir;    // the folder holding the package: `import growformer` in a policy
 };
 
 /// The bridge's entry point: a policy calling the Python class, or ConfigError/RuntimeError.

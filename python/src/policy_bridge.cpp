@@ -12,7 +12,9 @@
 //             summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
 // Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
-// ConfigError for the class, its import and its options) naming the class, the method and the step.
+// ConfigError for the class, its import and its options) naming the class, the method and the step;
+// the Python exception is kept for the module, which raises it as the error's __cause__. Integers
+// and numbers may be Python's or numpy's (a block index from numpy.argmax).
 #include <pybind11/embed.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -110,23 +112,6 @@ std::string short_repr(py::handle h) {
   return s;
 }
 
-bool is_int(py::handle h) { return py::isinstance<py::int_>(h) && !py::isinstance<py::bool_>(h); }
-// H as a long long when it is an int (not a bool) that fits one; else nothing.
-std::optional<long long> int_value(py::handle h) {
-  if (!is_int(h)) return std::nullopt;
-  int overflow = 0;
-  long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
-  if (overflow || (v == -1 && PyErr_Occurred())) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  return v;
-}
-bool is_number(py::handle h) {
-  return (py::isinstance<py::int_>(h) || py::isinstance<py::float_>(h)) &&
-         !py::isinstance<py::bool_>(h);
-}
-
 // What a view's methods reach, valid only while the call that got the view runs.
 struct ViewState {
   bool alive = true;
@@ -147,14 +132,14 @@ void add_fields(gf::Event& e, py::handle fields, const std::string& where) {
     py::handle v = kv.second;
     if (py::isinstance<py::bool_>(v)) {
       e.numbers.push_back({k, v.cast<bool>() ? 1.0 : 0.0});
-    } else if (is_number(v)) {
+    } else if (is_real(v)) {
       e.numbers.push_back({k, v.cast<double>()});
     } else if (py::isinstance<py::str>(v)) {
       e.strings.push_back({k, v.cast<std::string>()});
     } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
       std::vector<double> xs;
       for (auto x : v) {
-        if (!is_number(x))
+        if (!is_real(x))
           throw py::type_error(where + ": field `" + k + "`: a list holds numbers only, not " +
                                short_repr(x));
         xs.push_back(x.cast<double>());
@@ -197,9 +182,11 @@ class PythonPolicy : public gf::GrowthPolicy {
       } catch (...) {
         PyErr_Clear();
       }
-      throw gf::ConfigError(where + "cannot import module `" + mod_name + "`: " +
-                            describe_python_error(e) + "\n  sys.path: " + search +
-                            "\n  (add its folder to `" + a.role + ".path` or PYTHONPATH)");
+      std::string msg = where + "cannot import module `" + mod_name + "`: " +
+                        describe_python_error(e) + "\n  sys.path: " + search +
+                        "\n  (add its folder to `" + a.role + ".path` or PYTHONPATH)";
+      remember_policy_error(msg, e);
+      throw gf::ConfigError(msg);
     }
     if (!PyCallable_Check(cls.ptr()))
       throw gf::ConfigError(where + "`" + a.class_path + "` is " + short_repr(cls) + ", not a class");
@@ -215,6 +202,7 @@ class PythonPolicy : public gf::GrowthPolicy {
       std::string msg = a.options_where + ": `" + a.role + ".options`: " + a.class_path +
                         "(**options) with options " + short_repr(opts) + " raised " +
                         describe_python_error(e);
+      remember_policy_error(msg, e);
       if (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError)) throw gf::ConfigError(msg);
       throw gf::RuntimeError(msg);
     }
@@ -250,7 +238,7 @@ class PythonPolicy : public gf::GrowthPolicy {
       if (!py::hasattr(obj_, "validation_probe")) return 0;
       py::object v = obj_.attr("validation_probe");
       if (PyCallable_Check(v.ptr())) v = v(step);
-      auto n = int_value(v);
+      auto n = integer_value(v);
       if (!n || *n < 0)
         throw gf::RuntimeError(label_ + ".validation_probe at step " + std::to_string(step) +
                                " returned " + short_repr(v) + "; expected a count of examples >= 0");
@@ -305,7 +293,7 @@ class PythonPolicy : public gf::GrowthPolicy {
                            : py::sequence(py::list());
       long long b = -1, h = -1;  // -1: not an integer pair
       if (p.size() == 2) {
-        auto pb = int_value(p[0]), ph = int_value(p[1]);
+        auto pb = integer_value(p[0]), ph = integer_value(p[1]);
         if (pb && ph) b = *pb, h = *ph;
       }
       if (b < 0 || static_cast<size_t>(b) >= blocks || h < 0 || h > std::numeric_limits<int>::max()) {
@@ -365,7 +353,7 @@ class PythonPolicy : public gf::GrowthPolicy {
         throw gf::RuntimeError(label_ + ".summary returned " + short_repr(r) +
                                "; expected a dict of name -> number");
       for (auto kv : py::reinterpret_borrow<py::dict>(r)) {
-        if (!py::isinstance<py::str>(kv.first) || !is_number(kv.second))
+        if (!py::isinstance<py::str>(kv.first) || !is_real(kv.second))
           throw gf::RuntimeError(label_ + ".summary: entry " + short_repr(kv.first) + ": " +
                                  short_repr(kv.second) + " is not a name and a number");
         out[kv.first.cast<std::string>()] = kv.second.cast<double>();
@@ -408,9 +396,11 @@ class PythonPolicy : public gf::GrowthPolicy {
         try {
           s = helpers().attr("dump_vars")(obj_);
         } catch (py::error_already_set& e) {
-          throw gf::RuntimeError(label_ + ": its state cannot be saved for resuming: " +
-                                 describe_python_error(e) +
-                                 "\n  define save_state(self) -> str and load_state(self, text)");
+          std::string msg = label_ + ": its state cannot be saved for resuming: " +
+                            describe_python_error(e) +
+                            "\n  define save_state(self) -> str and load_state(self, text)";
+          remember_policy_error(msg, e);
+          throw gf::RuntimeError(msg);
         }
       }
       py::dict rec;
@@ -461,9 +451,11 @@ class PythonPolicy : public gf::GrowthPolicy {
     try {
       return f();
     } catch (py::error_already_set& e) {
-      throw gf::RuntimeError(label_ + "." + method +
-                             (step >= 0 ? " at step " + std::to_string(step) : std::string()) +
-                             " raised " + describe_python_error(e));
+      std::string msg = label_ + "." + method +
+                        (step >= 0 ? " at step " + std::to_string(step) : std::string()) +
+                        " raised " + describe_python_error(e);
+      remember_policy_error(msg, e);
+      throw gf::RuntimeError(msg);
     } catch (const py::builtin_exception& e) {  // a conversion of what the method gave
       throw gf::RuntimeError(label_ + "." + method +
                              (step >= 0 ? " at step " + std::to_string(step) : std::string()) +
@@ -613,7 +605,7 @@ class PythonPolicy : public gf::GrowthPolicy {
     std::string ops = op && py::isinstance<py::str>(op) ? op.cast<std::string>() : "";
     if (ops != "add_head" && ops != "remove_head")
       throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
-    auto bi = block ? int_value(block) : std::nullopt;
+    auto bi = block ? integer_value(block) : std::nullopt;
     if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= view.blocks.size())
       throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
                              std::to_string(view.blocks.size()) + ")");
@@ -666,7 +658,7 @@ class PythonPolicy : public gf::GrowthPolicy {
   template <class Get>
   void parse_remove(Get& get, const std::string& at, std::vector<int>& ids, gf::Edit& e) const {
     py::object head = get("head");
-    auto hi = head ? int_value(head) : std::nullopt;
+    auto hi = head ? integer_value(head) : std::nullopt;
     if (!hi || *hi < 0 || *hi > std::numeric_limits<int>::max())
       throw gf::RuntimeError(at + ": a remove_head edit needs `head`, the id of a head");
     e.kind = gf::Edit::Kind::RemoveHead;
@@ -699,7 +691,7 @@ class PythonPolicy : public gf::GrowthPolicy {
                                  "direction only C++ policies give)");
         out.mode = "random";
       } else if (key == "value_variance") {
-        if (!v.is_none() && (!is_number(v) || v.cast<double>() < 0))
+        if (!v.is_none() && (!is_real(v) || v.cast<double>() < 0))
           throw gf::RuntimeError(at + ": init `value_variance` must be a number >= 0 or None");
         out.value_variance = v.is_none() ? -1.0 : v.cast<double>();
       } else if (key == "preserve_function") {

@@ -155,3 +155,71 @@ class TrialAfter:
 
     def check(self, view):
         return []
+
+
+class NumpyEdits:
+    """Answers with numpy numbers where ints and numbers go: a block and head index from numpy
+    (argmax, int64), event fields and summary values of numpy types. Adds a head at `at`,
+    removes head 0 at `remove_at`."""
+
+    def __init__(self, at=20, remove_at=30):
+        self.at, self.remove_at = at, remove_at
+        self.checks = 0
+
+    def check(self, view):
+        import numpy as np
+        self.checks += 1
+        block = np.argmax(np.array([1.0]))  # numpy.int64
+        view.emit("numpy_check", block=block, checks=np.int64(self.checks), share=np.float32(0.5),
+                  sizes=[np.int64(view.blocks[0].num_heads), np.float64(1.5)])
+        if view.step == self.at:
+            return [{"op": "add_head", "block": block, "reason": "numpy",
+                     "info": {"checks": np.int32(self.checks)}}]
+        if view.step == self.remove_at:
+            return [{"op": "remove_head", "block": np.int64(0), "head": np.int64(view.blocks[0].heads[0])}]
+        return []
+
+    def summary(self):
+        import numpy as np
+        return {"checks": np.int64(self.checks), "share": np.float32(0.25)}
+
+    def save_state(self):
+        return str(self.checks)
+
+    def load_state(self, text):
+        self.checks = int(text)
+
+
+class ImportsGrowformer:
+    """Makes its edit with growformer.add_head: the package must be importable inside a policy,
+    in the module as in the program."""
+
+    def __init__(self, at=20):
+        self.at = at
+
+    def check(self, view):
+        import growformer
+        if view.step == self.at:
+            view.emit("imported", file=growformer.__file__)
+            return [growformer.add_head(0, reason="from-growformer")]
+        return []
+
+
+class RaisesOwnError:
+    """Raises an exception of its own class (with an attribute) at step `at`."""
+
+    class Failure(Exception):
+        def __init__(self, step):
+            super().__init__(f"gave up at step {step}")
+            self.step = step
+
+    def __init__(self, at=10):
+        self.at = at
+
+    def check(self, view):
+        if view.step == self.at:
+            self.fail(view.step)
+        return []
+
+    def fail(self, step):
+        raise RaisesOwnError.Failure(step)

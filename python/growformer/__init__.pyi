@@ -1,0 +1,125 @@
+# Type stub of the package growformer (its C++ core growformer._core and its Python parts).
+# tests/python/test_stub.py checks its public names, their members and parameters against the
+# module, both ways; names starting with _ are the stub's own (the shapes of the dicts).
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
+
+import numpy as np
+import numpy.typing as npt
+
+_Path = Union[str, bytes, "os.PathLike[str]"]
+
+class ConfigError(ValueError):
+    """A configuration the program refuses; a policy's own exception is its __cause__."""
+
+class RunError(RuntimeError):
+    """A run that failed; a policy's own exception is its __cause__."""
+
+class Config:
+    """A configuration: a YAML file, YAML text or a dict, plus KEY=VALUE overrides."""
+
+    @staticmethod
+    def load(path: _Path, overrides: Sequence[str] = ...) -> Config: ...
+    @staticmethod
+    def from_dict(config: Mapping[str, Any], overrides: Sequence[str] = ...,
+                  base_dir: _Path = ...) -> Config: ...
+    @staticmethod
+    def from_yaml(text: str, overrides: Sequence[str] = ..., base_dir: _Path = ...) -> Config: ...
+    def set(self, assignment: str) -> Config: ...
+    @property
+    def overrides(self) -> List[str]: ...
+    def yaml(self) -> str: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+
+class _StepMetrics(TypedDict):
+    """What a train or resume callback gets."""
+
+    step: int
+    total_steps: int
+    loss: float
+    accuracy: float
+    steps: int
+    lr: float
+    heads: List[int]
+    val_step: Optional[int]
+    val_loss: Optional[float]
+    val_accuracy: Optional[float]
+
+class _TestResult(TypedDict):
+    """The final test of a finished run."""
+
+    loss: Optional[float]
+    accuracy: Optional[float]
+    examples: int
+    majority_class_accuracy: Optional[float]
+    model: str
+    evaluated_on: str
+    heads: List[int]
+
+class _RunResult(TypedDict):
+    """What Experiment.train and resume return (the same keys for a finished and a stopped run)."""
+
+    status: int
+    run_dir: str
+    finished: bool
+    stopped_at: Optional[int]
+    best_val: Optional[float]
+    test: Optional[_TestResult]
+    growth_summary: Optional[Dict[str, Union[int, float]]]
+    pruning_summary: Optional[Dict[str, Union[int, float]]]
+
+class _HeadInfo(TypedDict):
+    """One head of Experiment.heads()."""
+
+    id: int
+    born: int
+    tensors: Dict[str, npt.NDArray[np.float32]]
+
+_Callback = Callable[[_StepMetrics], Optional[bool]]
+
+class Experiment:
+    """Everything a config builds: data, model, optimizer, growth and pruning."""
+
+    def __init__(self, config: Union[Config, _Path, Mapping[str, Any]],
+                 overrides: Sequence[str] = ..., plugin_paths: Sequence[_Path] = ...) -> None: ...
+    def train(self, run_dir: _Path, callback: Optional[_Callback] = ..., every: int = ...,
+              stop_after: int = ..., quiet: bool = ...) -> _RunResult: ...
+    def evaluate(self, split: str = ..., max_batches: int = ...) -> Dict[str, Any]: ...
+    def predict(self, inputs: Union[Sequence[str], Sequence[Sequence[int]], Sequence[npt.ArrayLike]],
+                batch_size: int = ...) -> npt.NDArray[np.float64]: ...
+    def predict_file(self, path: _Path,
+                     batch_size: int = ...) -> Tuple[List[str], npt.NDArray[np.float64]]: ...
+    def parameters(self) -> Dict[str, npt.NDArray[np.float32]]: ...
+    def heads(self) -> List[List[_HeadInfo]]: ...
+    def split_tokens(self, split: str) -> Tuple[List[List[int]], List[int]]: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def classes(self) -> List[str]: ...
+    @property
+    def vocab(self) -> List[str]: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def pad_id(self) -> int: ...
+    @property
+    def heads_per_block(self) -> List[int]: ...
+    @property
+    def num_parameters(self) -> int: ...
+    @property
+    def config(self) -> str: ...
+    @property
+    def data_sizes(self) -> Dict[str, int]: ...
+
+def load(checkpoint: _Path, data: str = ..., plugin_paths: Sequence[_Path] = ...) -> Experiment: ...
+def resume(run_dir: _Path, callback: Optional[_Callback] = ..., every: int = ...,
+           stop_after: int = ..., quiet: bool = ...,
+           plugin_paths: Sequence[_Path] = ...) -> _RunResult: ...
+def read_events(run_dir: _Path) -> List[Dict[str, Any]]: ...
+def read_metrics(run_dir: _Path) -> List[Dict[str, Any]]: ...
+def read_sweep(sweep_dir: _Path) -> List[Dict[str, Any]]: ...
+def add_head(block: int, reason: str = ..., preserve_function: bool = ...,
+             value_variance: Optional[float] = ..., **info: Any) -> Dict[str, Any]: ...
+def remove_head(block: int, head: int, reason: str = ..., **info: Any) -> Dict[str, Any]: ...
+
+__all__: List[str]
