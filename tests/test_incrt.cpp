@@ -2026,7 +2026,7 @@ namespace learning_test {
 using gf::incrt::GainDecision;
 using gf::incrt::GainOptions;
 using gf::incrt::GainState;
-using gf::incrt::LearningProbe;
+using gf::incrt::ProbeReading;
 using gf::incrt::LearningState;
 using K = GainDecision::Kind;
 
@@ -2036,8 +2036,8 @@ double falling(size_t step) { return 2.5 * std::exp(-double(step) / 800.0); }
 
 /// A probe at STEP of TOTAL; with a round waiting, its heads muted cost SHARE of the loss at a
 /// paired t of T.
-LearningProbe probe_at(size_t step, size_t total, double loss, double share = 0.0, double t = 0.0) {
-  LearningProbe p;
+ProbeReading probe_at(size_t step, size_t total, double loss, double share = 0.0, double t = 0.0) {
+  ProbeReading p;
   p.loss = loss;
   p.step = step;
   p.total = total;

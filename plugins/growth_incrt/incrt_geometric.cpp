@@ -619,7 +619,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   void gain_step(const gf::TrainView& view, std::vector<gf::Edit>& edits) {
     gain_pending_ = 0;  // edits returned by an earlier check and not applied
     const gf::RunMetrics& m = view.metrics;
-    if (auto* gain = dynamic_cast<gf::incrt::GainRule*>(rule_.get())) gain->watch(m.probe_loss, view.step);
+    rule_->watch(m.probe_loss, view.step);
     const gf::incrt::RoundSnapshot before = rule_->snapshot();
     // The gain rule's rounds begin once every block's calibration has ended (its first heads
     // have learned: before that the probe loss can sit flat at chance and look settled).

@@ -46,13 +46,16 @@ struct LearningConstants {
   static constexpr size_t stopped_slowdown = 4;
 };
 
-/// What one probe showed, as the learning rule reads it.
-struct LearningProbe {
+/// One validation probe as a round rule reads it.
+struct ProbeReading {
   double loss = std::numeric_limits<double>::quiet_NaN();
-  double muted_loss = std::numeric_limits<double>::quiet_NaN();  // the round's heads muted
-  double muted_se = std::numeric_limits<double>::quiet_NaN();    // paired standard error
-  size_t step = 0;
-  size_t total = 0;
+  double muted_loss = std::numeric_limits<double>::quiet_NaN();  // with the round's heads muted
+  double muted_se = std::numeric_limits<double>::quiet_NaN();    // its paired standard error
+  size_t step = 0, total = 0;
+  size_t check = 0;            // the policy's check index (probes are scheduled in checks)
+  size_t batch = 0;            // training examples per step (the probe batch's rows)
+  size_t steps_per_check = 0;  // training steps since the previous check
+  size_t examples = 0;         // the probe's examples
 };
 
 /// The learning rule's state across probes (saved with the policy state).
@@ -95,9 +98,6 @@ struct LearningState {
     return late(step, total, o) ? o.z : o.z_early;
   }
 
-  /// Validation examples each probe evaluates.
-  static size_t probe_examples(const GainOptions& o) { return o.probe_examples; }
-
   /// Checks between two probes now: the fewest for which a probe (EXAMPLES examples, evaluated
   /// twice while a round waits) costs at most probe_cost of training BATCH examples for
   /// STEPS_PER_CHECK steps a check (a probe forward pass as a third of a training step's
@@ -114,7 +114,7 @@ struct LearningState {
 
   /// One probe: what to do now. After Grow the caller grows a round and calls grown(); after
   /// Reject it removes `round`'s heads (the state has already stopped).
-  GainDecision observe(const LearningProbe& p, const GainOptions& o) {
+  GainDecision observe(const ProbeReading& p, const GainOptions& o) {
     GainDecision out;
     if (!std::isfinite(p.loss)) return out;
     out.settled = p.loss;  // the probe the decision is taken at (the loss may still be falling)
@@ -207,7 +207,7 @@ struct LearningState {
   }
 
  private:
-  GainDecision trial(const LearningProbe& p, const GainOptions& o) {
+  GainDecision trial(const ProbeReading& p, const GainOptions& o) {
     GainDecision out;
     out.settled = p.loss;
     if (std::isfinite(p.muted_loss)) {
@@ -243,7 +243,7 @@ struct LearningState {
     return out;
   }
 
-  GainDecision stopped(const LearningProbe& p, const GainOptions& o) {
+  GainDecision stopped(const ProbeReading& p, const GainOptions& o) {
     GainDecision out;
     // the rise is measured against the best loss since the stop, at least the loss floor
     const double ref = std::max(std::isfinite(best) ? best : p.loss, o.loss_floor);

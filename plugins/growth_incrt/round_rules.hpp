@@ -20,18 +20,6 @@
 
 namespace gf::incrt {
 
-/// One validation probe as a round rule reads it.
-struct ProbeReading {
-  double loss = std::numeric_limits<double>::quiet_NaN();
-  double muted_loss = std::numeric_limits<double>::quiet_NaN();  // with the round's heads muted
-  double muted_se = std::numeric_limits<double>::quiet_NaN();    // its paired standard error
-  size_t step = 0, total = 0;
-  size_t check = 0;            // the policy's check index (probes are scheduled in checks)
-  size_t batch = 0;            // training examples per step (the probe batch's rows)
-  size_t steps_per_check = 0;  // training steps since the previous check
-  size_t examples = 0;         // the probe's examples
-};
-
 /// What a rule was before a decision (for the decision's events).
 struct RoundSnapshot {
   std::vector<std::pair<size_t, long>> round;
@@ -63,6 +51,11 @@ class RoundRule {
   virtual RoundHeads& round() = 0;
   virtual const RoundHeads& round() const = 0;
   virtual RoundSnapshot snapshot() const = 0;
+  /// Every probe, whether or not the rule may decide at it (before calibration ends too).
+  virtual void watch(double loss, size_t step) {
+    (void)loss;
+    (void)step;
+  }
   /// One probe (at a check where the rule may decide): the decision.
   virtual GainDecision observe(const ProbeReading& p) = 0;
   /// The policy grew ADDED heads (0: none; growth stops) at STEP after a Grow.
@@ -98,7 +91,7 @@ class GainRule final : public RoundRule {
     return s_.observe(p.loss, p.step, p.total, o_, p.muted_loss, p.muted_se);
   }
   /// Every probe, calibrated or not: the learning onset.
-  void watch(double loss, size_t step) { s_.watch(loss, step, o_.min_gain); }
+  void watch(double loss, size_t step) override { s_.watch(loss, step, o_.min_gain); }
   void grown(size_t added, double settled, size_t step) override { s_.grown(added, settled, step); }
   std::vector<std::pair<std::string, double>> probe_numbers(const ProbeReading&) const override {
     const auto w = s_.windows(std::max<size_t>(o_.settle_probes, 1));
@@ -139,13 +132,7 @@ class LearningRule final : public RoundRule {
     return {s_.round, s_.round_step, s_.prev, 0.0, s_.phase == LearningState::Stopped, s_.best};
   }
   GainDecision observe(const ProbeReading& p) override {
-    LearningProbe lp;
-    lp.loss = p.loss;
-    lp.muted_loss = p.muted_loss;
-    lp.muted_se = p.muted_se;
-    lp.step = p.step;
-    lp.total = p.total;
-    const GainDecision d = s_.observe(lp, o_);
+    const GainDecision d = s_.observe(p, o_);
     schedule(p);
     return d;
   }
