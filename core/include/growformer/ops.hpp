@@ -1,5 +1,6 @@
 // Differentiable ops. Shapes are row-major; "rows" means every dimension but
-// the last. Each op is checked against finite differences in tests/test_ops.cpp.
+// the last. Each op is checked against finite differences in tests/test_ops.cpp;
+// the sources are core/src/ops_<family>.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,190 @@
+// Streaming attention (forward and backward by tiles of query rows).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include "growformer/blas.hpp"
+#include "growformer/kernels.hpp"
+#include "ops_impl.hpp"
+
+namespace gf {
+namespace ops {
+
+using namespace detail;
+
+// Streaming attention: tiles of `br` query rows see all (causal: all earlier) keys;
+// only the row log-sum-exp (B x T) is kept, and the backward pass recomputes each
+// tile's probabilities from it. Scratch is O(br x T) per thread, never O(T^2).
+namespace {
+
+struct AttnGeom {
+  size_t B, T, dk, dv, br;
+  float scale;
+  bool causal;
+  const uint8_t* valid;  // (B*T) or null
+};
+
+// Per-thread scratch buffers, grown on demand and kept between calls.
+std::vector<float>& scratch(int which, size_t n) {
+  thread_local std::vector<float> bufs[5];
+  if (bufs[which].size() < n) bufs[which].resize(n);
+  return bufs[which];
+}
+
+// xt (d x T) = x^T for x (T x d).
+void transpose_into(const float* x, size_t T, size_t d, float* xt) {
+  kernels::transpose(x, T, d, xt);
+}
+
+// Key bias of one sample (0, or -inf for a padded key) into BIAS (T); false when no key
+// in [0, jmax) is padded (BIAS is then not written).
+bool key_bias(const uint8_t* vb, size_t jmax, float* bias) {
+  if (!vb || std::find(vb, vb + jmax, uint8_t{0}) == vb + jmax) return false;
+  for (size_t j = 0; j < jmax; ++j) bias[j] = vb[j] ? 0.0f : -INFINITY;
+  return true;
+}
+
+// Masks one score row of query QUERY: padded keys through BIAS (null when none is padded)
+// and, when causal, every key after the query.
+void mask_row(float* row, size_t jmax, const float* bias, bool causal, size_t query) {
+  if (bias) kernels::axpy(row, bias, jmax, 1.0f);
+  if (causal) std::fill(row + query + 1, row + jmax, -INFINITY);
+}
+
+// Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
+// row log-sum-exp (LSEB, T; +inf marks a row with no valid key; null when no backward pass
+// will read it). KTb is k^T (dk x T).
+// The probabilities stay unnormalised in the tile; each output row is scaled by 1 / sum.
+void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, const float* Vb,
+                       const uint8_t* vb, size_t i0, float* lseb, float* outb) {
+  size_t r = std::min(g.br, g.T - i0);
+  size_t jmax = g.causal ? i0 + r : g.T;
+  float* S = scratch(0, r * jmax).data();
+  float* inv = scratch(1, r).data();
+  float* bias = scratch(2, jmax).data();
+  kernels::gemm_short_k(r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb, g.T, S, jmax);
+  const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
+  for (size_t a = 0; a < r; ++a) {
+    float* row = S + a * jmax;
+    mask_row(row, jmax, kb, g.causal, i0 + a);
+    float mx = kernels::row_max(row, jmax);
+    if (mx == -INFINITY) {
+      std::memset(row, 0, jmax * sizeof(float));
+      if (lseb) lseb[i0 + a] = INFINITY;
+      inv[a] = 0.0f;
+      continue;
+    }
+    float sum = kernels::exp_shift_sum(row, jmax, mx);
+    inv[a] = 1.0f / sum;
+    if (lseb) lseb[i0 + a] = mx + std::log(sum);
+  }
+  kernels::gemm_acc_nd_rows(r, jmax, g.dv, inv, S, jmax, Vb, g.dv, outb + i0 * g.dv, g.dv);
+}
+
+// One sample's view of the attention's tensors and gradients (a null gradient is not wanted).
+struct AttnSample {
+  // (T x dk), (dk x T) = K^T, (T x dk), (T x dv), (T x dv), (T x dv), (T)
+  const float *Q, *KT, *K, *V, *O, *G, *lse;
+  const uint8_t* valid;                  // (T) or null
+  float *gq, *gk, *gv;
+};
+
+// Backward of one sample: its tiles in order, so dK and dV sum in a fixed order.
+void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) {
+  const size_t T = g.T, dk = g.dk, dv = g.dv;
+  const float* KTb = s.KT;  // kept from the forward pass
+  float* VTb = scratch(4, dv * T).data();
+  transpose_into(s.V, T, dv, VTb);
+  float* bias = scratch(2, T + g.br).data();
+  float* dots = bias + T;
+  const float* kb = key_bias(s.valid, T, bias) ? bias : nullptr;
+  for (size_t t = 0; t < tiles; ++t) {
+    size_t i0 = t * g.br, r = std::min(g.br, T - i0);
+    size_t jmax = g.causal ? i0 + r : T;
+    const float* G = s.G + i0 * dv;
+    float* P = scratch(0, r * jmax).data();
+    float* dS = scratch(1, r * jmax).data();
+    kernels::gemm_short_k(r, jmax, dk, g.scale, s.Q + i0 * dk, dk, KTb, T, P, jmax);
+    for (size_t a = 0; a < r; ++a) {
+      float* row = P + a * jmax;
+      mask_row(row, jmax, kb, g.causal, i0 + a);
+      kernels::exp_shift(row, jmax, s.lse[i0 + a]);
+    }
+    if (s.gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, s.gv, dv);
+    if (!s.gq && !s.gk) continue;
+    // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+    for (size_t a = 0; a < r; ++a) dots[a] = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
+    kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
+    for (size_t a = 0; a < r; ++a)
+      kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dots[a], g.scale);
+    if (s.gq) kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, s.K, dk, s.gq + i0 * dk, dk);
+    if (s.gk) kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, s.Q + i0 * dk, dk, s.gk, dk);
+  }
+}
+
+}  // namespace
+
+// The head widths d_k, d_v are short (16 at d 64 with 4 heads): every product below has
+// one short dimension and runs in registers (kernels::gemm_*), without BLAS packing.
+Var attention(const Var& q, const Var& k, const Var& v, float scale, const AttentionMask& mask) {
+  if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape().size() != 3)
+    shape_error("attention", "q, k, v must be (B, T, d)");
+  size_t B = q.dim(0), T = q.dim(1), dk = q.dim(2), dv = v.dim(2);
+  if (k.dim(0) != B || k.dim(1) != T || k.dim(2) != dk || v.dim(0) != B || v.dim(1) != T)
+    shape_error("attention", "q " + shape_str(q.shape()) + " k " + shape_str(k.shape()) + " v " +
+                                 shape_str(v.shape()));
+  if (mask.key_valid && mask.key_valid->size() != B * T) shape_error("attention", "mask size");
+  AttnGeom g{B,
+             T,
+             dk,
+             dv,
+             std::max<size_t>(1, kernels::attention_block_rows()),
+             scale,
+             mask.causal,
+             mask.key_valid ? mask.key_valid->data() : nullptr};
+  size_t tiles = (T + g.br - 1) / g.br;
+  Tensor out(Shape{B, T, dv}, 0.0f);
+  // log-sum-exp per row (+inf marks a row with no valid key), for the backward pass only
+  const bool backward_pass =
+      grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  Tensor lse = backward_pass ? Tensor::empty({B, T}) : Tensor();
+  const float* Q = q.value().data();
+  const float* K = k.value().data();
+  const float* V = v.value().data();
+  Tensor KT = Tensor::empty({B, dk, T});
+  parallel_for(B, [&](size_t b) { transpose_into(K + b * T * dk, T, dk, KT.data() + b * dk * T); });
+  // Every (sample, tile) is independent: the split does not change any result.
+  parallel_for(B * tiles, [&](size_t task) {
+    size_t b = task / tiles;
+    attn_forward_tile(g, Q + b * T * dk, KT.data() + b * dk * T, V + b * T * dv,
+                      g.valid ? g.valid + b * T : nullptr, (task % tiles) * g.br,
+                      backward_pass ? lse.data() + b * T : nullptr, out.data() + b * T * dv);
+  });
+  // the caller's mask may be gone by the backward pass: keep a copy
+  auto keep = mask.key_valid ? std::make_shared<std::vector<uint8_t>>(*mask.key_valid) : nullptr;
+  g.valid = keep ? keep->data() : nullptr;
+  // the backward pass recomputes the scores from the same K^T (kept: O(B T d_k) floats)
+  auto grad_fn = [qq = q, kk = k, vv = v, lse, g, tiles, keep, KT](const Tensor& gr,
+                                                                   const Tensor& res) mutable {
+    const size_t T = g.T, dk = g.dk, dv = g.dv;
+    float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
+    float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
+    float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
+    parallel_for(g.B, [&](size_t b) {
+      AttnSample s{qq.value().data() + b * T * dk, KT.data() + b * dk * T,
+                   kk.value().data() + b * T * dk,
+                   vv.value().data() + b * T * dv, res.data() + b * T * dv,
+                   gr.data() + b * T * dv, lse.data() + b * T,
+                   g.valid ? g.valid + b * T : nullptr,
+                   gq ? gq + b * T * dk : nullptr, gk ? gk + b * T * dk : nullptr,
+                   gv ? gv + b * T * dv : nullptr};
+      attn_backward_sample(g, tiles, s);
+    });
+  };
+  return finish(std::move(out), {&q, &k, &v}, grad_fn);
+}
+
+}  // namespace ops
+}  // namespace gf
