@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <gf_hkt/analysis.hpp>
-#include <gf_hkt/attend.hpp>
-#include <gf_hkt/kernels.hpp>
+#include <growformer/hkt/analysis.hpp>
+#include <growformer/hkt/attend.hpp>
+#include <growformer/hkt/kernels.hpp>
 
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
@@ -239,7 +239,7 @@ TEST_CASE("hkt fused op: one level is plain scaled dot-product attention") {
 }
 
 // ---------------------------------------------------------------------------
-// The block's own row kernels (<gf_hkt/kernels.hpp>), in every instruction set this CPU has.
+// The block's own row kernels (<growformer/hkt/kernels.hpp>), in every instruction set this CPU has.
 
 namespace {
 

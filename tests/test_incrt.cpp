@@ -19,7 +19,7 @@
 #include "growformer/structure_editor.hpp"
 #include "testing.hpp"
 
-#include "round_rules.hpp"
+#include "growformer/incrt/round_rules.hpp"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "gain_rounds.hpp"
-#include "learning_rounds.hpp"
+#include <growformer/incrt/gain_rounds.hpp>
+#include <growformer/incrt/learning_rounds.hpp>
 
 namespace gf::incrt {
 

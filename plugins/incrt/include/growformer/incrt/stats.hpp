@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "growformer/fields.hpp"
-#include "growformer/growth.hpp"
-#include "growformer/incrt/math.hpp"
+#include <growformer/fields.hpp>
+#include <growformer/growth.hpp>
+#include <growformer/incrt/math.hpp>
 
 namespace gf::incrt {
 

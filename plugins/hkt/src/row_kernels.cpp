@@ -2,7 +2,7 @@
 // the set up (gf::kernels::active_isa(), one load), so GROWFORMER_ISA and set_simd reach these
 // kernels as they reach the core's. A set's table is made the first time the set is chosen,
 // and only then: its code may use instructions of that set.
-#include <gf_hkt/kernels.hpp>
+#include <growformer/hkt/kernels.hpp>
 
 #include <growformer/kernels.hpp>
 

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "growformer/attention.hpp"
-#include "growformer/growth.hpp"
-#include "growformer/linalg.hpp"
-#include "growformer/rng.hpp"
-#include "growformer/state_text.hpp"
-#include "growformer/tensor.hpp"
+#include <growformer/attention.hpp>
+#include <growformer/growth.hpp>
+#include <growformer/linalg.hpp>
+#include <growformer/rng.hpp>
+#include <growformer/state_text.hpp>
+#include <growformer/tensor.hpp>
 
 namespace gf {
 namespace incrt {

@@ -1,5 +1,5 @@
 // The hkt block's row kernels for SSE2 (compiled with that instruction set's flags, the core's:
-// growformer_simd_sources in plugins/attn_hkt/CMakeLists.txt).
+// growformer_simd_sources in plugins/hkt/CMakeLists.txt).
 #define GF_SIMD_ARCH xsimd::sse2
 #include "row_kernels_impl.hpp"
 

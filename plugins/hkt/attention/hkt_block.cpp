@@ -2,7 +2,7 @@
 // shared/spec/HKT.md). Levels are made by causal depthwise-separable
 // downsampling; each head's per-level scores are fused with softmax weights
 // lambda (static or input-dependent) through the index map up(S_l)[i, j] =
-// S_l[i / s^l, j / s^l], inside one fused op (<gf_hkt/attend.hpp>).
+// S_l[i / s^l, j / s^l], inside one fused op (<growformer/hkt/attend.hpp>).
 #include <cmath>
 #include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
@@ -15,8 +15,8 @@
 
 #include <growformer/linalg.hpp>
 
-#include <gf_hkt/analysis.hpp>
-#include <gf_hkt/attend.hpp>
+#include <growformer/hkt/analysis.hpp>
+#include <growformer/hkt/attend.hpp>
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include <growformer/incrt/math.hpp>
 #include <growformer/incrt/stats.hpp>
 
-#include "round_rules.hpp"
+#include <growformer/incrt/round_rules.hpp>
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include <growformer/incrt/math.hpp>
 #include <growformer/state_text.hpp>
 
-#include "gain_rounds.hpp"
+#include <growformer/incrt/gain_rounds.hpp>
 
 namespace gf::incrt {
 
