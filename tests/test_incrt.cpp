@@ -2226,6 +2226,13 @@ TEST_CASE("incrt_geometric defaults (criterion learning): a round at the learnin
   }
   REQUIRE(block.slots.size() == 2);
   CHECK(grown_at <= 100);  // long before any plateau
+  // the grow event names the criterion that grew it
+  const auto grown = drv.of_type("grow");
+  REQUIRE(grown.size() == 1);
+  bool named = false;
+  for (const auto& kv : grown[0].strings)
+    if (kv.first == "criterion") named = kv.second == "learning";
+  CHECK(named);
   CHECK(drv.policy->on_trial(drv.step));
   const auto muted = drv.policy->muted_in_training(drv.step + 2);
   REQUIRE(muted.size() == 1);

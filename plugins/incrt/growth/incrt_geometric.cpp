@@ -756,7 +756,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
                            {"heads_before", double(heads.size())},
                            {"round_size", double(n)},
                            {"value_variance", e.init.value_variance}};
-        e.cause.strings = {{"policy", "incrt_geometric"}, {"init", e.init.mode}, {"criterion", "gain"}};
+        e.cause.strings = {{"policy", "incrt_geometric"}, {"init", e.init.mode},
+                           {"criterion", set_.criterion == Criterion::Learning ? "learning" : "gain"}};
         edits.push_back(std::move(e));
       }
       if (n == 0)
