@@ -325,15 +325,72 @@ void describe_plugin(const gf::Registry& reg, const std::string& want, bool as_j
   }
 }
 
+// A table cell: one line, `|` escaped.
+std::string md_cell(std::string s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+// A bound as the option's type shows it (an int option's 1, a float's 0.5).
+std::string md_bound(double v, gf::OptType t) {
+  std::ostringstream o;
+  if (t == gf::OptType::Int) o << static_cast<long long>(v);
+  else o << v;
+  return o.str();
+}
+
+// `plugins describe --markdown [NAME]`: each component (of NAME, or every one) as a section of
+// docs/OPTIONS.md: its kind, name, library and documentation, then a table of its options. The
+// file is made from this output and a test (options_doc) checks it against the built plugins.
+void markdown_components(const gf::Registry& reg, const std::string& want) {
+  auto all = reg.components();
+  std::vector<std::string> names;
+  bool any = false;
+  for (auto& c : all) names.push_back(c.spec.name);
+  for (auto kind : {gf::Kind::Attention, gf::Kind::Head, gf::Kind::Growth, gf::Kind::Pruning,
+                    gf::Kind::Dataset, gf::Kind::Optimizer})
+    for (auto& c : all) {
+      if (c.kind != kind || (!want.empty() && c.spec.name != want)) continue;
+      any = true;
+      std::cout << "## " << gf::kind_name(c.kind) << " `" << c.spec.name << "`\n\n"
+                << md_cell(c.spec.doc) << " (plugin library `" << c.plugin << "`)\n\n";
+      if (c.spec.options.empty()) {
+        std::cout << "No options.\n\n";
+        continue;
+      }
+      std::cout << "| option | type | default | values | what it does |\n|---|---|---|---|---|\n";
+      for (auto& s : c.spec.options) {
+        std::string values;
+        for (auto& ch : s.choices) values += (values.empty() ? "" : ", ") + ch;
+        if (values.empty() && (std::isfinite(s.min) || std::isfinite(s.max)))
+          values = (std::isfinite(s.min) ? md_bound(s.min, s.type) : "") + " .. " +
+                   (std::isfinite(s.max) ? md_bound(s.max, s.type) : "");
+        std::string def = s.required ? "required" : s.default_value.empty() ? "\"\"" : s.default_value;
+        if (!s.mode.empty()) values += (values.empty() ? "" : "; ") + std::string("when ") + s.mode;
+        std::cout << "| `" << s.name << "` | " << gf::opt_type_name(s.type) << " | `" << md_cell(def)
+                  << "` | " << md_cell(values) << " | " << md_cell(s.doc) << " |\n";
+      }
+      std::cout << "\n";
+    }
+  if (!any) no_such_component(reg, want, names);
+}
+
 }  // namespace
 
 int cmd_plugins(const std::vector<std::string>& args) {
   po::options_description o("plugins options");
   std::vector<std::string> words, paths;
   o.add_options()("words", po::value(&words)->composing(), "list | describe NAME")(
-      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+      "json", "print JSON")("markdown", "describe: the option tables of docs/OPTIONS.md (NAME optional)")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
   bool help;
-  auto vm = parse("growformer plugins [list | describe NAME] [--json]", o, {{"words", -1}}, args, &help);
+  auto vm = parse("growformer plugins [list | describe NAME] [--json] | describe [NAME] --markdown", o,
+                  {{"words", -1}}, args, &help);
   if (help) return 0;
   gf::Registry reg;
   reg.load_directories(gf::Registry::search_path(paths));
@@ -342,6 +399,12 @@ int cmd_plugins(const std::vector<std::string>& args) {
   if (verb == "list") {
     if (words.size() > 1) throw UsageError("usage: growformer plugins list");
     list_plugins(reg, as_json);
+    return 0;
+  }
+  if (verb == "describe" && vm.count("markdown")) {
+    if (words.size() > 2 || as_json)
+      throw UsageError("usage: growformer plugins describe [NAME] --markdown");
+    markdown_components(reg, words.size() == 2 ? words[1] : "");
     return 0;
   }
   if (verb == "describe") {
