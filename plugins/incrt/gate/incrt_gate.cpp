@@ -26,23 +26,56 @@ namespace {
 
 using gf::incrt::Vec;
 
+/// The gate's options, each declared once (`table()`); the tracker options are the INCRT
+/// library's, shared with the growth policy (with 20 steps an update here).
+struct GateSettings {
+  double g_plus = 0.5, g_minus = 0.5;
+  bool learn_gates = false;
+  size_t update_every = 5;
+  gf::incrt::TrackerSettings tracker;
+  bool first_sequence = false;  // C of sequence 0 instead of every valid token
+
+  static const gf::OptionTable<GateSettings>& table() {
+    using S = GateSettings;
+    static const auto t =
+        gf::OptionTable<S>()
+            .add("g_plus", &S::g_plus, "0.5", "gain on the dominant direction u+ (initial if learned)",
+                 0.0, 1.0)
+            .add("g_minus", &S::g_minus, "0.5",
+                 "suppression of the minor direction u- (initial if learned)", 0.0, 1.0)
+            .add("learn_gates", &S::learn_gates, "false", "learn g+ and g- as sigmoids of parameters")
+            .add("update_every", &S::update_every, "5",
+                 "update the trackers every N training forwards (0 = never)", 0, 1e9)
+            .include(gf::incrt::TrackerSettings::table("20", "tracker steps per update"), &S::tracker)
+            .choice("probe", &S::first_sequence, "batch", "tokens for C: first_sequence or batch",
+                    {{"first_sequence", true}, {"batch", false}});
+    return t;
+  }
+  /// The settings the options give; the trackers always step on A_h / ||A_h||_F, uncoupled.
+  static GateSettings read(const gf::Options& o) {
+    GateSettings s = table().read(o);
+    s.tracker.scale_frobenius = true;
+    s.tracker.coupling = false;
+    return s;
+  }
+};
+
 class IncrtGate : public gf::Head {
  public:
-  IncrtGate(const gf::Options& o, const gf::HeadBuild& b)
+  IncrtGate(const gf::Options& o, const gf::HeadBuild& b) : IncrtGate(o, b, GateSettings::read(o)) {}
+  IncrtGate(const gf::Options& o, const gf::HeadBuild& b, const GateSettings& s)
       : gf::Head(b.shape),
-        g_plus_(o.get_float("g_plus")),
-        g_minus_(o.get_float("g_minus")),
-        learn_(o.get_bool("learn_gates")),
-        update_every_(size_t(o.get_int("update_every"))),
-        tracking_(tracking(o)),
-        probe_{o.get_string("probe") == "first_sequence", true},
+        g_plus_(s.g_plus),
+        g_minus_(s.g_minus),
+        learn_(s.learn_gates),
+        update_every_(s.update_every),
+        tracking_(s.tracker),
+        probe_{s.first_sequence, true},
         rng_(b.rng ? b.rng->next_u64() : 0x9a7eULL, "incrt_gate") {
     if (!b.registry) throw gf::ConfigError("incrt_gate: the head build has no registry");
     if (learn_) {
-      for (const char* n : {"g_plus", "g_minus"}) {
-        const double g = o.get_float(n);
+      for (const auto& [n, g] : {std::pair<const char*, double>{"g_plus", s.g_plus}, {"g_minus", s.g_minus}})
         if (!(g > 0.0 && g < 1.0)) o.fail(n, "learned gates start strictly between 0 and 1");
-      }
     }
     inner_ = b.registry->create_head(o.get_node("inner"), b);
     register_module("inner", inner_);
@@ -163,19 +196,6 @@ class IncrtGate : public gf::Head {
 
  private:
   static double logit(double p) { return std::log(p / (1.0 - p)); }
-  /// The tracker options (steps always on A_h / ||A_h||_F, uncoupled).
-  static gf::incrt::TrackerSettings tracking(const gf::Options& o) {
-    gf::incrt::TrackerSettings t;
-    t.exact = o.get_string("tracker") == "exact";
-    t.mca_rule = o.get_string("mca_rule") == "reference" ? gf::incrt::McaRule::Reference
-                                                         : gf::incrt::McaRule::Exin;
-    if (o.has_value("eta_plus")) t.eta_plus = o.get_float("eta_plus");
-    if (o.has_value("eta_minus")) t.eta_minus = o.get_float("eta_minus");
-    t.iters = size_t(o.get_int("tracker_iters"));
-    t.scale_frobenius = true;
-    t.coupling = false;
-    return t;
-  }
   static double sigmoid(double a) { return 1.0 / (1.0 + std::exp(-a)); }
 
   double g_plus_, g_minus_;
@@ -192,28 +212,9 @@ class IncrtGate : public gf::Head {
 };
 
 void register_gate(gf::Registry& r) {
-  using gf::OptType;
-  const double inf = std::numeric_limits<double>::infinity();
-  gf::OptionSpecs specs = {
-      {"inner", OptType::Component, "{plugin: dot_product}", "the wrapped head", -inf, inf, {}},
-      {"g_plus", OptType::Float, "0.5", "gain on the dominant direction u+ (initial if learned)",
-       0.0, 1.0, {}},
-      {"g_minus", OptType::Float, "0.5", "suppression of the minor direction u- (initial if learned)",
-       0.0, 1.0, {}},
-      {"learn_gates", OptType::Bool, "false", "learn g+ and g- as sigmoids of parameters", -inf,
-       inf, {}},
-      {"update_every", OptType::Int, "5", "update the trackers every N training forwards (0 = never)",
-       0, 1e9, {}},
-      {"tracker_iters", OptType::Int, "20", "tracker steps per update", 1, 1e7, {}},
-      {"tracker", OptType::String, "online", "online (Oja + MCA) or exact (eigendecomposition)",
-       -inf, inf, {"online", "exact"}},
-      {"eta_plus", OptType::Float, "~", "Oja step (on A_h / ||A_h||_F); unset = 0.5", 0.0,
-       2.0, {}},
-      {"eta_minus", OptType::Float, "~", "MCA step; unset = eta_plus / 2", 0.0, 2.0, {}},
-      {"mca_rule", OptType::String, "exin", "exin or reference", -inf, inf, {"exin", "reference"}},
-      {"probe", OptType::String, "batch", "tokens for C: first_sequence or batch", -inf, inf,
-       {"first_sequence", "batch"}},
-  };
+  gf::OptionSpecs specs = {{"inner", gf::OptType::Component, "{plugin: dot_product}", "the wrapped head",
+                            -gf::OptionTable<GateSettings>::inf, gf::OptionTable<GateSettings>::inf, {}}};
+  for (const auto& spec : GateSettings::table().specs()) specs.push_back(spec);
   r.add_head({"incrt_gate", "INCRT bidirectional gate I + g+ u+u+^T - g- u-u-^T around an inner head",
               specs},
              [](const gf::Options& o, const gf::HeadBuild& b) {

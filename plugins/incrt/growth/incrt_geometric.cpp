@@ -907,16 +907,7 @@ void tracker_options(IncrtTable& t) {
   using Cal = gf::incrt::CalibrationSettings;
   using T = gf::incrt::TrackerSettings;
   t.include(gf::incrt::ProbeSettings::table(), &S::probe)
-      .choice("tracker", &S::tracker, &T::exact, "online",
-              "online (Oja + MCA trackers) or exact (eigendecomposition of A_res)",
-              {{"online", false}, {"exact", true}})
-      .choice("mca_rule", &S::tracker, &T::mca_rule, "exin",
-              "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)",
-              {{"exin", gf::incrt::McaRule::Exin}, {"reference", gf::incrt::McaRule::Reference}})
-      .add("eta_plus", &S::tracker, &T::eta_plus, "~",
-           "Oja step size; unset = 0.5 with step_scale: frobenius, 1/(10 d) with none", 0.0, 2.0)
-      .add("eta_minus", &S::tracker, &T::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
-      .add("tracker_iters", &S::tracker, &T::iters, "100", "tracker steps per check", 1, 1e7)
+      .include(T::table("100", "tracker steps per check"), &S::tracker)
       .choice("step_scale", &S::tracker, &T::scale_frobenius, "frobenius",
               "divide A_res by its Frobenius norm in tracker steps (scale-free step sizes) or none",
               {{"frobenius", true}, {"none", false}})

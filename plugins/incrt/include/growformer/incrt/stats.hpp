@@ -125,6 +125,28 @@ struct TrackerSettings {
   bool scale_frobenius = true;       // steps on A / ||A||_F
   bool coupling = false;             // the reference code's coupling of the two trackers
 
+  /// The options every INCRT component with trackers offers, declared once: `tracker`,
+  /// `mca_rule`, `eta_plus`, `eta_minus`, and `tracker_iters` with the component's own default
+  /// and meaning (ITERS_DEFAULT, ITERS_DOC: steps per check of the growth policy, per update of
+  /// the gate). A component adds `step_scale` and `coupling` where it offers them.
+  static OptionTable<TrackerSettings> table(const std::string& iters_default,
+                                            const std::string& iters_doc) {
+    using T = TrackerSettings;
+    OptionTable<T> t;
+    t.choice("tracker", &T::exact, "online",
+             "online (Oja + MCA trackers) or exact (eigendecomposition of the energy matrix)",
+             {{"online", false}, {"exact", true}})
+        .choice("mca_rule", &T::mca_rule, "exin",
+                "minor tracker: exin (MCA EXIN matrix form) or reference (extra factor u^T A u)",
+                {{"exin", McaRule::Exin}, {"reference", McaRule::Reference}})
+        .add("eta_plus", &T::eta_plus, "~",
+             "Oja step size; unset = 0.5 on the matrix scaled to unit Frobenius norm (step_scale: "
+             "frobenius; the gate always scales), 1/(10 d) with step_scale: none", 0.0, 2.0)
+        .add("eta_minus", &T::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
+        .add("tracker_iters", &T::iters, iters_default, iters_doc, 1, 1e7);
+    return t;
+  }
+
   double eta_plus_at(size_t d) const { return eta_plus > 0 ? eta_plus : default_eta_plus(scale_frobenius, d); }
   double eta_minus_at(size_t d) const { return eta_minus > 0 ? eta_minus : 0.5 * eta_plus_at(d); }
 
