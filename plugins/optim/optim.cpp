@@ -1,5 +1,6 @@
 // optimizers `sgd` (momentum, Nesterov) and `adamw` (decoupled weight decay).
 // State is kept per parameter name, so it survives structural edits exactly.
+#include <growformer/fields.hpp>
 #include <growformer/parallel.hpp>
 #include <growformer/plugin.hpp>
 
@@ -33,13 +34,57 @@ void check_state_tensor(const char* opt, const std::string& key, const Tensor& t
       throw RuntimeError(std::string(opt) + " state `" + key + "` holds a non-finite value");
 }
 
+/// `decay`: which parameters weight decay applies to (both optimizers offer it).
+template <class S>
+void add_decay(OptionTable<S>& t) {
+  t.choice("decay", &S::decay, "matrices", "which parameters weight decay applies to",
+           {{"matrices", std::string("matrices")}, {"all", std::string("all")}, {"none", std::string("none")}});
+}
+
+/// The options of `sgd`, each declared once.
+struct SgdSettings {
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  std::string decay = "matrices";
+  static const OptionTable<SgdSettings>& table() {
+    using S = SgdSettings;
+    static const auto t = [] {
+      OptionTable<S> t;
+      t.add("momentum", &S::momentum, "0.9", "momentum coefficient (0 = plain SGD)", 0, 0.9999)
+          .add("nesterov", &S::nesterov, "false", "Nesterov momentum")
+          .add("weight_decay", &S::weight_decay, "0", "L2 penalty coefficient", 0, 10);
+      add_decay(t);
+      return t;
+    }();
+    return t;
+  }
+};
+
+/// The options of `adamw`, each declared once.
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  std::string decay = "matrices";
+  static const OptionTable<AdamWSettings>& table() {
+    using S = AdamWSettings;
+    static const auto t = [] {
+      OptionTable<S> t;
+      t.add("beta1", &S::beta1, "0.9", "first-moment decay", 0, 0.99999)
+          .add("beta2", &S::beta2, "0.999", "second-moment decay", 0, 0.999999)
+          .add("eps", &S::eps, "1e-8", "denominator epsilon", 0, 1)
+          .add("weight_decay", &S::weight_decay, "0.01", "decoupled weight decay", 0, 10);
+      add_decay(t);
+      return t;
+    }();
+    return t;
+  }
+};
+
 class Sgd : public Optimizer {
  public:
-  explicit Sgd(const Options& o)
-      : momentum_(o.get_float("momentum")),
-        nesterov_(o.get_bool("nesterov")),
-        wd_(o.get_float("weight_decay")),
-        filter_(o.get_string("decay")) {
+  explicit Sgd(const Options& o) : Sgd(o, SgdSettings::table().read(o)) {}
+  Sgd(const Options& o, const SgdSettings& s)
+      : momentum_(s.momentum), nesterov_(s.nesterov), wd_(s.weight_decay), filter_(s.decay) {
     if (nesterov_ && momentum_ <= 0) o.fail("nesterov", "Nesterov needs momentum > 0");
   }
   void step(NamedParams& params, float lr) override {
@@ -95,12 +140,9 @@ class Sgd : public Optimizer {
 
 class AdamW : public Optimizer {
  public:
-  explicit AdamW(const Options& o)
-      : b1_(o.get_float("beta1")),
-        b2_(o.get_float("beta2")),
-        eps_(o.get_float("eps")),
-        wd_(o.get_float("weight_decay")),
-        filter_(o.get_string("decay")) {}
+  explicit AdamW(const Options& o) : AdamW(AdamWSettings::table().read(o)) {}
+  explicit AdamW(const AdamWSettings& s)
+      : b1_(s.beta1), b2_(s.beta2), eps_(s.eps), wd_(s.weight_decay), filter_(s.decay) {}
 
   void step(NamedParams& params, float lr) override {
     for (auto& [name, p] : params) {
@@ -186,26 +228,12 @@ class AdamW : public Optimizer {
 };
 
 void register_components(Registry& r) {
-  OptionSpec decay{"decay", OptType::String, "matrices",
-                   "which parameters weight decay applies to", -INFINITY, INFINITY,
-                   {"matrices", "all", "none"}};
-  r.add_optimizer(
-      {"sgd",
-       "stochastic gradient descent with optional (Nesterov) momentum",
-       {{"momentum", OptType::Float, "0.9", "momentum coefficient (0 = plain SGD)", 0, 0.9999},
-        {"nesterov", OptType::Bool, "false", "Nesterov momentum"},
-        {"weight_decay", OptType::Float, "0", "L2 penalty coefficient", 0, 10},
-        decay}},
-      [](const Options& o) { return std::make_unique<Sgd>(o); });
-  r.add_optimizer(
-      {"adamw",
-       "Adam with decoupled weight decay (Loshchilov & Hutter)",
-       {{"beta1", OptType::Float, "0.9", "first-moment decay", 0, 0.99999},
-        {"beta2", OptType::Float, "0.999", "second-moment decay", 0, 0.999999},
-        {"eps", OptType::Float, "1e-8", "denominator epsilon", 0, 1},
-        {"weight_decay", OptType::Float, "0.01", "decoupled weight decay", 0, 10},
-        decay}},
-      [](const Options& o) { return std::make_unique<AdamW>(o); });
+  r.add_optimizer({"sgd", "stochastic gradient descent with optional (Nesterov) momentum",
+                   SgdSettings::table().specs()},
+                  [](const Options& o) { return std::make_unique<Sgd>(o); });
+  r.add_optimizer({"adamw", "Adam with decoupled weight decay (Loshchilov & Hutter)",
+                   AdamWSettings::table().specs()},
+                  [](const Options& o) { return std::make_unique<AdamW>(o); });
 }
 
 }  // namespace
