@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <growformer/json_text.hpp>
 #include <growformer/linalg.hpp>
 #include <growformer/run_events.hpp>
 #include <growformer/trainer.hpp>
@@ -27,7 +28,7 @@ void print_json_table(const json& j, const std::string& indent) {
         std::cout << indent << "[" << i << "]\n";
         print_json_table(j[i], indent + "  ");
       } else {
-        std::cout << indent << "[" << i << "] " << j[i].dump() << "\n";
+        std::cout << indent << "[" << i << "] " << gf::dump_json(j[i]) << "\n";
       }
     }
     return;
@@ -45,7 +46,7 @@ void print_json_table(const json& j, const std::string& indent) {
         print_json_table(v[i], indent + "    ");
       }
     } else {
-      std::cout << indent << key << ": " << v.dump() << "\n";
+      std::cout << indent << key << ": " << gf::dump_json(v) << "\n";
     }
   }
 }
@@ -200,7 +201,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   fs::path events = gf::RunDir::of_checkpoint(ck).events();
   if (fs::exists(events)) out["run"] = run_json(events);
   if (vm.count("json")) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << gf::dump_json(out, 2) << "\n";
     return 0;
   }
   std::cout << "analysis of " << ck << " (probe: " << bs.size() << " validation batch"

@@ -17,6 +17,7 @@
 
 #include <growformer/autograd.hpp>
 #include <growformer/checkpoint.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/classification.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/parallel.hpp>
@@ -203,9 +204,9 @@ void write_predictions(std::ostream& out, const std::string& format, const std::
     } else {
       json pr = json::object();
       for (size_t c = 0; c < C; ++c) pr[names[c]] = row[c];
-      out << json({{"id", pending[i].id}, {"line", pending[i].line}, {"predicted", names[arg]},
-                   {"probabilities", pr}})
-                 .dump()
+      // ids and class names are bytes: written as json_text.hpp describes
+    out << gf::dump_json(json({{"id", pending[i].id}, {"line", pending[i].line},
+                               {"predicted", names[arg]}, {"probabilities", pr}}))
           << "\n";
     }
   }
@@ -287,11 +288,11 @@ int cmd_eval(const std::vector<std::string>& args) {
       classes.push_back({{"name", names[c]}, {"precision", r.classes[c].precision},
                          {"recall", r.classes[c].recall}, {"f1", r.classes[c].f1},
                          {"support", r.classes[c].support}});
-    std::cout << json({{"checkpoint", ck}, {"split", split}, {"loss", loss},
-                       {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
-                       {"examples", r.examples}, {"classes", classes},
-                       {"confusion", r.confusion}, {"heads", ex->model().heads_per_block()}})
-                     .dump()
+    std::cout << gf::dump_json(json({{"checkpoint", ck}, {"split", split}, {"loss", loss},
+                                     {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
+                                     {"examples", r.examples}, {"classes", classes},
+                                     {"confusion", r.confusion},
+                                     {"heads", ex->model().heads_per_block()}}))
               << "\n";
     return 0;
   }

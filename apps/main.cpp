@@ -3,6 +3,7 @@
 // 2 usage or configuration error, 1 runtime failure.
 #include <growformer/blas.hpp>
 #include <growformer/checkpoint.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/config.hpp>
 #include <growformer/data/data_stats.hpp>
 #include <growformer/data/listops.hpp>
@@ -135,10 +136,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
     if (!p.place.head.empty()) per_head[p.place.head] += p.size;
   }
   if (vm.count("json")) {
-    std::cout << json({{"checkpoint", ck}, {"parameters", total}, {"blocks", per_block},
-                       {"heads", per_head}, {"heads_per_block", m.heads_per_block},
-                       {"step", m.step}})
-                     .dump(2)
+    std::cout << gf::dump_json(json({{"checkpoint", ck}, {"parameters", total}, {"blocks", per_block},
+                                     {"heads", per_head}, {"heads_per_block", m.heads_per_block},
+                                     {"step", m.step}}),
+                               2)
               << "\n";
     return 0;
   }
@@ -249,7 +250,7 @@ void list_plugins(const gf::Registry& reg, bool as_json) {
     for (auto& l : reg.libraries())
       out["libraries"].push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}});
     for (auto& f : reg.failures()) out["failed"].push_back({{"path", f.path}, {"error", f.error}});
-    std::cout << out.dump(2) << "\n";
+    std::cout << gf::dump_json(out, 2) << "\n";
     return;
   }
   for (auto kind : {gf::Kind::Attention, gf::Kind::Head, gf::Kind::Growth, gf::Kind::Pruning,
@@ -319,7 +320,7 @@ void describe_plugin(const gf::Registry& reg, const std::string& want, bool as_j
   if (hits.empty()) no_such_component(reg, want, names);
   for (auto* c : hits) {
     if (as_json)
-      std::cout << component_json(*c).dump(2) << "\n";
+      std::cout << gf::dump_json(component_json(*c), 2) << "\n";
     else
       print_component(*c);
   }

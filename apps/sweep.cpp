@@ -21,6 +21,7 @@
 
 #include <growformer/distributed.hpp>
 #include <growformer/errors.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/run_dir.hpp>
 #include <growformer/trainer.hpp>
 
@@ -36,12 +37,13 @@ namespace gfapp {
 namespace {
 
 constexpr int kInterrupted = 130;  // the trainer's exit status after Ctrl-C / SIGTERM
+constexpr int kBusy = -1;          // a job another process runs now (never recorded)
 const char* kJobFile = "sweep_job.json";
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
   try {
-    return json::parse(in);
+    return gf::json_bytes_tree(json::parse(in));  // as run_recorded wrote it (json_text.hpp)
   } catch (const json::exception& e) {
     throw gf::RuntimeError(p.string() + ": unreadable sweep job record (" + e.what() +
                            "); delete the job's directory to run it again");
@@ -55,6 +57,7 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
   f.run_dir = dir.string();
   f.plugin_paths = paths;
   f.quiet = true;
+  f.announce_stop = false;  // the sweep says how to continue: run it again
   gf::RunDir rd(dir.string());
   std::unique_ptr<gf::Experiment> ex;
   int rc;
@@ -130,10 +133,10 @@ std::string cell(const json& v) {
   }
   if (v.is_array()) {
     std::string s;
-    for (auto& x : v) s += (s.empty() ? "" : " ") + x.dump();
+    for (auto& x : v) s += (s.empty() ? "" : " ") + gf::dump_json(x);
     return s;
   }
-  return v.is_null() ? std::string() : v.dump();
+  return v.is_null() ? std::string() : gf::dump_json(v);
 }
 
 std::string csv_cell(const std::string& c) {  // RFC 4180: quote cells with separators, quotes or newlines
@@ -320,6 +323,10 @@ json run_recorded(const SweepContext& cx, const Job& j, const fs::path& dir, std
   json row;
   try {
     row = run_job(cx.plan.base, j, dir, cx.paths, how);
+  } catch (const gf::Interrupted&) {  // before the job's loop began: nothing to record
+    row = {{"exit", kInterrupted}};
+  } catch (const gf::RunDirInUse& e) {  // another process runs this job now: its record, not ours
+    return {{"exit", kBusy}, {"pid", e.pid()}};
   } catch (const std::exception& e) {  // recorded; the sweep goes on
     row = {{"exit", 1}, {"error", e.what()}};
   }
@@ -327,11 +334,11 @@ json run_recorded(const SweepContext& cx, const Job& j, const fs::path& dir, std
   if (*how == "resumed") row["resumed"] = true;
   if (row["exit"] == kInterrupted) return row;
   fs::create_directories(dir);
-  gf::RunDir(dir.string()).write((dir / kJobFile).string(), json{{"overrides", j.overrides}, {"result", row}}.dump(1) + "\n");
+  gf::RunDir(dir.string()).write((dir / kJobFile).string(), gf::dump_json(json{{"overrides", j.overrides}, {"result", row}}, 1) + "\n");
   return row;
 }
 
-enum class JobEnd { row, skipped, interrupted };
+enum class JobEnd { row, skipped, interrupted, busy };
 
 // Job K in this process, with its progress line: the row of a record that finished earlier, or
 // the job run now (this shard's); another shard's job that has not finished is skipped (under
@@ -358,9 +365,18 @@ JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
     std::cout << (cx.selected[k] ? ": another shard's, not finished yet\n" : ": not selected by --only\n");
     return JobEnd::skipped;
   } else {
-    row = run_recorded(cx, j, dir, &how);
+    const std::string pid = gf::RunDir(dir.string()).lock_holder();
+    row = pid.empty() ? run_recorded(cx, j, dir, &how) : json{{"exit", kBusy}, {"pid", pid}};
+    if (row["exit"] == kBusy) {
+      std::cout << head << ": running in another process now (pid " << row["pid"].get<std::string>()
+                << "); run the sweep again when it is done to include its row\n"
+                << std::flush;
+      return JobEnd::busy;
+    }
     if (row["exit"] == kInterrupted) {
-      std::cout << head << ": interrupted; run the same command again to continue\n" << std::flush;
+      std::cout << head << ": interrupted (its last checkpoint is kept); run the same command again "
+                           "to continue\n"
+                << std::flush;
       return JobEnd::interrupted;
     }
   }
@@ -374,11 +390,22 @@ JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
   return JobEnd::row;
 }
 
-// This process's jobs in order, their rows appended to ROWS; 0, 1 when a job failed, or
-// kInterrupted (every process of a distributed sweep is ended then).
+// A sweep that Ctrl-C or SIGTERM stopped between jobs (BEFORE: the next job's name, or "");
+// in a job, the job stops with a checkpoint and says so.
+int stopped_between_jobs(const SweepContext& cx, const std::string& before) {
+  std::cout << "sweep interrupted" << (before.empty() ? "" : " before job " + before)
+            << "; run the same command again to continue\n"
+            << std::flush;
+  if (cx.distributed()) cx.comm.abort(kInterrupted);
+  return kInterrupted;
+}
+
+// This process's jobs in order, their rows appended to ROWS; 0, 1 when a job failed or another
+// process was running it, or kInterrupted (every process of a distributed sweep is ended then).
 int run_jobs(const SweepContext& cx, json* rows) {
   int status = 0;
   for (size_t k = 0; k < cx.plan.jobs.size(); ++k) {
+    if (gf::interrupted()) return stopped_between_jobs(cx, cx.plan.jobs[k].name);
     json row;
     const JobEnd end = sweep_job(cx, k, &row);
     if (end == JobEnd::interrupted) {
@@ -387,9 +414,14 @@ int run_jobs(const SweepContext& cx, json* rows) {
       return kInterrupted;
     }
     if (end == JobEnd::skipped) continue;
+    if (end == JobEnd::busy) {  // not finished here: the table would lack its row
+      status = 1;
+      continue;
+    }
     if (row["exit"] != 0) status = 1;
     rows->push_back(row);
   }
+  if (gf::interrupted()) return stopped_between_jobs(cx, "");
   return status;
 }
 
@@ -459,6 +491,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
   // under mpirun/srun the processes share the jobs: rank I of N runs jobs I, I+N, ... (each job
   // in its one process), and rank 0 writes the table of all of them
   gf::Communicator& comm = gf::world();
+  // Ctrl-C and SIGTERM reach the running job (it shares this process): it writes its
+  // checkpoint and stops, and the sweep ends with status 130; a rerun continues
+  gf::install_interrupt_handler();
   const SweepPlan plan = plan_sweep(gf::ConfigNode::load_file(file), sets);
   if (out_dir.empty()) out_dir = "runs/sweep-" + plan.name;
   SweepContext cx{plan, paths, out_dir, comm};

@@ -92,9 +92,9 @@ endforeach()
 # (errors.hpp is below all three); no plugin includes a runtime header (the runtime is private:
 # not installed); the numeric library's sources include only numeric headers.
 set(numeric_headers tensor tensor_xt autograd ops kernels parallel rng blas)
-set(api_headers attention checkpoint classification config dataset fields growth linalg model
+set(api_headers attention checkpoint classification config dataset fields growth json_text linalg model
     module multihead optimizer plugin projections registry state_text version)
-set(runtime_headers trainer trainer_state structure_editor batch_sampler reporter run_dir
+set(runtime_headers trainer trainer_state structure_editor batch_sampler reporter run_dir interrupt
     run_events data_parallel distributed schedule)
 set(core_parts "")
 foreach(h ${numeric_headers} ${api_headers} ${runtime_headers} errors)

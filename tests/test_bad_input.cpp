@@ -1,6 +1,8 @@
 // Bad input and faults: crafted checkpoints, IDX files, YAML aliases, plugin files, a full
 // disk, and the command line's answers to them. Every fixture is generated here.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,7 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -19,8 +23,10 @@
 #include "growformer/config.hpp"
 #include "growformer/data/io.hpp"
 #include "growformer/data/sequences.hpp"
+#include "growformer/json_text.hpp"
 #include "growformer/kernels.hpp"
 #include "growformer/optimizer.hpp"
+#include "growformer/rng.hpp"
 #include "growformer/run_dir.hpp"
 #include "growformer/trainer.hpp"
 #include "testing.hpp"
@@ -1082,4 +1088,234 @@ TEST_CASE("eval on new files: a model of generated ListOps on a test file, and -
   ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
   cfg.apply_override("data={plugin: listops, source: files, test_file: " + d.file("t.tsv") + "}");
   CHECK(has(error_of([&] { Experiment ex(cfg, {GF_PLUGIN_DIR}); }), "`data.train_file`: is required"));
+}
+
+TEST_CASE("json text: any bytes survive JSON, valid UTF-8 unchanged, and the form round-trips") {
+  // valid UTF-8 (and text without a leading U+FFFD) is itself
+  for (std::string s : {std::string(""), std::string("plain"), std::string("caf\xc3\xa9"),
+                        std::string("a\\x41"), std::string("x\xef\xbf\xbd")}) {
+    CHECK(json_text(s) == s);
+    CHECK(json_bytes(s) == s);
+  }
+  CHECK(json_text("caf\xe9") == "\xef\xbf\xbd" "caf\\xe9");
+  CHECK(json_text("a\\b\xff") == "\xef\xbf\xbd" "a\\\\b\\xff");
+  // a leading U+FFFD is escaped too, so the form stays one to one
+  CHECK(json_text("\xef\xbf\xbd" "\\xff") == "\xef\xbf\xbd\xef\xbf\xbd\\\\xff");
+  // text json_text would not write is itself (an old checkpoint's U+FFFD from a lossy dump)
+  CHECK(json_bytes("\xef\xbf\xbd" "abc") == "\xef\xbf\xbd" "abc");
+  CHECK(json_bytes("\xef\xbf\xbd" "\\x41") == "\xef\xbf\xbd" "\\x41");
+  // overlong forms, surrogates, code points past U+10FFFF and cut sequences are not UTF-8
+  for (const char* bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80"})
+    CHECK(!is_utf8(bad));
+  gf::Rng rng(7, "json_text");
+  for (int i = 0; i < 2000; ++i) {
+    std::string s(rng.below(12), '\0');
+    for (char& c : s) c = "\\\xef\xbf\xbd" "a\xc3\xa9\xff\x80\x00"[rng.below(10)];
+    const std::string t = json_text(s);
+    CHECK(is_utf8(t));
+    CHECK(json_bytes(t) == s);
+    // through nlohmann::json, as keys and as values (compared outside CHECK: printing the
+    // expected JSON would need a dump that these bytes cannot have)
+    const bool same = json_bytes_tree(json::parse(dump_json(json{{s, {s, 1}}}))) == json{{s, {s, 1}}};
+    CHECK(same);
+  }
+}
+
+namespace {
+// A FASTA data set in FOLDER (a name that is not UTF-8) whose ids and labels hold bytes that
+// are not UTF-8 either, and its config, run.yaml.
+void write_non_utf8_fasta(const std::string& folder) {
+  fs::create_directories(folder);
+  gf::Rng rng(5, "fasta");
+  const char* motif[] = {"AAAAAAAAA", "CCCCCCCCC", "GGGGGGGGG"};
+  const char* labels[] = {"caf\xe9", "\xff\xfe", "\xef\xbf\xbd" "ok\\"};
+  std::string fasta, meta = "strain\tv\n";
+  for (int i = 0; i < 62; ++i) {
+    std::string seq;
+    for (int j = 0; j < 60; ++j) seq += "ACGT"[rng.below(4)];
+    std::string id = "g" + std::to_string(i) + "\xff";
+    if (i < 60) {
+      seq.replace(static_cast<size_t>(3 * rng.below(15)), 9, motif[i % 3]);
+      meta += id + "\t" + labels[i % 3] + "\n";
+    }
+    fasta += ">" + id + " genome\n" + seq.substr(0, 30) + "\n" + seq.substr(30) + "\n";
+  }
+  write_file(folder + "/g.fa", fasta);
+  write_file(folder + "/m.tsv", meta);
+  write_text(folder + "/run.yaml",
+             "name: f\nseed: 2\nthreads: 1\n"
+             "data: {plugin: fasta_variants, fasta: g.fa, metadata: m.tsv, label_column: v, k: 3, "
+             "stride: 3, val_ratio: 0.2, test_ratio: 0.2}\n"
+             "model: {d_model: 16, layers: 1, max_len: 24, attention: {plugin: mha, heads: 2}}\n"
+             "optimizer: {plugin: adamw, lr: 0.01}\n"
+             "train: {steps: 20, batch_size: 8, warmup: 2, eval_every: 10, log_every: 10}\n");
+}
+}  // namespace
+
+TEST_CASE("json text: labels, ids and a config folder that are not UTF-8 train, evaluate, predict and resume") {
+  TempDir d;
+  const std::string folder = d.file("data\xe9");
+  write_non_utf8_fasta(folder);
+  const std::string run = d.file("run"), best = run + "/checkpoints/best.safetensors";
+  // the first checkpoint holds the folder and the labels: no `type_error.316`, no step lost
+  Cli t = run_cli("train '" + folder + "/run.yaml' --run-dir " + run + " -q");
+  INFO(t.output);
+  REQUIRE(t.status == 0);
+  CHECK(!has(t.output, "json.exception"));
+  Checkpoint ck = load_checkpoint(run + "/checkpoints/last.safetensors");
+  CHECK(ck.metadata.at("config_dir") == folder);  // the bytes themselves, back from the file
+  // the model evaluates on its own data: the saved class names compare equal to the data's
+  Cli e = run_cli("eval " + best + " --split all --json");
+  INFO(e.output);
+  REQUIRE(e.status == 0);
+  json ej = json::parse(e.output);
+  CHECK(ej["examples"] == 60);
+  std::set<std::string> names;
+  for (auto& c : ej["classes"]) names.insert(json_bytes(c["name"].get<std::string>()));
+  CHECK(names == std::set<std::string>{"caf\xe9", "\xff\xfe", "\xef\xbf\xbd" "ok\\"});
+  // predictions name each record by its id, escaped in the documented form
+  Cli p = run_cli("predict " + best + " '" + folder + "/g.fa' --format jsonl --out " + d.file("p.jsonl") + " -q");
+  INFO(p.output);
+  REQUIRE(p.status == 0);
+  std::ifstream in(d.file("p.jsonl"));
+  std::string line;
+  std::set<std::string> ids;
+  while (std::getline(in, line)) ids.insert(json_bytes(json::parse(line).at("id").get<std::string>()));
+  CHECK(ids.size() == 62);
+  CHECK(ids.count("g7\xff") == 1);
+  // statistics and inspection as JSON
+  Cli s = run_cli("data stats '" + folder + "/run.yaml' --json");
+  INFO(s.output);
+  REQUIRE(s.status == 0);
+  CHECK(json::parse(s.output.substr(s.output.find('{')))["class_names"].size() == 3);
+  CHECK(run_cli("inspect " + best + " --json").status == 0);
+  // the resolved config names the folder: a run stopped before its first checkpoint starts
+  // again from it (the relative data paths resolve against the folder)
+  fs::remove_all(run + "/checkpoints");
+  fs::create_directories(run + "/checkpoints");
+  Cli r = run_cli("resume " + run + " -q");
+  INFO(r.output);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("messages: a symlink loop as the config, a 500-deep mapping, a ListOps file that is a directory or /dev/null") {
+  TempDir d;
+  fs::create_symlink(d.file("b.yaml"), d.file("a.yaml"));
+  fs::create_symlink(d.file("a.yaml"), d.file("b.yaml"));
+  Cli loop = run_cli("train " + d.file("a.yaml"));
+  CHECK(loop.status == 2);
+  CHECK(has(loop.output, "a loop of symbolic links"));
+  CHECK(!has(loop.output, "no such configuration file"));
+
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += std::string(2 * static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
+  const std::string e = gf_test::error_of([&] { ConfigNode::load_string(deep, "deep.yaml"); });
+  CHECK(has(e, "deep.yaml:65: mappings or lists nested more than 64 levels deep"));
+  CHECK(!has(e, "bad file"));
+  // lists in lists on one line count too; 60 levels are fine
+  std::string dashes;
+  for (int i = 0; i < 70; ++i) dashes += "- ";
+  CHECK(has(gf_test::error_of([&] { ConfigNode::load_string("a:\n" + dashes + "x\n"); }), "nested more than"));
+  std::string ok;
+  for (int i = 0; i < 60; ++i) ok += std::string(2 * static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
+  CHECK(ConfigNode::load_string(ok + std::string(120, ' ') + "v: |\n" + std::string(200, ' ') + "text\n").has("k0"));
+
+  fs::create_directories(d.file("dir"));
+  for (const std::string& f : {d.file("dir"), std::string("/dev/null")}) {
+    ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
+    cfg.apply_override("data={plugin: listops, source: files, train_file: " + f + ", val_file: " + f +
+                       ", test_file: " + f + "}");
+    const std::string m = error_of([&] { Experiment ex(cfg, {GF_PLUGIN_DIR}); });
+    INFO(m);
+    CHECK(has(m, "`data.train_file`: " + f + ": is a " +
+                     (f == "/dev/null" ? "character device" : "directory") + ", expected a data file"));
+    CHECK(!has(m, "not found"));
+  }
+}
+
+TEST_CASE("messages: a run directory that is a file; a directory another process is running in") {
+  TempDir d;
+  write_text(d.file("file"), "x");
+  Cli r = run_cli("resume " + d.file("file"));
+  CHECK(r.status == 1);
+  CHECK(has(r.output, d.file("file") + ": not a directory (a file)"));
+  CHECK(!has(r.output, "no such run directory"));
+  write_text(d.file("tiny.yaml"), kTiny);
+  Cli t = run_cli("train " + d.file("tiny.yaml") + " --run-dir " + d.file("file"));
+  CHECK(t.status == 2);
+  CHECK(has(t.output, "--run-dir names a file, not a directory"));
+
+  // the loser of a race for a run directory: the winner holds its lock and has written it
+  tiny_run(d.file("run"));
+  RunDir held(d.file("run"));
+  held.lock();
+  Cli lost = run_cli("train " + d.file("tiny.yaml") + " --run-dir " + d.file("run"));
+  INFO(lost.output);
+  CHECK(has(lost.output, "another growformer process (pid " + std::to_string(getpid()) +
+                             ") is running in this run directory now; choose another --run-dir"));
+  CHECK(!has(lost.output, "growformer resume"));  // not while the winner runs
+}
+
+TEST_CASE("messages: a process that races a run for its lock names the holder's pid, not `pid ?`") {
+  TempDir d;
+  const std::string run = d.file("run");
+  fs::create_directories(run);
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  pid_t holder = fork();
+  if (holder == 0) {  // takes the lock, and writes its pid only when told (a moment later)
+    int fd = ::open((run + "/.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    ::flock(fd, LOCK_EX);
+    char c = 'x';
+    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) _exit(1);
+    const std::string me = std::to_string(::getpid()) + "\n";
+    if (::pwrite(fd, me.data(), me.size(), 0) < 0) _exit(1);
+    ::sleep(20);
+    _exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  // the loser finds the lock taken and an empty file: the holder is between its flock and its
+  // write; its pid comes 100 ms later
+  auto lost = std::async(std::launch::async, [&] {
+    return error_of([&] {
+      RunDir r(run);
+      r.lock();
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(::write(go[1], "x", 1) == 1);
+  const std::string msg = lost.get();
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  INFO(msg);
+  CHECK(has(msg, "in use by another growformer process (pid " + std::to_string(holder) + ")"));
+}
+
+TEST_CASE("messages: an option left out is placed at its component, not `default of`") {
+  TempDir d;
+  write_text(d.file("c.yaml"), "name: x\ngrowth:\n  plugin: random\n");
+  ConfigNode cfg = ConfigNode::load_file(d.file("c.yaml"));
+  Options o(cfg.child("growth"), {{"options", OptType::Any, "{}", "kwargs"}}, "growth `python`");
+  CHECK(o.where("options") == d.file("c.yaml") + ":3:3 (`growth.options` not set: its default)");
+}
+
+TEST_CASE("sweep: a job another process is running is skipped as running, not `finished earlier and FAILED`") {
+  TempDir d;
+  write_text(d.file("base.yaml"), kTiny);
+  write_text(d.file("sw.yaml"), "name: s\nbase: " + d.file("base.yaml") +
+                                    "\nseeds: [1]\naxes:\n  model.attention.heads: [1, 2]\n");
+  const std::string out = d.file("out");
+  fs::create_directories(out + "/1__seed1");
+  write_text(out + "/1__seed1/config.resolved.yaml", "name: tiny\n");
+  RunDir held(out + "/1__seed1");
+  held.lock();  // another sweep's process runs this job now
+  Cli s = run_cli("sweep " + d.file("sw.yaml") + " --out " + out + " --quiet");
+  INFO(s.output);
+  CHECK(s.status == 1);
+  CHECK(has(s.output, "1__seed1: running in another process now (pid " + std::to_string(getpid()) + ")"));
+  CHECK(!has(s.output, "FAILED"));
+  CHECK(!fs::exists(out + "/1__seed1/sweep_job.json"));  // its own process records it
+  CHECK(fs::exists(out + "/2__seed1/sweep_job.json"));   // the other job ran
 }

@@ -719,3 +719,56 @@ TEST_CASE("cli: sweep shards split the jobs between processes and the last one's
   fs::remove(base);
   fs::remove(sw);
 }
+
+TEST_CASE("memory: a head that would not fit is refused as an event, and training goes on") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("sanitizer build: an address-space limit stops the sanitizer itself; skipped");
+#else
+  const std::string dir = tmpdir("grow_oom"), cfg = dir + ".yaml", run = dir + "/run";
+  // every step asks for a head of d_k 1024 (some 18 MiB of activations at this batch): under a
+  // 350 MB address space the heads soon stop fitting, which the up-front estimate cannot know
+  std::ofstream(cfg) << "name: grow\nseed: 3\nthreads: 1\n"
+                        "data: {plugin: listops, train_size: 64, val_size: 16, test_size: 16, "
+                        "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
+                        "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, "
+                        "heads: 4, d_k: 1024, max_heads: 64}}\n"
+                        "optimizer: {plugin: adamw, lr: 0.003}\n"
+                        "train: {steps: 40, batch_size: 64, warmup: 1, eval_every: 0, log_every: 1, "
+                        "check_every: 1}\n"
+                        "growth: {plugin: random, probability: 1, max_heads: 64}\n";
+  const std::string out = dir + ".out";
+  int rc = std::system(("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v 350000; exec " +
+                        std::string(GF_BIN) + " train " + cfg + " --run-dir " + run + "' > " + out +
+                        " 2>&1")
+                           .c_str());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(WIFEXITED(rc));
+  CHECK(WEXITSTATUS(rc) == 0);  // not 1 (out of memory at a step) nor 134
+  CHECK(has(text, ": a head is refused: a training step with one more head in block 0 would need about"));
+  CHECK(has(text, "the address-space limit (ulimit -v); training goes on with "));
+  size_t refused = 0, grown = 0;
+  std::ifstream ev(run + "/events.jsonl");
+  std::string line;
+  while (std::getline(ev, line)) {
+    json e = json::parse(line);
+    if (e["type"] == "growth_refused") {
+      ++refused;
+      CHECK(e["block"] == 0);
+      CHECK(has(e["reason"].get<std::string>(), "would need about"));
+    }
+    if (e["type"] == "grow") ++grown;
+  }
+  CHECK(refused > 0);
+  CHECK(grown > 0);  // heads that fit were added
+  CHECK(grown + refused == 40);
+  // the test ran on the final model
+  std::ifstream metrics(run + "/metrics.jsonl");
+  std::string all((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+  CHECK(has(all, "\"split\":\"test\""));
+  fs::remove_all(dir);
+  fs::remove(cfg);
+  fs::remove(out);
+#endif
+}

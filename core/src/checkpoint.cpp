@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "growformer/errors.hpp"
+#include "growformer/json_text.hpp"
 
 namespace gf {
 
@@ -110,12 +111,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   size_t offset = 0;
   for (const auto& [name, t] : ck.tensors) {
     size_t bytes = t.size() * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    header[json_text(name)] = {{"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   json meta = json::object();
   for (const auto& [k, v] : ck.metadata)
-    if (k != kChecksumKey) meta[k] = v;
+    if (k != kChecksumKey) meta[json_text(k)] = json_text(v);  // any bytes (json_text.hpp)
   header["__metadata__"] = meta;
   uLong crc = crc32(0L, Z_NULL, 0);
   std::string h0 = header.dump();
@@ -251,12 +252,14 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t fsize, const std::strin
   for (auto it = raw.header.begin(); it != raw.header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it->begin(); m != it->end(); ++m)
-        ck.metadata[m.key()] = m->is_string() ? m->get<std::string>() : m->dump();
+        ck.metadata[json_bytes(m.key())] = m->is_string() ? json_bytes(m->get<std::string>()) : m->dump();
       continue;
     }
     try {
       ranges.emplace_back();
-      ck.tensors[it.key()] = read_entry(*it, raw, &ranges.back());
+      Tensor t = read_entry(*it, raw, &ranges.back());
+      if (!ck.tensors.emplace(json_bytes(it.key()), std::move(t)).second)
+        throw RuntimeError("a second tensor of this name");
     } catch (const std::exception& err) {
       throw corrupt("tensor `" + it.key() + "`: " + err.what());
     }

@@ -237,6 +237,36 @@ void check_nesting(const std::string& text, const std::string& file) {
   }
 }
 
+// Block mappings and lists nest by indentation (and by `- ` items on one line); yaml-cpp fails
+// on deep ones with an unrelated message ("bad file"), so their depth is bounded before parsing.
+void check_block_nesting(const std::string& text, const std::string& file) {
+  std::vector<size_t> open;  // the columns of the levels open at this line
+  size_t text_block = std::string::npos;  // a block scalar's indentation: its lines are text
+  std::istringstream lines(text);
+  std::string l;
+  for (size_t no = 1; std::getline(lines, l); ++no) {
+    size_t b = l.find_first_not_of(" \r");
+    if (b == std::string::npos || l[b] == '#') continue;
+    if (text_block != std::string::npos && b > text_block) continue;
+    text_block = std::string::npos;
+    while (!open.empty() && open.back() >= b) open.pop_back();
+    open.push_back(b);
+    for (size_t c = b; c + 1 < l.size() && l[c] == '-' && (l[c + 1] == ' ' || l[c + 1] == '\t');) {
+      c = l.find_first_not_of(" \t", c + 1);
+      if (c == std::string::npos) break;
+      open.push_back(c);  // `- - x`: a list in a list
+    }
+    if (open.size() > kMaxConfigDepth)
+      throw ConfigError(file + ":" + std::to_string(no) + ": mappings or lists nested more than " +
+                        std::to_string(kMaxConfigDepth) +
+                        " levels deep (by indentation); a configuration needs a few levels");
+    size_t e = l.find_last_not_of(" \t\r");
+    size_t mark = l.find_last_of("|>", e);
+    if (mark != std::string::npos && l.find_first_not_of("+-0123456789", mark + 1) > e)
+      text_block = b;  // `key: |` or `key: >-`: the lines below are text
+  }
+}
+
 }  // namespace
 
 struct ConfigNode::Impl {
@@ -261,6 +291,7 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   if (body.rfind("\xEF\xBB\xBF", 0) == 0) body.remove_prefix(3);
   check_characters(std::string(body), doc->file);
   check_nesting(std::string(body), doc->file);
+  check_block_nesting(std::string(body), doc->file);
   // a second document (a `---` line after content) would be silently ignored by Load; LoadAll
   // is not used: it yields documents without end on some malformed inputs (`,w"[`)
   {
@@ -322,7 +353,13 @@ CappedRead read_file_capped(const std::string& path, size_t max_bytes, std::stri
 ConfigNode ConfigNode::load_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw ConfigError(path + ": no such configuration file");
+  const bool there = fs::exists(path, ec);
+  if (ec)  // a loop of symbolic links, a folder on the way that cannot be searched, ...
+    throw ConfigError(path + ": cannot reach the configuration file: " + ec.message() +
+                      (ec == std::errc::too_many_symbolic_link_levels
+                           ? " (a loop of symbolic links: one of them points back to itself)"
+                           : std::string()));
+  if (!there) throw ConfigError(path + ": no such configuration file");
   if (fs::is_directory(path, ec))
     throw ConfigError(path + ": is a directory, expected a YAML configuration file");
   struct stat st {};
@@ -641,6 +678,7 @@ void check_value(const ConfigNode& n, const OptionSpec& s) {
 
 Options::Options(const ConfigNode& node, const OptionSpecs& specs, const std::string& component)
     : component_(component), base_dir_(node.base_dir()), path_(node.path()) {
+  if (node.valid() && node.location().rfind("<default of ", 0) != 0) node_where_ = node.location();
   std::vector<std::string> names;
   for (const auto& s : specs) names.push_back(s.name);
   if (node.valid() && !node.is_map()) {
@@ -803,7 +841,10 @@ bool Options::has_value(const std::string& name) const {
 std::string Options::where(const std::string& name) const {
   const Value& v = find(name);
   if (v.given) return v.node.location();
-  return "default of `" + (path_.empty() ? name : path_ + "." + name) + "`";
+  const std::string p = path_.empty() ? name : path_ + "." + name;
+  // where the component is written, and that its option is not: what the default came from
+  if (!node_where_.empty()) return node_where_ + " (`" + p + "` not set: its default)";
+  return "default of `" + p + "`";
 }
 
 void Options::fail(const std::string& name, const std::string& msg) const {

@@ -1,6 +1,7 @@
 #include "growformer/reporter.hpp"
 
 #include "growformer/errors.hpp"
+#include "growformer/json_text.hpp"
 
 #include <unistd.h>
 
@@ -58,7 +59,7 @@ class Reporter::Sink : public EventSink {
     for (auto& [k, v] : e.numbers) j[k] = std::isfinite(v) ? json(v) : json(nullptr);
     for (auto& [k, v] : e.strings) j[k] = v;
     for (auto& [k, v] : e.lists) j[k] = v;
-    write_line(out, path, j.dump());
+    write_line(out, path, dump_json(j));
   }
 };
 
@@ -142,8 +143,8 @@ void Reporter::train(long step, const TrainWindow& w, double lr, const std::vect
             {"heads", heads},
             {"tokens_per_s", wdt > 0 ? w.tokens / wdt : 0.0},
             {"elapsed_s", elapsed()}};
-  if (!blocks.empty()) j["blocks"] = json::parse(blocks);
-  write_line(metrics_, metrics_path_, j.dump());
+  if (!blocks.empty()) j["blocks"] = json_bytes_tree(json::parse(blocks));  // written again below
+  write_line(metrics_, metrics_path_, dump_json(j));
   window_t0_ = now_;
   if (tty_ || quiet_) return;
   double rate = steps_this_run_ / std::max(1e-9, elapsed());
@@ -163,7 +164,7 @@ void Reporter::validation(long step, const EvalResult& r, const std::vector<size
   json j = {{"step", step},         {"split", "val"},      {"loss", r.loss},
             {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
             {"tokens_per_s", nullptr}, {"elapsed_s", elapsed()}};
-  write_line(metrics_, metrics_path_, j.dump());
+  write_line(metrics_, metrics_path_, dump_json(j));
   if (tty_) std::cerr << "\r\033[K";
   std::ostringstream line;
   line << "  val @ " << step << ": loss " << r.loss << ", accuracy " << r.accuracy << "\n";
@@ -177,7 +178,7 @@ void Reporter::test(long step, const TestReport& t, const std::vector<size_t>& h
             {"model", t.model},         {"majority_class_accuracy", t.majority_class_accuracy},
             {"evaluated_on", t.evaluated_on}, {"tokens_per_s", nullptr},
             {"elapsed_s", std::chrono::duration<double>(Clock::now() - t0_).count()}};
-  write_line(metrics_, metrics_path_, j.dump());
+  write_line(metrics_, metrics_path_, dump_json(j));
   std::ostringstream line;
   line << "test (" << t.evaluated_on << " split, " << t.model << " model): accuracy " << r.accuracy
        << ", loss " << r.loss << "; majority class " << t.majority_class_accuracy << "\n";

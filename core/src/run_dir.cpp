@@ -1,11 +1,13 @@
 #include "growformer/run_dir.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
@@ -23,6 +25,42 @@ namespace gf {
 namespace fs = std::filesystem;
 
 RunDir::RunDir(std::string root) : root_(std::move(root)) {}
+
+RunDirInUse::RunDirInUse(const std::string& msg, std::string pid)
+    : RuntimeError(msg), pid_(std::move(pid)) {}
+RunDirInUse::~RunDirInUse() = default;
+
+namespace {
+// The pid the holder of the lock on FD wrote ("?" when none came). The holder writes it just
+// after it took the lock, so a reader that lost a race waits a little for a whole line naming
+// a live process (until then the file is empty, or names the holder before it).
+std::string holder_pid(int fd) {
+  for (int tries = 0; tries < 50; ++tries) {
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    std::string text = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    size_t end = text.find('\n');
+    if (end != std::string::npos && end > 0 && text.find_first_not_of("0123456789") == end) {
+      const long pid = std::strtol(text.c_str(), nullptr, 10);
+      if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM))
+        return text.substr(0, end);
+    }
+    ::usleep(10000);
+  }
+  return "?";
+}
+
+// Whether the lock on FD is free (then it is taken: the caller keeps or closes FD).
+bool take_lock(int fd) { return ::flock(fd, LOCK_EX | LOCK_NB) == 0; }
+}  // namespace
+
+std::string RunDir::lock_holder() const {
+  int fd = ::open(file(".lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string pid = take_lock(fd) ? "" : holder_pid(fd);
+  ::close(fd);  // releases the lock when it was free
+  return pid;
+}
 
 namespace {
 // Empty, or only what a run killed before writing its configuration leaves: a lock file, an
@@ -53,7 +91,14 @@ RunDir RunDir::create(const std::string& requested, const std::string& name) {
                         "`.`; not `.` or `..`), or pass --run-dir");
     dir = (fs::path("runs") / name).string();
     for (int i = 2; fs::exists(dir); ++i) dir = (fs::path("runs") / name).string() + "-" + std::to_string(i);
+  } else if (fs::exists(dir) && !fs::is_directory(dir)) {
+    throw ConfigError(dir + ": --run-dir names a file, not a directory; choose another --run-dir");
   } else if (fs::exists(dir) && !never_started(dir)) {
+    const std::string pid = RunDir(dir).lock_holder();
+    if (!pid.empty())  // lost a race for the directory: another run writes it now
+      throw RunDirInUse(dir + ": another growformer process (pid " + printable(pid, 20) +
+                            ") is running in this run directory now; choose another --run-dir",
+                        pid);
     throw ConfigError(dir + ": the run directory exists and is not empty (choose another "
                       "--run-dir, or `growformer resume " + dir + "`)");
   }
@@ -112,19 +157,19 @@ void RunDir::lock() {
   std::string path = file(".lock");
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw RuntimeError(path + ": cannot create the run directory's lock: " + std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char buf[32] = {};
-    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (!take_lock(fd)) {
+    std::string pid = printable(holder_pid(fd), 20);
     ::close(fd);
-    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
-    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    throw RuntimeError(root_ + ": the run directory is in use by another growformer process (pid " +
-                       printable(pid, 20) + "); wait for it to finish or stop it first");
+    throw RunDirInUse(root_ + ": the run directory is in use by another growformer process (pid " +
+                          pid + "); wait for it to finish or stop it first",
+                      pid);
   }
+  // the pid and its newline in one write over the old text (then cut to its length), so a
+  // reader sees a whole line or waits for one
   std::string me = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) == 0) {
-    ssize_t w = ::pwrite(fd, me.data(), me.size(), 0);
-    (void)w;
+  if (::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size())) {
+    int rc = ::ftruncate(fd, static_cast<off_t>(me.size()));
+    (void)rc;
   }
   // temporaries of a writer killed mid-write (the lock says none is running now)
   for (const std::string& d : {root_, checkpoints()}) {

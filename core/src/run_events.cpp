@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "growformer/errors.hpp"
+#include "growformer/json_text.hpp"
 #include "log_lines.hpp"
 
 namespace gf {
@@ -43,7 +44,7 @@ json parse_object(const std::string& line) {
   if (j.is_discarded() || !j.is_object())
     throw std::runtime_error("corrupt line (not a JSON object): " + line.substr(0, 60) +
                              (line.size() > 60 ? "..." : ""));
-  return j;
+  return json_bytes_tree(j);  // the bytes the reporter was given (json_text.hpp)
 }
 
 // Runs PARSE on every line of PATH; its error gets the prefix "PATH:LINE: ".
@@ -179,6 +180,7 @@ std::vector<PluginLock> parse_plugin_lock(const std::string& path, const std::st
   std::vector<PluginLock> out;
   if (text.empty()) return out;
   json j = json::parse(text, nullptr, false);
+  if (!j.is_discarded()) j = json_bytes_tree(j);  // paths are bytes (json_text.hpp)
   auto field = [](const json& e, const char* k) {
     if (!e.contains(k) || !e[k].is_string()) throw std::runtime_error("");
     return e[k].get<std::string>();

@@ -3,8 +3,17 @@
 #include <algorithm>
 
 #include "growformer/errors.hpp"
+#include "growformer/interrupt.hpp"
 
 namespace gf {
+
+namespace {
+// A policy's hook as the interrupt watchdog names it when the hook hangs (interrupt.hpp).
+AbandonableCall policy_call(const StructureEditor::Policy& p, const char* hook, size_t step) {
+  return AbandonableCall("the " + p.role + " policy" + (p.name.empty() ? "" : " `" + p.name + "`") +
+                         " in " + hook + "() at step " + std::to_string(step));
+}
+}  // namespace
 
 StructureEditor::StructureEditor(std::vector<AttentionBlock*> blocks, std::vector<Policy> policies,
                                  EventSink* events, size_t total_steps)
@@ -25,7 +34,10 @@ bool StructureEditor::needs_probe() const {
 
 size_t StructureEditor::validation_probe(size_t step) const {
   size_t n = 0;
-  for (const Policy& p : policies_) n = std::max(n, p.policy->validation_probe(step));
+  for (const Policy& p : policies_) {
+    AbandonableCall c = policy_call(p, "validation_probe", step);
+    n = std::max(n, p.policy->validation_probe(step));
+  }
   return n;
 }
 
@@ -72,19 +84,29 @@ void check_heads(const std::vector<AttentionBlock*>& blocks, const std::vector<H
 
 std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) const {
   std::vector<std::vector<HeadRef>> out;
-  for (size_t p = 0; p < policies_.size(); ++p)
-    for (auto& set : policies_[p].policy->probe_ablations(view(step, p))) {
+  for (size_t p = 0; p < policies_.size(); ++p) {
+    std::vector<std::vector<HeadRef>> sets;
+    {
+      AbandonableCall c = policy_call(policies_[p], "probe_ablations", step);
+      sets = policies_[p].policy->probe_ablations(view(step, p));
+    }
+    for (auto& set : sets) {
       check_heads(blocks_, set, policies_[p], "ablate");
       std::vector<HeadRef> c = canonical(set);
       if (!c.empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     }
+  }
   return out;
 }
 
 std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
   std::vector<HeadRef> out;
   for (const Policy& p : policies_) {
-    std::vector<HeadRef> heads = p.policy->muted_in_training(step);
+    std::vector<HeadRef> heads;
+    {
+      AbandonableCall c = policy_call(p, "muted_in_training", step);
+      heads = p.policy->muted_in_training(step);
+    }
     check_heads(blocks_, heads, p, "mute in training");
     out.insert(out.end(), heads.begin(), heads.end());
   }
@@ -92,8 +114,10 @@ std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
 }
 
 bool StructureEditor::on_trial(size_t step) const {
-  return std::any_of(policies_.begin(), policies_.end(),
-                     [step](const Policy& p) { return p.policy->on_trial(step); });
+  return std::any_of(policies_.begin(), policies_.end(), [step](const Policy& p) {
+    AbandonableCall c = policy_call(p, "on_trial", step);
+    return p.policy->on_trial(step);
+  });
 }
 
 bool StructureEditor::needs_head_mask_grads() const {
@@ -119,12 +143,18 @@ TrainView StructureEditor::view(size_t step, size_t p) const {
 }
 
 void StructureEditor::on_start() {
-  for (size_t p = 0; p < policies_.size(); ++p) policies_[p].policy->on_start(view(0, p));
+  for (size_t p = 0; p < policies_.size(); ++p) {
+    AbandonableCall c = policy_call(policies_[p], "on_start", 0);
+    policies_[p].policy->on_start(view(0, p));
+  }
 }
 
 void StructureEditor::after_backward(size_t step) {
   for (size_t p = 0; p < policies_.size(); ++p)
-    if (policies_[p].policy->needs_head_mask_grads()) policies_[p].policy->after_backward(view(step, p));
+    if (policies_[p].policy->needs_head_mask_grads()) {
+      AbandonableCall c = policy_call(policies_[p], "after_backward", step);
+      policies_[p].policy->after_backward(view(step, p));
+    }
 }
 
 std::vector<Edit> StructureEditor::check(size_t step) {
@@ -132,11 +162,15 @@ std::vector<Edit> StructureEditor::check(size_t step) {
   if (model_ && optimizer_)
     for (auto& [n, p] : model_->named_parameters()) before.push_back(n);
   std::vector<Edit> applied;
-  for (size_t p = 0; p < policies_.size(); ++p)
-    for (Edit& e : policies_[p].policy->check(view(step, p))) {
-      apply(e, p, step);
-      applied.push_back(std::move(e));
+  for (size_t p = 0; p < policies_.size(); ++p) {
+    std::vector<Edit> edits;
+    {
+      AbandonableCall c = policy_call(policies_[p], "check", step);
+      edits = policies_[p].policy->check(view(step, p));
     }
+    for (Edit& e : edits)
+      if (apply(e, p, step) != kRefused) applied.push_back(std::move(e));
+  }
   if (model_ && optimizer_) forget_removed(*optimizer_, before, *model_);
   return applied;
 }
@@ -150,6 +184,7 @@ int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
   Event ev = e.cause;
   ev.block = static_cast<long>(e.block);
   if (e.kind == Edit::Kind::AddHead) {
+    if (refuse_head(e, p)) return kRefused;
     new_id = blk->add_head(e.init, *policies_[p].rng, step);
     ev.type = ev.type.empty() ? "grow" : ev.type;
     ev.head = new_id;
@@ -164,8 +199,24 @@ int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
   ev.strings.push_back({"policy", policies_[p].role});
   if (events_) events_->emit(ev);
   // every policy hears of every edit (growth must know which heads pruning removed)
-  for (size_t q = 0; q < policies_.size(); ++q) policies_[q].policy->edited(e, new_id, view(step, q));
+  for (size_t q = 0; q < policies_.size(); ++q) {
+    AbandonableCall c = policy_call(policies_[q], "edited", step);
+    policies_[q].policy->edited(e, new_id, view(step, q));
+  }
   return new_id;
+}
+
+bool StructureEditor::refuse_head(const Edit& e, size_t p) {
+  if (!admit_head_) return false;
+  const std::string why = admit_head_(e.block);
+  if (why.empty()) return false;
+  Event ev;
+  ev.type = "growth_refused";
+  ev.block = static_cast<long>(e.block);
+  ev.numbers = {{"heads", static_cast<double>(blocks_[e.block]->num_heads())}};
+  ev.strings = {{"reason", why}, {"policy", policies_[p].role}};
+  if (events_) events_->emit(ev);
+  return true;
 }
 
 void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,

@@ -79,7 +79,15 @@ struct Pool {
     }
     size_t bytes = std::max<size_t>(64, ((n * sizeof(float) + 63) / 64) * 64);
     void* p = std::aligned_alloc(64, bytes);
-    if (!p) throw std::bad_alloc();
+    if (!p) {  // the cache's buffers of other sizes go back to the system first
+      release();
+      p = std::aligned_alloc(64, bytes);
+    }
+    if (!p) {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.bytes_live -= n * sizeof(float);
+      throw std::bad_alloc();
+    }
     return static_cast<float*>(p);
   }
   // Every tensor's release (a shared_ptr deleter, so inside destructors) ends here: it must not

@@ -3,10 +3,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <cstdio>
@@ -24,6 +22,8 @@
 #include "growformer/blas.hpp"
 #include "growformer/checkpoint.hpp"
 #include "growformer/data_parallel.hpp"
+#include "growformer/interrupt.hpp"
+#include "growformer/json_text.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/parallel.hpp"
 #include "growformer/run_events.hpp"
@@ -34,16 +34,6 @@ namespace gf {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-namespace {
-std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted = true; }
-}  // namespace
-
-void install_interrupt_handler() {
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-}
 
 // ---------------------------------------------------------------------------
 OptionSpecs TrainSettings::options() {
@@ -152,14 +142,14 @@ std::string join_names(const std::vector<std::string>& v) {
 std::string Experiment::data_record() const {
   json tok = data_.tokenizer.empty() ? json(nullptr) : json::parse(data_.tokenizer, nullptr, false);
   if (tok.is_discarded()) tok = data_.tokenizer;
-  return json({{"plugin", data_plugin_},
-               {"vocab_size", data_.vocab_size},
-               {"vocab_fingerprint", std::to_string(vocab_fingerprint(data_.vocab))},
-               {"pad_id", data_.pad_id},
-               {"num_classes", data_.num_classes},
-               {"class_names", data_.class_names},
-               {"tokenizer", tok}})
-      .dump();
+  // class names and tokenizer state may hold any bytes: written losslessly (json_text.hpp)
+  return dump_json(json({{"plugin", data_plugin_},
+                         {"vocab_size", data_.vocab_size},
+                         {"vocab_fingerprint", std::to_string(vocab_fingerprint(data_.vocab))},
+                         {"pad_id", data_.pad_id},
+                         {"num_classes", data_.num_classes},
+                         {"class_names", data_.class_names},
+                         {"tokenizer", tok}}));
 }
 
 namespace {
@@ -169,11 +159,23 @@ json parse_data_record(const std::string& record, const std::string& data_plugin
   json saved = json::parse(record, nullptr, false);
   if (saved.is_discarded() || !saved.is_object())
     throw RuntimeError("the checkpoint's data record is corrupt");
+  saved = json_bytes_tree(saved);  // the bytes data_record() was given
   if (saved.value("plugin", "") != data_plugin)
     throw ConfigError("data: the checkpoint was trained on dataset `" +
                       saved.value("plugin", std::string("?")) + "`, not `" + data_plugin +
                       "`: its tokens and classes cannot match");
   return saved;
+}
+
+/// The plugin's tokenizer text as data_record() was given it: a string, or JSON whose strings
+/// were valid UTF-8 when the plugin wrote them (its own escapes, if any, are its own to read).
+std::string tokenizer_text(const json& tok) {
+  if (tok.is_string()) return tok.get<std::string>();
+  try {
+    return tok.dump();
+  } catch (const json::exception& e) {
+    throw RuntimeError(std::string("the checkpoint's data record is corrupt: its tokenizer: ") + e.what());
+  }
 }
 
 /// The model's shape and the class names from a checkpoint's data record, no data read.
@@ -209,25 +211,41 @@ void check_data_against_record(const DataSplits& d, const json& saved) {
 
 namespace {
 // What this process may allocate: the smallest of physical memory, a cgroup's limit and the
-// address-space limit (ulimit -v), with where it comes from.
-std::pair<double, std::string> memory_limit_bytes() {
-  double limit = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  std::string from = "physical memory";
+// address-space limit (ulimit -v), with where it comes from (memory_limit()).
+struct MemoryLimit {
+  double bytes = 0;
+  std::string from;
+  bool address_space = false;  // ulimit -v: it counts the address space, not resident memory
+};
+
+MemoryLimit memory_limit() {
+  MemoryLimit m;
+  m.bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  m.from = "physical memory";
   for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     std::ifstream in(f);
     double v = 0;
-    if (in >> v && v > 0 && v < limit) {
-      limit = v;
-      from = std::string("the cgroup limit in ") + f;
+    if (in >> v && v > 0 && v < m.bytes) {
+      m.bytes = v;
+      m.from = std::string("the cgroup limit in ") + f;
     }
   }
   struct rlimit as {};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
-      static_cast<double>(as.rlim_cur) < limit) {
-    limit = static_cast<double>(as.rlim_cur);
-    from = "the address-space limit (ulimit -v)";
+      static_cast<double>(as.rlim_cur) < m.bytes) {
+    m.bytes = static_cast<double>(as.rlim_cur);
+    m.from = "the address-space limit (ulimit -v)";
+    m.address_space = true;
   }
-  return {limit, from};
+  return m;
+}
+
+// What this process holds now, as LIMIT counts it: its address space or its resident memory.
+double process_memory(const MemoryLimit& limit) {
+  std::ifstream in("/proc/self/statm");
+  double size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return (limit.address_space ? size : resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
 std::string gib(double bytes) {
@@ -256,7 +274,9 @@ void check_memory(ConfigNode model_node, const DataSplits& data, long batch, boo
                   d * static_cast<double>(data.num_classes);
   double param_bytes = 16 * params;
   double act_bytes = training ? 4.0 * static_cast<double>(batch) * length * (layers + 1) * 16 * d : 0;
-  auto [limit, from] = memory_limit_bytes();
+  const MemoryLimit lim = memory_limit();
+  const double limit = lim.bytes;
+  const std::string& from = lim.from;
   if (param_bytes + act_bytes <= limit) return;
   std::ostringstream what;
   what.precision(6);
@@ -278,6 +298,8 @@ void check_memory(ConfigNode model_node, const DataSplits& data, long batch, boo
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
                        const std::string& data_record, const std::string& data_need)
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
+  // plugins, a policy's import and the data load may take long or hang: Ctrl-C ends them
+  AbandonableCall setup("the run's setup (its plugins, policies, data and model)");
   Options top(cfg_, options(), "the configuration");
   name_ = top.get_string("name");
   if (name_.empty() || name_.find('/') != std::string::npos)
@@ -330,8 +352,7 @@ void Experiment::load_data(ConfigNode data_node, const std::string& data_record,
   json saved = parse_data_record(data_record, data_plugin_);
   DatasetBuild build{seed_, ""};
   if (!saved.is_null() && saved.contains("tokenizer") && !saved["tokenizer"].is_null())
-    build.tokenizer = saved["tokenizer"].is_string() ? saved["tokenizer"].get<std::string>()
-                                                     : saved["tokenizer"].dump();
+    build.tokenizer = tokenizer_text(saved["tokenizer"]);
   if (data_need != "all" && data_need != "none" && data_need != "train" && data_need != "val" &&
       data_need != "test")
     throw std::invalid_argument("Experiment: data_need must be all, none, train, val or test");
@@ -433,8 +454,7 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
   size_t correct = 0;
   Communicator& comm = *comm_;
   for (const auto& idx : sequential_batches(split.size(), settings_.batch_size, max_batches)) {
-    if (g_interrupted)
-      throw RuntimeError("interrupted during evaluation; checkpoints written so far are intact");
+    if (interrupted()) throw Interrupted("during evaluation");
     Batch b = make_batch(split, idx);
     if (comm.size() > 1) {
       // this process's rows of the batch, padded as the whole batch is
@@ -481,6 +501,15 @@ void Experiment::save(const std::string& path) {
 
 namespace {
 constexpr const char* kConfigDirLine = "# config_dir: ";
+
+// The config's folder on the `# config_dir:` line: a JSON string (any bytes, json_text.hpp;
+// a control character or a non-UTF-8 byte would make the YAML file unreadable).
+std::string config_dir_text(const std::string& dir) { return dump_json(json(dir)); }
+std::string config_dir_of(const std::string& text) {
+  if (text.empty() || text[0] != '"') return text;  // written before the line was JSON
+  json j = json::parse(text, nullptr, false);
+  return j.is_string() ? json_bytes(j.get<std::string>()) : text;
+}
 
 std::string text_crc(const std::string& text) {
   uLong crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size());
@@ -543,7 +572,7 @@ int Experiment::train(const RunFlags& flags) {
   RunDir dir = RunDir::create(flags.run_dir, name_);
   dir.lock();
   std::string resolved = "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
-  resolved += std::string(kConfigDirLine) + cfg_.base_dir() + "\n" + cfg_.dump();
+  resolved += std::string(kConfigDirLine) + config_dir_text(cfg_.base_dir()) + "\n" + cfg_.dump();
   dir.write(dir.resolved_config(), resolved);
   resolved_config_crc_ = text_crc(resolved);
   if (comm_->size() > 1) {
@@ -555,7 +584,7 @@ int Experiment::train(const RunFlags& flags) {
     for (auto& l : registry_->libraries())
       lock.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path},
                       {"checksum", l.sha256}});
-    dir.write(dir.plugins_lock(), lock.dump(2) + "\n");
+    dir.write(dir.plugins_lock(), dump_json(lock, 2) + "\n");
   }
   dir.reset_logs();
   return run_loop(dir, 0, flags);
@@ -650,15 +679,58 @@ class Experiment::Loop {
                  {ex.pruning_.get(), &st_.pruning_rng, "pruning", plugin_of(ex.cfg_, "pruning")}},
                 &report_->events(), static_cast<size_t>(ts_.steps)) {
     editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
+    editor_.set_head_admission([this](size_t block) { return admit_head(block); });
     need_probe_ = editor_.needs_probe();
     need_masks_ = editor_.needs_head_mask_grads();
     const char* timing = std::getenv("GROWFORMER_DP_TIMING");
     sync_.set_measure_wait(timing && std::string(timing) == "1");
     for (auto* b : blocks_) b->set_head_masks(need_masks_);
   }
+  ~Loop() { set_interrupt_note(""); }  // the note names this run
 
-  /// Trains from START_STEP + 1 to the end or a stop; returns the exit status.
+  /// Trains from START_STEP + 1 to the end or a stop; returns the exit status: 130 after
+  /// Ctrl-C or SIGTERM, at the end of a step or in an evaluation (validation, final test).
   int run(long start_step) {
+    saved_step_ = start_step > 0 ? start_step : -1;  // a resume starts from its checkpoint
+    note_checkpoint();
+    try {
+      return run_steps(start_step);
+    } catch (const Interrupted&) {
+      return stopped_in_evaluation();
+    }
+  }
+
+  /// The message and status of an evaluation that Ctrl-C or SIGTERM stopped; the checkpoints
+  /// written so far are kept as they are.
+  int stopped_in_evaluation() {
+    clear_tape();
+    report_->end_bar();
+    const std::string where =
+        step_ < 0 ? "the final test (the " + std::to_string(ts_.steps) + " steps are done)"
+                  : "an evaluation in step " + std::to_string(step_);
+    if (flags_.announce_stop)
+      report_->say("interrupted during " + where + "; " + saved_text() +
+                       "\ncontinue with: growformer resume " + dir_.root() +
+                       (step_ < 0 ? " (it runs the final test)" : "") + "\n",
+                   true);
+    return 130;
+  }
+
+  /// The last checkpoint this run has, in words.
+  std::string saved_text() const {
+    if (saved_step_ < 0) return "no checkpoint was written yet (a resume starts the run again)";
+    return "the last checkpoint " + dir_.last_checkpoint() + " (step " + std::to_string(saved_step_) +
+           ") is kept";
+  }
+
+  /// What the interrupt watchdog says about this run when it abandons a hung call.
+  void note_checkpoint() const {
+    set_interrupt_note("Of run " + dir_.root() + ", " + saved_text() + ": " +
+                       (flags_.announce_stop ? "continue with `growformer resume " + dir_.root() + "`."
+                                             : std::string("run the same command again to continue.")));
+  }
+
+  int run_steps(long start_step) {
     if (start_step == 0) editor_.on_start();
     verify_same_model(start_step, "at the start");
     report_->start(banner());
@@ -703,10 +775,13 @@ class Experiment::Loop {
     final_test();
     RunOutcome& out = ex_.outcome_;
     out.best_val = st_.best_val;
-    out.growth_summary = ex_.growth_->summary();
-    out.pruning_summary = ex_.pruning_->summary();
-    out.growth_columns = ex_.growth_->summary_columns();
-    out.pruning_columns = ex_.pruning_->summary_columns();
+    {
+      AbandonableCall c("the growth or pruning policy in summary()");
+      out.growth_summary = ex_.growth_->summary();
+      out.pruning_summary = ex_.pruning_->summary();
+      out.growth_columns = ex_.growth_->summary_columns();
+      out.pruning_columns = ex_.pruning_->summary_columns();
+    }
     report_->summary(st_.step, out.growth_summary, out.pruning_summary);
     report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
     return 0;
@@ -805,7 +880,7 @@ class Experiment::Loop {
     TrainWindow local;
     local.add(logits, batch, lv);
     std::vector<double> sums = {local.loss, local.correct, local.count, local.tokens,
-                                g_interrupted ? 1.0 : 0.0};
+                                interrupted() ? 1.0 : 0.0};
     std::vector<Var> masks;
     if (need_masks_)
       for (AttentionBlock* b : blocks_)
@@ -918,12 +993,73 @@ class Experiment::Loop {
     tp = Clock::now();
     editor_.set_probes(&probes);
     editor_.set_metrics(&metrics);
+    admitted_bytes_ = 0;
     editor_.check(static_cast<size_t>(step));
     phase_.policy += since(tp);
     editor_.set_probes(nullptr);
     editor_.set_metrics(nullptr);
     st_.since_check.clear();
     verify_same_model(step, "after the structure check");
+  }
+
+  /// Whether a step still fits in memory with one more head in block B: "" when it does (the
+  /// head is added), else why not (the growth is refused with an event, training goes on). What
+  /// the process holds besides tensors, the largest tensor memory a step has taken so far, the
+  /// heads admitted earlier in this check, and the new head's parameters (with gradients and
+  /// optimizer state) and activations, against the limit the up-front estimate used.
+  std::string admit_head(size_t b) {
+    const MemoryLimit lim = memory_limit();
+    const PoolStats ps = pool_stats();
+    const double other =
+        std::max(0.0, process_memory(lim) - static_cast<double>(ps.bytes_live + ps.bytes_cached));
+    const double head = head_bytes(b);
+    // The pool's cached buffers count beside the step's peak: a step with one more head asks for
+    // larger tensors than the cached ones, which then stay mapped beside the new ones (measured:
+    // counting the peak alone let a 350 MB address space run out one head after the last
+    // admitted one).
+    const double need = other + static_cast<double>(ps.bytes_cached) +
+                        static_cast<double>(ps.bytes_peak) + admitted_bytes_ + head;
+    const std::string kept = "training goes on with " + std::to_string(blocks_[b]->num_heads()) +
+                             " heads there (lower train.batch_size or max_heads, or give the "
+                             "process more memory)";
+    double over = need > lim.bytes ? 1.0 : 0.0;
+    if (comm_.size() > 1) {  // every process decides alike: a head is added everywhere or nowhere
+      comm_.allreduce_sum(&over, 1);
+      if (over > 0 && need <= lim.bytes)
+        return "another process of this data-parallel run has no memory for one more head in block " +
+               std::to_string(b) + "; " + kept;
+    }
+    if (over == 0) {
+      admitted_bytes_ += head;
+      return "";
+    }
+    const std::string why = "a training step with one more head in block " + std::to_string(b) +
+                            " would need about " + gib(need) + " (" + gib(head) +
+                            " for the head), more than the " + gib(lim.bytes) + " of " + lim.from +
+                            "; " + kept;
+    if (!said_refused_)  // once on the console; every refusal is a `growth_refused` event
+      report_->say("\nstep " + std::to_string(step_) + ": a head is refused: " + why + "\n");
+    said_refused_ = true;
+    return why;
+  }
+
+  /// The memory one more head of block B takes in a training step: a head like the block's
+  /// newest one, its parameters 16 bytes each (value, gradient, two optimizer moments), and per
+  /// token of the batch 2 x params / d_model floats (its projections, output and their
+  /// gradients). Measured on mha (the pool's peak with 1 and 9 heads, d_k 8 to 256, lengths 15
+  /// to 199): 1.3 to 1.5 x params / d_model per token; the fused attention keeps no score rows.
+  double head_bytes(size_t b) const {
+    std::vector<HeadInfo> heads = blocks_[b]->heads();
+    if (heads.empty()) return 0;  // nothing to measure a head by: the step itself will tell
+    const std::string prefix = "layers." + std::to_string(b) + ".attn.heads." + std::to_string(heads.back().id) + ".";
+    double params = 0;
+    for (auto& [n, v] : ex_.model_->named_parameters())
+      if (n.rfind(prefix, 0) == 0) params += static_cast<double>(v.value().size());
+    const double d = static_cast<double>(std::max<size_t>(1, ex_.model_->d_model()));
+    const double length = static_cast<double>(
+        std::min(ex_.model_->max_tokens(), std::max<size_t>(1, ex_.data_.max_len)));
+    const double tokens = static_cast<double>(ts_.batch_size) * length;
+    return 16 * params + 4 * tokens * 2 * params / d;
   }
 
   /// What the policies see at the check of STEP: the training window since the last check, the
@@ -1032,7 +1168,7 @@ class Experiment::Loop {
       any = any || !bj.empty();
       out.push_back(bj);
     }
-    return any ? out.dump() : "";
+    return any ? dump_json(out) : "";
   }
 
   void log_and_validate(long step, float lr) {
@@ -1109,22 +1245,27 @@ class Experiment::Loop {
   bool checkpoint_or_stop(long step) {
     bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
                step == ts_.steps || st_.stopped_early;
-    bool interrupted = comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load();
-    bool stop = interrupted || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
+    bool signalled = comm_.size() > 1 ? interrupt_requested_ : interrupted();
+    bool stop = signalled || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
     st_.step = step;
     if (best_due_) ex_.save(dir_.best_checkpoint());
     best_due_ = false;
-    if (due || stop) ex_.save(dir_.last_checkpoint());
+    if (due || stop) {
+      ex_.save(dir_.last_checkpoint());
+      saved_step_ = step;
+      note_checkpoint();
+    }
     if (!stop || step >= ts_.steps || st_.stopped_early) return false;
     report_->end_bar();
-    report_->say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
-                    "\ncontinue with: growformer resume " + dir_.root() + "\n",
-                true);
+    if (flags_.announce_stop)
+      report_->say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
+                       "\ncontinue with: growformer resume " + dir_.root() + "\n",
+                   true);
     return true;
   }
 
   int interrupted_status() const {
-    return (comm_.size() > 1 ? interrupt_requested_ : g_interrupted.load()) ? 130 : 0;
+    return (comm_.size() > 1 ? interrupt_requested_ : interrupted()) ? 130 : 0;
   }
 
   void final_test() {
@@ -1169,6 +1310,9 @@ class Experiment::Loop {
   bool on_trial_ = false;  // the last validation found the structure on trial
   long step_ = 0;          // the step being trained (-1: the final test)
   bool best_due_ = false;  // this step's validation is the best so far: checkpoints/best is due
+  long saved_step_ = -1;   // the step of checkpoints/last (-1: none yet)
+  double admitted_bytes_ = 0;  // the heads admitted in this check (admit_head)
+  bool said_refused_ = false;  // a refused head was reported on the console
   // wall seconds per phase of the loop (the timing line of GROWFORMER_DP_TIMING=1)
   struct PhaseTimes {
     double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
@@ -1223,7 +1367,10 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   RunDir dir(run_dir);
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec))
-    throw RuntimeError(run_dir + ": no such run directory");
+    throw RuntimeError(run_dir + (fs::exists(run_dir, ec)
+                                      ? ": not a directory (a file); `resume` continues a run "
+                                        "directory, e.g. runs/NAME, that `train` made"
+                                      : ": no such run directory"));
   RunFlags flags = flags_in;
   std::vector<PluginLock> missing;
   flags.plugin_paths = resume_plugin_paths(dir, flags.plugin_paths, &missing);
@@ -1255,7 +1402,7 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   std::istringstream lines(text);
   std::string line;
   for (int i = 0; i < 3 && std::getline(lines, line); ++i)
-    if (line.rfind(kConfigDirLine, 0) == 0) base_dir = line.substr(std::strlen(kConfigDirLine));
+    if (line.rfind(kConfigDirLine, 0) == 0) base_dir = config_dir_of(line.substr(std::strlen(kConfigDirLine)));
   ConfigNode cfg = ConfigNode::load_string(text, dir.resolved_config(), base_dir);
   std::unique_ptr<Experiment> ex;
   try {

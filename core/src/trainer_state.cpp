@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "growformer/errors.hpp"
+#include "growformer/interrupt.hpp"
+#include "growformer/json_text.hpp"
 #include "growformer/version.hpp"
 
 namespace gf {
@@ -129,12 +131,15 @@ Checkpoint make_training_checkpoint(const TrainingParts& p) {
   ck.metadata["growformer_version"] = GROWFORMER_VERSION;
   ck.metadata["config"] = p.config->dump();
   ck.metadata["config_dir"] = p.config->base_dir();
-  ck.metadata["architecture"] = arch.dump();
+  ck.metadata["architecture"] = dump_json(arch);
   ck.metadata["heads"] = json(p.model->heads_per_block()).dump();
   ck.metadata["optimizer_scalars"] = json(p.optimizer->state_scalars()).dump();
   ck.metadata["trainer"] = p.state->to_json();
-  ck.metadata["growth_state"] = p.growth->save_state();
-  ck.metadata["pruning_state"] = p.pruning->save_state();
+  {
+    AbandonableCall c("the growth or pruning policy in save_state() (a checkpoint being made)");
+    ck.metadata["growth_state"] = p.growth->save_state();
+    ck.metadata["pruning_state"] = p.pruning->save_state();
+  }
   return ck;
 }
 

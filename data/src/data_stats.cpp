@@ -1,6 +1,8 @@
 // Data set statistics for `growformer data stats` (see data_stats.hpp).
 #include "growformer/data/data_stats.hpp"
 
+#include "growformer/json_text.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -140,7 +142,7 @@ std::string stats_json(const DataStats& st) {
   j["total_examples"] = total;
   j["train_val_examples"] = train_val;
   j["class_totals"] = class_totals;
-  return j.dump(2);
+  return dump_json(j, 2);  // class names are bytes (json_text.hpp)
 }
 
 }  // namespace gf

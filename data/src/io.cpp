@@ -26,23 +26,27 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+std::string data_file_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path + ": cannot open data file: " + std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return path + ": is a directory, expected a data file";
+  // a device has no end (/dev/zero, /dev/urandom) or no data (/dev/null); a pipe (a FIFO,
+  // /dev/stdin) is read as a file
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    return path + ": is " +
+           (S_ISCHR(st.st_mode)   ? "a character device"
+            : S_ISBLK(st.st_mode) ? "a block device"
+                                  : "not a regular file") +
+           ", expected a data file";
+  return "";
+}
+
 namespace {
 
 // Opens with zlib (which reads plain files transparently); a clear message when
 // the file is missing or unreadable.
 gzFile open_gz(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw ConfigError(path + ": cannot open data file: " + std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode)) throw ConfigError(path + ": is a directory, expected a data file");
-  // a device has no end (/dev/zero, /dev/urandom); a pipe (a FIFO, /dev/stdin) is read as a file
-  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
-    throw ConfigError(path + ": is " +
-                      (S_ISCHR(st.st_mode)   ? "a character device"
-                       : S_ISBLK(st.st_mode) ? "a block device"
-                                             : "not a regular file") +
-                      ", expected a data file");
+  if (std::string problem = data_file_problem(path); !problem.empty()) throw ConfigError(problem);
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw ConfigError(path + ": cannot open data file: " + std::strerror(errno));
   gzbuffer(f, 1 << 18);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/sequences.hpp>
 #include <growformer/data/split.hpp>
@@ -41,7 +42,8 @@ struct Settings : gf::GenomeSettings {  // region end 0 = whole record
 // The saved tokenizer fixes the k-mer settings, the region and the classes.
 void restore(Settings& s, const std::string& state) {
   try {
-    nlohmann::json j = nlohmann::json::parse(state);
+    // labels and names are bytes, saved as json_text.hpp describes
+    const nlohmann::json j = gf::json_bytes_tree(nlohmann::json::parse(state));
     if (j.value("plugin", "") != "fasta_variants")
       throw gf::ConfigError("fasta_variants: the checkpoint's tokenizer belongs to dataset `" +
                             j.value("plugin", std::string("?")) + "`, not fasta_variants");
@@ -198,7 +200,7 @@ class FastaVariants : public gf::Dataset {
     gf::require_nonempty_splits(d, "fasta_variants",
                                 std::to_string(used_) + " genomes; raise val_ratio/test_ratio");
     loaded_ = true;
-    d.tokenizer = nlohmann::json({{"plugin", "fasta_variants"},
+    d.tokenizer = gf::dump_json(nlohmann::json({{"plugin", "fasta_variants"},
                                   {"k", s_.k},
                                   {"stride", s_.stride},
                                   {"ambiguous", s_.ambiguous_name},
@@ -206,8 +208,7 @@ class FastaVariants : public gf::Dataset {
                                   {"max_len", s_.max_len},
                                   {"seed", s_.seed},
                                   {"classes", names},
-                                  {"other_name", s_.other_name}})
-                      .dump();
+                                  {"other_name", s_.other_name}}));
     return d;
   }
 

@@ -1,6 +1,7 @@
 // Dataset plugin `listops`: ListOps trees generated to the Long Range Arena rules (the core's
 // gf::listops generator), or read from LRA / original-ListOps TSV files.
 #include <algorithm>
+#include <filesystem>
 #include <growformer/config.hpp>
 #include <growformer/dataset.hpp>
 #include <growformer/data/io.hpp>
@@ -110,7 +111,11 @@ class ListOpsDataset : public gf::Dataset {
         }
         if (!o.has_value(names[i])) o.fail(names[i], "is required with source: files");
         paths_[i] = o.resolve_path(o.get_string(names[i]));
-        if (!gf::file_exists(paths_[i])) o.fail(names[i], "file not found: " + paths_[i]);
+        if (std::string problem = gf::data_file_problem(paths_[i]); !problem.empty()) {
+          std::error_code ec;  // a directory or a device is named as such, not as missing
+          const bool there = std::filesystem::exists(paths_[i], ec) || ec;
+          o.fail(names[i], there ? problem : "file not found: " + paths_[i]);
+        }
         limits_[i] = o.has_value(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i])) : 0;
       }
     } else {

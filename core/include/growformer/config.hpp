@@ -136,7 +136,8 @@ class Options {
   /// mode was used" checks must ask this, not is_set.
   bool differs_from_default(const std::string& name) const;
   bool has_value(const std::string& name) const;
-  /// Location of the option for error messages.
+  /// Location of the option for error messages: FILE:LINE:COL (or `--set KEY`) where it is
+  /// given; where it is not, the component's location and "(`KEY` not set: its default)".
   std::string where(const std::string& name) const;
   [[noreturn]] void fail(const std::string& name, const std::string& msg) const;
   const std::string& component() const { return component_; }
@@ -156,6 +157,7 @@ class Options {
   std::string component_;
   std::string base_dir_;
   std::string path_;
+  std::string node_where_;  // where the component's mapping is written ("" for a default one)
   const Value& find(const std::string& name) const;
 };
 

@@ -5,7 +5,20 @@
 #include <memory>
 #include <string>
 
+#include "growformer/errors.hpp"
+
 namespace gf {
+
+/// RunDir::lock's error: another process holds the run directory (a run writing it now).
+class RunDirInUse : public RuntimeError {
+ public:
+  RunDirInUse(const std::string& msg, std::string pid);
+  ~RunDirInUse() override;
+  const std::string& pid() const { return pid_; }
+
+ private:
+  std::string pid_;
+};
 
 class RunDir {
  public:
@@ -48,9 +61,12 @@ class RunDir {
   void rewind_logs(long step) const;
 
   /// Takes the run directory's lock (an flock on RUN/.lock, released when the process ends,
-  /// also by kill -9): RuntimeError naming the holder's pid when another process has it.
+  /// also by kill -9): RunDirInUse naming the holder's pid when another process has it.
   /// Then removes temporaries (`*.tmp-XXXXXX`) that a killed writer left.
   void lock();
+  /// The pid of the process that holds the lock now ("?" when it has not written it yet), or
+  /// "" when none does.
+  std::string lock_holder() const;
   /// Writes TEXT to FILE in the run directory durably (temporary, fsync, rename).
   void write(const std::string& path, const std::string& text) const;
 

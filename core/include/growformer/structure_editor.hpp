@@ -4,6 +4,7 @@
 // exactly as training does).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,13 +56,23 @@ class StructureEditor {
   /// Returns the edits applied, in order.
   std::vector<Edit> check(size_t step);
   /// Applies one edit of policy P at STEP: edits the block, logs it, tells every policy.
-  /// Returns the new head's id for AddHead, -1 for RemoveHead.
+  /// Returns the new head's id for AddHead, -1 for RemoveHead, kRefused for a head the
+  /// admission refused (then a `growth_refused` event is the only trace: no policy hears of it).
   int apply(const Edit& e, size_t p, size_t step);
+  static constexpr int kRefused = -2;
+
+  /// Asked before a policy's head is added to block BLOCK: "" to add it, else why not (the
+  /// trainer: the step would not fit in memory). Unset: every head is added.
+  using HeadAdmission = std::function<std::string(size_t block)>;
+  void set_head_admission(HeadAdmission admit) { admit_head_ = std::move(admit); }
 
   /// What policy P sees at STEP.
   TrainView view(size_t step, size_t p) const;
 
  private:
+  /// Whether the admission refuses E's head (then its `growth_refused` event is emitted).
+  bool refuse_head(const Edit& e, size_t p);
+
   std::vector<AttentionBlock*> blocks_;
   std::vector<Policy> policies_;
   EventSink* events_ = nullptr;
@@ -70,6 +81,7 @@ class StructureEditor {
   const RunMetrics* metrics_ = nullptr;
   const Module* model_ = nullptr;
   Optimizer* optimizer_ = nullptr;
+  HeadAdmission admit_head_;
 };
 
 /// Drops the optimizer state of the names in BEFORE that MODEL no longer has.

@@ -16,6 +16,7 @@
 #include "growformer/dataset.hpp"
 #include "growformer/distributed.hpp"
 #include "growformer/growth.hpp"
+#include "growformer/interrupt.hpp"
 #include "growformer/model.hpp"
 #include "growformer/optimizer.hpp"
 #include "growformer/registry.hpp"
@@ -68,6 +69,9 @@ struct RunFlags {
   std::function<bool(const StepReport&)> on_step;
   long on_step_every = 1;
   bool quiet = false;
+  /// false: a stop (Ctrl-C, SIGTERM, stop_after) is not announced with `growformer resume DIR`;
+  /// the caller says how the run continues (a sweep job: the sweep is run again).
+  bool announce_stop = true;
   /// The processes training together (data-parallel); null = this process alone. Rank 0 alone
   /// writes the run directory; the run directory must be on a file system every rank reads.
   Communicator* comm = nullptr;
@@ -192,8 +196,5 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
 std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& checkpoint,
                                                        const std::string& path,
                                                        const std::vector<std::string>& plugin_paths);
-
-/// Set by SIGINT/SIGTERM: the loop saves a checkpoint and stops after the current step.
-void install_interrupt_handler();
 
 }  // namespace gf

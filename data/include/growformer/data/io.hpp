@@ -22,6 +22,11 @@ namespace gf {
 /// True when `path` names an existing regular file.
 bool file_exists(const std::string& path);
 
+/// Why PATH cannot be read as a data file ("PATH: is a directory, expected a data file", "PATH:
+/// cannot open data file: No such file or directory", ...), or "" when it can: a regular file or
+/// a pipe (what LineReader opens).
+std::string data_file_problem(const std::string& path);
+
 /// Reads a text file line by line; gzip is detected by its magic bytes, plain
 /// files are read as they are. Line endings "\n" and "\r\n" are stripped. A NUL byte
 /// (binary data) and a line over kMaxLineBytes are errors naming the line, so memory stays
