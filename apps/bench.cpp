@@ -1,6 +1,7 @@
 // growformer bench: training-step throughput of a config's model on random
-// tokens (the shape of torch_ref.py), optionally beside the PyTorch reference
-// and beside the same model with another attention block.
+// tokens (the shape of torch_ref.py), optionally beside the PyTorch reference,
+// beside the same model with another attention block, and beside the same step
+// in oneDNN primitives (--peer onednn; tools/onednn_peer, when built with oneDNN).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -23,6 +24,9 @@
 #include <growformer/trainer.hpp>
 
 #include "commands.hpp"
+#if GROWFORMER_ONEDNN_PEER
+#include "onednn_peer.hpp"
+#endif
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -45,24 +49,29 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& opt_node,
-                      gf::Registry& reg, size_t vocab, size_t classes, size_t batch, size_t seq,
-                      long warmup, long steps, uint64_t seed, size_t grow_to = 0) {
-  gf::Model model(model_node, vocab, classes, reg, seed);
-  // --grow-to K: heads added by the growth machinery (function-preserving, as INCRT grows)
-  // until every block has K
+/// The bench's model: MODEL_NODE built with SEED and, with GROW_TO > 0, heads added by the
+/// growth machinery (function-preserving, as INCRT grows) until every block has GROW_TO.
+std::unique_ptr<gf::Model> make_bench_model(const gf::ConfigNode& model_node, gf::Registry& reg,
+                                            size_t vocab, size_t classes, size_t seq,
+                                            uint64_t seed, size_t grow_to) {
+  auto model = std::make_unique<gf::Model>(model_node, vocab, classes, reg, seed);
   if (grow_to > 0) {
     gf::Rng grng(seed + 2, "bench.grow");
     gf::HeadInit init;
     init.preserve_function = true;
-    for (gf::AttentionBlock* blk : model.blocks()) {
+    for (gf::AttentionBlock* blk : model->blocks()) {
       if (!blk->can_edit_heads()) throw gf::ConfigError("bench --grow-to: the block cannot add heads");
       for (size_t step = 1; blk->num_heads() < grow_to; ++step) blk->add_head(init, grng, step);
     }
   }
-  auto opt = reg.create_optimizer(opt_node);
-  if (seq > model.max_tokens())
+  if (seq > model->max_tokens())
     throw gf::ConfigError("bench: --seq " + std::to_string(seq) + " exceeds model.max_len");
+  return model;
+}
+
+/// Four batches of random tokens (every token valid) and labels from SEED.
+std::vector<gf::Batch> make_batches(size_t vocab, size_t classes, size_t batch, size_t seq,
+                                    uint64_t seed) {
   gf::Rng rng(seed + 1, "bench.data");
   std::vector<gf::Batch> pool(4);
   for (auto& b : pool) {
@@ -74,6 +83,28 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     for (auto& id : b.ids) id = static_cast<int32_t>(rng.below(vocab));
     for (auto& l : b.labels) l = static_cast<int32_t>(rng.below(classes));
   }
+  return pool;
+}
+
+/// One training step of growformer: forward, cross-entropy, backward, the optimizer. The loss.
+float train_step(gf::Model& model, gf::Optimizer& opt, const gf::Batch& b) {
+  auto params = model.named_parameters();
+  for (auto& [n, p] : params) p.zero_grad();
+  gf::Var logits = model.forward(b, true, nullptr);
+  gf::Var loss = gf::ops::cross_entropy(logits, b.labels);
+  gf::backward(loss);
+  opt.step(params, 1e-3f);
+  return loss.value()[0];
+}
+
+BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& opt_node,
+                      gf::Registry& reg, size_t vocab, size_t classes, size_t batch, size_t seq,
+                      long warmup, long steps, uint64_t seed, size_t grow_to = 0) {
+  std::unique_ptr<gf::Model> model_p =
+      make_bench_model(model_node, reg, vocab, classes, seq, seed, grow_to);
+  gf::Model& model = *model_p;
+  auto opt = reg.create_optimizer(opt_node);
+  const std::vector<gf::Batch> pool = make_batches(vocab, classes, batch, seq, seed);
   std::vector<double> times, cpu_times;
   auto process_cpu_ms = [] {
     timespec ts{};
@@ -86,13 +117,7 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     if (i == warmup) flops0 = gf::matmul_flops();
     auto t0 = std::chrono::steady_clock::now();
     const double c0 = process_cpu_ms();
-    auto params = model.named_parameters();
-    for (auto& [n, p] : params) p.zero_grad();
-    gf::Var logits = model.forward(pool[i % pool.size()], true, nullptr);
-    gf::Var loss = gf::ops::cross_entropy(logits, pool[i % pool.size()].labels);
-    gf::backward(loss);
-    opt->step(params, 1e-3f);
-    loss_v = loss.value()[0];
+    loss_v = train_step(model, *opt, pool[i % pool.size()]);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(ms), cpu_times.push_back(process_cpu_ms() - c0);
   }
@@ -167,7 +192,7 @@ std::string torch_build() {
 
 /// The command line of `bench`.
 struct BenchArgs {
-  std::string config, torch_ref, compare;
+  std::string config, torch_ref, compare, peer;
   std::vector<std::string> sets, paths;
   long steps = 10, warmup = 3, repeats = 1;
   size_t vocab = 20, classes = 10, batch = 0, seq = 0, grow_to = 0;
@@ -246,6 +271,23 @@ void add_torch(json& out, const BenchResult& main_r, const std::vector<double>& 
   }
 }
 
+/// The oneDNN peer's lines of the text report.
+void print_peer(const json& out) {
+  auto num = [&](const char* k) { return out[k].get<double>(); };
+  std::printf("  oneDNN peer (%s, %zu threads, %.0f MB of buffers, in the peak RSS above): gate %s\n",
+              out["onednn_library"].get<std::string>().c_str(), out["onednn_threads"].get<size_t>(),
+              num("onednn_buffers_mb"), out["onednn_gate"]["summary"].get<std::string>().c_str());
+  std::printf("    interleaved, %zu steps each: growformer median %.1f ms (min %.1f, max %.1f), "
+              "oneDNN median %.1f ms (min %.1f, max %.1f); growformer / oneDNN = %.3f\n",
+              out["onednn_steps_timed"].get<size_t>(), num("onednn_growformer_ms_per_step_median"),
+              num("onednn_growformer_ms_per_step_min"), num("onednn_growformer_ms_per_step_max"),
+              num("onednn_ms_per_step_median"), num("onednn_ms_per_step_min"),
+              num("onednn_ms_per_step_max"), num("ratio_to_onednn"));
+  std::printf("    final loss growformer %.5f, oneDNN %.5f; oneDNN primitives: %s\n",
+              num("onednn_growformer_final_loss"), num("onednn_final_loss"),
+              out["onednn_primitives"].get<std::string>().c_str());
+}
+
 /// The text report of `bench` (without --json), from the JSON.
 void print_bench(const json& out, const std::string& compare) {
   auto num = [&](const char* k) { return out[k].get<double>(); };
@@ -294,6 +336,7 @@ void print_bench(const json& out, const std::string& compare) {
                   num("torch_compare_ms_per_step_median"), num("torch_ratio_hkt_to_mha"),
                   num("compare_ratio_to_torch"));
   }
+  if (out.contains("ratio_to_onednn")) print_peer(out);
 }
 
 
@@ -317,11 +360,24 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
       "add heads to every block through the growth machinery (function-preserving) until it "
       "has this many, then time it; with --compare-attention, the same attention fixed at that "
       "many heads is the comparison")(
+      "peer", po::value(&a.peer),
+      "also time the same training step in another library, interleaved step by step with "
+      "growformer's, once it is checked to compute growformer's loss and gradients: onednn "
+      "(oneDNN primitives)")(
       "json", "print JSON")("plugin-path", po::value(&a.paths)->composing(), "extra plugin folder");
-  auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha]",
+  auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha] "
+                  "[--peer onednn]",
                   o, {{"config", 1}}, args, &a.help);
   if (a.help) return a;
   if (a.steps < 1 || a.warmup < 0 || a.repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
+  if (!a.peer.empty() && a.peer != "onednn")
+    throw UsageError("--peer: unknown peer `" + a.peer + "` (the one peer is onednn)");
+#if !GROWFORMER_ONEDNN_PEER
+  if (!a.peer.empty())
+    throw UsageError("--peer onednn: this growformer was built without oneDNN; install it "
+                     "(apt-get install libdnnl-dev) and configure and build again (cmake -S . -B "
+                     "build && cmake --build build; -DGROWFORMER_ONEDNN=ON insists on it)");
+#endif
   a.json = vm.count("json") > 0;
   return a;
 }
@@ -356,6 +412,101 @@ BenchResult median_run(std::vector<BenchResult> rs) {
             [](const BenchResult& a, const BenchResult& b) { return a.median_ms < b.median_ms; });
   return rs[rs.size() / 2];
 }
+
+#if GROWFORMER_ONEDNN_PEER
+/// Milliseconds since T0.
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// `--peer onednn`: the bench's model and its step in oneDNN primitives (tools/onednn_peer),
+/// built from the same parameters, checked against each other before anything is timed, then
+/// timed step by step interleaved (growformer's step, the peer's, growformer's, ...).
+class PeerBench {
+ public:
+  PeerBench(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg) {
+    if (a.peer.empty()) return;
+    model_ = make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
+    opt_ = reg.create_optimizer(bc.optimizer);
+    pool_ = make_batches(a.vocab, a.classes, a.batch, a.seq, bc.seed);
+    peer_ = std::make_unique<gf_onednn::ModelPeer>(bc.model, bc.optimizer, reg, *model_, a.batch,
+                                                   a.seq, gf::num_threads());
+    gate_ = gf_onednn::run_gate(*model_, reg, bc.optimizer, *peer_, pool_[0], 1e-3f);
+    if (!gate_.passed)
+      throw gf::RuntimeError("bench --peer onednn: the oneDNN step does not compute growformer's "
+                             "step, so neither is timed: " + gate_.summary());
+    tokens_ = static_cast<double>(a.batch * a.seq);
+  }
+
+  /// One repeat: WARMUP + STEPS steps of each, interleaved; the last STEPS are kept.
+  void time(long warmup, long steps) {
+    if (!peer_) return;
+    for (long i = 0; i < warmup + steps; ++i) {
+      const gf::Batch& b = pool_[i % pool_.size()];
+      auto t0 = std::chrono::steady_clock::now();
+      gf_loss_ = train_step(*model_, *opt_, b);
+      const double a_ms = ms_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      peer_loss_ = peer_->train_step(b, 1e-3f);
+      const double b_ms = ms_since(t0);
+      if (i >= warmup) gf_ms_.push_back(a_ms), peer_ms_.push_back(b_ms);
+    }
+  }
+
+  /// The gate and the medians (over every timed step of every repeat) with their spread.
+  void report(json& out) const {
+    if (!peer_) return;
+    const gf_onednn::GateResult& g = gate_;
+    out["peer"] = "onednn";
+    out["onednn_library"] = gf_onednn::MhaStep::library_note();
+    out["onednn_threads"] = peer_->step().threads();
+    // its buffers stay allocated through the whole bench: peak_rss_mb includes them
+    out["onednn_buffers_mb"] = static_cast<double>(peer_->step().bytes_allocated()) / (1 << 20);
+    out["onednn_primitives"] = peer_->step().implementations();
+    out["onednn_gate"] = {{"passed", g.passed},
+                          {"tolerance", g.tolerance},
+                          {"loss_growformer", g.loss_growformer},
+                          {"loss_onednn", g.loss_onednn},
+                          {"loss_error", g.loss_error},
+                          {"worst_gradient", g.worst_gradient.name},
+                          {"worst_gradient_error", g.worst_gradient.error},
+                          {"worst_update", g.worst_update.name},
+                          {"worst_update_error", g.worst_update.error},
+                          {"summary", g.summary()}};
+    const auto [gmin, gmax] = std::minmax_element(gf_ms_.begin(), gf_ms_.end());
+    const auto [pmin, pmax] = std::minmax_element(peer_ms_.begin(), peer_ms_.end());
+    out["onednn_steps_timed"] = peer_ms_.size();
+    out["onednn_ms_per_step_median"] = median(peer_ms_);
+    out["onednn_ms_per_step_min"] = *pmin;
+    out["onednn_ms_per_step_max"] = *pmax;
+    out["onednn_tokens_per_s"] = tokens_ / (median(peer_ms_) / 1e3);
+    out["onednn_growformer_ms_per_step_median"] = median(gf_ms_);
+    out["onednn_growformer_ms_per_step_min"] = *gmin;
+    out["onednn_growformer_ms_per_step_max"] = *gmax;
+    out["ratio_to_onednn"] = median(gf_ms_) / median(peer_ms_);
+    out["onednn_final_loss"] = peer_loss_;
+    out["onednn_growformer_final_loss"] = gf_loss_;
+  }
+
+ private:
+  std::unique_ptr<gf::Model> model_;
+  std::shared_ptr<gf::Optimizer> opt_;
+  std::vector<gf::Batch> pool_;
+  std::unique_ptr<gf_onednn::ModelPeer> peer_;
+  gf_onednn::GateResult gate_;
+  std::vector<double> gf_ms_, peer_ms_;
+  float gf_loss_ = 0, peer_loss_ = 0;
+  double tokens_ = 0;
+};
+#else
+/// Built without oneDNN: parse_bench_args refuses --peer, so there is nothing to time.
+class PeerBench {
+ public:
+  PeerBench(const BenchArgs&, const BenchConfig&, gf::Registry&) {}
+  void time(long, long) {}
+  void report(json&) const {}
+};
+#endif
 
 }  // namespace
 
@@ -400,6 +551,7 @@ int cmd_bench(const std::vector<std::string>& cli) {
   // The anchors, measured in this run: the multiply-add peak of the kernel set in use (a
   // register-only loop on every thread at once) and OpenBLAS's SGEMM with the kernels this
   // process loaded (OPENBLAS_CORETYPE, when set, chooses them).
+  PeerBench peer(a, bc, reg);  // --peer onednn: its gate runs before anything is timed
   const Peaks peaks{gf::kernels::fma_peak_gflops(gf::num_threads()), gf::sgemm_peak_gflops()};
   std::vector<BenchResult> mains, cmps;
   std::vector<double> tms, tm2;
@@ -415,6 +567,7 @@ int cmd_bench(const std::vector<std::string>& cli) {
       tms.push_back(last.value("ms_per_step_median", 0.0));
       if (torch_compare) tm2.push_back(torch_run("mha").value("ms_per_step_median", 0.0));
     }
+    peer.time(warmup, steps);
   }
   BenchResult main_r = median_run(mains);
   json out = bench_json(a, attn, heads, main_r, peaks);
@@ -426,6 +579,7 @@ int cmd_bench(const std::vector<std::string>& cli) {
     if (hierarchical) out["analytic_score_cost_ratio"] = block.score_cost_ratio();
   }
   if (!torch_ref.empty()) add_torch(out, main_r, tms, tm2, last, torch_compare);
+  peer.report(out);
   if (a.json) {
     std::cout << out.dump() << "\n";
     return 0;

@@ -1,0 +1,813 @@
+// The bench's training step in oneDNN primitives (onednn_step.hpp). Written as oneDNN's own
+// examples recommend: every primitive is created once, with its arguments bound to buffers
+// allocated once, and a step executes the two lists in order on one stream; oneDNN threads
+// with its OpenMP runtime (omp_set_num_threads: the bench's thread count).
+// - Linear layers: matmul on plain (row-major) layouts with the bias and, for the two residual
+//   adds, a binary-add post-op fused; weight gradients are matmul on a transposed view of the
+//   input, input gradients matmul on a transposed view of the weight (the three projections'
+//   summed with a sum post-op), bias gradients matmul with a row of ones (column_sums).
+// - Attention: the per-head products read and write the heads' columns of the projections in
+//   place through strided 4-D views (B, H, T, d_head), so no transpose is copied; the scores are
+//   scaled by an output-scale attribute; softmax forward and backward are oneDNN's. It runs on
+//   chunks of samples x heads (attention_chunk) so that each chunk's probabilities are made,
+//   normalised and multiplied by V while they are in cache; they are kept (B H T T floats per
+//   layer) for the backward pass, which recomputes nothing.
+// - Layer normalisation and the exact (erf) GELU are oneDNN's forward and backward primitives;
+//   the position add and the residual gradient adds are binary primitives; the mean pooling is
+//   a matmul with a row of ones per sample (forward) and a rank-1 matmul (backward); the
+//   position table's gradient is column sums over the samples.
+// - Plain loops, where oneDNN has no primitive: the embedding gather and its scatter-add
+//   gradient, the cross-entropy loss and its gradient, and AdamW (OpenMP over elements).
+// implementations() names what oneDNN chose for each kind (brg: BRGEMM, gemm:jit, jit:...).
+#include "onednn_step.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <new>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+namespace gf_onednn {
+
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+using dt = memory::data_type;
+using Args = std::unordered_map<int, memory>;
+
+/// Row-major f32 descriptor.
+memory::desc dense(const Dims& dims) {
+  Dims strides(dims.size());
+  memory::dim s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  return memory::desc(dims, dt::f32, strides);
+}
+
+/// A strided view (the same buffer read with other strides).
+memory::desc view(const Dims& dims, const Dims& strides) {
+  return memory::desc(dims, dt::f32, strides);
+}
+
+size_t aligned_bytes(size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; }
+
+// The rows of a block of column_sums: the largest divisor of ROWS up to 256.
+size_t partial_block(size_t rows) {
+  for (size_t r = std::min<size_t>(rows, 256); r > 1; --r)
+    if (rows % r == 0) return r;
+  return 1;
+}
+
+// The floats of column_sums' block sums: over the rows of the batch (the projections' and the
+// MLP's bias gradients, the final norm's shift) and over the samples (the positions' gradient,
+// the classifier's bias).
+size_t partial_floats(const StepShape& s) {
+  const size_t n = s.batch * s.seq, nb_rows = n / partial_block(n);
+  const size_t nb_samples = s.batch / partial_block(s.batch);
+  const size_t widest = std::max({s.d_model, s.heads * s.d_k, s.heads * s.d_v, s.hidden});
+  size_t out = nb_rows > 1 ? nb_rows * widest : 0;
+  if (nb_samples > 1) out = std::max(out, nb_samples * std::max(s.seq * s.d_model, s.classes));
+  return std::max<size_t>(out, 1);
+}
+
+// Chunks of the attention (samples, heads): each chunk's block of the probabilities
+// (samples x heads x T x T) is made, normalised and multiplied by V one after the other while it
+// is in cache, and kept for the backward pass. A chunk holds at most
+// s.attention_chunk_bytes (0: the L2 caches of the threads), at least one head of one sample;
+// its heads divide the heads and, when all heads fit, its samples divide the batch.
+std::pair<size_t, size_t> chunk_of(const StepShape& s, size_t threads) {
+  const size_t pair = s.seq * s.seq * sizeof(float);
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const size_t caches = (l2 > 0 ? static_cast<size_t>(l2) : size_t{1} << 20) * threads;
+  const size_t budget = std::max(pair, s.attention_chunk_bytes ? s.attention_chunk_bytes : caches);
+  size_t hc = 1, bc = 1;
+  for (size_t h = 1; h <= s.heads; ++h)
+    if (s.heads % h == 0 && h * pair <= budget) hc = h;
+  if (hc == s.heads)
+    for (size_t b = 1; b <= s.batch; ++b)
+      if (s.batch % b == 0 && b * s.heads * pair <= budget) bc = b;
+  return {bc, hc};
+}
+
+struct FreeFloat {
+  void operator()(float* p) const { std::free(p); }
+};
+
+std::string isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "isa " + std::to_string(static_cast<int>(isa));
+  }
+}
+
+/// Caps oneDNN's instruction set to growformer's kernel set, once, before any primitive.
+void cap_isa(const std::string& max_isa) {
+  static bool done = false;
+  if (done || max_isa.empty()) return;
+  done = true;
+  dnnl::cpu_isa isa = dnnl::cpu_isa::all;
+  if (max_isa == "avx512") isa = dnnl::cpu_isa::avx512_core;
+  else if (max_isa == "avx2") isa = dnnl::cpu_isa::avx2;
+  else if (max_isa == "sse2") isa = dnnl::cpu_isa::sse41;  // oneDNN's narrowest set
+  else throw std::invalid_argument("onednn peer: unknown instruction set `" + max_isa + "`");
+  // fails (and changes nothing) once oneDNN has dispatched: the effective set is reported
+  (void)dnnl::set_max_cpu_isa(isa);
+}
+
+}  // namespace
+
+struct MhaStep::Impl {
+  struct Param {
+    std::string name;
+    std::vector<size_t> shape;
+    size_t n = 0;
+    float *w = nullptr, *g = nullptr, *m = nullptr, *v = nullptr;
+    bool decays = false;
+  };
+  /// A primitive with its bound arguments, or a plain loop.
+  struct Op {
+    dnnl::primitive prim;
+    Args args;
+    std::function<void()> loop;
+  };
+  /// A layer's parameters and the activations its backward pass reads.
+  struct Layer {
+    Param *ln1_g, *ln1_b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+    float *x, *h1, *mean1, *var1, *q, *k, *v, *p, *o, *x1, *h2, *mean2, *var2, *u, *act, *out;
+  };
+  /// One matmul: dst = scale * src x wei [+ bias] [+ dst (accumulate)] [+ residual].
+  struct MM {
+    memory::desc src, wei, dst;
+    float *a, *b, *c;
+    float* bias = nullptr;
+    float scale = 1.0f;
+    bool accumulate = false;
+    float* residual = nullptr;
+  };
+
+  dnnl::engine eng;
+  dnnl::stream strm;
+  StepShape s;
+  AdamWSettings opt;
+  size_t threads;
+  size_t bytes = 0;
+  std::vector<std::unique_ptr<float, FreeFloat>> bufs;
+  std::vector<std::unique_ptr<Param>> params;
+  std::vector<Layer> layers;
+  Param *embed = nullptr, *pos = nullptr, *lnf_g = nullptr, *lnf_b = nullptr, *cls_w = nullptr,
+        *cls_b = nullptr;
+  float *x0 = nullptr, *z = nullptr, *meanf = nullptr, *varf = nullptr, *pooled = nullptr,
+        *logits = nullptr, *dlogits = nullptr, *dpooled = nullptr, *ones = nullptr,
+        *partial = nullptr, *lnf_shift_scratch = nullptr;
+  size_t partial_size = 0;
+  float *gx = nullptr, *gtmp = nullptr, *gh = nullptr, *gF = nullptr, *gz = nullptr,
+        *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dP = nullptr;
+  std::vector<Op> fwd, bwd;
+  std::map<std::string, std::set<std::string>> impls;
+  // the attention runs on chunks of CB samples x CH heads (one block of the probabilities)
+  memory::dim cb = 1, ch = 1;
+  long adam_t = 0;
+  float loss = 0;
+  const int32_t* ids = nullptr;
+  const int32_t* labels = nullptr;
+
+  Impl(const StepShape& shape, const AdamWSettings& a, size_t n_threads)
+      : eng(dnnl::engine::kind::cpu, 0), strm(eng), s(shape), opt(a), threads(n_threads) {}
+
+  memory::dim N() const { return static_cast<memory::dim>(s.batch * s.seq); }
+  memory::dim D() const { return static_cast<memory::dim>(s.d_model); }
+
+  float* alloc(size_t n) {
+    const size_t nb = aligned_bytes(n);
+    void* p = std::aligned_alloc(64, nb);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, nb);
+    bufs.emplace_back(static_cast<float*>(p));
+    bytes += nb;
+    return static_cast<float*>(p);
+  }
+  Param* param(const std::string& name, std::vector<size_t> shape) {
+    auto p = std::make_unique<Param>();
+    p->name = name;
+    p->n = 1;
+    for (size_t e : shape) p->n *= e;
+    p->shape = std::move(shape);
+    p->w = alloc(p->n);
+    p->g = alloc(p->n);
+    p->m = alloc(p->n);
+    p->v = alloc(p->n);
+    p->decays = opt.decay == AdamWSettings::Decay::All ||
+                (opt.decay == AdamWSettings::Decay::Matrices && p->shape.size() >= 2);
+    params.push_back(std::move(p));
+    return params.back().get();
+  }
+  memory mem(const memory::desc& md, float* p) const { return memory(md, eng, p); }
+  void note(const char* kind, const dnnl::primitive_desc_base& pd) {
+    impls[kind].insert(pd.impl_info_str());
+  }
+  static void add(std::vector<Op>& list, dnnl::primitive p, Args args) {
+    list.push_back(Op{std::move(p), std::move(args), {}});
+  }
+  static void add_loop(std::vector<Op>& list, std::function<void()> f) {
+    list.push_back(Op{dnnl::primitive(), {}, std::move(f)});
+  }
+
+  void allocate();
+  void build_forward();
+  void build_backward();
+  void build_layer_forward(const Layer& l);
+  void build_layer_backward(const Layer& l);
+  void matmul(std::vector<Op>& list, const MM& m);
+  dnnl::primitive matmul_prim(const MM& m);
+  void matmul_bind(std::vector<Op>& list, const dnnl::primitive& p, const MM& m);
+  void choose_chunk();
+  void attention_forward(const Layer& l);
+  void attention_backward(const Layer& l);
+  void column_sums(std::vector<Op>& list, float* src, memory::dim rows, memory::dim cols,
+                   float* dst, float scale = 1.0f);
+  void add_into(std::vector<Op>& list, const memory::desc& a_md, float* a,
+                const memory::desc& b_md, float* b);
+  void linear_fwd(float* x, memory::dim rows, Param* w, Param* b, float* y, float* residual);
+  void linear_bwd(float* x, float* dy, memory::dim rows, Param* w, Param* b, float* dx,
+                  bool accumulate_dx);
+  dnnl::layer_normalization_forward::primitive_desc ln_pd() const;
+  void ln_fwd(float* x, Param* g, Param* b, float* y, float* mean, float* var);
+  void ln_bwd(float* x, float* mean, float* var, Param* g, Param* b, float* dy, float* dx,
+              float* diff_shift = nullptr);
+  void gather();
+  void scatter_embedding_grad();
+  void cross_entropy();
+  void run(std::vector<Op>& list);
+};
+
+// ---- buffers -------------------------------------------------------------------------------
+
+void MhaStep::Impl::allocate() {
+  const size_t n = s.batch * s.seq, d = s.d_model, H = s.heads, qw = H * s.d_k, vw = H * s.d_v;
+  const size_t F = s.hidden, probs = s.batch * H * s.seq * s.seq;
+  embed = param("embed", {s.vocab, d});
+  pos = param("pos", {s.max_len, d});
+  x0 = alloc(n * d);
+  float* x = x0;
+  for (size_t i = 0; i < s.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    Layer l{};
+    l.ln1_g = param(p + "ln1.gamma", {d});
+    l.ln1_b = param(p + "ln1.beta", {d});
+    l.wq = param(p + "attn.w_q", {d, qw});
+    l.bq = param(p + "attn.b_q", {qw});
+    l.wk = param(p + "attn.w_k", {d, qw});
+    l.bk = param(p + "attn.b_k", {qw});
+    l.wv = param(p + "attn.w_v", {d, vw});
+    l.bv = param(p + "attn.b_v", {vw});
+    l.wo = param(p + "attn.w_o", {vw, d});
+    l.bo = param(p + "attn.b_o", {d});
+    l.ln2_g = param(p + "ln2.gamma", {d});
+    l.ln2_b = param(p + "ln2.beta", {d});
+    l.w1 = param(p + "mlp.fc1.w", {d, F});
+    l.b1 = param(p + "mlp.fc1.b", {F});
+    l.w2 = param(p + "mlp.fc2.w", {F, d});
+    l.b2 = param(p + "mlp.fc2.b", {d});
+    l.x = x;
+    l.h1 = alloc(n * d), l.mean1 = alloc(n), l.var1 = alloc(n);
+    l.q = alloc(n * qw), l.k = alloc(n * qw), l.v = alloc(n * vw);
+    l.p = alloc(probs), l.o = alloc(n * vw), l.x1 = alloc(n * d);
+    l.h2 = alloc(n * d), l.mean2 = alloc(n), l.var2 = alloc(n);
+    l.u = alloc(n * F), l.act = alloc(n * F), l.out = alloc(n * d);
+    x = l.out;
+    layers.push_back(l);
+  }
+  if (s.final_norm) {
+    lnf_g = param("ln_f.gamma", {d});
+    lnf_b = param("ln_f.beta", {d});
+    z = alloc(n * d), meanf = alloc(n), varf = alloc(n), gz = alloc(n * d);
+    lnf_shift_scratch = alloc(d);
+  }
+  cls_w = param("classifier.w", {d, s.classes});
+  cls_b = param("classifier.b", {s.classes});
+  pooled = alloc(s.batch * d), logits = alloc(s.batch * s.classes);
+  dlogits = alloc(s.batch * s.classes), dpooled = alloc(s.batch * d), ones = alloc(n);
+  partial_size = partial_floats(s);
+  partial = alloc(partial_size);
+  for (size_t i = 0; i < n; ++i) ones[i] = 1.0f;
+  gx = alloc(n * d), gtmp = alloc(n * d), gh = alloc(n * d), gF = alloc(n * F);
+  dO = alloc(n * vw), dQ = alloc(n * qw), dK = alloc(n * qw), dV = alloc(n * vw);
+  dP = alloc(static_cast<size_t>(cb * ch) * s.seq * s.seq);
+  // the layer-norm weights start at one, as growformer's do
+  for (auto& p : params)
+    if (p->name.size() > 6 && p->name.compare(p->name.size() - 6, 6, ".gamma") == 0)
+      for (size_t i = 0; i < p->n; ++i) p->w[i] = 1.0f;
+}
+
+size_t MhaStep::bytes_needed(const StepShape& s, size_t threads) {
+  const size_t n = s.batch * s.seq, d = s.d_model, H = s.heads, qw = H * s.d_k, vw = H * s.d_v;
+  const size_t F = s.hidden, probs = s.batch * H * s.seq * s.seq, C = s.classes;
+  auto b = [](size_t floats) { return aligned_bytes(floats); };
+  auto par = [&](size_t floats) { return 4 * b(floats); };  // value, gradient, m, v
+  size_t layer = 2 * par(d) + 2 * par(d * qw) + 2 * par(qw) + par(d * vw) + par(vw) +
+                 par(vw * d) + par(d) + 2 * par(d) + par(d * F) + par(F) + par(F * d) + par(d);
+  layer += 4 * b(n * d) + 4 * b(n) + 2 * b(n * qw) + 2 * b(n * vw) + b(probs) + 2 * b(n * F);
+  size_t total = par(s.vocab * d) + par(s.max_len * d) + b(n * d) + s.layers * layer;
+  if (s.final_norm) total += 2 * par(d) + 2 * b(n * d) + 2 * b(n);
+  if (s.final_norm) total += b(d);
+  total += par(d * C) + par(C) + 2 * b(s.batch * d) + 2 * b(s.batch * C) + b(n);
+  total += b(partial_floats(s));
+  const auto [bc, hc] = chunk_of(s, threads);
+  total += 3 * b(n * d) + b(n * F) + 2 * b(n * vw) + 2 * b(n * qw) + b(bc * hc * s.seq * s.seq);
+  return total;
+}
+
+// ---- primitive builders --------------------------------------------------------------------
+
+dnnl::primitive MhaStep::Impl::matmul_prim(const MM& m) {
+  if (m.accumulate && m.residual)
+    throw std::logic_error("onednn peer: one post-op per matmul (sum or residual add)");
+  dnnl::primitive_attr attr;
+  if (m.scale != 1.0f) attr.set_output_scales(0, {m.scale});
+  dnnl::post_ops po;
+  if (m.accumulate) po.append_sum(1.0f);
+  if (m.residual) po.append_binary(dnnl::algorithm::binary_add, m.dst);
+  attr.set_post_ops(po);
+  dnnl::matmul::primitive_desc pd =
+      m.bias ? dnnl::matmul::primitive_desc(
+                   dnnl::matmul::desc(m.src, m.wei, dense({1, m.dst.dims().back()}), m.dst), attr, eng)
+             : dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.src, m.wei, m.dst), attr, eng);
+  note("matmul", pd);
+  return dnnl::matmul(pd);
+}
+
+// P (made by matmul_prim from an MM of the same descriptors) on M's buffers
+void MhaStep::Impl::matmul_bind(std::vector<Op>& list, const dnnl::primitive& p, const MM& m) {
+  Args args{{DNNL_ARG_SRC, mem(m.src, m.a)}, {DNNL_ARG_WEIGHTS, mem(m.wei, m.b)},
+            {DNNL_ARG_DST, mem(m.dst, m.c)}};
+  if (m.bias) args[DNNL_ARG_BIAS] = mem(dense({1, m.dst.dims().back()}), m.bias);
+  if (m.residual) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = mem(m.dst, m.residual);
+  add(list, p, std::move(args));
+}
+
+void MhaStep::Impl::matmul(std::vector<Op>& list, const MM& m) { matmul_bind(list, matmul_prim(m), m); }
+
+// dst (1 x cols) = scale * the column sums of src (rows x cols), as growformer sums them: in
+// blocks of (at most) 256 rows, then the blocks' sums; each a product with a row of ones (oneDNN
+// 2.6's reduction over the leading dimension is its reference implementation, and one product
+// over all rows sums them in one chain: at 65,536 equal rows, the mean pooling's, its error
+// alone reached 1e-4)
+void MhaStep::Impl::column_sums(std::vector<Op>& list, float* src, memory::dim rows,
+                                memory::dim cols, float* dst, float scale) {
+  const memory::dim rb = static_cast<memory::dim>(partial_block(static_cast<size_t>(rows)));
+  const memory::dim nb = rows / rb;
+  if (nb == 1) {
+    MM m{dense({1, rows}), dense({rows, cols}), dense({1, cols}), ones, src, dst};
+    m.scale = scale;
+    matmul(list, m);
+    return;
+  }
+  if (static_cast<size_t>(nb * cols) > partial_size)
+    throw std::logic_error("onednn peer: the column sums' partial buffer is too small");
+  matmul(list, MM{dense({nb, 1, rb}), dense({nb, rb, cols}), dense({nb, 1, cols}), ones, src, partial});
+  MM m{dense({1, nb}), dense({nb, cols}), dense({1, cols}), ones, partial, dst};
+  m.scale = scale;
+  matmul(list, m);
+}
+
+// a += b (b broadcast where its dimensions are 1)
+void MhaStep::Impl::add_into(std::vector<Op>& list, const memory::desc& a_md, float* a,
+                             const memory::desc& b_md, float* b) {
+  dnnl::binary::primitive_desc pd(
+      dnnl::binary::desc(dnnl::algorithm::binary_add, a_md, b_md, a_md), eng);
+  note("binary", pd);
+  add(list, dnnl::binary(pd),
+      {{DNNL_ARG_SRC_0, mem(a_md, a)}, {DNNL_ARG_SRC_1, mem(b_md, b)}, {DNNL_ARG_DST, mem(a_md, a)}});
+}
+
+// y = x W + b [+ residual]: x (rows, in), W (in, out)
+void MhaStep::Impl::linear_fwd(float* x, memory::dim rows, Param* w, Param* b, float* y,
+                               float* residual) {
+  const auto in = static_cast<memory::dim>(w->shape[0]), out = static_cast<memory::dim>(w->shape[1]);
+  MM m{dense({rows, in}), dense({in, out}), dense({rows, out}), x, w->w, y};
+  m.bias = b->w;
+  m.residual = residual;
+  matmul(fwd, m);
+}
+
+// dW = x^T dy, db = column sums of dy, dx (=|+=) dy W^T (skipped when DX is null)
+void MhaStep::Impl::linear_bwd(float* x, float* dy, memory::dim rows, Param* w, Param* b,
+                               float* dx, bool accumulate_dx) {
+  const auto in = static_cast<memory::dim>(w->shape[0]), out = static_cast<memory::dim>(w->shape[1]);
+  matmul(bwd, MM{view({in, rows}, {1, in}), dense({rows, out}), dense({in, out}), x, dy, w->g});
+  column_sums(bwd, dy, rows, out, b->g);
+  if (!dx) return;
+  MM m{dense({rows, out}), view({out, in}, {1, out}), dense({rows, in}), dy, w->w, dx};
+  m.accumulate = accumulate_dx;
+  matmul(bwd, m);
+}
+
+dnnl::layer_normalization_forward::primitive_desc MhaStep::Impl::ln_pd() const {
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  return dnnl::layer_normalization_forward::primitive_desc(
+      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training,
+                                              dense({N(), D()}), s.ln_eps, flags),
+      eng);
+}
+
+void MhaStep::Impl::ln_fwd(float* x, Param* g, Param* b, float* y, float* mean, float* var) {
+  auto pd = ln_pd();
+  note("layer_normalization", pd);
+  const memory::desc md = dense({N(), D()}), pmd = dense({D()});
+  add(fwd, dnnl::layer_normalization_forward(pd),
+      {{DNNL_ARG_SRC, mem(md, x)},
+       {DNNL_ARG_DST, mem(md, y)},
+       {DNNL_ARG_MEAN, mem(pd.mean_desc(), mean)},
+       {DNNL_ARG_VARIANCE, mem(pd.variance_desc(), var)},
+       {DNNL_ARG_SCALE, mem(pmd, g->w)},
+       {DNNL_ARG_SHIFT, mem(pmd, b->w)}});
+}
+
+// DIFF_SHIFT: where the shift's gradient goes (null: B's gradient)
+void MhaStep::Impl::ln_bwd(float* x, float* mean, float* var, Param* g, Param* b, float* dy,
+                           float* dx, float* diff_shift) {
+  auto fpd = ln_pd();
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  const memory::desc md = dense({N(), D()}), pmd = dense({D()});
+  dnnl::layer_normalization_backward::primitive_desc pd(
+      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, md, md, s.ln_eps, flags),
+      eng, fpd);
+  note("layer_normalization", pd);
+  add(bwd, dnnl::layer_normalization_backward(pd),
+      {{DNNL_ARG_SRC, mem(md, x)},
+       {DNNL_ARG_MEAN, mem(fpd.mean_desc(), mean)},
+       {DNNL_ARG_VARIANCE, mem(fpd.variance_desc(), var)},
+       {DNNL_ARG_DIFF_DST, mem(md, dy)},
+       {DNNL_ARG_SCALE, mem(pmd, g->w)},
+       {DNNL_ARG_SHIFT, mem(pmd, b->w)},
+       {DNNL_ARG_DIFF_SRC, mem(md, dx)},
+       {DNNL_ARG_DIFF_SCALE, mem(pmd, g->g)},
+       {DNNL_ARG_DIFF_SHIFT, mem(pmd, diff_shift ? diff_shift : b->g)}});
+}
+
+// ---- the step ------------------------------------------------------------------------------
+
+void MhaStep::Impl::choose_chunk() {
+  const auto [bc, hc] = chunk_of(s, threads);
+  cb = static_cast<memory::dim>(bc), ch = static_cast<memory::dim>(hc);
+}
+
+void MhaStep::Impl::attention_forward(const Layer& l) {
+  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq),
+                    H = static_cast<memory::dim>(s.heads), dk = static_cast<memory::dim>(s.d_k),
+                    dv = static_cast<memory::dim>(s.d_v);
+  // a chunk's (b, h, t, j) of a (B T, H w) buffer, its transpose (b, h, j, t), and where it starts
+  auto heads = [&](memory::dim w) { return view({cb, ch, T, w}, {T * H * w, w, H * w, 1}); };
+  auto heads_t = [&](memory::dim w) { return view({cb, ch, w, T}, {T * H * w, w, 1, H * w}); };
+  auto at = [&](float* buf, memory::dim w, memory::dim b0, memory::dim h0) {
+    return buf + (b0 * T * H + h0) * w;
+  };
+  const memory::desc probs = dense({cb, ch, T, T});
+  MM scores{heads(dk), heads_t(dk), probs, l.q, l.k, l.p};
+  scores.scale = 1.0f / std::sqrt(static_cast<float>(s.d_k));
+  MM pv{probs, heads(dv), heads(dv), l.p, l.v, l.o};
+  const dnnl::primitive scores_p = matmul_prim(scores), pv_p = matmul_prim(pv);
+  dnnl::softmax_forward::primitive_desc spd(
+      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, probs, 3), eng);
+  note("softmax", spd);
+  const dnnl::softmax_forward softmax(spd);
+  for (memory::dim b0 = 0; b0 < B; b0 += cb)
+    for (memory::dim h0 = 0; h0 < H; h0 += ch) {
+      float* P = l.p + (b0 * H + h0) * T * T;  // the chunk's block: contiguous
+      scores.a = at(l.q, dk, b0, h0), scores.b = at(l.k, dk, b0, h0), scores.c = P;
+      matmul_bind(fwd, scores_p, scores);
+      add(fwd, softmax, {{DNNL_ARG_SRC, mem(probs, P)}, {DNNL_ARG_DST, mem(probs, P)}});
+      pv.a = P, pv.b = at(l.v, dv, b0, h0), pv.c = at(l.o, dv, b0, h0);
+      matmul_bind(fwd, pv_p, pv);
+    }
+}
+
+void MhaStep::Impl::build_layer_forward(const Layer& l) {
+  const memory::dim F = static_cast<memory::dim>(s.hidden);
+  ln_fwd(l.x, l.ln1_g, l.ln1_b, l.h1, l.mean1, l.var1);
+  linear_fwd(l.h1, N(), l.wq, l.bq, l.q, nullptr);
+  linear_fwd(l.h1, N(), l.wk, l.bk, l.k, nullptr);
+  linear_fwd(l.h1, N(), l.wv, l.bv, l.v, nullptr);
+  attention_forward(l);
+  linear_fwd(l.o, N(), l.wo, l.bo, l.x1, l.x);  // x1 = x + attention
+  ln_fwd(l.x1, l.ln2_g, l.ln2_b, l.h2, l.mean2, l.var2);
+  linear_fwd(l.h2, N(), l.w1, l.b1, l.u, nullptr);
+  const memory::desc hid = dense({N(), F});
+  dnnl::eltwise_forward::primitive_desc epd(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
+                                  dnnl::algorithm::eltwise_gelu_erf, hid, 0.0f, 0.0f),
+      eng);
+  note("eltwise", epd);
+  add(fwd, dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, mem(hid, l.u)}, {DNNL_ARG_DST, mem(hid, l.act)}});
+  linear_fwd(l.act, N(), l.w2, l.b2, l.out, l.x1);  // out = x1 + mlp
+}
+
+void MhaStep::Impl::build_forward() {
+  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq);
+  add_loop(fwd, [this] { gather(); });
+  add_into(fwd, dense({B, T, D()}), x0, dense({1, T, D()}), pos->w);  // the first T positions
+  for (const Layer& l : layers) build_layer_forward(l);
+  float* last = layers.empty() ? x0 : layers.back().out;
+  float* normed = last;
+  if (s.final_norm) {
+    ln_fwd(last, lnf_g, lnf_b, z, meanf, varf);
+    normed = z;
+  }
+  // the mean over each sample's tokens: (1 x T) ones by (T x d) per sample, scaled by 1 / T
+  MM pool{dense({B, 1, T}), dense({B, T, D()}), dense({B, 1, D()}), ones, normed, pooled};
+  pool.scale = 1.0f / static_cast<float>(s.seq);
+  matmul(fwd, pool);
+  linear_fwd(pooled, B, cls_w, cls_b, logits, nullptr);
+  add_loop(fwd, [this] { cross_entropy(); });
+}
+
+// per chunk: dP = dO V^T, dV = P^T dO, dS = softmax'(P, dP), dQ = scale dS K,
+// dK = scale dS^T Q; dP and dS share one chunk-sized buffer
+void MhaStep::Impl::attention_backward(const Layer& l) {
+  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq),
+                    H = static_cast<memory::dim>(s.heads), dk = static_cast<memory::dim>(s.d_k),
+                    dv = static_cast<memory::dim>(s.d_v);
+  auto heads = [&](memory::dim w) { return view({cb, ch, T, w}, {T * H * w, w, H * w, 1}); };
+  auto heads_t = [&](memory::dim w) { return view({cb, ch, w, T}, {T * H * w, w, 1, H * w}); };
+  auto at = [&](float* buf, memory::dim w, memory::dim b0, memory::dim h0) {
+    return buf + (b0 * T * H + h0) * w;
+  };
+  const memory::desc probs = dense({cb, ch, T, T}), probs_t = view({cb, ch, T, T}, {ch * T * T, T * T, 1, T});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.d_k));
+  MM dp{heads(dv), heads_t(dv), probs, dO, l.v, dP}, dv_{probs_t, heads(dv), heads(dv), l.p, dO, dV};
+  MM dq{probs, heads(dk), heads(dk), dP, l.k, dQ}, dk_{probs_t, heads(dk), heads(dk), dP, l.q, dK};
+  dq.scale = dk_.scale = scale;
+  const dnnl::primitive dp_p = matmul_prim(dp), dv_p = matmul_prim(dv_), dq_p = matmul_prim(dq),
+                        dk_p = matmul_prim(dk_);
+  dnnl::softmax_forward::primitive_desc sfd(
+      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, probs, 3), eng);
+  dnnl::softmax_backward::primitive_desc sbd(dnnl::softmax_backward::desc(probs, probs, 3), eng, sfd);
+  note("softmax", sbd);
+  const dnnl::softmax_backward softmax(sbd);
+  for (memory::dim b0 = 0; b0 < B; b0 += cb)
+    for (memory::dim h0 = 0; h0 < H; h0 += ch) {
+      float* P = l.p + (b0 * H + h0) * T * T;
+      dp.a = at(dO, dv, b0, h0), dp.b = at(l.v, dv, b0, h0);
+      matmul_bind(bwd, dp_p, dp);
+      dv_.a = P, dv_.b = at(dO, dv, b0, h0), dv_.c = at(dV, dv, b0, h0);
+      matmul_bind(bwd, dv_p, dv_);
+      add(bwd, softmax,
+          {{DNNL_ARG_DST, mem(probs, P)}, {DNNL_ARG_DIFF_DST, mem(probs, dP)}, {DNNL_ARG_DIFF_SRC, mem(probs, dP)}});
+      dq.b = at(l.k, dk, b0, h0), dq.c = at(dQ, dk, b0, h0);
+      matmul_bind(bwd, dq_p, dq);
+      dk_.b = at(l.q, dk, b0, h0), dk_.c = at(dK, dk, b0, h0);
+      matmul_bind(bwd, dk_p, dk_);
+    }
+}
+
+void MhaStep::Impl::build_layer_backward(const Layer& l) {
+  const memory::dim F = static_cast<memory::dim>(s.hidden);
+  const memory::desc md = dense({N(), D()}), hid = dense({N(), F});
+  // gx holds d loss / d out; the MLP branch
+  linear_bwd(l.act, gx, N(), l.w2, l.b2, gF, false);
+  dnnl::eltwise_forward::primitive_desc epd(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
+                                  dnnl::algorithm::eltwise_gelu_erf, hid, 0.0f, 0.0f),
+      eng);
+  dnnl::eltwise_backward::primitive_desc ebd(
+      dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_erf, hid, hid, 0.0f, 0.0f), eng, epd);
+  note("eltwise", ebd);
+  add(bwd, dnnl::eltwise_backward(ebd),
+      {{DNNL_ARG_SRC, mem(hid, l.u)}, {DNNL_ARG_DIFF_DST, mem(hid, gF)}, {DNNL_ARG_DIFF_SRC, mem(hid, gF)}});
+  linear_bwd(l.h2, gF, N(), l.w1, l.b1, gh, false);
+  ln_bwd(l.x1, l.mean2, l.var2, l.ln2_g, l.ln2_b, gh, gtmp);
+  add_into(bwd, md, gx, md, gtmp);  // gx = d loss / d x1
+  // the attention branch
+  linear_bwd(l.o, gx, N(), l.wo, l.bo, dO, false);
+  attention_backward(l);
+  linear_bwd(l.h1, dQ, N(), l.wq, l.bq, gh, false);
+  linear_bwd(l.h1, dK, N(), l.wk, l.bk, gh, true);
+  linear_bwd(l.h1, dV, N(), l.wv, l.bv, gh, true);
+  ln_bwd(l.x, l.mean1, l.var1, l.ln1_g, l.ln1_b, gh, gtmp);
+  add_into(bwd, md, gx, md, gtmp);  // gx = d loss / d x
+}
+
+void MhaStep::Impl::build_backward() {
+  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq);
+  float* dnormed = s.final_norm ? gz : gx;
+  linear_bwd(pooled, dlogits, B, cls_w, cls_b, dpooled, false);
+  // d normed[b, t] = d pooled[b] / T: a rank-1 product per sample
+  MM spread{dense({B, T, 1}), dense({B, 1, D()}), dense({B, T, D()}), ones, dpooled, dnormed};
+  spread.scale = 1.0f / static_cast<float>(s.seq);
+  matmul(bwd, spread);
+  if (s.final_norm) {
+    float* last = layers.empty() ? x0 : layers.back().out;
+    // the shift's gradient (the sum of gz's rows, equal within a sample) from column_sums
+    ln_bwd(last, meanf, varf, lnf_g, lnf_b, gz, gx, lnf_shift_scratch);
+    column_sums(bwd, gz, N(), D(), lnf_b->g);
+  }
+  for (size_t i = layers.size(); i-- > 0;) build_layer_backward(layers[i]);
+  // positions: the sum over the batch, into the first T rows (the rows past T stay zero)
+  column_sums(bwd, gx, B, T * D(), pos->g);
+  add_loop(bwd, [this] { scatter_embedding_grad(); });
+}
+
+// ---- the loops oneDNN has no primitive for -------------------------------------------------
+
+void MhaStep::Impl::gather() {
+  const long n = static_cast<long>(s.batch * s.seq);
+  const size_t d = s.d_model;
+  const float* E = embed->w;
+  float* X = x0;
+  const int32_t* id = ids;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; ++i)
+    std::memcpy(X + static_cast<size_t>(i) * d, E + static_cast<size_t>(id[i]) * d, d * sizeof(float));
+}
+
+// d embed[id] += d x[token], tokens in order; each thread owns a slice of the columns
+void MhaStep::Impl::scatter_embedding_grad() {
+  const size_t n = s.batch * s.seq, d = s.d_model;
+  float* G = embed->g;
+  const float* gxs = gx;
+  const int32_t* id = ids;
+  std::memset(G, 0, embed->n * sizeof(float));
+#pragma omp parallel
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num()),
+                 nt = static_cast<size_t>(omp_get_num_threads());
+    const size_t c0 = d * t / nt, c1 = d * (t + 1) / nt;
+    for (size_t i = 0; i < n; ++i) {
+      float* row = G + static_cast<size_t>(id[i]) * d;
+      const float* g = gxs + i * d;
+      for (size_t c = c0; c < c1; ++c) row[c] += g[c];
+    }
+  }
+}
+
+// mean cross-entropy of the logits and its gradient, the per-row sums in double
+void MhaStep::Impl::cross_entropy() {
+  const size_t B = s.batch, C = s.classes;
+  double total = 0;
+  for (size_t b = 0; b < B; ++b) {
+    const float* row = logits + b * C;
+    float mx = row[0];
+    for (size_t c = 1; c < C; ++c) mx = std::max(mx, row[c]);
+    double sum = 0;
+    for (size_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(row[c] - mx));
+    const double lse = mx + std::log(sum);
+    total += lse - row[labels[b]];
+    const float g0 = 1.0f / static_cast<float>(B);
+    for (size_t c = 0; c < C; ++c) {
+      const float p = static_cast<float>(std::exp(row[c] - lse));
+      dlogits[b * C + c] = g0 * (p - (static_cast<int32_t>(c) == labels[b] ? 1.0f : 0.0f));
+    }
+  }
+  loss = static_cast<float>(total / static_cast<double>(B));
+}
+
+void MhaStep::Impl::run(std::vector<Op>& list) {
+  for (Op& op : list) {
+    if (op.loop) {
+      strm.wait();
+      op.loop();
+    } else {
+      op.prim.execute(strm, op.args);
+    }
+  }
+  strm.wait();
+}
+
+// ---- MhaStep -------------------------------------------------------------------------------
+
+MhaStep::MhaStep(const StepShape& shape, const AdamWSettings& adamw, size_t threads,
+                 const std::string& max_isa) {
+  const StepShape& s = shape;
+  if (s.batch == 0 || s.seq == 0 || s.vocab == 0 || s.classes == 0 || s.d_model == 0 ||
+      s.heads == 0 || s.d_k == 0 || s.d_v == 0 || s.hidden == 0 || s.max_len < s.seq)
+    throw std::invalid_argument("onednn peer: an empty dimension or seq > max_len");
+  if (threads == 0) throw std::invalid_argument("onednn peer: zero threads");
+  cap_isa(max_isa);
+  omp_set_num_threads(static_cast<int>(threads));  // primitives partition for this count
+  impl_ = std::make_unique<Impl>(shape, adamw, threads);
+  impl_->choose_chunk();
+  impl_->allocate();
+  impl_->build_forward();
+  impl_->build_backward();
+}
+
+MhaStep::~MhaStep() = default;
+
+const StepShape& MhaStep::shape() const { return impl_->s; }
+
+std::vector<StepParam> MhaStep::parameters() {
+  std::vector<StepParam> out;
+  for (auto& p : impl_->params) out.push_back({p->name, p->shape, p->w, p->g});
+  return out;
+}
+
+float MhaStep::forward_backward(const int32_t* ids, const int32_t* labels) {
+  Impl& m = *impl_;
+  for (size_t i = 0; i < m.s.batch * m.s.seq; ++i)
+    if (ids[i] < 0 || static_cast<size_t>(ids[i]) >= m.s.vocab)
+      throw std::invalid_argument("onednn peer: token id " + std::to_string(ids[i]) +
+                                  " outside the vocabulary of " + std::to_string(m.s.vocab));
+  for (size_t b = 0; b < m.s.batch; ++b)
+    if (labels[b] < 0 || static_cast<size_t>(labels[b]) >= m.s.classes)
+      throw std::invalid_argument("onednn peer: label " + std::to_string(labels[b]) +
+                                  " outside [0, " + std::to_string(m.s.classes) + ")");
+  omp_set_num_threads(static_cast<int>(m.threads));
+  m.ids = ids;
+  m.labels = labels;
+  m.run(m.fwd);
+  m.run(m.bwd);
+  return m.loss;
+}
+
+// M = b1 M + (1 - b1) G; V = b2 V + (1 - b2) G^2; W = W decay - lr (M c1) / (sqrt(V c2) + eps),
+// the expressions, in float, of the `adamw` optimizer
+void MhaStep::adamw(float lr) {
+  Impl& m = *impl_;
+  omp_set_num_threads(static_cast<int>(m.threads));
+  m.adam_t += 1;
+  const float b1 = static_cast<float>(m.opt.beta1), b2 = static_cast<float>(m.opt.beta2);
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(m.opt.beta1, m.adam_t)));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(m.opt.beta2, m.adam_t)));
+  const float eps = static_cast<float>(m.opt.eps);
+  for (auto& p : m.params) {
+    const float decay = p->decays ? 1.0f - lr * static_cast<float>(m.opt.weight_decay) : 1.0f;
+    float *W = p->w, *M = p->m, *V = p->v;
+    const float* G = p->g;
+    const long n = static_cast<long>(p->n);
+#pragma omp parallel for schedule(static) if (n >= 16384)
+    for (long i = 0; i < n; ++i) {
+      M[i] = b1 * M[i] + (1.0f - b1) * G[i];
+      V[i] = b2 * V[i] + (1.0f - b2) * G[i] * G[i];
+      W[i] = W[i] * decay - lr * (M[i] * c1) / (std::sqrt(V[i] * c2) + eps);
+    }
+  }
+}
+
+void MhaStep::reset_optimizer() {
+  impl_->adam_t = 0;
+  for (auto& p : impl_->params) {
+    std::memset(p->m, 0, p->n * sizeof(float));
+    std::memset(p->v, 0, p->n * sizeof(float));
+  }
+}
+
+float MhaStep::step(const int32_t* ids, const int32_t* labels, float lr) {
+  const float l = forward_backward(ids, labels);
+  adamw(lr);
+  return l;
+}
+
+std::string MhaStep::implementations() const {
+  std::ostringstream o;
+  const char* sep = "";
+  for (const auto& [kind, names] : impl_->impls) {
+    o << sep << kind << " ";
+    const char* s2 = "";
+    for (const auto& n : names) o << s2 << n, s2 = "|";
+    sep = "; ";
+  }
+  return o.str();
+}
+
+size_t MhaStep::threads() const { return impl_->threads; }
+
+std::pair<size_t, size_t> MhaStep::attention_chunk() const {
+  return {static_cast<size_t>(impl_->cb), static_cast<size_t>(impl_->ch)};
+}
+
+size_t MhaStep::bytes_allocated() const { return impl_->bytes; }
+
+std::string MhaStep::library_note() {
+  const dnnl::version_t* v = dnnl::version();
+  std::string rt = v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+                   : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
+                   : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
+                                                        : "threadpool";
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + ", " + rt + " runtime, ISA " +
+         isa_name(dnnl::get_effective_cpu_isa());
+}
+
+}  // namespace gf_onednn

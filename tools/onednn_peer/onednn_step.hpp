@@ -1,0 +1,96 @@
+// The training step of the bench's model (token embedding + learned positions, pre-LayerNorm
+// residual blocks of multi-head attention and a GELU MLP, final layer norm, mean pooling, a
+// linear classifier, mean cross-entropy, backward, AdamW) written with oneDNN primitives: the
+// benchmark peer of `growformer bench --peer onednn`. This header names no oneDNN type; the
+// primitives live in onednn_step.cpp alone.
+//
+// Parameters are kept in the peer's own packing: per layer the heads' query, key and value
+// projections side by side (W_Q is d_model x heads*d_k, head h in columns h*d_k..), and the
+// heads' output maps stacked (W_O is heads*d_v x d_model, head h in rows h*d_v..).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gf_onednn {
+
+/// The shape of one step: a batch of BATCH sequences of SEQ tokens, all valid.
+struct StepShape {
+  size_t batch = 0, seq = 0;
+  size_t vocab = 0, classes = 0;
+  size_t d_model = 0, layers = 0, heads = 0, d_k = 0, d_v = 0, hidden = 0;
+  size_t max_len = 0;  // rows of the position table (>= seq; rows past seq get zero gradient)
+  bool final_norm = true;
+  float ln_eps = 1e-5f;
+  /// The attention runs on chunks of samples x heads whose probabilities (each head's T x T)
+  /// take at most this many bytes (at least one head of one sample); 0: the L2 caches of the
+  /// threads.
+  size_t attention_chunk_bytes = 0;
+};
+
+/// AdamW with decoupled weight decay, as the `adamw` optimizer computes it.
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  enum class Decay { All, Matrices, None };
+  Decay decay = Decay::Matrices;  // Matrices: parameters of two or more dimensions
+};
+
+/// One parameter of the peer: its name, shape (row-major) and buffers.
+struct StepParam {
+  std::string name;
+  std::vector<size_t> shape;
+  float* value = nullptr;
+  float* grad = nullptr;
+};
+
+class MhaStep {
+ public:
+  /// Creates every primitive of the step once, with oneDNN's OpenMP runtime set to THREADS
+  /// threads. MAX_ISA ("avx512", "avx2", "sse2"; empty: no cap) caps oneDNN's instruction set
+  /// when nothing in the process has used oneDNN yet (dnnl::set_max_cpu_isa). Parameters start
+  /// at zero; write them through parameters().
+  MhaStep(const StepShape& shape, const AdamWSettings& adamw, size_t threads,
+          const std::string& max_isa = "");
+  ~MhaStep();
+  MhaStep(const MhaStep&) = delete;
+  MhaStep& operator=(const MhaStep&) = delete;
+
+  /// Bytes of the buffers a step of SHAPE on THREADS threads allocates (parameters, optimizer
+  /// state, activations kept for the backward pass, the heads' B x H x T x T probabilities
+  /// included; oneDNN's own scratchpads not).
+  static size_t bytes_needed(const StepShape& shape, size_t threads);
+  /// Bytes of the buffers this step allocated (bytes_needed of its shape and threads).
+  size_t bytes_allocated() const;
+
+  const StepShape& shape() const;
+  std::vector<StepParam> parameters();
+
+  /// Forward and backward on token ids (batch x seq, row-major) and labels (batch): returns
+  /// the mean cross-entropy; every parameter's gradient is written (not accumulated).
+  float forward_backward(const int32_t* ids, const int32_t* labels);
+  /// One AdamW update of every parameter from its gradient (step count + 1).
+  void adamw(float lr);
+  /// AdamW's moments and step count back to zero (a fresh optimizer).
+  void reset_optimizer();
+  /// forward_backward, then adamw: one training step.
+  float step(const int32_t* ids, const int32_t* labels, float lr);
+
+  /// The attention's chunk: samples and heads per chunk.
+  std::pair<size_t, size_t> attention_chunk() const;
+  /// The implementation oneDNN chose for each kind of primitive, e.g.
+  /// "matmul brg:avx512_core; softmax jit:avx512_core; ...".
+  std::string implementations() const;
+  size_t threads() const;
+  /// "oneDNN 2.6.3, OpenMP runtime, ISA avx512_core" (the instruction set in effect).
+  static std::string library_note();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gf_onednn
