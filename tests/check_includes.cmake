@@ -87,7 +87,7 @@ foreach(f ${plugin_files})
     forbid_includes("growformer/incrt/" "only the INCRT plugins use the INCRT library" ${f})
   endif()
 endforeach()
-# The core's three parts (docs/DESIGN.md, "The map"): the numeric library, the plugin API and the
+# The core's three parts (docs/design/map.md): the numeric library, the plugin API and the
 # training runtime. Headers of each part include only their own part and the parts below it
 # (errors.hpp is below all three); no plugin includes a runtime header (the runtime is private:
 # not installed); the numeric library's sources include only numeric headers.
