@@ -64,7 +64,9 @@ std::string RunDir::lock_holder() const {
 
 namespace {
 // Empty, or only what a run killed before writing its configuration leaves: a lock file, an
-// empty checkpoints/ folder and temporaries. Such a directory is taken again by `train --run-dir`.
+// empty checkpoints/ folder and temporaries; and a data/ folder, where the Python module writes
+// data given in memory before the run starts (so the run's config names files inside the run).
+// Such a directory is taken again by `train --run-dir`.
 bool never_started(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
@@ -74,6 +76,7 @@ bool never_started(const std::string& dir) {
     size_t at = n.rfind(".tmp-");  // a killed writer's temporary (removed under the lock)
     if (at != std::string::npos && n.size() == at + 11 && e.is_regular_file(ec)) continue;
     if (n == "checkpoints" && e.is_directory(ec) && fs::is_empty(e.path(), ec)) continue;
+    if (n == "data" && e.is_directory(ec)) continue;
     return false;
   }
   return !ec;

@@ -1,7 +1,7 @@
-// text_tsv: text classification from TSV files (plain or gzip) with a header row.
-// Splits come from separate files or are carved from the training file by ratio
-// and seed; tokens are UTF-8 bytes (char) or words with a vocabulary built from
-// the training split only.
+// text_tsv: text classification from files with a header row (TSV, CSV with quoted fields) or
+// JSON lines, plain or gzip (text_table.hpp reads them). Splits come from separate files or are
+// carved from the training file by ratio and seed; tokens are UTF-8 bytes (char), words with a
+// vocabulary built from the training split only, or integer token ids given in the text (ids).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -12,6 +12,7 @@
 #include <growformer/dataset.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/split.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
@@ -23,6 +24,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "text_table.hpp"
 
 namespace {
 
@@ -43,6 +46,9 @@ struct FileRows {
 
 struct Settings {
   std::string train, val, test;
+  gf_text::Format format = gf_text::Format::Auto;
+  std::string delimiter;   // "" = the format's own or sniffed
+  int64_t num_tokens = 0;  // ids: how many token ids (0 = the training split's largest + 1)
   double val_ratio = 0.1, test_ratio = 0.1;
   uint64_t seed = 0;
   std::string text_column, label_column, label_type, tokenizer;
@@ -61,7 +67,8 @@ struct Settings {
 void restore(Settings& s, const std::string& state) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(state);
+    // words, labels and class names are bytes, saved as json_text.hpp describes
+    j = gf::json_bytes_tree(nlohmann::json::parse(state));
     if (j.value("plugin", "") != "text_tsv")
       throw gf::ConfigError("text_tsv: the checkpoint's tokenizer belongs to dataset `" +
                             j.value("plugin", std::string("?")) + "`, not text_tsv");
@@ -74,6 +81,7 @@ void restore(Settings& s, const std::string& state) {
     s.labels = j.at("labels").get<std::vector<std::string>>();
     s.class_names = j.at("class_names").get<std::vector<std::string>>();
     if (s.tokenizer == "word") s.vocab = j.at("vocab").get<std::vector<std::string>>();
+    if (s.tokenizer == "ids") s.num_tokens = j.at("num_tokens").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw gf::ConfigError(std::string("text_tsv: corrupt saved tokenizer: ") + e.what());
   }
@@ -136,6 +144,45 @@ std::vector<std::string> split_words(const std::string& text, bool split_punct, 
   return out;
 }
 
+// The most token ids `tokenizer: ids` takes (an embedding row each).
+constexpr int64_t kMaxIds = int64_t(1) << 24;
+
+// The integer token ids of TEXT (separated by white space), at most MAX_LEN (0: all); "" or
+// what is wrong.
+std::string parse_ids(const std::string& text, size_t max_len, std::vector<int32_t>& out) {
+  std::istringstream in(text);
+  std::string tok;
+  while (in >> tok && (!max_len || out.size() < max_len)) {
+    long long v;
+    if (!parse_int(tok, v) || v < 0)
+      return "token `" + tok.substr(0, 40) + "` is not a token id (an integer >= 0)";
+    if (v >= kMaxIds)
+      return "token id " + tok + " is not below " + std::to_string(kMaxIds) +
+             ", the most ids tokenizer: ids takes (number the tokens 0, 1, ... densely)";
+    out.push_back(static_cast<int32_t>(v));
+  }
+  if (out.empty()) return "no token ids (an example needs at least one)";
+  return "";
+}
+
+// An id of a model over NUM_TOKENS ids; "" or what is wrong.
+std::string check_id(int32_t id, int64_t num_tokens, bool from_option) {
+  if (id < num_tokens) return "";
+  return "token id " + std::to_string(id) + " is not below " + std::to_string(num_tokens) +
+         ", the number of token ids (" +
+         (from_option ? std::string("the num_tokens option") : "the training split's largest id + 1; set num_tokens for more") + ")";
+}
+
+gf_text::TableSpec table_spec(const Settings& s) {
+  gf_text::TableSpec t;
+  t.format = s.format;
+  t.delimiter = s.delimiter;
+  t.text_column = s.text_column;
+  t.label_column = s.label_column;
+  t.ids_as_text = s.tokenizer == "ids";
+  return t;
+}
+
 class TextTsv : public gf::Dataset {
  public:
   explicit TextTsv(Settings s) : s_(std::move(s)) {}
@@ -145,6 +192,7 @@ class TextTsv : public gf::Dataset {
     os << "text_tsv(train=" << s_.train;
     if (!s_.val.empty()) os << ", val=" << s_.val;
     if (!s_.test.empty()) os << ", test=" << s_.test;
+    if (s_.format != gf_text::Format::Auto) os << ", format=" << gf_text::format_name(s_.format);
     os << ", tokenizer=" << s_.tokenizer << ", max_len=" << s_.max_len << ")";
     return os.str();
   }
@@ -175,7 +223,9 @@ class TextTsv : public gf::Dataset {
     gf::DataSplits d;
     d.pad_id = kPad;
     map_labels(train, val, test, d);
-    if (s_.tokenizer == "char") {
+    if (s_.tokenizer == "ids") {
+      id_vocab(train, d);
+    } else if (s_.tokenizer == "char") {
       d.vocab_size = 258;
       d.vocab = {"<pad>", "<unk>"};
       for (int b = 0; b < 256; ++b) {
@@ -201,68 +251,63 @@ class TextTsv : public gf::Dataset {
                             {"label_int", label_int_},       {"labels", labels_},
                             {"class_names", d.class_names}};
     if (s_.tokenizer == "word") state["vocab"] = d.vocab;
-    // Words, labels or class names need not be valid UTF-8, which JSON requires: invalid bytes
-    // are saved as U+FFFD instead of aborting the run (such a word maps to the unknown token
-    // when a checkpoint is reused).
-    d.tokenizer = state.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (s_.tokenizer == "ids") state["num_tokens"] = num_tokens_;
+    // words, labels and class names are bytes: written losslessly (json_text.hpp)
+    d.tokenizer = gf::dump_json(state);
+    // inputs to predict on are tokenised with this vocabulary from now on
+    if (s_.tokenizer == "word") s_.vocab = d.vocab;
+    if (s_.tokenizer == "ids") s_.num_tokens = num_tokens_;
+    loaded_ = true;
     return d;
   }
 
-  // Prediction input: a TSV with a header holding text_column; the id is column `id` when
+  // Prediction input: a file of texts (TSV or CSV with a header holding text_column, JSON
+  // lines with that key, or plain text, one text per line); the id is column (key) `id` when
   // present, else the line number. Other columns (a label, say) are ignored.
   std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
-    if (!s_.restored && s_.tokenizer == "word")
-      throw gf::ConfigError("text_tsv: word tokens need the vocabulary saved in a checkpoint");
+    if (!s_.restored && !loaded_ && s_.tokenizer != "char")
+      throw gf::ConfigError("text_tsv: " + s_.tokenizer + " tokens need the vocabulary of the "
+                            "training data (load the data first, or a checkpoint)");
     class Reader : public gf::RecordReader {
      public:
-      Reader(const Settings& s, const std::string& path) : s_(s), in_(path) {
-        std::string line;
-        if (!in_.next(line)) gf::data_error(path, 1, "empty file: expected a header row");
-        header_ = gf::TsvHeader(gf::split_fields(line), path);
-        text_col_ = header_.index(s_.text_column, "text_column");
-        for (size_t i = 0; i < header_.size(); ++i)
-          if (header_.columns()[i] == "id") id_col_ = static_cast<long>(i);
-        for (size_t i = 0; i < s_.vocab.size(); ++i)
-          if (i >= 2) index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
+      Reader(const Settings& s, const std::string& path) : s_(s), in_(path, table_spec(s), false) {
+        for (size_t i = 2; i < s_.vocab.size(); ++i) index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
       }
       bool next(gf::Record& r) override {
-        std::string line;
-        do {
-          if (!in_.next(line)) return false;
-        } while (line.empty());
+        gf_text::TextRow row;
+        if (!in_.next(row)) return false;
         r = gf::Record();
-        r.line = in_.line_number();
-        auto fields = gf::split_fields(line);
-        r.id = id_col_ >= 0 && static_cast<size_t>(id_col_) < fields.size()
-                   ? fields[static_cast<size_t>(id_col_)]
-                   : std::to_string(r.line);
-        if (fields.size() != header_.size()) {
-          r.error = "expected " + std::to_string(header_.size()) +
-                    " tab-separated fields (as the header), found " + std::to_string(fields.size());
-          return true;
-        }
-        std::string text = preprocess(std::move(fields[text_col_]), s_);
-        size_t max_len = static_cast<size_t>(s_.max_len);
-        if (s_.tokenizer == "char") {
-          size_t n = max_len ? std::min(max_len, text.size()) : text.size();
-          for (size_t i = 0; i < n; ++i)
-            r.tokens.push_back(2 + static_cast<unsigned char>(text[i]));
-        } else {
-          for (const auto& w : split_words(text, s_.split_punct, max_len)) {
-            auto t = index_.find(w);
-            r.tokens.push_back(t == index_.end() ? kUnk : t->second);
-          }
-        }
-        if (r.tokens.empty()) r.tokens.push_back(kUnk);  // as in training
+        r.line = row.line;
+        r.id = row.has_id ? row.id : std::to_string(row.line);
+        r.error = std::move(row.error);
+        if (r.error.empty()) r.error = tokens(std::move(row.text), r.tokens);
+        if (!r.error.empty()) r.tokens.clear();
         return true;
       }
 
      private:
+      std::string tokens(std::string text, std::vector<int32_t>& out) {
+        size_t max_len = static_cast<size_t>(s_.max_len);
+        if (s_.tokenizer == "ids") {
+          std::string e = parse_ids(text, max_len, out);
+          for (size_t i = 0; e.empty() && i < out.size(); ++i) e = check_id(out[i], s_.num_tokens, false);
+          return e;
+        }
+        text = preprocess(std::move(text), s_);
+        if (s_.tokenizer == "char") {
+          size_t n = max_len ? std::min(max_len, text.size()) : text.size();
+          for (size_t i = 0; i < n; ++i) out.push_back(2 + static_cast<unsigned char>(text[i]));
+        } else {
+          for (const auto& w : split_words(text, s_.split_punct, max_len)) {
+            auto t = index_.find(w);
+            out.push_back(t == index_.end() ? kUnk : t->second);
+          }
+        }
+        if (out.empty()) out.push_back(kUnk);  // as in training
+        return "";
+      }
       const Settings& s_;
-      gf::LineReader in_;
-      gf::TsvHeader header_;
-      size_t text_col_ = 0;
-      long id_col_ = -1;
+      gf_text::TextTable in_;
       std::unordered_map<std::string, int32_t> index_;
     };
     return std::make_unique<Reader>(s_, path);
@@ -273,37 +318,22 @@ class TextTsv : public gf::Dataset {
   std::map<std::string, int32_t> class_of_;
   std::vector<std::string> labels_;  // label spellings by class id
   bool label_int_ = false;
+  int64_t num_tokens_ = 0;  // ids: how many token ids
+  bool loaded_ = false;     // load() ran: the vocabulary is known
 
   FileRows read_file(const std::string& path) {
     FileRows f;
     f.path = path;
-    gf::LineReader in(path);
-    std::string line;
-    if (!in.next(line)) gf::data_error(path, 1, "empty file: expected a header row");
-    gf::TsvHeader header(gf::split_fields(line), path);
-    size_t text_col = header.index(s_.text_column, "text_column");
-    size_t label_col = header.index(s_.label_column, "label_column");
-    size_t max_len = static_cast<size_t>(s_.max_len);
-    while (in.next(line)) {
-      if (line.empty()) continue;
-      auto fields = gf::split_fields(line);
-      if (fields.size() != header.size()) {
-        gf::data_error(path, in.line_number(),
-                       "expected " + std::to_string(header.size()) + " tab-separated fields (as " +
-                           "the header), found " + std::to_string(fields.size()));
-      }
+    gf_text::TextTable in(path, table_spec(s_), true);
+    gf_text::TextRow row;
+    while (in.next(row)) {
+      if (!row.error.empty()) gf::data_error(path, row.line, row.error);
       Row r;
-      r.line = in.line_number();
-      r.label = std::move(fields[label_col]);
+      r.line = row.line;
+      r.label = std::move(row.label);
       if (r.label.empty()) gf::data_error(path, r.line, "empty label");
-      std::string text = preprocess(std::move(fields[text_col]), s_);
-      if (s_.tokenizer == "char") {
-        size_t n = max_len ? std::min(max_len, text.size()) : text.size();
-        r.ids.resize(n);
-        for (size_t i = 0; i < n; ++i) r.ids[i] = 2 + static_cast<unsigned char>(text[i]);
-      } else {
-        r.words = split_words(text, s_.split_punct, max_len);
-      }
+      std::string error = tokenize(std::move(row.text), r);
+      if (!error.empty()) gf::data_error(path, r.line, error);
       f.rows.push_back(std::move(r));
     }
     if (s_.subsample > 0 && f.rows.size() > static_cast<size_t>(s_.subsample)) {
@@ -311,6 +341,37 @@ class TextTsv : public gf::Dataset {
       f.rows.resize(static_cast<size_t>(s_.subsample));
     }
     return f;
+  }
+
+  // The tokens of a training text into R (char and ids: R.ids; word: R.words); "" or what is wrong.
+  std::string tokenize(std::string text, Row& r) const {
+    size_t max_len = static_cast<size_t>(s_.max_len);
+    if (s_.tokenizer == "ids") return parse_ids(text, max_len, r.ids);
+    text = preprocess(std::move(text), s_);
+    if (s_.tokenizer == "char") {
+      size_t n = max_len ? std::min(max_len, text.size()) : text.size();
+      r.ids.resize(n);
+      for (size_t i = 0; i < n; ++i) r.ids[i] = 2 + static_cast<unsigned char>(text[i]);
+    } else {
+      r.words = split_words(text, s_.split_punct, max_len);
+    }
+    return "";
+  }
+
+  // ids: the number of token ids N (saved, the option, or the training split's largest + 1);
+  // ids 0..N-1 are the tokens, N the padding.
+  void id_vocab(const FileRows& train, gf::DataSplits& d) {
+    if (s_.restored || s_.num_tokens > 0) {
+      num_tokens_ = s_.num_tokens;
+    } else {
+      int32_t top = 0;
+      for (const auto& r : train.rows)
+        for (int32_t t : r.ids) top = std::max(top, t);
+      num_tokens_ = int64_t(top) + 1;
+    }
+    d.vocab.clear();  // the ids are their own text: no vocabulary to keep
+    d.vocab_size = static_cast<size_t>(num_tokens_) + 1;
+    d.pad_id = static_cast<int32_t>(num_tokens_);
   }
 
   void shuffle(std::vector<Row>& rows, const std::string& stream) {
@@ -438,7 +499,13 @@ class TextTsv : public gf::Dataset {
       }
       gf::Example e;
       e.label = it->second;
-      if (s_.tokenizer == "char") {
+      if (s_.tokenizer == "ids") {
+        for (int32_t t : r.ids) {
+          std::string bad = check_id(t, num_tokens_, !s_.restored && s_.num_tokens > 0);
+          if (!bad.empty()) gf::data_error(f.path, r.line, bad);
+        }
+        e.tokens = std::move(r.ids);
+      } else if (s_.tokenizer == "char") {
         e.tokens = std::move(r.ids);
       } else {
         e.tokens.reserve(r.words.size());
@@ -468,6 +535,19 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
     o.fail("test_ratio", "val_ratio + test_ratio must leave training rows (sum < 1)");
   }
   s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  s.format = gf_text::parse_format(o.get_string("format"));
+  if (o.has_value("delimiter")) {
+    s.delimiter = o.get_string("delimiter");
+    if (s.delimiter == "tab") s.delimiter = "\t";
+    if (s.delimiter.size() != 1 || s.delimiter == "\"" || s.delimiter == "\n" || s.delimiter == "\r")
+      o.fail("delimiter", "is one character (`,`, `;`, `|`, or tab as \"\\t\" or `tab`), not a quote or "
+                          "a line break; got `" + s.delimiter + "`");
+    if (s.format == gf_text::Format::Tsv && s.delimiter != "\t")
+      o.fail("delimiter", "format tsv is split at tabs; for another delimiter use format: csv (or auto)");
+    if (s.format == gf_text::Format::Jsonl || s.format == gf_text::Format::Lines)
+      o.fail("delimiter", std::string("format ") + gf_text::format_name(s.format) + " has no delimiter");
+  }
+  s.num_tokens = o.get_int("num_tokens");
   s.text_column = o.get_string("text_column");
   s.label_column = o.get_string("label_column");
   s.label_type = o.get_string("label_type");
@@ -482,6 +562,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   s.subsample = o.get_int("subsample");
   s.class_names = o.get_string_list("class_names");
   if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
+  if (s.num_tokens > 0 && s.tokenizer != "ids") o.fail("num_tokens", "is an option of tokenizer: ids");
   if (!b.tokenizer.empty()) {
     restore(s, b.tokenizer);
     s.only = b.only;
@@ -495,23 +576,37 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 gf::OptionSpecs specs() {
   using gf::OptType;
   return {
-      gf::make_option("train", OptType::String, "", "training TSV (plain or .gz), header row first"),
-      gf::make_option("val", OptType::String, "~", "validation TSV; absent = carve val_ratio from train"),
-      gf::make_option("test", OptType::String, "~", "test TSV; absent = carve test_ratio from train"),
+      gf::make_option("train", OptType::String, "",
+          "training file (TSV, CSV or JSON lines; plain or .gz), a header row first in TSV and CSV"),
+      gf::make_option("val", OptType::String, "~", "validation file; absent = carve val_ratio from train"),
+      gf::make_option("test", OptType::String, "~", "test file; absent = carve test_ratio from train"),
+      gf::make_option("format", OptType::String, "auto",
+          "auto: by the extension (.tsv, .csv, .jsonl; .txt inputs to predict are one text per line), "
+          "else sniffed from the first line; tsv: tab-separated, no quoting; csv: RFC 4180 quoting "
+          "(delimiter below, default comma); jsonl: one JSON object per line; lines: one text per line "
+          "(inputs to predict only)",
+          -kInf, kInf, {"auto", "tsv", "csv", "jsonl", "lines"}),
+      gf::make_option("delimiter", OptType::String, "~",
+          "the field delimiter of a CSV file (one character; `tab` for a tab); set, an auto file is read "
+          "as CSV with it; absent = the format's own, or sniffed from the header (tab , ; |)"),
       gf::make_option("val_ratio", OptType::Float, "0.1",
           "share of training rows held out as val (no val file)", 0.0, 0.9),
       gf::make_option("test_ratio", OptType::Float, "0.1",
           "share of training rows held out as test (no test file)", 0.0, 0.9),
       gf::make_option("split_seed", OptType::Int, "~",
           "seed of the ratio split and subsample (default: run seed)", 0),
-      gf::make_option("text_column", OptType::String, "sentence", "header name of the text column"),
-      gf::make_option("label_column", OptType::String, "label", "header name of the label column"),
+      gf::make_option("text_column", OptType::String, "sentence", "header name (JSON key) of the text column"),
+      gf::make_option("label_column", OptType::String, "label", "header name (JSON key) of the label column"),
       gf::make_option("label_type", OptType::String, "auto",
           "int: labels must be integers; string: any text; auto: int when the first label is one",
           -kInf, kInf, {"auto", "int", "string"}),
       gf::make_option("tokenizer", OptType::String, "word",
-          "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train", -kInf,
-          kInf, {"char", "word"}),
+          "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train; ids: the "
+          "text is integer token ids separated by spaces (a JSON list in JSON lines), the padding "
+          "id one past the largest", -kInf, kInf, {"char", "word", "ids"}),
+      gf::make_option("num_tokens", OptType::Int, "0",
+          "ids: how many token ids there are (ids 0..num_tokens-1; 0 = the training split's largest "
+          "id + 1)", 0, double(kMaxIds)),
       gf::make_option("lowercase", OptType::Bool, "true", "lower-case ASCII letters before tokenising"),
       gf::make_option("split_punct", OptType::Bool, "false", "word: ASCII punctuation marks become own tokens"),
       gf::make_option("strip_html", OptType::Bool, "false", "replace short tags such as <br /> by a space"),
@@ -530,7 +625,7 @@ gf::OptionSpecs specs() {
 }
 
 void register_components(gf::Registry& r) {
-  r.add_dataset({"text_tsv", "text classification from TSV files (char or word tokens)", specs()},
+  r.add_dataset({"text_tsv", "text classification from TSV, CSV or JSON lines files (char, word or id tokens)", specs()},
                 make);
 }
 

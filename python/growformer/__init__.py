@@ -12,6 +12,13 @@ A policy in Python is a class named in the config:
              options: {patience: 3}}
 see examples/python/grow_on_plateau.py (or give the class object: `"class": MyPolicy` in a dict).
 
+Data in memory (texts or token ids with labels, numpy arrays, pandas DataFrames) trains without a
+file: `gf.Experiment(config, data=df)` or `data={"train": (texts, labels), "test": ...}`; the run
+keeps it in RUN_DIR/data. `model.evaluate(data)` reports as `growformer eval` (F1 per class and
+the confusion matrix); `gf.to_torch(model)` and `gf.to_onnx(model, path)` take a trained model to
+PyTorch and ONNX. The module runs one growformer operation at a time: other Python threads wait
+(see docs/PYTHON.md).
+
 Installed with `pip install --no-build-isolation .` (README, "Python"), the package also runs the
 growformer program: `python3 -m growformer train CONFIG`. Type stubs: growformer/__init__.pyi.
 """
@@ -41,8 +48,10 @@ from ._core import (  # noqa: F401,E402
     resume,
 )
 
+from ._torch import to_onnx, to_torch  # noqa: E402 (torch itself is imported when called)
+
 __all__ = ["Config", "ConfigError", "Experiment", "RunError", "load", "resume", "read_events",
-           "read_metrics", "read_sweep", "add_head", "remove_head"]
+           "read_metrics", "read_sweep", "add_head", "remove_head", "to_torch", "to_onnx"]
 
 
 def add_head(block, reason="", preserve_function=True, value_variance=None, **info):

@@ -2,7 +2,7 @@
 # tests/python/test_stub.py checks its public names, their members and parameters against the
 # module, both ways; names starting with _ are the stub's own (the shapes of the dicts).
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -77,16 +77,45 @@ class _HeadInfo(TypedDict):
 
 _Callback = Callable[[_StepMetrics], Optional[bool]]
 
+# data in memory: one split is (inputs, labels) or a pandas DataFrame with text and label columns;
+# inputs are texts or token id sequences (or a 2-D int array), labels str or int
+_Inputs = Union[Sequence[str], Sequence[Sequence[int]], npt.NDArray[Any]]
+_Labels = Union[Sequence[str], Sequence[int], npt.NDArray[Any]]
+_Split = Union[Tuple[_Inputs, _Labels], Any]
+_Data = Union[_Split, Mapping[str, _Split]]
+
+class _ClassFigures(TypedDict):
+    """One class of an evaluation."""
+
+    name: str
+    precision: float
+    recall: float
+    f1: float
+    support: int
+
+class _EvalResult(TypedDict):
+    """What Experiment.evaluate returns (the figures of `growformer eval --json`)."""
+
+    loss: float
+    accuracy: float
+    macro_f1: float
+    examples: int
+    classes: List[_ClassFigures]
+    confusion: List[List[int]]
+    split: str
+
 class Experiment:
     """Everything a config builds: data, model, optimizer, growth and pruning."""
 
     def __init__(self, config: Union[Config, _Path, Mapping[str, Any]],
-                 overrides: Sequence[str] = ..., plugin_paths: Sequence[_Path] = ...) -> None: ...
+                 overrides: Sequence[str] = ..., plugin_paths: Sequence[_Path] = ...,
+                 data: Optional[_Data] = ...) -> None: ...
     def train(self, run_dir: _Path, callback: Optional[_Callback] = ..., every: int = ...,
-              stop_after: int = ..., quiet: bool = ...) -> _RunResult: ...
-    def evaluate(self, split: str = ..., max_batches: int = ...) -> Dict[str, Any]: ...
-    def predict(self, inputs: Union[Sequence[str], Sequence[Sequence[int]], Sequence[npt.ArrayLike]],
-                batch_size: int = ...) -> npt.NDArray[np.float64]: ...
+              stop_after: int = ..., quiet: bool = ..., data: Optional[_Data] = ...) -> _RunResult: ...
+    def evaluate(self, data: Union[str, _Path, _Split] = ..., max_batches: int = ...) -> _EvalResult: ...
+    def predict(self, inputs: Union[Iterable[str], Iterable[Sequence[int]], Iterable[npt.ArrayLike], Any],
+                batch_size: int = ..., logits: bool = ...) -> npt.NDArray[np.float64]: ...
+    def tokenize(self, texts: Iterable[str]) -> List[List[int]]: ...
     def predict_file(self, path: _Path,
                      batch_size: int = ...) -> Tuple[List[str], npt.NDArray[np.float64]]: ...
     def parameters(self) -> Dict[str, npt.NDArray[np.float32]]: ...
@@ -118,6 +147,8 @@ def resume(run_dir: _Path, callback: Optional[_Callback] = ..., every: int = ...
 def read_events(run_dir: _Path) -> List[Dict[str, Any]]: ...
 def read_metrics(run_dir: _Path) -> List[Dict[str, Any]]: ...
 def read_sweep(sweep_dir: _Path) -> List[Dict[str, Any]]: ...
+def to_torch(model: Experiment, dtype: Any = ...) -> Any: ...
+def to_onnx(model: Experiment, path: _Path, opset_version: int = ...) -> str: ...
 def add_head(block: int, reason: str = ..., preserve_function: bool = ...,
              value_variance: Optional[float] = ..., **info: Any) -> Dict[str, Any]: ...
 def remove_head(block: int, head: int, reason: str = ..., **info: Any) -> Dict[str, Any]: ...

@@ -12,21 +12,28 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <growformer/autograd.hpp>
 #include <growformer/batch_sampler.hpp>
 #include <growformer/checkpoint.hpp>
+#include <growformer/classification.hpp>
 #include <growformer/config.hpp>
 #include <growformer/distributed.hpp>
 #include <growformer/errors.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/run_dir.hpp>
 #include <growformer/run_events.hpp>
@@ -111,17 +118,42 @@ Config config_from(py::handle src, const std::vector<std::string>& overrides,
   return c;
 }
 
+// ---- one operation at a time ------------------------------------------------------------
+// The core's thread pool, its kernel selection and the run's signal flags are the process's:
+// two experiments built, trained, evaluated or predicting at once from two Python threads would
+// share them (and hung in the pool). Every such operation holds this lock, taken with the GIL
+// released (a thread holding the lock may need the GIL for a callback or a policy, so no thread
+// waits for the lock while holding the GIL). Recursive: a callback or policy may call the
+// module (predict on another model, say) from the thread that holds it. The wait is in slices,
+// so Ctrl-C in the main thread ends it with KeyboardInterrupt.
+std::recursive_timed_mutex g_busy;
+
+class Busy {
+ public:
+  Busy() {
+    while (!g_busy.try_lock_for(std::chrono::milliseconds(50))) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+  }
+  ~Busy() { g_busy.unlock(); }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+};
+
 // ---- experiments -----------------------------------------------------------------------
 struct PyExperiment {
   std::unique_ptr<gf::Experiment> ex;
   std::string data_need = "all";  // "none": built from a checkpoint alone (no splits)
   std::string source;             // the checkpoint it was loaded from, if any
+  std::string record;             // that checkpoint's data record (its tokenizer)
   bool trained = false;
+  // data given in memory (growformer._data): the config as given, the staging folder (a
+  // tempfile.TemporaryDirectory holding SPLIT.jsonl) and the plan that names them in the config
+  Config config;
+  std::vector<std::string> plugin_paths;
+  py::object staged = py::none(), plan = py::none();
 };
-
-py::dict eval_dict(const gf::EvalResult& r) {
-  return py::dict("loss"_a = r.loss, "accuracy"_a = r.accuracy, "examples"_a = r.examples);
-}
 
 // What the callback raised (or a Ctrl-C), raised again once the run has stopped.
 struct RunWatch {
@@ -304,6 +336,7 @@ int run_released(RunWatch& w, F&& body) {
   {
     SigintDuringRun sigint;
     py::gil_scoped_release nogil;
+    Busy busy;
     status = body();
   }
   if (w.error) std::rethrow_exception(w.error);
@@ -329,24 +362,31 @@ py::array_t<float> to_numpy(const gf::Tensor& t) {
   return a;
 }
 
-// Class probabilities of token sequences, (N, C) float64, in batches of B.
-py::array_t<double> probabilities(gf::Experiment& ex, std::vector<gf::Example> rows, size_t B) {
+// Class probabilities of token sequences, (N, C) float64, in batches of B; with LOGITS the
+// model's outputs before the softmax (float32 values, as float64).
+py::array_t<double> probabilities(gf::Experiment& ex, std::vector<gf::Example> rows, size_t B,
+                                  bool logits = false) {
   const size_t C = ex.data().num_classes, N = rows.size();
   py::array_t<double> out({py::ssize_t(N), py::ssize_t(C)});
   double* o = out.mutable_data();
   {
     py::gil_scoped_release nogil;
+    Busy busy;
     gf::NoGradGuard ng;
     for (size_t start = 0; start < N; start += B) {
       const size_t n = std::min(B, N - start);
       std::vector<size_t> idx(n);
       for (size_t i = 0; i < n; ++i) idx[i] = start + i;
       gf::Batch b = ex.make_batch(rows, idx);
-      gf::Var logits = ex.model().forward(b, false, nullptr);
+      gf::Var out_logits = ex.model().forward(b, false, nullptr);
       for (size_t i = 0; i < n; ++i) {
-        const float* row = logits.value().data() + i * C;
-        double mx = *std::max_element(row, row + C), sum = 0;
+        const float* row = out_logits.value().data() + i * C;
         double* p = o + (start + i) * C;
+        if (logits) {
+          for (size_t c = 0; c < C; ++c) p[c] = row[c];
+          continue;
+        }
+        double mx = *std::max_element(row, row + C), sum = 0;
         for (size_t c = 0; c < C; ++c) sum += p[c] = std::exp(double(row[c]) - mx);
         for (size_t c = 0; c < C; ++c) p[c] /= sum;
       }
@@ -356,58 +396,196 @@ py::array_t<double> probabilities(gf::Experiment& ex, std::vector<gf::Example> r
   return out;
 }
 
+// ---- evaluation as `growformer eval` reports it -------------------------------------------
+// Loss, accuracy, macro-F1, per-class precision, recall and F1, and the confusion matrix of
+// ROWS, in the batches of `growformer eval` (the first MAX_BATCHES; 0: all).
+py::dict eval_report(gf::Experiment& ex, const std::vector<gf::Example>& rows, long max_batches) {
+  const size_t C = ex.data().num_classes;
+  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
+  double loss = 0;
+  size_t n = 0;
+  {
+    py::gil_scoped_release nogil;
+    Busy busy;
+    gf::NoGradGuard ng;
+    for (const auto& idx : gf::sequential_batches(rows.size(), ex.settings().batch_size, max_batches)) {
+      gf::Batch b = ex.make_batch(rows, idx);
+      gf::Var logits = ex.model().forward(b, false, nullptr);
+      loss += static_cast<double>(gf::ops::cross_entropy(logits, b.labels).value()[0]) * b.batch;
+      for (size_t i = 0; i < b.batch; ++i) {
+        const float* row = logits.value().data() + i * C;
+        confusion[static_cast<size_t>(b.labels[i])][static_cast<size_t>(std::max_element(row, row + C) - row)]++;
+      }
+      n += b.batch;
+      gf::clear_tape();
+    }
+  }
+  gf::ClassificationReport r = gf::classification_report(confusion);
+  std::vector<std::string> names = ex.data().class_names;
+  for (size_t c = names.size(); c < C; ++c) names.push_back(std::to_string(c));
+  py::list classes;
+  for (size_t c = 0; c < C; ++c)
+    classes.append(py::dict("name"_a = names[c], "precision"_a = r.classes[c].precision,
+                            "recall"_a = r.classes[c].recall, "f1"_a = r.classes[c].f1,
+                            "support"_a = r.classes[c].support));
+  return py::dict("loss"_a = n ? loss / static_cast<double>(n) : 0.0, "accuracy"_a = r.accuracy,
+                  "macro_f1"_a = r.macro_f1, "examples"_a = n, "classes"_a = classes,
+                  "confusion"_a = py::cast(r.confusion));
+}
+
+// MSG with the staged file FILE named as the data it holds: "FILE:N:" as "WHAT row N-1:" (line
+// N of the file holds row N-1), any other mention of FILE as WHAT.
+std::string rows_not_lines(std::string msg, const std::string& file, const std::string& what) {
+  for (size_t at; (at = msg.find(file)) != std::string::npos;) {
+    size_t end = at + file.size(), digits = end + 1;
+    while (digits < msg.size() && std::isdigit(static_cast<unsigned char>(msg[digits]))) ++digits;
+    if (end < msg.size() && msg[end] == ':' && digits > end + 1 && digits < msg.size() && msg[digits] == ':') {
+      long line = std::stol(msg.substr(end + 1, digits - end - 1));
+      msg.replace(at, digits - at, what + " row " + std::to_string(line - 1));
+    } else {
+      msg.replace(at, file.size(), what);
+    }
+  }
+  return msg;
+}
+
+// The tokenizer a dataset of EX's data plugin needs to read new data as EX's was read: from the
+// checkpoint's data record it was loaded with, else from EX's own.
+std::string saved_tokenizer(const PyExperiment& p) {
+  const std::string record = p.record.empty() ? p.ex->data_record() : p.record;
+  nlohmann::json r = nlohmann::json::parse(record, nullptr, false);
+  if (r.is_discarded() || !r.is_object()) throw gf::RuntimeError("the model's data record is corrupt");
+  r = gf::json_bytes_tree(r);
+  const nlohmann::json& tok = r.contains("tokenizer") ? r["tokenizer"] : nlohmann::json();
+  if (tok.is_null()) return "";
+  return tok.is_string() ? tok.get<std::string>() : tok.dump();
+}
+
+std::string data_option(const gf::Experiment& ex, const std::string& key, const std::string& fallback) {
+  gf::ConfigNode d = ex.config().child("data");
+  gf::ConfigNode v = d.valid() ? d.child(key) : gf::ConfigNode();
+  return v.valid() ? v.as_string() : fallback;
+}
+
+// Labelled data other than the experiment's splits, tokenised with its saved tokenizer and
+// mapped to its classes: a file (PATH, read as a text_tsv file of any format) or data in memory
+// (growformer._data, written to a temporary JSON lines file).
+std::vector<gf::Example> other_data(PyExperiment& p, py::object data) {
+  const std::string plugin = data_option(*p.ex, "plugin", "");
+  if (plugin != "text_tsv")
+    throw gf::ConfigError("evaluate: other data than the splits is read for models of text_tsv data; "
+                          "this model's dataset is `" + plugin + "` (evaluate a file of it with "
+                          "`growformer eval CHECKPOINT --set data.KEY=FILE`)");
+  gf::ConfigNode node = gf::ConfigNode::load_string(p.ex->config().child("data").dump(), "<data>",
+                                                    p.ex->config().base_dir());
+  py::object tmp = py::none();
+  if (py::isinstance<py::str>(data) || py::hasattr(data, "__fspath__")) {
+    const std::string path = path_arg(data, "evaluate: data");
+    if (!fs::exists(path))
+      throw gf::ConfigError("evaluate: `" + path + "` is neither a split ('train', 'val' or 'test') "
+                            "nor a data file");
+    node.apply_override("format=auto");
+    node.apply_override("test=" + nlohmann::json(fs::absolute(path).string()).dump());
+  } else {
+    tmp = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-eval-");
+    py::object path = py::module_::import("growformer._data").attr("stage_for_eval")(
+        data, tmp.attr("name"), data_option(*p.ex, "text_column", "sentence"),
+        data_option(*p.ex, "label_column", "label"));
+    node.apply_override("format=jsonl");
+    node.apply_override("test=" + nlohmann::json(path.cast<std::string>()).dump());
+  }
+  std::shared_ptr<gf::Dataset> ds = p.ex->registry().create_dataset(
+      node, gf::DatasetBuild{p.ex->seed(), saved_tokenizer(p), "test"});
+  gf::DataSplits d;
+  try {
+    py::gil_scoped_release nogil;
+    d = ds->load();
+  } catch (const gf::ConfigError& e) {
+    if (tmp.is_none()) throw;
+    throw gf::ConfigError("evaluate: " + rows_not_lines(e.what(), tmp.attr("name").cast<std::string>() +
+                                                                  "/test.jsonl", "data"));
+  }
+  return std::move(d.test);
+}
+
+py::dict evaluate(PyExperiment& p, py::object data, long max_batches) {
+  if (py::isinstance<py::str>(data)) {
+    const std::string name = data.cast<std::string>();
+    if (name == "train" || name == "val" || name == "test") {
+      const auto& rows = split_of(p, name);
+      if (rows.empty()) throw gf::RuntimeError("the " + name + " split is empty");
+      py::dict d = eval_report(*p.ex, rows, max_batches);
+      d["split"] = name;
+      return d;
+    }
+  }
+  std::vector<gf::Example> rows = other_data(p, data);
+  py::dict d = eval_report(*p.ex, rows, max_batches);
+  d["split"] = "data";
+  return d;
+}
+
 std::string data_plugin(const gf::Experiment& ex) {
   gf::ConfigNode d = ex.config().child("data");
   return d.valid() && d.has("plugin") ? d.child("plugin").as_string() : "";
 }
 
-// Strings as the dataset's records (written to a temporary file in its record format and
-// read back through its record reader, so they are tokenised exactly as `growformer predict`).
-std::vector<gf::Example> tokenize_strings(gf::Experiment& ex, const std::vector<std::string>& texts) {
+// A temporary file removed at scope exit.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& suffix) {
+    std::string tmpl = (fs::temp_directory_path() / "growformer_predict_XXXXXX").string() + suffix;
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    int fd = mkstemps(buf.data(), static_cast<int>(suffix.size()));
+    if (fd < 0) throw gf::RuntimeError("predict: cannot create a temporary file in " + fs::temp_directory_path().string());
+    close(fd);
+    path = buf.data();
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+// Strings as the dataset's records, written to a temporary file and read back through its
+// record reader, so they are tokenised exactly as `growformer predict` does: text_tsv's as JSON
+// lines (any text), listops' one per line. Errors name the input's index.
+std::vector<gf::Example> tokenize_strings(gf::Experiment& ex, const std::vector<std::string>& texts,
+                                         const std::string& what = "predict") {
   const std::string plugin = data_plugin(ex);
-  std::string body;
-  if (plugin == "text_tsv") {
-    gf::ConfigNode col = ex.config().child("data").child("text_column");
-    body = (col.valid() ? col.as_string() : std::string("text")) + "\n";
-  } else if (plugin != "listops") {
-    throw gf::ConfigError("predict: strings need a one-line record format, which dataset `" + plugin +
+  if (plugin != "text_tsv" && plugin != "listops")
+    throw gf::ConfigError(what + ": strings need a one-line record format, which dataset `" + plugin +
                           "` has not here (listops and text_tsv have); pass token id sequences, or "
                           "a file of records to predict_file");
-  }
-  for (size_t i = 0; i < texts.size(); ++i) {
-    if (texts[i].find_first_of("\t\n\r") != std::string::npos)
-      throw py::value_error("predict: input " + std::to_string(i) +
-                            " holds a tab or a line break; one record is one line");
-    if (texts[i].find_first_not_of(" ") == std::string::npos)
-      throw py::value_error("predict: input " + std::to_string(i) + " is empty");
-    body += texts[i] + "\n";
-  }
-  char tmpl[] = "/tmp/growformer_predict_XXXXXX";
-  int fd = mkstemp(tmpl);
-  if (fd < 0) throw gf::RuntimeError("predict: cannot create a temporary file in /tmp");
-  close(fd);
-  struct Remove {
-    std::string p;
-    ~Remove() { std::remove(p.c_str()); }
-  } remove{tmpl};
+  const bool jsonl = plugin == "text_tsv";
+  const std::string key = data_option(ex, "text_column", "sentence");
+  TempFile tmp(jsonl ? ".jsonl" : ".txt");
   {
-    std::ofstream f(tmpl, std::ios::binary);
-    f << body;
-    if (!f) throw gf::RuntimeError(std::string("predict: cannot write ") + tmpl);
+    std::ofstream f(tmp.path, std::ios::binary);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      if (!jsonl && texts[i].find_first_of("\n\r") != std::string::npos)
+        throw py::value_error(what + ": input " + std::to_string(i) +
+                              " holds a line break; a " + plugin + " record is one line");
+      if (texts[i].find_first_not_of(" \t\n\r") == std::string::npos)
+        throw py::value_error(what + ": input " + std::to_string(i) + " is empty");
+      f << (jsonl ? gf::dump_json(nlohmann::json{{key, texts[i]}}) : texts[i]) << "\n";
+    }
+    if (!f) throw gf::RuntimeError(what + ": cannot write " + tmp.path);
   }
-  auto reader = ex.dataset().open_records(tmpl);
   std::vector<gf::Example> rows;
-  gf::Record r;
-  while (reader->next(r)) {
-    if (!r.error.empty())
-      throw py::value_error("predict: input " + std::to_string(rows.size()) + " (" +
-                            texts[rows.size()] + "): " + r.error);
-    gf::Example e;
-    e.tokens = std::move(r.tokens);
-    rows.push_back(std::move(e));
+  try {
+    auto reader = ex.dataset().open_records(tmp.path);
+    gf::Record r;
+    while (reader->next(r)) {
+      if (!r.error.empty())
+        throw py::value_error(what + ": input " + std::to_string(rows.size()) + ": " + r.error);
+      gf::Example e;
+      e.tokens = std::move(r.tokens);
+      rows.push_back(std::move(e));
+    }
+  } catch (const gf::ConfigError& e) {
+    throw py::value_error(what + ": " + rows_not_lines(e.what(), tmp.path, "the inputs"));
   }
   if (rows.size() != texts.size())
-    throw gf::RuntimeError("predict: the record reader gave " + std::to_string(rows.size()) +
+    throw gf::RuntimeError(what + ": the record reader gave " + std::to_string(rows.size()) +
                            " records for " + std::to_string(texts.size()) + " strings");
   return rows;
 }
@@ -446,20 +624,28 @@ std::vector<gf::Example> token_rows(const gf::Experiment& ex, py::handle inputs)
   return rows;
 }
 
-py::object predict(PyExperiment& p, py::object inputs, long batch_size) {
-  if (py::isinstance<py::str>(inputs))
+// INPUTS are read once (a generator works): growformer._data.predict_texts makes them a list,
+// a DataFrame's text column, a Series' values, and refuses a string with a lone surrogate.
+py::object predict(PyExperiment& p, py::object inputs, long batch_size, bool logits) {
+  if (py::isinstance<py::str>(inputs) || py::isinstance<py::bytes>(inputs))
     throw py::type_error("predict takes a list of inputs (strings or token id sequences); "
                          "wrap one string in a list");
   size_t B = batch_size > 0 ? size_t(batch_size) : size_t(p.ex->settings().batch_size);
-  bool strings = true, any = false;
-  for (auto x : inputs) {
-    any = true;
-    strings = strings && py::isinstance<py::str>(x);
+  py::list rows = py::module_::import("growformer._data").attr("predict_texts")(
+      inputs, data_option(*p.ex, "text_column", "sentence"));
+  const size_t C = p.ex->data().num_classes;
+  if (rows.empty()) return py::array_t<double>(std::vector<py::ssize_t>{0, py::ssize_t(C)});
+  bool strings = true;
+  for (auto x : rows) strings = strings && py::isinstance<py::str>(x);
+  std::vector<gf::Example> examples;
+  if (strings) {
+    std::vector<std::string> texts;
+    for (auto x : rows) texts.push_back(x.cast<std::string>());
+    examples = tokenize_strings(*p.ex, texts);
+  } else {
+    examples = token_rows(*p.ex, rows);
   }
-  if (!any) return py::array_t<double>(std::vector<py::ssize_t>{0, py::ssize_t(p.ex->data().num_classes)});
-  std::vector<gf::Example> rows =
-      strings ? tokenize_strings(*p.ex, inputs.cast<std::vector<std::string>>()) : token_rows(*p.ex, inputs);
-  return probabilities(*p.ex, std::move(rows), B);
+  return probabilities(*p.ex, std::move(examples), B, logits);
 }
 
 py::tuple predict_file(PyExperiment& p, py::object path_obj, long batch_size) {
@@ -521,6 +707,7 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, const std::string&
     throw py::value_error("data must be 'all', 'none', 'train', 'val' or 'test'");
   auto p = std::make_unique<PyExperiment>();
   py::gil_scoped_release nogil;  // a policy class of the checkpoint's config takes the GIL
+  Busy busy;
   gf::Checkpoint ck = gf::load_checkpoint(checkpoint);
   auto cfg = ck.metadata.find("config");
   if (cfg == ck.metadata.end())
@@ -536,6 +723,7 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, const std::string&
   p->ex->load_weights(ck, checkpoint);
   p->data_need = data;
   p->source = checkpoint;
+  if (record != ck.metadata.end()) p->record = record->second;
   return p;
 }
 
@@ -641,6 +829,84 @@ Config can build several. Errors are ConfigError naming the file, line and key.)
       });
 }
 
+// ---- data given in memory ------------------------------------------------------------------
+// Builds P's experiment from its config, the data options of its staged data (read from
+// FOLDER) added, with the GIL released and the lock held. A reader's error about a staged file
+// names the data's split and row instead.
+void build_experiment(PyExperiment& p, const std::string& folder) {
+  Config c = p.config;
+  std::vector<std::string> splits;
+  if (!p.plan.is_none()) {
+    for (const std::string& o : py::module_::import("growformer._data").attr("overrides")(p.plan, folder)
+                                    .cast<std::vector<std::string>>())
+      c.overrides.push_back(o);
+    splits = p.plan["splits"].cast<std::vector<std::string>>();
+  }
+  gf::ConfigNode node = c.node();
+  forget_policy_error();
+  try {
+    py::gil_scoped_release nogil;  // a Python policy class takes the GIL itself
+    Busy busy;
+    auto ex = std::make_unique<gf::Experiment>(node, p.plugin_paths);
+    p.ex = std::move(ex);  // the previous one (data staged before) stays until this one stands
+  } catch (const gf::ConfigError& e) {
+    if (splits.empty()) throw;
+    std::string msg = e.what();
+    for (const std::string& split : splits)
+      msg = rows_not_lines(msg, (fs::absolute(folder) / (split + ".jsonl")).lexically_normal().string(),
+                           "data['" + split + "']");
+    throw gf::ConfigError(msg);
+  }
+}
+
+// Stages DATA (growformer._data.prepare) in a fresh temporary folder for P's config.
+void stage_data(PyExperiment& p, py::object data) {
+  py::object section = p.config.node().has("data") ? config_to_py(p.config.node().child("data"))
+                                                   : py::object(py::dict());
+  if (!py::isinstance<py::dict>(section))
+    throw gf::ConfigError("data: the config's `data` is not a mapping");
+  p.staged = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-data-");
+  p.plan = py::module_::import("growformer._data").attr("prepare")(section, data, p.staged.attr("name"));
+}
+
+// Replaces P's data by DATA (train(data=...)): staged and the experiment built (its data checked)
+// before anything reaches a run directory; on an error P keeps what it had.
+void restage(PyExperiment& p, py::object data) {
+  py::object staged = p.staged, plan = p.plan;
+  try {
+    stage_data(p, data);
+    build_experiment(p, p.staged.attr("name").cast<std::string>());
+  } catch (...) {
+    p.staged = staged;
+    p.plan = plan;
+    throw;
+  }
+}
+
+// Before training on staged data: RUN_DIR must be new or empty (as a run directory must); the
+// staged files are copied into RUN_DIR/data/ and the experiment is built again reading them
+// there, so the run's configuration names files inside the run (resume, eval and load find them).
+void data_into_run_dir(PyExperiment& p, const std::string& run_dir) {
+  std::error_code ec;
+  if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
+    throw gf::ConfigError(run_dir + ": the run directory is a file; choose another run_dir");
+  if (fs::is_directory(run_dir, ec))
+    for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+      const std::string n = e.path().filename().string();
+      bool empty_dir = e.is_directory(ec) && fs::is_empty(e.path(), ec);
+      if (n == ".lock" || (n == "checkpoints" && empty_dir) || (n == "data" && e.is_directory(ec))) continue;
+      throw gf::ConfigError(run_dir + ": the run directory exists and is not empty (choose another "
+                            "run_dir, or growformer.resume(\"" + run_dir + "\"))");
+    }
+  const fs::path target = fs::absolute(fs::path(run_dir) / "data").lexically_normal();
+  fs::create_directories(target);
+  const std::string from = p.staged.attr("name").cast<std::string>();
+  for (const std::string& split : p.plan["splits"].cast<std::vector<std::string>>())
+    fs::copy_file(fs::path(from) / (split + ".jsonl"), target / (split + ".jsonl"),
+                  fs::copy_options::overwrite_existing);
+  build_experiment(p, target.string());
+}
+
 const char* kTrainDoc = R"doc(Trains into RUN_DIR (a str or pathlib.Path; new or empty) and returns the run's result.
 
 callback(metrics) runs every EVERY steps and at the last, with a dict: step, total_steps, loss and
@@ -656,7 +922,35 @@ step or stopped early), stopped_at (the step of a run that has not ended, else N
 examples, majority_class_accuracy, model, evaluated_on, heads; None before, or without a test or
 validation split), growth_summary and pruning_summary (once finished: the policies' summaries as
 {name: number}; None before). After the final test the model holds the weights it tested
-(train.test_on: best loads the best).)doc";
+(train.test_on: best loads the best).
+
+DATA: data in memory, as Experiment's DATA (it replaces what the experiment was built with);
+with data in memory, RUN_DIR/data/ receives it before the run starts.)doc";
+
+const char* kInitDoc = R"doc(Builds everything CONFIG names (a Config, a path to a YAML file, or a dict) with OVERRIDES ("train.steps=300", ...): data, model, optimizer, growth and pruning policies; PLUGIN_PATHS: more plugin folders. Nothing is written until train().
+
+DATA (optional) is data in memory, read by the text_tsv dataset with the config's data options
+(tokenizer, max_len, val_ratio, ...; the config names no data files then):
+  {'train': split, 'val': split, 'test': split}  (val and test optional: carved from train by
+                                                  data.val_ratio / data.test_ratio), or one split
+                                                  (the training data);
+  a split: (inputs, labels), or a pandas DataFrame with a text column (data.text_column, else
+           'text' or 'sentence') and a label column (data.label_column, else 'label');
+  inputs:  a list (or Series, or 1-D array) of str, or of token id sequences, or a 2-D int numpy
+           array (examples x positions) of token ids (read with tokenizer: ids);
+  labels:  str or int (all of one kind), a list, Series or numpy array.
+The data is written as JSON lines (one {text, label} object per row) to a temporary folder, and
+train() copies it into RUN_DIR/data/ before the run starts: the run's config names those files,
+so growformer.resume, `growformer resume`, `eval` and growformer.load read them as any data file.
+Errors name the split and the row (data['train'] row 7).)doc";
+
+const char* kEvaluateDoc = R"doc(Evaluates the model as `growformer eval` does, on DATA: a split ('train', 'val' or 'test'), a file (a str or pathlib.Path that is not a split's name: TSV, CSV or JSON lines with the model's text and label columns; the format from its extension or sniffed), or labelled data in memory, as Experiment's DATA takes one split ((inputs, labels), a DataFrame). Other data than the splits is tokenised with the model's saved tokenizer and mapped to its classes (a label it does not know is refused with its row); models of text_tsv data only.
+
+Returns {loss, accuracy, macro_f1, examples, classes: [{name, precision, recall, f1, support}] in
+class order, confusion: [[count]] (rows: true class, columns: predicted class), split: the
+split's name or 'data'}; over the first MAX_BATCHES batches of train.batch_size (0: all).)doc";
+
+const char* kPredictDoc = R"doc(Class probabilities, an (N, classes) float64 numpy array, of INPUTS: a list (any iterable, read once: a generator works) of strings or of token id sequences (lists or 1-D arrays of ints), a 2-D int numpy array, a pandas Series of strings, or a DataFrame (its text column). Strings are tokenised as `growformer predict` does (datasets with one-line records: text_tsv, listops); a string that cannot be one (a lone surrogate, empty) is a ValueError naming its index. In batches of BATCH_SIZE (0: train.batch_size). LOGITS=True gives the model's outputs before the softmax instead (its float32 values).)doc";
 
 const char* kResumeDoc = R"doc(Continues the run in RUN_DIR (a str or pathlib.Path) from its last checkpoint, as `growformer resume`.
 
@@ -667,24 +961,19 @@ those it used). Returns the result dict of Experiment.train (the same keys).)doc
 /// growformer.Experiment: building, training, evaluation and prediction.
 void bind_experiment_runs(py::class_<PyExperiment>& cls) {
   cls.def(py::init([](py::object config, const std::vector<std::string>& overrides,
-                       py::object plugin_paths) {
-             Config c = config_from(config, overrides, "");
-             std::vector<std::string> paths = path_list(plugin_paths, "Experiment: plugin_paths");
+                       py::object plugin_paths, py::object data) {
              auto p = std::make_unique<PyExperiment>();
-             gf::ConfigNode node = c.node();
-             forget_policy_error();
-             py::gil_scoped_release nogil;  // a Python policy class takes the GIL itself
-             p->ex = std::make_unique<gf::Experiment>(node, paths);
+             p->config = config_from(config, overrides, "");
+             p->plugin_paths = path_list(plugin_paths, "Experiment: plugin_paths");
+             if (!data.is_none()) stage_data(*p, data);
+             build_experiment(*p, p->staged.is_none() ? "" : p->staged.attr("name").cast<std::string>());
              return p;
            }),
            "config"_a, "overrides"_a = std::vector<std::string>{},
-           "plugin_paths"_a = std::vector<std::string>{},
-           "Builds everything CONFIG names (a Config, a path to a YAML file, or a dict) with "
-           "OVERRIDES (\"train.steps=300\", ...): data, model, optimizer, growth and pruning "
-           "policies; PLUGIN_PATHS: more plugin folders. Nothing is written until train().")
+           "plugin_paths"_a = std::vector<std::string>{}, "data"_a = py::none(), kInitDoc)
       .def("train",
            [](PyExperiment& p, py::object run_dir_obj, py::object callback, long every,
-              long stop_after, bool quiet) {
+              long stop_after, bool quiet, py::object data) {
              const std::string run_dir = path_arg(run_dir_obj, "train: run_dir");
              if (p.data_need != "all")
                throw gf::ConfigError("an experiment loaded from a checkpoint trains with "
@@ -693,6 +982,8 @@ void bind_experiment_runs(py::class_<PyExperiment>& cls) {
                throw gf::ConfigError("this experiment has trained already; build a new Experiment "
                                      "for another run");
              if (run_dir.empty()) throw py::value_error("train needs a run directory");
+             if (!data.is_none()) restage(p, data);
+             if (!p.plan.is_none()) data_into_run_dir(p, run_dir);
              RunWatch w;
              gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, {}, w);
              p.trained = true;
@@ -701,29 +992,29 @@ void bind_experiment_runs(py::class_<PyExperiment>& cls) {
              return run_result(status, run_dir);
            },
            "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1,
-           "quiet"_a = true, kTrainDoc)
-      .def("evaluate",
-           [](PyExperiment& p, const std::string& split, long max_batches) {
-             const auto& rows = split_of(p, split);
-             if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
-             gf::EvalResult r;
-             {
-               py::gil_scoped_release nogil;
-               r = p.ex->evaluate(rows, max_batches);
+           "quiet"_a = true, "data"_a = py::none(), kTrainDoc)
+      .def("evaluate", &evaluate, "data"_a = "val", "max_batches"_a = 0, kEvaluateDoc)
+      .def("predict", &predict, "inputs"_a, "batch_size"_a = 0, "logits"_a = false, kPredictDoc)
+      .def("tokenize",
+           [](PyExperiment& p, py::object texts) {
+             py::list rows = py::module_::import("growformer._data").attr("predict_texts")(
+                 texts, data_option(*p.ex, "text_column", "sentence"));
+             std::vector<std::string> strs;
+             size_t i = 0;
+             for (auto x : rows) {
+               if (!py::isinstance<py::str>(x))
+                 throw py::type_error("tokenize: input " + std::to_string(i) + " is not a str");
+               strs.push_back(x.cast<std::string>());
+               ++i;
              }
-             py::dict d = eval_dict(r);
-             d["split"] = split;
-             return d;
+             py::list out;
+             for (gf::Example& e : tokenize_strings(*p.ex, strs, "tokenize")) out.append(py::cast(e.tokens));
+             return out;
            },
-           "split"_a = "val", "max_batches"_a = 0,
-           "Loss, accuracy and example count on SPLIT ('train', 'val' or 'test'), in the batches "
-           "`growformer eval` uses (the first MAX_BATCHES; 0: all): {loss, accuracy, examples, "
-           "split}.")
-      .def("predict", &predict, "inputs"_a, "batch_size"_a = 0,
-           "Class probabilities, an (N, classes) float64 numpy array, of a list of token id "
-           "sequences (lists or 1-D arrays of ints) or of strings (datasets with one-line "
-           "records: listops, text_tsv), tokenised as `growformer predict` does; in batches of "
-           "BATCH_SIZE (0: train.batch_size).")
+           "texts"_a,
+           "The token ids of TEXTS (strings, read once), as predict tokenises them (before "
+           "truncation to the model's positions): a list of int lists, the inputs of to_torch's "
+           "module (its encode pads them).")
       .def("predict_file", &predict_file, "path"_a, "batch_size"_a = 0,
            "(ids, probabilities) of a file of records (a str or pathlib.Path), as `growformer "
            "predict` reads it: the records' ids and an (N, classes) float64 array.")
@@ -814,13 +1105,24 @@ void bind_functions(py::module_& m) {
 // policy bridge, becomes the __cause__ of the error whose message reports it.
 py::handle g_config_error, g_run_error;
 
+// WHAT as a Python str: bytes that are not UTF-8 (a corrupt line quoted from a binary file, a
+// file name) as \xHH escapes, so the message is never lost.
+py::str message_text(const char* what) {
+  PyObject* s = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+  if (!s) {
+    PyErr_Clear();
+    return py::str("(an error message that could not be decoded)");
+  }
+  return py::reinterpret_steal<py::str>(s);
+}
+
 void raise_with_cause(py::handle type, const char* what) {
   py::object cause = take_policy_error(what);
   if (cause.is_none()) {
-    PyErr_SetString(type.ptr(), what);
+    PyErr_SetObject(type.ptr(), message_text(what).ptr());
     return;
   }
-  py::object err = py::reinterpret_borrow<py::object>(type)(py::str(what));
+  py::object err = py::reinterpret_borrow<py::object>(type)(message_text(what));
   PyException_SetCause(err.ptr(), cause.release().ptr());  // steals the reference
   PyErr_SetObject(type.ptr(), err.ptr());
 }
