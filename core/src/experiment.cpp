@@ -1,0 +1,175 @@
+// An experiment: its parts built from the configuration, and train, restart and resume into a
+// run directory.
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "growformer/batch_sampler.hpp"
+#include "growformer/distributed.hpp"
+#include "growformer/json_text.hpp"
+#include "growformer/parallel.hpp"
+#include "growformer/version.hpp"
+#include "growformer/run_events.hpp"
+#include "trainer_impl.hpp"
+
+namespace gf {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using trainer_detail::check_memory;
+using trainer_detail::config_dir_text;
+using trainer_detail::kConfigDirLine;
+using trainer_detail::read_resolved_config;
+using trainer_detail::text_crc;
+
+Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
+                       const std::string& data_record, const std::string& data_need)
+    : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
+  // plugins, a policy's import and the data load may take long or hang: Ctrl-C ends them
+  AbandonableCall setup("the run's setup (its plugins, policies, data and model)");
+  Options top(cfg_, options(), "the configuration");
+  name_ = top.get_string("name");
+  if (name_.empty() || name_.find('/') != std::string::npos)
+    top.fail("name", "a run name must be non-empty and contain no '/'");
+  seed_ = static_cast<uint64_t>(top.get_int("seed"));
+  threads_ = static_cast<size_t>(top.get_int("threads"));
+  size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  if (threads_ > cores) {  // more threads than cores only contend (results do not change)
+    if (data_need != "check")  // a sweep checks every job's config: once per job would be noise
+      std::cerr << "warning: threads: " << threads_ << " is more than the " << cores
+                << " cores of this machine; using " << cores << "\n";
+    threads_ = cores;
+  }
+  // threads: 0 = this machine's cores, shared among the processes of an MPI job running on it
+  set_num_threads(threads_ ? threads_ : cores_per_process());
+  registry_->load_directories(Registry::search_path(plugin_paths));
+
+  // validate the cheap parts before the (possibly slow) data load
+  build_training_parts(top);
+  if (data_need == "check") {
+    check_without_data(top.get_node("data"));
+  } else {
+    load_data(top.get_node("data"), data_record, data_need);
+    check_memory(top.get_node("model"), data_, settings_.batch_size, data_need == "all");
+  }
+  model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
+                                   *registry_, seed_);
+  cfg_.check_all_consumed();
+  state_ = TrainerState(seed_);
+}
+
+void Experiment::build_training_parts(const Options& top) {
+  ConfigNode train_node = top.get_node("train");
+  Options to(train_node, TrainSettings::options(), "train");
+  settings_ = TrainSettings(to);
+  ConfigNode opt_node = top.get_node("optimizer");
+  optimizer_ = registry_->create_optimizer(opt_node);
+  schedule_.peak = optimizer_->peak_lr();
+  schedule_.warmup = settings_.warmup;
+  schedule_.steps = settings_.steps;
+  schedule_.kind = settings_.schedule;
+  schedule_.min_ratio = settings_.min_lr_ratio;
+  growth_ = registry_->create_growth(top.get_node("growth"));
+  pruning_ = registry_->create_pruning(top.get_node("pruning"));
+}
+
+
+Experiment::~Experiment() = default;
+
+Batch Experiment::make_batch(const std::vector<Example>& split,
+                             const std::vector<size_t>& idx) const {
+  return gf::make_batch(split, idx, model_->max_tokens(), data_.pad_id);
+}
+
+
+void Experiment::use_communicator(const RunFlags& flags) {
+  comm_ = flags.comm ? flags.comm : &serial_communicator();
+  if (comm_->size() > 1 && settings_.batch_size < comm_->size())
+    throw ConfigError("train.batch_size: " + std::to_string(settings_.batch_size) +
+                      " examples per step cannot be shared by " + std::to_string(comm_->size()) +
+                      " processes (each needs at least one); use a batch of at least " +
+                      std::to_string(comm_->size()) + " or fewer processes");
+}
+
+namespace {
+// Every process of a data-parallel run must be given the same run directory (rank 0 alone
+// writes it); otherwise each process stops naming its own, instead of ignoring it.
+void check_same_on_every_process(Communicator& comm, const char* what, const std::string& value) {
+  if (comm.size() == 1 || comm.all_equal(hash_name(value))) return;
+  throw ConfigError(std::string(what) + ": the processes of this run were given different ones "
+                    "(rank " + std::to_string(comm.rank()) + ": `" + printable(value.substr(0, 300)) +
+                    "`); give every process the same");
+}
+}  // namespace
+
+int Experiment::train(const RunFlags& flags) {
+  use_communicator(flags);
+  check_same_on_every_process(*comm_, "--run-dir", flags.run_dir);
+  std::string root_dir;
+  if (!comm_->root()) {
+    // rank 0 picks and creates the run directory; the others learn its name
+    comm_->broadcast(root_dir);
+    return run_loop(RunDir(root_dir), 0, flags);
+  }
+  RunDir dir = RunDir::create(flags.run_dir, name_);
+  dir.lock();
+  std::string resolved = "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
+  resolved += std::string(kConfigDirLine) + config_dir_text(cfg_.base_dir()) + "\n" + cfg_.dump();
+  dir.write(dir.resolved_config(), resolved);
+  resolved_config_crc_ = text_crc(resolved);
+  if (comm_->size() > 1) {
+    root_dir = fs::absolute(dir.root()).string();  // a process may have another working folder
+    comm_->broadcast(root_dir);
+  }
+  {
+    nlohmann::json lock = nlohmann::json::array();
+    for (auto& l : registry_->libraries())
+      lock.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path},
+                      {"checksum", l.sha256}});
+    dir.write(dir.plugins_lock(), dump_json(lock, 2) + "\n");
+  }
+  dir.reset_logs();
+  return run_loop(dir, 0, flags);
+}
+
+int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
+  use_communicator(flags);
+  check_same_on_every_process(*comm_, "the run directory", run_dir);
+  RunDir dir(run_dir);
+  resolved_config_crc_ = text_crc(read_resolved_config(dir));
+  if (!comm_->root()) return run_loop(dir, 0, flags);
+  dir.lock();
+  fs::create_directories(dir.checkpoints());
+  dir.reset_logs();
+  if (!flags.quiet)
+    std::cout << dir.root() << ": no checkpoint yet; starting the run again from step 0 with its "
+              << "config.resolved.yaml\n";
+  return run_loop(dir, 0, flags);
+}
+
+int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
+  use_communicator(flags);
+  check_same_on_every_process(*comm_, "the run directory", run_dir);
+  RunDir dir(run_dir);
+  if (comm_->root()) dir.lock();
+  std::string ck = dir.last_checkpoint();
+  Checkpoint loaded = load_checkpoint(ck);
+  // the run continues as it was configured: an edited resolved config would be silently ignored
+  std::string actual = text_crc(read_resolved_config(dir));
+  auto want = loaded.metadata.find("resolved_config_crc");
+  if (want != loaded.metadata.end() && want->second != actual)
+    throw RuntimeError(dir.resolved_config() +
+                       ": changed since the run started (it no longer matches the checkpoint). "
+                       "`resume` continues the run exactly as configured: restore the file, or "
+                       "start a new run with `growformer train` on the edited configuration");
+  resolved_config_crc_ = actual;
+  long step = restore_training(loaded, ck, parts());
+  if (comm_->root()) dir.rewind_logs(step);
+  if (!flags.quiet && comm_->root()) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
+  return run_loop(dir, step, flags);
+}
+
+
+}  // namespace gf

@@ -1,0 +1,95 @@
+// An experiment's checkpoints and run files: saving, loading weights, the resolved config's
+// folder line and checksum, and an experiment rebuilt from a checkpoint.
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "growformer/checkpoint.hpp"
+#include "growformer/json_text.hpp"
+#include "trainer_impl.hpp"
+
+namespace gf {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+TrainingParts Experiment::parts() {
+  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_};
+}
+
+void Experiment::save(const std::string& path) {
+  if (!comm_->root()) return;  // rank 0 alone writes
+  Checkpoint ck = make_training_checkpoint(parts());
+  ck.metadata["data"] = data_record();  // the tokenizer, so eval and predict tokenise as training
+  if (!resolved_config_crc_.empty()) ck.metadata["resolved_config_crc"] = resolved_config_crc_;
+  save_checkpoint(path, ck);
+}
+
+
+namespace trainer_detail {
+
+// The config's folder on the `# config_dir:` line: a JSON string (any bytes, json_text.hpp;
+// a control character or a non-UTF-8 byte would make the YAML file unreadable).
+std::string config_dir_text(const std::string& dir) { return dump_json(json(dir)); }
+std::string config_dir_of(const std::string& text) {
+  if (text.empty() || text[0] != '"') return text;  // written before the line was JSON
+  json j = json::parse(text, nullptr, false);
+  return j.is_string() ? json_bytes(j.get<std::string>()) : text;
+}
+
+std::string text_crc(const std::string& text) {
+  uLong crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size());
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "crc32:%08lx", static_cast<unsigned long>(crc));
+  return buf;
+}
+
+// config.resolved.yaml as text (bounded); RuntimeError when missing or not a regular file.
+std::string read_resolved_config(const RunDir& dir) {
+  std::string path = dir.resolved_config();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw RuntimeError(path + ": missing (or not a file): the run directory is incomplete; start "
+                       "a new run with `growformer train`");
+  if (fs::file_size(path, ec) > (16u << 20))
+    throw RuntimeError(path + ": larger than 16 MiB: not the run's resolved configuration");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace trainer_detail
+
+void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
+
+void Experiment::load_weights(const Checkpoint& ck, const std::string& path) {
+  restore_model(ck, path, *model_);
+}
+
+std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
+                                                       const std::vector<std::string>& plugin_paths) {
+  return experiment_from_checkpoint(load_checkpoint(path), path, plugin_paths);
+}
+
+std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& ck, const std::string& path,
+                                                       const std::vector<std::string>& plugin_paths) {
+  check_checkpoint_format(ck, path);  // before its config builds anything
+  auto it = ck.metadata.find("config");
+  if (it == ck.metadata.end())
+    throw RuntimeError(path + ": not a growformer checkpoint (no embedded config)");
+  auto dir = ck.metadata.find("config_dir");
+  // relative data paths resolve against the original config's folder
+  ConfigNode cfg = ConfigNode::load_string(it->second, path + " (embedded config)",
+                                           dir == ck.metadata.end() ? "" : dir->second);
+  auto data = ck.metadata.find("data");  // absent in checkpoints written before it was saved
+  return std::make_unique<Experiment>(cfg, plugin_paths,
+                                      data == ck.metadata.end() ? "" : data->second);
+}
+
+
+}  // namespace gf

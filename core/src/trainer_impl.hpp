@@ -1,0 +1,45 @@
+// Private to the trainer's sources: the helpers the experiment, its memory check, its run files
+// and the training loop share.
+#pragma once
+
+#include <string>
+
+#include "growformer/config.hpp"
+#include "growformer/dataset.hpp"
+#include "growformer/run_dir.hpp"
+#include "growformer/trainer.hpp"
+
+namespace gf {
+namespace trainer_detail {
+
+// ---- memory (trainer_memory.cpp)
+// What this process may allocate: the smallest of physical memory, a cgroup's limit and the
+// address-space limit (ulimit -v), with where it comes from (memory_limit()).
+struct MemoryLimit {
+  double bytes = 0;
+  std::string from;
+  bool address_space = false;  // ulimit -v: it counts the address space, not resident memory
+};
+
+MemoryLimit memory_limit();
+// What this process holds now, as LIMIT counts it: its address space or its resident memory.
+double process_memory(const MemoryLimit& limit);
+// BYTES as "12 MiB" or "1.2 GiB".
+std::string gib(double bytes);
+// Refuses, before the model is built, a run whose parameters or one step's activations cannot
+// fit in memory (the estimate is written beside the definition).
+void check_memory(ConfigNode model_node, const DataSplits& data, long batch, bool training);
+
+// ---- run files (experiment_checkpoint.cpp)
+// The line of config.resolved.yaml that names the config's folder.
+constexpr const char* kConfigDirLine = "# config_dir: ";
+// The config's folder as that line writes it (a JSON string: any bytes), and read back.
+std::string config_dir_text(const std::string& dir);
+std::string config_dir_of(const std::string& text);
+// "crc32:xxxxxxxx" of TEXT.
+std::string text_crc(const std::string& text);
+// config.resolved.yaml as text (bounded); RuntimeError when missing or not a regular file.
+std::string read_resolved_config(const RunDir& dir);
+
+}  // namespace trainer_detail
+}  // namespace gf

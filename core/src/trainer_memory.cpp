@@ -1,0 +1,97 @@
+// The up-front memory check: what the process may allocate, and whether a model and batch fit.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "growformer/model.hpp"
+#include "trainer_impl.hpp"
+
+namespace gf {
+
+namespace trainer_detail {
+
+MemoryLimit memory_limit() {
+  MemoryLimit m;
+  m.bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  m.from = "physical memory";
+  for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(f);
+    double v = 0;
+    if (in >> v && v > 0 && v < m.bytes) {
+      m.bytes = v;
+      m.from = std::string("the cgroup limit in ") + f;
+    }
+  }
+  struct rlimit as {};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+      static_cast<double>(as.rlim_cur) < m.bytes) {
+    m.bytes = static_cast<double>(as.rlim_cur);
+    m.from = "the address-space limit (ulimit -v)";
+    m.address_space = true;
+  }
+  return m;
+}
+
+// What this process holds now, as LIMIT counts it: its address space or its resident memory.
+double process_memory(const MemoryLimit& limit) {
+  std::ifstream in("/proc/self/statm");
+  double size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return (limit.address_space ? size : resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+std::string gib(double bytes) {
+  char b[32];
+  if (bytes < double(1u << 30))
+    std::snprintf(b, sizeof b, "%.0f MiB", std::ceil(bytes / double(1u << 20)));
+  else
+    std::snprintf(b, sizeof b, "%.1f GiB", bytes / double(1u << 30));
+  return b;
+}
+
+// Refuses, before the model is built, a run whose parameters (with gradients and optimizer
+// state) or, when TRAINING, one step's activations cannot fit in memory. Both estimates are
+// lower bounds measured on mha: parameters vocab x d + positions x d + layers x (4 + 2 x
+// mlp_ratio) x d^2 + d x classes, 16 bytes each; activations kept for the backward pass about
+// 16 x d floats per token and layer, plus one layer's worth for the embedding and the head,
+// for batch x length tokens (length: the data's longest sequence, cut at model.max_len).
+void check_memory(ConfigNode model_node, const DataSplits& data, long batch, bool training) {
+  Options mo(model_node, Model::options(), "model");
+  double d = static_cast<double>(mo.get_int("d_model")), layers = static_cast<double>(mo.get_int("layers"));
+  double max_len = static_cast<double>(mo.get_int("max_len"));
+  double length = data.max_len > 0 ? std::min(max_len, static_cast<double>(data.max_len)) : max_len;
+  length += mo.get_string("pool") == "cls";
+  double params = static_cast<double>(data.vocab_size) * d + max_len * d +
+                  layers * (4 + 2 * mo.get_float("mlp_ratio")) * d * d +
+                  d * static_cast<double>(data.num_classes);
+  double param_bytes = 16 * params;
+  double act_bytes = training ? 4.0 * static_cast<double>(batch) * length * (layers + 1) * 16 * d : 0;
+  const MemoryLimit lim = memory_limit();
+  const double limit = lim.bytes;
+  const std::string& from = lim.from;
+  if (param_bytes + act_bytes <= limit) return;
+  std::ostringstream what;
+  what.precision(6);
+  if (act_bytes > param_bytes)
+    what << "train.batch_size: a training step needs about " << gib(param_bytes + act_bytes)
+         << " (batch " << batch << " x " << length << " tokens x d_model " << d << " x " << layers
+         << " layer(s) of activations, and " << gib(param_bytes)
+         << " of parameters and optimizer state)";
+  else
+    what << "model: the parameters with their gradients and optimizer state need about "
+         << gib(param_bytes) << " (d_model " << d << ", " << layers << " layer(s), mlp_ratio "
+         << mo.get_float("mlp_ratio") << ", max_len " << max_len << ")";
+  throw ConfigError(what.str() + ", more than the " + gib(limit) + " of " + from + "; lower " +
+                    (act_bytes > param_bytes ? "train.batch_size, model.max_len or the model's size"
+                                             : "model.d_model, model.layers or model.mlp_ratio"));
+}
+
+}  // namespace trainer_detail
+
+}  // namespace gf
