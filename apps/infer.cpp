@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <growformer/parallel.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/trainer.hpp>
+#include <growformer/trainer_state.hpp>
 
 #include "commands.hpp"
 
@@ -58,12 +60,53 @@ void drop_other_mode_options(const gf::ConfigNode& cfg, const std::set<std::stri
   }
 }
 
+// A `data:` section given with `eval --data CONFIG` for the checkpoint's own dataset plugin
+// takes the options it leaves out that the plugin requires (text_tsv's `train`) from the
+// checkpoint's: with the saved tokenizer only the evaluated split's file is read, so a section
+// naming just `test: FILE` evaluates FILE, the training files gone.
+void fill_required_from_checkpoint(gf::ConfigNode data, const gf::ConfigNode& saved,
+                                   const std::vector<std::string>& plugin_paths) {
+  if (!data.is_map() || !saved.is_map() || !data.has("plugin") || !saved.has("plugin") ||
+      !data.child("plugin").is_scalar() || !saved.child("plugin").is_scalar() ||
+      data.child("plugin").as_string() != saved.child("plugin").as_string())
+    return;
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(plugin_paths));
+  const gf::ComponentInfo* info = reg.find(gf::Kind::Dataset, data.child("plugin").as_string());
+  if (!info) return;  // the experiment names the unknown plugin
+  for (const gf::OptionSpec& spec : info->spec.options)
+    if (spec.required && !data.has(spec.name) && saved.has(spec.name))
+      data.apply_override(spec.name + "=" + saved.child(spec.name).dump());
+}
+
+// The checkpoint's embedded config (relative paths against BASE), its data section replaced by
+// the `data` section of the config DATA_CONFIG when one is given.
+gf::ConfigNode embedded_config(const std::string& text, const std::string& path, std::string base,
+                               const std::string& data_config,
+                               const std::vector<std::string>& plugin_paths) {
+  if (data_config.empty())
+    return gf::ConfigNode::load_string(text, path + " (embedded config)", base);
+  gf::ConfigNode other = gf::ConfigNode::load_file(data_config);
+  gf::ConfigNode data_node = other.has("data") ? other.child("data") : other;
+  if (!data_node.is_map() || !data_node.has("plugin"))
+    throw gf::ConfigError(data_config + ": expected a `data:` section (or a data mapping) with a "
+                                        "`plugin` key");
+  gf::ConfigNode saved = gf::ConfigNode::load_string(text, path + " (embedded config)", base);
+  base = fs::absolute(data_config).parent_path().string();  // its relative paths
+  gf::ConfigNode cfg = gf::ConfigNode::load_string(text, path + " (embedded config)", base);
+  cfg.apply_override("data=" + data_node.dump());
+  fill_required_from_checkpoint(cfg.child("data"), saved.child("data"), plugin_paths);
+  return cfg;
+}
+
 // The checkpoint's experiment, its data changed by `--set data.KEY=VALUE` or replaced by the
 // `data` section of another config; the dataset tokenises with the checkpoint's tokenizer.
 // With that tokenizer only the data named by `need` is read (Experiment's data_need): "none"
-// for predict, the evaluated split for eval, so files of other splits need not exist.
+// for predict, the evaluated split for eval, so files of other splits need not exist. Plugins
+// come from --plugin-path and the folders the checkpoint records (the libraries of a run that
+// were found outside the built-in folders); one that is gone is named in the error.
 std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, const std::string& path,
-                                                      const std::vector<std::string>& plugin_paths,
+                                                      const std::vector<std::string>& given_paths,
                                                       const std::vector<std::string>& data_sets,
                                                       const std::string& data_config,
                                                       const std::string& need) {
@@ -77,38 +120,53 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
     throw gf::ConfigError(path + ": the checkpoint has no saved tokenizer (it was written before "
                                  "tokenizers were saved), so other data cannot be tokenised as in "
                                  "training; `growformer resume` it once, or re-train");
+  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, path, given_paths);
+  const std::vector<std::string>& plugin_paths = plugins.paths;
   auto dir = ck.metadata.find("config_dir");
-  std::string base = dir == ck.metadata.end() ? "" : dir->second;
-  gf::ConfigNode data_node;
-  if (!data_config.empty()) {
-    gf::ConfigNode other = gf::ConfigNode::load_file(data_config);
-    data_node = other.has("data") ? other.child("data") : other;
-    if (!data_node.is_map() || !data_node.has("plugin"))
-      throw gf::ConfigError(data_config + ": expected a `data:` section (or a data mapping) with a "
-                                          "`plugin` key");
-    base = fs::absolute(data_config).parent_path().string();  // its relative paths
+  try {
+    gf::ConfigNode cfg = embedded_config(cfg_text->second, path,
+                                         dir == ck.metadata.end() ? "" : dir->second, data_config,
+                                         plugin_paths);
+    std::set<std::string> set_keys;  // the KEY of each data.KEY... given
+    for (const std::string& s : data_sets) {
+      if (s.rfind("data.", 0) != 0)
+        throw UsageError("--set " + s + ": only data.KEY=VALUE can change (the model is the checkpoint's)");
+      set_keys.insert(s.substr(5, s.find_first_of(".=", 5) - 5));
+      // a path given on the command line is relative to the current directory
+      auto eq = s.find('=');
+      std::string value = eq == std::string::npos ? "" : s.substr(eq + 1);
+      if (!value.empty() && fs::path(value).is_relative() && fs::exists(value))
+        cfg.apply_override(s.substr(0, eq + 1) + fs::absolute(value).string());
+      else
+        cfg.apply_override(s);
+    }
+    drop_other_mode_options(cfg, set_keys, plugin_paths);
+    auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
+                                               record == ck.metadata.end() ? "" : record->second, need);
+    ex->load_weights(ck, path);
+    return ex;
+  } catch (const gf::ConfigError& e) {
+    gf::rethrow_with_missing_plugins(e, path, plugins, "`--plugin-path DIR`");
   }
-  gf::ConfigNode cfg =
-      gf::ConfigNode::load_string(cfg_text->second, path + " (embedded config)", base);
-  if (!data_config.empty()) cfg.apply_override("data=" + data_node.dump());
-  std::set<std::string> set_keys;  // the KEY of each data.KEY... given
-  for (const std::string& s : data_sets) {
-    if (s.rfind("data.", 0) != 0)
-      throw UsageError("--set " + s + ": only data.KEY=VALUE can change (the model is the checkpoint's)");
-    set_keys.insert(s.substr(5, s.find_first_of(".=", 5) - 5));
-    // a path given on the command line is relative to the current directory
-    auto eq = s.find('=');
-    std::string value = eq == std::string::npos ? "" : s.substr(eq + 1);
-    if (!value.empty() && fs::path(value).is_relative() && fs::exists(value))
-      cfg.apply_override(s.substr(0, eq + 1) + fs::absolute(value).string());
-    else
-      cfg.apply_override(s);
-  }
-  drop_other_mode_options(cfg, set_keys, plugin_paths);
-  auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
-                                             record == ck.metadata.end() ? "" : record->second, need);
-  ex->load_weights(ck, path);
-  return ex;
+}
+
+// `eval --data VALUE`: a config whose `data:` section replaces the checkpoint's, or, for a
+// text_tsv model and a file not named .yaml or .yml, a data file evaluated as its test split
+// (any format text_tsv reads, the checkpoint's text and label columns) like `--set
+// data.test=FILE --set data.format=auto`.
+bool is_config_file(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".yaml" || ext == ".yml";
+}
+
+std::string embedded_data_plugin(const gf::Checkpoint& ck, const std::string& path) {
+  auto cfg = ck.metadata.find("config");
+  if (cfg == ck.metadata.end()) return "";
+  gf::ConfigNode data = gf::ConfigNode::load_string(cfg->second, path + " (embedded config)").child("data");
+  return data.valid() && data.is_map() && data.has("plugin") && data.child("plugin").is_scalar()
+             ? data.child("plugin").as_string()
+             : "";
 }
 
 // Logits of a batch of examples as class probabilities (row-major, n x C).
@@ -252,21 +310,45 @@ int cmd_eval(const std::vector<std::string>& args) {
   po::options_description o("eval options");
   std::string ck, split = "test", data_config;
   std::vector<std::string> paths, sets;
-  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
+  o.add_options()("checkpoint", po::value(&ck)->required(),
+                  "checkpoint (.safetensors), or a run directory (its best checkpoint, else its last)")(
       "split", po::value(&split), "val | test | train | all")(
       "set", po::value(&sets)->composing(),
       "change the data: data.KEY=VALUE (repeatable; e.g. data.test=FILE)")(
-      "data", po::value(&data_config), "evaluate on the `data:` section of this config")(
+      "data", po::value(&data_config),
+      "evaluate on the `data:` section of this config, or (text_tsv models, a file not named "
+      ".yaml/.yml) on this data file as the test split: TSV, CSV or JSON lines")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
   bool help;
-  auto vm = parse("growformer eval CHECKPOINT [--split val|test|train|all] [--set data.KEY=VALUE]... "
-                  "[--data CONFIG] [--json]",
+  auto vm = parse("growformer eval CHECKPOINT|RUN_DIR [--split val|test|train|all] [--set data.KEY=VALUE]... "
+                  "[--data CONFIG|FILE] [--json]",
                   o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (split != "val" && split != "test" && split != "train" && split != "all")
     throw UsageError("--split must be val, test, train or all");
+  ck = gf::checkpoint_in(ck);
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  auto ex = checkpoint_experiment(loaded, ck, paths, sets, data_config, split);
+  if (!data_config.empty() && !is_config_file(data_config) && embedded_data_plugin(loaded, ck) == "text_tsv") {
+    if (!fs::exists(data_config)) throw gf::ConfigError("--data " + data_config + ": no such file");
+    if (vm.count("split") && split != "test")
+      throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
+    sets.push_back("data.test=" + fs::absolute(data_config).string());
+    sets.push_back("data.format=auto");
+    data_config.clear();
+  }
+  std::unique_ptr<gf::Experiment> ex;
+  try {
+    ex = checkpoint_experiment(loaded, ck, paths, sets, data_config, split);
+  } catch (const gf::ConfigError& e) {
+    const std::string what = e.what();
+    bool unreadable = what.find("cannot open") != std::string::npos ||
+                      what.find("No such file") != std::string::npos;
+    if (!sets.empty() || !data_config.empty() || !unreadable) throw;
+    // the run's own data files, gone: the checkpoint alone evaluates other data
+    throw gf::ConfigError(std::string(e.what()) + "\n  (the " + split + " split is read from the "
+                          "files the model trained on; evaluate other labelled data with --data "
+                          "FILE or --set data.test=FILE; `growformer predict` needs no data)");
+  }
   const gf::DataSplits& d = ex->data();
   std::vector<const gf::Example*> rows;
   for (auto* s : {&d.train, &d.val, &d.test}) {
@@ -313,7 +395,8 @@ struct PredictArgs {
 PredictArgs parse_predict_args(const std::vector<std::string>& args) {
   po::options_description o("predict options");
   PredictArgs a;
-  o.add_options()("checkpoint", po::value(&a.ck)->required(), "checkpoint (.safetensors)")(
+  o.add_options()("checkpoint", po::value(&a.ck)->required(),
+                  "checkpoint (.safetensors), or a run directory (its best checkpoint, else its last)")(
       "input", po::value(&a.input)->required(),
       "records: TSV with the text column (text_tsv), FASTA (fasta_variants), expressions (listops)")(
       "out", po::value(&a.out_path), "output file (default: standard output)")(
@@ -322,7 +405,7 @@ PredictArgs parse_predict_args(const std::vector<std::string>& args) {
       "batch-size", po::value(&a.batch), "records per batch (default: the training batch size)")(
       "threads", po::value(&a.threads), "worker threads (default: the run's setting; 0 = all cores)")(
       "quiet,q", "no progress output")("plugin-path", po::value(&a.paths)->composing(), "extra plugin folder");
-  auto vm = parse("growformer predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] "
+  auto vm = parse("growformer predict CHECKPOINT|RUN_DIR INPUT [--out FILE] [--format tsv|jsonl] "
                   "[--bad-records fail|skip]",
                   o, {{"checkpoint", 1}, {"input", 1}}, args, &a.help);
   if (a.help) return a;
@@ -338,10 +421,11 @@ PredictArgs parse_predict_args(const std::vector<std::string>& args) {
 int cmd_predict(const std::vector<std::string>& cli) {
   const PredictArgs a = parse_predict_args(cli);
   if (a.help) return 0;
-  const std::string &ck = a.ck, &input = a.input, &out_path = a.out_path, &format = a.format, &bad = a.bad;
+  const std::string &input = a.input, &out_path = a.out_path, &format = a.format, &bad = a.bad;
   const std::vector<std::string>& paths = a.paths;
   const long batch = a.batch;
   long threads = a.threads;
+  const std::string ck = gf::checkpoint_in(a.ck);
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
   auto record = loaded.metadata.find("data");
   if (record == loaded.metadata.end())

@@ -274,6 +274,34 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   Cli gone = run_cli("eval " + best + " --split val", out);  // val is carved from train.tsv
   CHECK(gone.status != 0);
   CHECK(has(gone.output, "train.tsv"));
+  CHECK(has(gone.output, "--data FILE"));  // and what to do instead
+  // --data: a data file (not a config) is the test split; a data config naming only the test
+  // file takes the rest of the checkpoint's options (text_tsv's required `train`, not read)
+  Cli e3 = run_cli("eval " + best + " --data " + dir.file("copy.tsv") + " --json", out);
+  REQUIRE_MESSAGE(e3.status == 0, e3.output);
+  std::ofstream(dir.file("test_only.yaml")) << "data: {plugin: text_tsv, test: " << dir.file("copy.tsv") << "}\n";
+  Cli e4 = run_cli("eval " + best + " --data " + dir.file("test_only.yaml") + " --json", out);
+  REQUIRE_MESSAGE(e4.status == 0, e4.output);
+  for (const char* k : {"examples", "accuracy", "confusion"}) {
+    CHECK(json::parse(e3.output)[k] == ej[k]);
+    CHECK(json::parse(e4.output)[k] == ej[k]);
+  }
+  Cli e5 = run_cli("eval " + best + " --data " + dir.file("copy.tsv") + " --split val", out);
+  CHECK(e5.status == 2);
+  CHECK(has(e5.output, "--data FILE is evaluated as the test split"));
+  // a run directory: its best checkpoint, else its last; neither is an error naming both
+  const std::string run_dir = fs::path(best).parent_path().parent_path().string();
+  Cli d1 = run_cli("eval " + run_dir + " --set data.test=" + dir.file("copy.tsv") + " --json", out);
+  REQUIRE_MESSAGE(d1.status == 0, d1.output);
+  CHECK(json::parse(d1.output)["checkpoint"] == best);
+  Cli d2 = run_cli("predict " + run_dir + " " + dir.file("copy.tsv") + " --out " + dir.file("p3.tsv") + " --quiet", out);
+  REQUIRE_MESSAGE(d2.status == 0, d2.output);
+  CHECK(text_of(dir.file("p3.tsv")) == text_of(dir.file("p.tsv")));
+  fs::create_directories(dir.file("empty_run/checkpoints"));
+  Cli d3 = run_cli("eval " + dir.file("empty_run"), out);
+  CHECK(d3.status == 1);
+  CHECK(has(d3.output, "checkpoints/best.safetensors"));
+  CHECK(has(d3.output, "checkpoints/last.safetensors"));
   fs::rename(dir.file("train.moved"), dir.file("train.tsv"));
   fs::rename(dir.file("test.moved"), dir.file("test.tsv"));
 

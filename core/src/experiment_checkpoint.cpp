@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 TrainingParts Experiment::parts() {
-  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_};
+  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_, registry_.get()};
 }
 
 void Experiment::save(const std::string& path) {

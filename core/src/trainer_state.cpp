@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "growformer/errors.hpp"
 #include "growformer/interrupt.hpp"
 #include "growformer/json_text.hpp"
+#include "growformer/registry.hpp"
+#include "growformer/run_dir.hpp"
 #include "growformer/version.hpp"
 
 namespace gf {
@@ -121,6 +126,91 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
 }
 
 // ---------------------------------------------------------------------------
+namespace {
+namespace fs = std::filesystem;
+
+std::string folder_key(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  return (ec ? fs::path(dir) : p).lexically_normal().string();
+}
+
+// The folders every process searches without being told (beside the program and the core
+// library, the build's and the install's plugin folders): the search path without the
+// GROWFORMER_PLUGIN_PATH entries, which a later process may not have.
+std::set<std::string> builtin_plugin_folders() {
+  std::set<std::string> env;
+  if (const char* e = std::getenv("GROWFORMER_PLUGIN_PATH")) {
+    std::stringstream ss(e);
+    for (std::string part; std::getline(ss, part, ':');)
+      if (!part.empty()) env.insert(folder_key(part));
+  }
+  std::set<std::string> out;
+  for (const std::string& d : Registry::search_path({}))
+    if (!env.count(folder_key(d))) out.insert(folder_key(d));
+  return out;
+}
+
+// The libraries REGISTRY loaded from other folders than the built-in ones, as the checkpoint's
+// "plugin_libraries" entry (a JSON list of {plugin, version, path, folder}); "" when none.
+std::string recorded_plugin_libraries(const Registry& registry) {
+  const std::set<std::string> builtin = builtin_plugin_folders();
+  json out = json::array();
+  for (const LoadedLibrary& l : registry.libraries()) {
+    std::string folder = folder_key(fs::path(l.path).parent_path().string());
+    if (builtin.count(folder)) continue;
+    out.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}, {"folder", folder}});
+  }
+  return out.empty() ? std::string() : dump_json(out);
+}
+}  // namespace
+
+std::string checkpoint_in(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  RunDir dir(path);
+  for (const std::string& ck : {dir.best_checkpoint(), dir.last_checkpoint()})
+    if (fs::is_regular_file(ck, ec)) return ck;
+  throw RuntimeError(path + ": a directory without a checkpoint: looked for " + dir.best_checkpoint() +
+                     ", then " + dir.last_checkpoint() + " (give a checkpoint file, or the "
+                     "directory of a run that wrote one)");
+}
+
+CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::string& path,
+                                          const std::vector<std::string>& given) {
+  CheckpointPlugins out;
+  out.paths = given;
+  auto it = ck.metadata.find("plugin_libraries");
+  if (it == ck.metadata.end()) return out;
+  json libs = json::parse(it->second, nullptr, false);
+  if (!libs.is_array())
+    throw RuntimeError(path + ": corrupt `plugin_libraries` record (not a JSON list)");
+  std::error_code ec;
+  for (const json& l : json_bytes_tree(libs)) {
+    if (!l.is_object() || !l.value("path", json()).is_string() || !l.value("folder", json()).is_string())
+      throw RuntimeError(path + ": corrupt `plugin_libraries` record: " + l.dump().substr(0, 120));
+    const std::string lib = l["path"].get<std::string>(), folder = l["folder"].get<std::string>();
+    if (!fs::is_regular_file(lib, ec)) {
+      out.missing.push_back("plugin `" + l.value("plugin", std::string("?")) + "` " +
+                            l.value("version", std::string()) + " from " + lib);
+      continue;
+    }
+    if (std::find(out.paths.begin(), out.paths.end(), folder) == out.paths.end())
+      out.paths.push_back(folder);
+  }
+  return out;
+}
+
+void rethrow_with_missing_plugins(const ConfigError& e, const std::string& path,
+                                  const CheckpointPlugins& plugins, const std::string& flag) {
+  if (plugins.missing.empty()) throw e;
+  std::string msg = e.what();
+  msg += "\n  " + path + " was trained with plugin libraries that are missing now (moved or deleted?):";
+  for (const std::string& m : plugins.missing) msg += "\n    " + m;
+  msg += "\n  put the library back there, or give " + flag + " with the folder it is in now";
+  throw ConfigError(msg);
+}
+
 Checkpoint make_training_checkpoint(const TrainingParts& p) {
   Checkpoint ck;
   for (auto& [n, v] : p.model->named_parameters()) ck.tensors[kModel + n] = v.value();
@@ -135,6 +225,10 @@ Checkpoint make_training_checkpoint(const TrainingParts& p) {
   ck.metadata["heads"] = json(p.model->heads_per_block()).dump();
   ck.metadata["optimizer_scalars"] = json(p.optimizer->state_scalars()).dump();
   ck.metadata["trainer"] = p.state->to_json();
+  if (p.registry) {
+    std::string libs = recorded_plugin_libraries(*p.registry);
+    if (!libs.empty()) ck.metadata["plugin_libraries"] = libs;
+  }
   {
     AbandonableCall c("the growth or pruning policy in save_state() (a checkpoint being made)");
     ck.metadata["growth_state"] = p.growth->save_state();

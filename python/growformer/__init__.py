@@ -4,7 +4,7 @@ checkpoints, a run's logs, sweep tables, and growth/pruning policies written in 
     import growformer as gf
     ex = gf.Experiment("configs/quickstart.yaml", overrides=["train.steps=200"])
     result = ex.train("runs/py-quickstart", callback=lambda m: print(m["step"], m["loss"]), every=50)
-    model = gf.load("runs/py-quickstart/checkpoints/best.safetensors")
+    model = gf.load("runs/py-quickstart")          # its best checkpoint (else its last)
     probs = model.predict(["[MAX 2 9 [MIN 4 7 ] 0 ]"])        # numpy (1, classes)
 
 A policy in Python is a class named in the config:
@@ -12,9 +12,10 @@ A policy in Python is a class named in the config:
              options: {patience: 3}}
 see examples/python/grow_on_plateau.py (or give the class object: `"class": MyPolicy` in a dict).
 
-Data in memory (texts or token ids with labels, numpy arrays, pandas DataFrames) trains without a
-file: `gf.Experiment(config, data=df)` or `data={"train": (texts, labels), "test": ...}`; the run
-keeps it in RUN_DIR/data. `model.evaluate(data)` reports as `growformer eval` (F1 per class and
+Data in memory (texts or token ids with labels, numpy arrays, pandas DataFrames; images as uint8
+arrays for the idx_images dataset) trains without a file: `gf.Experiment(config, data=df)` or
+`data={"train": (texts, labels), "test": ...}`; the run keeps it in RUN_DIR/data. A checkpoint
+stands alone: `gf.load` needs no data files to predict, and reads a split only when evaluated. `model.evaluate(data)` reports as `growformer eval` (F1 per class and
 the confusion matrix); `gf.to_torch(model)` and `gf.to_onnx(model, path)` take a trained model to
 PyTorch and ONNX. The module runs one growformer operation at a time: other Python threads wait
 (see docs/PYTHON.md).
@@ -48,10 +49,12 @@ from ._core import (  # noqa: F401,E402
     resume,
 )
 
+from ._data import Images  # noqa: E402
 from ._torch import to_onnx, to_torch  # noqa: E402 (torch itself is imported when called)
 
-__all__ = ["Config", "ConfigError", "Experiment", "RunError", "load", "resume", "read_events",
-           "read_metrics", "read_sweep", "add_head", "remove_head", "to_torch", "to_onnx"]
+__all__ = ["Config", "ConfigError", "Experiment", "RunError", "Images", "load", "resume",
+           "read_events", "read_metrics", "read_sweep", "add_head", "remove_head", "to_torch",
+           "to_onnx"]
 
 
 def add_head(block, reason="", preserve_function=True, value_variance=None, **info):

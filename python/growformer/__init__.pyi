@@ -77,9 +77,17 @@ class _HeadInfo(TypedDict):
 
 _Callback = Callable[[_StepMetrics], Optional[bool]]
 
+class Images:
+    """Images given in memory: uint8 pixels (N, H, W), or (N, H*W) with shape=(H, W)."""
+
+    def __init__(self, pixels: npt.ArrayLike, shape: Optional[Tuple[int, int]] = ...) -> None: ...
+    @property
+    def pixels(self) -> npt.NDArray[np.uint8]: ...
+
 # data in memory: one split is (inputs, labels) or a pandas DataFrame with text and label columns;
-# inputs are texts or token id sequences (or a 2-D int array), labels str or int
-_Inputs = Union[Sequence[str], Sequence[Sequence[int]], npt.NDArray[Any]]
+# inputs are texts or token id sequences (or a 2-D int array), or images (Images, a 3-D uint8
+# array), labels str or int
+_Inputs = Union[Sequence[str], Sequence[Sequence[int]], npt.NDArray[Any], Images]
 _Labels = Union[Sequence[str], Sequence[int], npt.NDArray[Any]]
 _Split = Union[Tuple[_Inputs, _Labels], Any]
 _Data = Union[_Split, Mapping[str, _Split]]
@@ -140,7 +148,8 @@ class Experiment:
     @property
     def data_sizes(self) -> Dict[str, int]: ...
 
-def load(checkpoint: _Path, data: str = ..., plugin_paths: Sequence[_Path] = ...) -> Experiment: ...
+def load(checkpoint: _Path, data: Optional[str] = ...,
+         plugin_paths: Sequence[_Path] = ...) -> Experiment: ...
 def resume(run_dir: _Path, callback: Optional[_Callback] = ..., every: int = ...,
            stop_after: int = ..., quiet: bool = ...,
            plugin_paths: Sequence[_Path] = ...) -> _RunResult: ...

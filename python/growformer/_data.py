@@ -1,5 +1,7 @@
-"""Data given in memory (lists, tuples, numpy arrays, pandas DataFrames) as the JSON lines files
-the text_tsv dataset reads: one object per line, {TEXT_KEY: text or token ids, LABEL_KEY: label}.
+"""Data given in memory (lists, tuples, numpy arrays, pandas DataFrames) as the files a dataset
+plugin reads: texts and token ids as the JSON lines files of text_tsv, one object per line,
+{TEXT_KEY: text or token ids, LABEL_KEY: label}; images (uint8 arrays) as the IDX files of
+idx_images.
 
 Experiment(config, data=...) writes them to a staging folder to build the experiment, and
 train() copies them into RUN_DIR/data/ before the run starts, so the run's configuration names
@@ -10,10 +12,93 @@ import json
 import math
 import numbers
 import os
+import struct
 
 import numpy as np
 
 SPLITS = ("train", "val", "test")
+
+# the files of one split of images, as idx_images names its options
+IDX_FILES = {"images": "{split}-images-idx3-ubyte", "labels": "{split}-labels-idx1-ubyte"}
+
+
+class Images:
+    """Images given in memory: PIXELS, an integer array of grey levels 0..255 (uint8), shaped
+    (N, H, W), or (N, H*W) with SHAPE=(H, W). Read by the idx_images dataset (written as IDX
+    files), in Experiment's data, evaluate(data=(Images(...), labels)) and predict(Images(...)).
+    A 3-D integer array is taken as images without this wrapper."""
+
+    def __init__(self, pixels, shape=None):
+        self._pixels = pixel_array(pixels, shape, "Images")
+
+    @property
+    def pixels(self):
+        """The images as a uint8 numpy array (N, height, width)."""
+        return self._pixels
+
+    def __len__(self):
+        return int(self.pixels.shape[0])
+
+    def __repr__(self):
+        n, h, w = self.pixels.shape
+        return f"growformer.Images({n} images of {h}x{w})"
+
+
+def pixel_array(pixels, shape, where):
+    """PIXELS as a C-contiguous uint8 array (N, H, W); ConfigError naming WHERE and the first bad
+    image."""
+    arr = np.asarray(pixels)
+    if shape is not None:
+        try:
+            h, w = (int(v) for v in shape)
+        except (TypeError, ValueError):
+            raise _error(f"{where}: shape is (height, width), not {shape!r}") from None
+        if arr.ndim != 2 or h < 1 or w < 1 or arr.shape[1] != h * w:
+            raise _error(f"{where}: shape {(h, w)} needs pixels of shape (N, {h * w}), not {arr.shape}")
+        arr = arr.reshape(arr.shape[0], h, w)
+    if arr.ndim != 3:
+        raise _error(f"{where}: images are an array (N, height, width), or (N, height*width) with "
+                     f"shape=(height, width); not of shape {arr.shape}")
+    if 0 in arr.shape:
+        raise _error(f"{where}: no images (an array of shape {arr.shape})")
+    if arr.dtype.kind not in "iu":
+        raise _error(f"{where}: pixels are integers 0..255 (uint8), not {arr.dtype} (scale and "
+                     "convert them: (x * 255).round().astype(numpy.uint8))")
+    if arr.dtype != np.uint8:
+        bad = np.nonzero((arr < 0) | (arr > 255))
+        if bad[0].size:
+            i = tuple(int(b[0]) for b in bad)
+            raise _error(f"{where}[{i[0]}]: pixel {i[1:]} is {int(arr[i])}, not a grey level 0..255")
+    return np.ascontiguousarray(arr, dtype=np.uint8)
+
+
+def as_images(x):
+    """X as a uint8 image array (N, H, W) when it is images (an Images, or a 3-D integer numpy
+    array); else None."""
+    if isinstance(x, Images):
+        return x.pixels
+    if isinstance(x, np.ndarray) and x.ndim == 3 and x.dtype.kind in "iu":
+        return pixel_array(x, None, "images")
+    return None
+
+
+def write_idx(path, array):
+    """ARRAY (uint8, 1-D labels or 3-D images) as an IDX file: magic 0x0803 or 0x0801, the
+    dimensions as big-endian uint32, then the bytes."""
+    arr = np.ascontiguousarray(array, dtype=np.uint8)
+    with open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, arr.ndim]))
+        f.write(struct.pack(">" + "I" * arr.ndim, *arr.shape))
+        f.write(arr.tobytes())
+
+
+def image_labels(ys, where):
+    """Labels of images as a uint8 array: ints 0..255 (an IDX label is one byte)."""
+    for i, y in enumerate(ys):
+        if not isinstance(y, int) or not 0 <= y <= 255:
+            raise _error(f"{where}[1][{i}]: the label of an image is an int 0..255 (IDX labels), not "
+                         f"{y!r:.40}; name the classes with data.class_names")
+    return np.asarray(ys, dtype=np.uint8)
 
 
 def _error(message):
@@ -104,14 +189,16 @@ def _inputs(x, where):
     """Texts (str) or token id sequences of one split, in order; KIND 'text' or 'ids'."""
     if isinstance(x, str):
         raise _error(f"{where}: the inputs are one str; give a list of texts")
+    if isinstance(x, Images) or (isinstance(x, np.ndarray) and x.ndim == 3):
+        return "images", x.pixels if isinstance(x, Images) else pixel_array(x, None, where)
     if _is_series(x):
         x = x.tolist()
     if isinstance(x, np.ndarray):
         if x.dtype.kind in "iuf" and x.ndim == 2:
             return "ids", [_ids(r, f"{where}[{i}]") for i, r in enumerate(x)]
         if x.ndim != 1:
-            raise _error(f"{where}: an array of inputs is 2-D token ids (examples x positions) or "
-                         f"1-D texts, not of shape {x.shape}")
+            raise _error(f"{where}: an array of inputs is 2-D token ids (examples x positions), "
+                         f"1-D texts or 3-D images (N, height, width), not of shape {x.shape}")
         x = x.tolist()
     try:
         rows = list(x)
@@ -147,12 +234,14 @@ def split_rows(value, where, text_column, label_column):
         except TypeError:
             raise _error(f"{where}[1]: the labels are a sequence, not {type(y).__name__}") from None
         ys = [_label(v, f"{where}[1][{i}]") for i, v in enumerate(y)]
+        if kind == "images":
+            image_labels(ys, where)
         if len(ys) != len(xs):
             raise _error(f"{where}: {len(xs)} inputs but {len(ys)} labels")
     else:
         raise _error(f"{where}: a split is (inputs, labels) or a pandas DataFrame with text and "
                      f"label columns, not {type(value).__name__}")
-    if not xs:
+    if len(xs) == 0:
         raise _error(f"{where}: the split is empty")
     return kind, xs, ys
 
@@ -175,7 +264,12 @@ def normalize(data, text_column=None, label_column=None, need_train=True):
     out = {k: split_rows(v, f"data[{k!r}]", text_column, label_column) for k, v in splits.items()}
     kinds = {v[0] for v in out.values()}
     if len(kinds) > 1:
-        raise _error("data: some splits are texts and others token ids; give one kind")
+        raise _error("data: the splits are of different kinds (" + ", ".join(
+            f"{k}: {v[0]}" for k, v in out.items()) + "); give one kind")
+    sizes = {k: v[1].shape[1:] for k, v in out.items() if v[0] == "images"}
+    if len(set(sizes.values())) > 1:
+        raise _error("data: the images of the splits differ in size (" + ", ".join(
+            f"{k}: {h}x{w}" for k, (h, w) in sizes.items()) + "); give one size")
     first = None  # labels: all str or all int
     for name, (_, _, ys) in out.items():
         for i, y in enumerate(ys):
@@ -196,14 +290,47 @@ def write_jsonl(path, inputs, labels, text_key, label_key):
 
 
 def stage(data, folder, text_key, label_key, frame_text=None, frame_label=None, need_train=True):
-    """Writes DATA's splits as FOLDER/SPLIT.jsonl with keys TEXT_KEY and LABEL_KEY (the columns
-    of a DataFrame: FRAME_TEXT and FRAME_LABEL, or looked for); (kind, [split, ...]) with kind
-    'text' or 'ids'."""
+    """Writes DATA's splits into FOLDER: texts and token ids as SPLIT.jsonl with keys TEXT_KEY and
+    LABEL_KEY (the columns of a DataFrame: FRAME_TEXT and FRAME_LABEL, or looked for), images as
+    SPLIT-images-idx3-ubyte and SPLIT-labels-idx1-ubyte; (kind, [split, ...], [file, ...]) with
+    kind 'text', 'ids' or 'images'."""
     splits = normalize(data, frame_text, frame_label, need_train)
+    kind = next(iter(splits.values()))[0]
+    if kind == "images":
+        return "images", list(splits), write_image_splits(splits, folder)
     os.makedirs(folder, exist_ok=True)
     for name, (_, xs, ys) in splits.items():
         write_jsonl(os.path.join(folder, name + ".jsonl"), xs, ys, text_key, label_key)
-    return next(iter(splits.values()))[0], list(splits)
+    return kind, list(splits), [name + ".jsonl" for name in splits]
+
+
+def write_image_splits(splits, folder):
+    """The images and labels of each split as IDX files in FOLDER; their names."""
+    if "val" in splits:
+        raise _error("data['val']: idx_images carves the validation images from the training "
+                     "images (data.val_ratio); give 'train' and 'test'")
+    if "test" not in splits:
+        raise _error("data: idx_images reads a test split of images: give {'train': (images, "
+                     "labels), 'test': (images, labels)} (val is carved from train by "
+                     "data.val_ratio)")
+    os.makedirs(folder, exist_ok=True)
+    files = []
+    for name, (_, pixels, ys) in splits.items():
+        for what, array in (("images", pixels), ("labels", image_labels(ys, f"data[{name!r}]"))):
+            files.append(IDX_FILES[what].format(split=name))
+            write_idx(os.path.join(folder, files[-1]), array)
+    return files
+
+
+def _data_plugin(section, kind):
+    """The config's data plugin for data of KIND, checked; whether the config names it."""
+    wanted = "idx_images" if kind == "images" else "text_tsv"
+    plugin = section.get("plugin", wanted)
+    if plugin != wanted:
+        what = "images" if kind == "images" else "texts or token ids with labels"
+        raise _error(f"data: data given in memory as {what} is read by the {wanted} dataset, but "
+                     f"the config's data.plugin is `{plugin}`; set it to {wanted} or drop it")
+    return plugin
 
 
 def prepare(section, data, folder):
@@ -211,30 +338,41 @@ def prepare(section, data, folder):
     dict, {} when the config has none); the plan that overrides() turns into the config's data
     options."""
     section = section or {}
-    plugin = section.get("plugin", "text_tsv")
-    if plugin != "text_tsv":
+    plugin = section.get("plugin")
+    if plugin not in (None, "text_tsv", "idx_images"):
         raise _error(f"data: data given in memory is read by the text_tsv dataset (texts or token "
-                     f"ids with labels), but the config's data.plugin is `{plugin}`; set it to "
-                     "text_tsv (its options: tokenizer, max_len, val_ratio, ...) or drop it")
-    given = [k for k in SPLITS if section.get(k) is not None]
+                     f"ids with labels) or the idx_images dataset (images), but the config's "
+                     f"data.plugin is `{plugin}`; set it to one of them or drop it")
+    named = ("train_images", "train_labels", "test_images", "test_labels") + SPLITS
+    given = [k for k in named if section.get(k) is not None]
     if given:
         raise _error(f"data: the config names data files ({', '.join('data.' + k for k in given)}) "
                      "and data is given in memory too; drop one")
     text_key = section.get("text_column") or "text"
     label_key = section.get("label_column") or "label"
-    kind, splits = stage(data, folder, text_key, label_key, section.get("text_column"),
-                         section.get("label_column"))
+    kind, splits, files = stage(data, folder, text_key, label_key, section.get("text_column"),
+                                section.get("label_column"))
+    _data_plugin(section, kind)
     tokenizer = section.get("tokenizer")
     if kind == "ids" and tokenizer not in (None, "ids"):
         raise _error(f"data: token ids are given, but the config's data.tokenizer is `{tokenizer}`; "
                      "drop it (ids are read with tokenizer: ids)")
-    return {"kind": kind, "splits": splits, "text": text_key, "label": label_key,
+    return {"kind": kind, "splits": splits, "files": files, "text": text_key, "label": label_key,
             "set_text": "text_column" not in section, "set_label": "label_column" not in section,
             "set_tokenizer": kind == "ids" and tokenizer is None, "set_plugin": "plugin" not in section}
 
 
 def overrides(plan, folder):
     """The config's data options ('data.KEY=VALUE') that read the staged files in FOLDER."""
+    def path(name):
+        return json.dumps(os.path.join(os.path.abspath(folder), name))
+
+    if plan["kind"] == "images":
+        out = ["data.plugin=idx_images"] if plan["set_plugin"] else []
+        for name in plan["splits"]:
+            for what in ("images", "labels"):
+                out.append(f"data.{name}_{what}=" + path(IDX_FILES[what].format(split=name)))
+        return out
     out = ["data.format=jsonl"]
     if plan["set_plugin"]:
         out.insert(0, "data.plugin=text_tsv")
@@ -245,17 +383,41 @@ def overrides(plan, folder):
     if plan["set_tokenizer"]:
         out.append("data.tokenizer=ids")
     for name in plan["splits"]:
-        out.append(f"data.{name}=" + json.dumps(os.path.join(os.path.abspath(folder), name + ".jsonl")))
+        out.append(f"data.{name}=" + path(name + ".jsonl"))
     return out
 
 
-def stage_for_eval(data, folder, text_key, label_key):
+def stage_images_for_eval(pixels, labels, folder):
+    """Images to evaluate or predict on (labels: ints, or None to predict) as IDX files in FOLDER,
+    with a stand-in training split of two blank images (idx_images reads one and carves val from
+    it); the options ('KEY=VALUE') of the model's data section that read them, in file order."""
+    pixels = pixel_array(pixels, None, "images")
+    n, h, w = pixels.shape
+    ys = np.zeros(n, dtype=np.uint8) if labels is None else labels
+    files = {"test_images": pixels, "test_labels": ys,
+             "train_images": np.zeros((2, h, w), dtype=np.uint8),
+             "train_labels": np.zeros(2, dtype=np.uint8)}
+    out = ["val_ratio=0.5", "max_train=0", "max_test=0"]
+    for key, array in files.items():
+        path = os.path.join(folder, key.replace("_", "-") + ".idx")
+        write_idx(path, array)
+        out.append(f"{key}=" + json.dumps(path))
+    return out
+
+
+def stage_for_eval(data, folder, text_key, label_key, plugin="text_tsv"):
     """Labelled DATA to evaluate on (one split: a tuple, a DataFrame, or a dict with one split)
-    as FOLDER/test.jsonl with the model's keys; its path."""
+    for a model of dataset PLUGIN: as FOLDER/test.jsonl with the model's keys (its path), or,
+    images, as IDX files (the data options that read them)."""
     splits = normalize(data, (text_key,), (label_key,), need_train=False)
     if len(splits) != 1:
         raise _error(f"evaluate: one labelled set at a time, not the splits {', '.join(splits)}")
-    (_, xs, ys), = splits.values()
+    (kind, xs, ys), = splits.values()
+    if (kind == "images") != (plugin == "idx_images"):
+        raise _error(f"evaluate: the data are {'images' if kind == 'images' else 'texts or token ids'}, "
+                     f"but the model's dataset is `{plugin}`")
+    if kind == "images":
+        return stage_images_for_eval(xs, image_labels(ys, "data"), folder)
     path = os.path.join(folder, "test.jsonl")
     write_jsonl(path, xs, ys, text_key, label_key)
     return path

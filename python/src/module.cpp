@@ -19,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -144,9 +145,13 @@ class Busy {
 // ---- experiments -----------------------------------------------------------------------
 struct PyExperiment {
   std::unique_ptr<gf::Experiment> ex;
-  std::string data_need = "all";  // "none": built from a checkpoint alone (no splits)
+  // "none": built from a checkpoint alone (no splits); "lazy": the same, a split read from the
+  // config's data files when first asked for (into `lazy`)
+  std::string data_need = "all";
   std::string source;             // the checkpoint it was loaded from, if any
   std::string record;             // that checkpoint's data record (its tokenizer)
+  std::map<std::string, std::vector<gf::Example>> lazy;
+  std::vector<std::string> lazy_vocab;  // the vocabulary of the data read lazily
   bool trained = false;
   // data given in memory (growformer._data): the config as given, the staging folder (a
   // tempfile.TemporaryDirectory holding SPLIT.jsonl) and the plan that names them in the config
@@ -343,16 +348,91 @@ int run_released(RunWatch& w, F&& body) {
   return status;
 }
 
-const std::vector<gf::Example>& split_of(const PyExperiment& p, const std::string& split) {
+std::string data_plugin(const gf::Experiment& ex);
+std::string saved_tokenizer(const PyExperiment& p);
+
+// How to evaluate a model whose own data files cannot be read, by its data plugin.
+std::string other_data_hint(const std::string& plugin) {
+  if (plugin == "text_tsv")
+    return "evaluate other labelled data with evaluate(data=PATH) (a TSV, CSV or JSON lines file), "
+           "evaluate(data=(texts, labels)) or evaluate(data=DataFrame)";
+  if (plugin == "idx_images")
+    return "evaluate other labelled images with evaluate(data=(images, labels)) (a uint8 array "
+           "(N, H, W) and int labels)";
+  return "evaluate other data with `growformer eval CHECKPOINT --set data.KEY=FILE`";
+}
+
+// SPLIT of a model loaded with data=None: read from the files of its config when first asked
+// for, with the checkpoint's saved tokenizer (only that split's file, where the dataset can),
+// and kept. The checkpoint holds no data: a file that is gone is one error naming it and the
+// ways to evaluate without it.
+const std::vector<gf::Example>& lazy_split(PyExperiment& p, const std::string& split) {
+  auto it = p.lazy.find(split);
+  if (it != p.lazy.end()) return it->second;
+  const std::string plugin = data_plugin(*p.ex);
+  gf::ConfigNode node = gf::ConfigNode::load_string(p.ex->config().child("data").dump(), "<data>",
+                                                    p.ex->config().base_dir());
+  auto unreadable = [&](const char* what) {
+    return gf::ConfigError("the " + split + " split of " + p.source + " is read from the data "
+                           "files the model trained on, which cannot be read now: " + what +
+                           "\n  the checkpoint holds the model, its tokenizer and classes, but no "
+                           "data: " + other_data_hint(plugin) + "; predict() needs no data "
+                           "(growformer.load(checkpoint, data='none') reads none)");
+  };
+  gf::DataSplits d;
+  try {
+    std::shared_ptr<gf::Dataset> ds = p.ex->registry().create_dataset(
+        node, gf::DatasetBuild{p.ex->seed(), saved_tokenizer(p), split});
+    py::gil_scoped_release nogil;
+    Busy busy;
+    d = ds->load();
+  } catch (const gf::ConfigError& e) {
+    throw unreadable(e.what());
+  } catch (const gf::RuntimeError& e) {
+    throw unreadable(e.what());
+  }
+  const gf::DataSplits& mine = p.ex->data();
+  if (d.num_classes != mine.num_classes || d.vocab_size != mine.vocab_size)
+    throw gf::RuntimeError(p.source + ": its " + split + " split, read now, has " +
+                           std::to_string(d.num_classes) + " classes and " + std::to_string(d.vocab_size) +
+                           " token ids, the model " + std::to_string(mine.num_classes) + " and " +
+                           std::to_string(mine.vocab_size));
+  if (p.lazy_vocab.empty()) p.lazy_vocab = d.vocab;
+  std::vector<gf::Example>& rows = split == "train" ? d.train : split == "val" ? d.val : d.test;
+  return p.lazy[split] = std::move(rows);
+}
+
+const std::vector<gf::Example>& split_of(PyExperiment& p, const std::string& split) {
+  if (split != "train" && split != "val" && split != "test")
+    throw py::value_error("split must be 'train', 'val' or 'test', not '" + split + "'");
   if (p.data_need == "none")
     throw gf::ConfigError("this experiment was loaded from " + p.source +
-                          " with data='none' (no data read): load it with data='all' (or the split) "
-                          "to evaluate");
+                          " with data='none' (no data read): load it with data=None (a split read "
+                          "when asked for) or the split to evaluate it");
+  if (p.data_need == "lazy") return lazy_split(p, split);
   const gf::DataSplits& d = p.ex->data();
   if (split == "train") return d.train;
   if (split == "val") return d.val;
-  if (split == "test") return d.test;
-  throw py::value_error("split must be 'train', 'val' or 'test', not '" + split + "'");
+  return d.test;
+}
+
+// The token texts by id: the data's, else (a model loaded with data=None) the saved tokenizer's
+// vocabulary when it holds one, else the vocabulary of the test split read now.
+std::vector<std::string> vocab_of(PyExperiment& p) {
+  if (p.data_need != "lazy" || !p.ex->data().vocab.empty()) return p.ex->data().vocab;
+  if (p.lazy_vocab.empty()) {
+    nlohmann::json r = nlohmann::json::parse(p.record, nullptr, false);
+    if (r.is_object()) r = gf::json_bytes_tree(r);
+    nlohmann::json tok = r.is_object() && r.contains("tokenizer") ? r["tokenizer"] : nlohmann::json();
+    if (tok.is_string()) tok = nlohmann::json::parse(tok.get<std::string>(), nullptr, false);
+    if (tok.is_object() && tok.contains("vocab") && tok["vocab"].is_array()) {
+      for (const auto& v : tok["vocab"])
+        if (v.is_string()) p.lazy_vocab.push_back(v.get<std::string>());
+    } else {
+      lazy_split(p, "test");
+    }
+  }
+  return p.lazy_vocab;
 }
 
 py::array_t<float> to_numpy(const gf::Tensor& t) {
@@ -467,45 +547,77 @@ std::string data_option(const gf::Experiment& ex, const std::string& key, const 
   return v.valid() ? v.as_string() : fallback;
 }
 
-// Labelled data other than the experiment's splits, tokenised with its saved tokenizer and
-// mapped to its classes: a file (PATH, read as a text_tsv file of any format) or data in memory
-// (growformer._data, written to a temporary JSON lines file).
-std::vector<gf::Example> other_data(PyExperiment& p, py::object data) {
-  const std::string plugin = data_option(*p.ex, "plugin", "");
-  if (plugin != "text_tsv")
-    throw gf::ConfigError("evaluate: other data than the splits is read for models of text_tsv data; "
-                          "this model's dataset is `" + plugin + "` (evaluate a file of it with "
-                          "`growformer eval CHECKPOINT --set data.KEY=FILE`)");
+// The rows of a dataset of EX's data plugin built from EX's data options with OPTIONS set
+// ("KEY=VALUE") and the saved tokenizer, only the test split wanted: its test split.
+std::vector<gf::Example> test_rows_with(PyExperiment& p, const std::vector<std::string>& options) {
   gf::ConfigNode node = gf::ConfigNode::load_string(p.ex->config().child("data").dump(), "<data>",
                                                     p.ex->config().base_dir());
+  for (const std::string& o : options) node.apply_override(o);
+  std::shared_ptr<gf::Dataset> ds = p.ex->registry().create_dataset(
+      node, gf::DatasetBuild{p.ex->seed(), saved_tokenizer(p), "test"});
+  py::gil_scoped_release nogil;
+  Busy busy;
+  return std::move(ds->load().test);
+}
+
+// Images (a uint8 array (N, H, W)) with LABELS (a uint8 array, or None) as idx_images rows of
+// P's model: written as IDX files and read by its dataset with its options (levels, downsample),
+// so they are tokenised as its training images were.
+std::vector<gf::Example> image_rows(PyExperiment& p, py::object pixels, py::object labels) {
+  py::object tmp = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-images-");
+  std::vector<std::string> options = py::module_::import("growformer._data")
+                                         .attr("stage_images_for_eval")(pixels, labels, tmp.attr("name"))
+                                         .cast<std::vector<std::string>>();
+  std::vector<gf::Example> rows = test_rows_with(p, options);
+  tmp.attr("cleanup")();
+  return rows;
+}
+
+// Labelled data other than the experiment's splits, tokenised with its saved tokenizer and
+// mapped to its classes: a file (PATH, read as a text_tsv file of any format) or data in memory
+// (growformer._data: texts and token ids written to a temporary JSON lines file for text_tsv,
+// images to IDX files for idx_images).
+std::vector<gf::Example> other_data(PyExperiment& p, py::object data) {
+  const std::string plugin = data_option(*p.ex, "plugin", "");
+  const bool file = py::isinstance<py::str>(data) || py::hasattr(data, "__fspath__");
+  if (plugin != "text_tsv" && !(plugin == "idx_images" && !file))
+    throw gf::ConfigError("evaluate: other data than the splits is read for models of text_tsv data "
+                          "(files and data in memory) and of idx_images data (images in memory); "
+                          "this model's dataset is `" + plugin + "` (evaluate a file of it with "
+                          "`growformer eval CHECKPOINT --set data.KEY=FILE`)");
+  std::vector<std::string> options;
   py::object tmp = py::none();
-  if (py::isinstance<py::str>(data) || py::hasattr(data, "__fspath__")) {
+  if (file) {
     const std::string path = path_arg(data, "evaluate: data");
     if (!fs::exists(path))
       throw gf::ConfigError("evaluate: `" + path + "` is neither a split ('train', 'val' or 'test') "
                             "nor a data file");
-    node.apply_override("format=auto");
-    node.apply_override("test=" + nlohmann::json(fs::absolute(path).string()).dump());
+    options = {"format=auto", "test=" + nlohmann::json(fs::absolute(path).string()).dump()};
   } else {
     tmp = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-eval-");
-    py::object path = py::module_::import("growformer._data").attr("stage_for_eval")(
+    py::object staged = py::module_::import("growformer._data").attr("stage_for_eval")(
         data, tmp.attr("name"), data_option(*p.ex, "text_column", "sentence"),
-        data_option(*p.ex, "label_column", "label"));
-    node.apply_override("format=jsonl");
-    node.apply_override("test=" + nlohmann::json(path.cast<std::string>()).dump());
+        data_option(*p.ex, "label_column", "label"), plugin);
+    if (plugin == "idx_images")
+      options = staged.cast<std::vector<std::string>>();
+    else
+      options = {"format=jsonl", "test=" + nlohmann::json(staged.cast<std::string>()).dump()};
   }
-  std::shared_ptr<gf::Dataset> ds = p.ex->registry().create_dataset(
-      node, gf::DatasetBuild{p.ex->seed(), saved_tokenizer(p), "test"});
-  gf::DataSplits d;
+  std::vector<gf::Example> rows;
   try {
-    py::gil_scoped_release nogil;
-    d = ds->load();
+    rows = test_rows_with(p, options);
   } catch (const gf::ConfigError& e) {
-    if (tmp.is_none()) throw;
+    if (tmp.is_none() || plugin != "text_tsv") throw;
     throw gf::ConfigError("evaluate: " + rows_not_lines(e.what(), tmp.attr("name").cast<std::string>() +
                                                                   "/test.jsonl", "data"));
   }
-  return std::move(d.test);
+  const size_t C = p.ex->data().num_classes;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].label < 0 || static_cast<size_t>(rows[i].label) >= C)
+      throw gf::ConfigError("evaluate: data row " + std::to_string(i) + ": label " +
+                            std::to_string(rows[i].label) + " is not one of the model's " +
+                            std::to_string(C) + " classes (0.." + std::to_string(C - 1) + ")");
+  return rows;
 }
 
 py::dict evaluate(PyExperiment& p, py::object data, long max_batches) {
@@ -631,6 +743,13 @@ py::object predict(PyExperiment& p, py::object inputs, long batch_size, bool log
     throw py::type_error("predict takes a list of inputs (strings or token id sequences); "
                          "wrap one string in a list");
   size_t B = batch_size > 0 ? size_t(batch_size) : size_t(p.ex->settings().batch_size);
+  py::object images = py::module_::import("growformer._data").attr("as_images")(inputs);
+  if (!images.is_none()) {
+    if (data_plugin(*p.ex) != "idx_images")
+      throw gf::ConfigError("predict: images are read for models of idx_images data; this model's "
+                            "dataset is `" + data_plugin(*p.ex) + "`");
+    return probabilities(*p.ex, image_rows(p, images, py::none()), B, logits);
+  }
   py::list rows = py::module_::import("growformer._data").attr("predict_texts")(
       inputs, data_option(*p.ex, "text_column", "sentence"));
   const size_t C = p.ex->data().num_classes;
@@ -698,13 +817,18 @@ py::list heads(const PyExperiment& p) {
   return blocks;
 }
 
-std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, const std::string& data,
+// data: "lazy" (None from Python) reads no data now and a split when first asked for; "all",
+// "train", "val" or "test" read that now; "none" reads none. Plugins come from PLUGIN_PATHS and
+// the folders the checkpoint records.
+std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_obj,
                                    py::object plugin_paths_obj) {
-  const std::string checkpoint = path_arg(checkpoint_obj, "load: checkpoint");
-  const std::vector<std::string> plugin_paths = path_list(plugin_paths_obj, "load: plugin_paths");
+  const std::string checkpoint = gf::checkpoint_in(path_arg(checkpoint_obj, "load: checkpoint"));
+  const std::vector<std::string> given = path_list(plugin_paths_obj, "load: plugin_paths");
   forget_policy_error();
-  if (data != "all" && data != "none" && data != "train" && data != "val" && data != "test")
-    throw py::value_error("data must be 'all', 'none', 'train', 'val' or 'test'");
+  std::string data = data_obj.is_none() ? "lazy" : py::isinstance<py::str>(data_obj) ? data_obj.cast<std::string>() : "?";
+  if (data != "lazy" && data != "all" && data != "none" && data != "train" && data != "val" && data != "test")
+    throw py::value_error("load: data must be None (a split read when asked for), 'all', 'none', "
+                          "'train', 'val' or 'test', not " + py::repr(data_obj).cast<std::string>());
   auto p = std::make_unique<PyExperiment>();
   py::gil_scoped_release nogil;  // a policy class of the checkpoint's config takes the GIL
   Busy busy;
@@ -713,16 +837,24 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, const std::string&
   if (cfg == ck.metadata.end())
     throw gf::RuntimeError(checkpoint + ": not a growformer checkpoint (no embedded config)");
   auto record = ck.metadata.find("data");
+  if (record == ck.metadata.end() && data == "lazy") data = "all";  // no saved tokenizer: read it all
   if (data != "all" && record == ck.metadata.end())
     throw gf::ConfigError(checkpoint + ": the checkpoint has no saved tokenizer; load it with data='all'");
   auto dir = ck.metadata.find("config_dir");
   gf::ConfigNode node = gf::ConfigNode::load_string(cfg->second, checkpoint + " (embedded config)",
                                                     dir == ck.metadata.end() ? "" : dir->second);
-  p->ex = std::make_unique<gf::Experiment>(node, plugin_paths,
-                                           record == ck.metadata.end() ? "" : record->second, data);
+  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, checkpoint, given);
+  try {
+    p->ex = std::make_unique<gf::Experiment>(node, plugins.paths,
+                                             record == ck.metadata.end() ? "" : record->second,
+                                             data == "lazy" ? "none" : data);
+  } catch (const gf::ConfigError& e) {
+    gf::rethrow_with_missing_plugins(e, checkpoint, plugins, "plugin_paths=[DIR]");
+  }
   p->ex->load_weights(ck, checkpoint);
   p->data_need = data;
   p->source = checkpoint;
+  p->plugin_paths = plugins.paths;
   if (record != ck.metadata.end()) p->record = record->second;
   return p;
 }
@@ -901,9 +1033,8 @@ void data_into_run_dir(PyExperiment& p, const std::string& run_dir) {
   const fs::path target = fs::absolute(fs::path(run_dir) / "data").lexically_normal();
   fs::create_directories(target);
   const std::string from = p.staged.attr("name").cast<std::string>();
-  for (const std::string& split : p.plan["splits"].cast<std::vector<std::string>>())
-    fs::copy_file(fs::path(from) / (split + ".jsonl"), target / (split + ".jsonl"),
-                  fs::copy_options::overwrite_existing);
+  for (const std::string& name : p.plan["files"].cast<std::vector<std::string>>())
+    fs::copy_file(fs::path(from) / name, target / name, fs::copy_options::overwrite_existing);
   build_experiment(p, target.string());
 }
 
@@ -938,25 +1069,39 @@ DATA (optional) is data in memory, read by the text_tsv dataset with the config'
            'text' or 'sentence') and a label column (data.label_column, else 'label');
   inputs:  a list (or Series, or 1-D array) of str, or of token id sequences, or a 2-D int numpy
            array (examples x positions) of token ids (read with tokenizer: ids);
-  labels:  str or int (all of one kind), a list, Series or numpy array.
+  labels:  str or int (all of one kind), a list, Series or numpy array;
+  images:  for the idx_images dataset, inputs are a uint8 array (N, H, W) (or growformer.Images
+           of flat pixels with a shape) and labels ints 0..255; give 'train' and 'test' (val is
+           carved by data.val_ratio); written as IDX files the config's data options name.
 The data is written as JSON lines (one {text, label} object per row) to a temporary folder, and
 train() copies it into RUN_DIR/data/ before the run starts: the run's config names those files,
 so growformer.resume, `growformer resume`, `eval` and growformer.load read them as any data file.
 Errors name the split and the row (data['train'] row 7).)doc";
 
-const char* kEvaluateDoc = R"doc(Evaluates the model as `growformer eval` does, on DATA: a split ('train', 'val' or 'test'), a file (a str or pathlib.Path that is not a split's name: TSV, CSV or JSON lines with the model's text and label columns; the format from its extension or sniffed), or labelled data in memory, as Experiment's DATA takes one split ((inputs, labels), a DataFrame). Other data than the splits is tokenised with the model's saved tokenizer and mapped to its classes (a label it does not know is refused with its row); models of text_tsv data only.
+const char* kEvaluateDoc = R"doc(Evaluates the model as `growformer eval` does, on DATA: a split ('train', 'val' or 'test'), a file (a str or pathlib.Path that is not a split's name: TSV, CSV or JSON lines with the model's text and label columns; the format from its extension or sniffed), or labelled data in memory, as Experiment's DATA takes one split ((inputs, labels), a DataFrame). Other data than the splits is tokenised with the model's saved tokenizer and mapped to its classes (a label it does not know is refused with its row); models of text_tsv data (files, data in memory) and of idx_images data (images in memory: (images, labels)). A model loaded with growformer.load reads a split's files when first evaluated (a file that is gone is an error naming it).
 
 Returns {loss, accuracy, macro_f1, examples, classes: [{name, precision, recall, f1, support}] in
 class order, confusion: [[count]] (rows: true class, columns: predicted class), split: the
 split's name or 'data'}; over the first MAX_BATCHES batches of train.batch_size (0: all).)doc";
 
-const char* kPredictDoc = R"doc(Class probabilities, an (N, classes) float64 numpy array, of INPUTS: a list (any iterable, read once: a generator works) of strings or of token id sequences (lists or 1-D arrays of ints), a 2-D int numpy array, a pandas Series of strings, or a DataFrame (its text column). Strings are tokenised as `growformer predict` does (datasets with one-line records: text_tsv, listops); a string that cannot be one (a lone surrogate, empty) is a ValueError naming its index. In batches of BATCH_SIZE (0: train.batch_size). LOGITS=True gives the model's outputs before the softmax instead (its float32 values).)doc";
+const char* kPredictDoc = R"doc(Class probabilities, an (N, classes) float64 numpy array, of INPUTS: a list (any iterable, read once: a generator works) of strings or of token id sequences (lists or 1-D arrays of ints), a 2-D int numpy array, a pandas Series of strings, a DataFrame (its text column), or images for an idx_images model (a uint8 array (N, H, W), or growformer.Images). Strings are tokenised as `growformer predict` does (datasets with one-line records: text_tsv, listops); a string that cannot be one (a lone surrogate, empty) is a ValueError naming its index. In batches of BATCH_SIZE (0: train.batch_size). LOGITS=True gives the model's outputs before the softmax instead (its float32 values).)doc";
 
 const char* kResumeDoc = R"doc(Continues the run in RUN_DIR (a str or pathlib.Path) from its last checkpoint, as `growformer resume`.
 
 A run that has finished is tested again, as the program does. callback, every, stop_after and
 quiet as in Experiment.train; plugin_paths: more plugin folders (the run's plugins.lock names
 those it used). Returns the result dict of Experiment.train (the same keys).)doc";
+
+const char* kLoadDoc = R"doc(An Experiment from CHECKPOINT (a str or pathlib.Path): its embedded config, saved tokenizer, classes and weights.
+
+CHECKPOINT is a checkpoint file, or a run directory: its checkpoints/best.safetensors, else
+checkpoints/last.safetensors. The checkpoint stands alone: predict() needs no data files.
+DATA: None (the default) reads no data now; a split ('train', 'val', 'test') is read from the
+files of the model's config when first evaluated or asked for (split_tokens), and a file that is
+gone is an error naming it; 'all' reads every split now, 'train', 'val' or 'test' that one now,
+'none' none ever. PLUGIN_PATHS: more plugin folders; the folders of plugins the run loaded from
+outside the built-in ones are recorded in the checkpoint and searched too (an error names a
+recorded plugin that is gone and its folder).)doc";
 
 /// growformer.Experiment: building, training, evaluation and prediction.
 void bind_experiment_runs(py::class_<PyExperiment>& cls) {
@@ -1035,9 +1180,10 @@ void bind_experiment_properties(py::class_<PyExperiment>& cls) {
         for (size_t c = n.size(); c < p.ex->data().num_classes; ++c) n.push_back(std::to_string(c));
         return n;
       }, "The class names by class index (list of str; the index as text where the data names none).")
-      .def_property_readonly("vocab", [](const PyExperiment& p) { return p.ex->data().vocab; },
-                             "Token text by id (list of str; empty when loaded with data='none': "
-                             "the checkpoint's tokenizer still tokenises strings).")
+      .def_property_readonly("vocab", [](PyExperiment& p) { return vocab_of(p); },
+                             "Token text by id (list of str): the data's; loaded with data=None, the "
+                             "saved tokenizer's (else the test split's, read now); empty with "
+                             "data='none' and for tokenizer: ids (strings are still tokenised).")
       .def_property_readonly("vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; },
                              "How many token ids there are (int).")
       .def_property_readonly("pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; },
@@ -1052,10 +1198,16 @@ void bind_experiment_properties(py::class_<PyExperiment>& cls) {
                              "The resolved config (every default spelled out) as YAML text.")
       .def_property_readonly("data_sizes", [](const PyExperiment& p) {
         const gf::DataSplits& d = p.ex->data();
-        return py::dict("train"_a = d.train.size(), "val"_a = d.val.size(), "test"_a = d.test.size());
-      }, "Examples per split: {train, val, test} (ints; 0 for a split not read).")
+        auto size = [&](const char* split, const std::vector<gf::Example>& rows) {
+          auto it = p.lazy.find(split);
+          return it == p.lazy.end() ? rows.size() : it->second.size();
+        };
+        return py::dict("train"_a = size("train", d.train), "val"_a = size("val", d.val),
+                        "test"_a = size("test", d.test));
+      }, "Examples per split: {train, val, test} (ints; 0 for a split not read: a model loaded "
+         "with data=None reads a split when asked for).")
       .def("split_tokens",
-           [](const PyExperiment& p, const std::string& split) {
+           [](PyExperiment& p, const std::string& split) {
              py::list toks, labels;
              for (const gf::Example& e : split_of(p, split)) {
                toks.append(py::cast(e.tokens));
@@ -1069,11 +1221,8 @@ void bind_experiment_properties(py::class_<PyExperiment>& cls) {
 
 /// load, resume and the run-log readers.
 void bind_functions(py::module_& m) {
-  m.def("load", &load, "checkpoint"_a, "data"_a = "all", "plugin_paths"_a = std::vector<std::string>{},
-        "An Experiment from CHECKPOINT (a str or pathlib.Path): its embedded config, saved "
-        "tokenizer and weights. data: 'all' reads every split (evaluate), 'train', 'val' or "
-        "'test' reads that one, 'none' reads no data (predict only); PLUGIN_PATHS: more plugin "
-        "folders.");
+  m.def("load", &load, "checkpoint"_a, "data"_a = py::none(),
+        "plugin_paths"_a = std::vector<std::string>{}, kLoadDoc);
   m.def("resume",
         [](py::object run_dir_obj, py::object callback, long every, long stop_after, bool quiet,
            py::object plugin_paths) {

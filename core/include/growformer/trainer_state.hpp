@@ -14,6 +14,8 @@
 
 namespace gf {
 
+class Registry;
+
 /// Training loss and accuracy summed since the last log line.
 struct TrainWindow {
   double loss = 0, correct = 0, count = 0, tokens = 0;
@@ -63,6 +65,9 @@ struct TrainingParts {
   GrowthPolicy* growth = nullptr;
   GrowthPolicy* pruning = nullptr;
   TrainerState* state = nullptr;
+  /// The plugins the run loaded: those from folders other than the built-in ones are recorded
+  /// (metadata "plugin_libraries"), so eval and predict find them again. Null: none recorded.
+  const Registry* registry = nullptr;
 };
 
 /// The `format` entry of the training checkpoints this build writes and reads.
@@ -93,6 +98,28 @@ struct CheckpointModel {
 };
 /// RuntimeError naming PATH when a metadata entry it reads is malformed.
 CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& path);
+
+/// The checkpoint PATH names: PATH itself, or for a run directory its
+/// checkpoints/best.safetensors, else checkpoints/last.safetensors (RuntimeError naming both
+/// when it has neither).
+std::string checkpoint_in(const std::string& path);
+
+/// The plugin folders to search for a checkpoint's components: GIVEN (--plugin-path), then the
+/// folders of the libraries the checkpoint records (metadata "plugin_libraries": those that
+/// came from outside the built-in folders) that still hold them. `missing` lists the recorded
+/// libraries that are gone, one line each (plugin, version, the library's path).
+struct CheckpointPlugins {
+  std::vector<std::string> paths;
+  std::vector<std::string> missing;
+};
+CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::string& path,
+                                          const std::vector<std::string>& given);
+/// E (a component not found, say) with the recorded libraries that are missing now named, and
+/// FLAG (`--plugin-path DIR`, `plugin_paths=[DIR]`) as the way to give their folder; E itself
+/// when none is missing.
+[[noreturn]] void rethrow_with_missing_plugins(const ConfigError& e, const std::string& path,
+                                               const CheckpointPlugins& plugins,
+                                               const std::string& flag);
 
 /// Restores every part (the model too) from a training checkpoint; returns its step.
 long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& parts);
