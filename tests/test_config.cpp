@@ -2,6 +2,9 @@
 #include <fstream>
 
 #include "growformer/config.hpp"
+#include "growformer/fields.hpp"
+#include "growformer/model.hpp"
+#include "growformer/multihead.hpp"
 #include "testing.hpp"
 
 using namespace gf;
@@ -130,4 +133,115 @@ TEST_CASE("a NUL character in a value or a key is refused, naming the key") {
 TEST_CASE("did_you_mean") {
   CHECK(did_you_mean("atention", {"attention", "layers"}) == "attention");
   CHECK(did_you_mean("zzzzzz", {"attention", "layers"}).empty());
+}
+
+namespace {
+struct Shared {
+  double ratio = 0.1;
+  int64_t seed = 7;
+  static const OptionTable<Shared>& table() {
+    static const auto t =
+        OptionTable<Shared>()
+            .add("ratio", &Shared::ratio, "0.1", "a share", 0, 0.9)
+            .add("seed", &Shared::seed, "~", "a seed (default: the initial value)", 0);
+    return t;
+  }
+};
+struct Part {
+  std::string name = "p";
+};
+struct Table : Shared {
+  std::string first;
+  ConfigNode inner;
+  std::optional<int64_t> limit;
+  Part part;
+  int64_t last = 0;
+  static const OptionTable<Table>& table() {
+    static const auto part = OptionTable<Part>().add("name", &Part::name, "p", "a part's name");
+    static const auto t = OptionTable<Table>()
+                              .add("first", &Table::first, "", "required: its default is empty")
+                              .include(Shared::table(), {"seed"})
+                              .add("inner", &Table::inner, "{plugin: x}", "a component")
+                              .add("limit", &Table::limit, "~", "unset unless given", 1)
+                              .include(part, &Table::part)
+                              .add("last", &Table::last, "3", "last")
+                              .include(Shared::table(), {"ratio"});
+    return t;
+  }
+};
+std::vector<std::string> names(const OptionSpecs& specs) {
+  std::vector<std::string> out;
+  for (const auto& s : specs) out.push_back(s.name);
+  return out;
+}
+}  // namespace
+
+TEST_CASE(
+    "option tables: components, required and optional options, shared tables picked by name") {
+  const OptionSpecs specs = Table::table().specs();
+  // the picked options of a shared table sit where the table includes them
+  CHECK(names(specs) ==
+        std::vector<std::string>{"first", "seed", "inner", "limit", "name", "last", "ratio"});
+  CHECK(specs[0].required);
+  CHECK(!specs[1].required);
+  CHECK(specs[2].type == OptType::Component);
+  CHECK(specs[3].type == OptType::Int);
+  CHECK(specs[3].min == 1);
+  CHECK(specs[6].max == doctest::Approx(0.9));
+  CHECK_THROWS_AS(OptionTable<Table>().include(Shared::table(), {"nothing"}), std::logic_error);
+
+  ConfigNode n =
+      ConfigNode::load_string("first: a\nlimit: 4\nratio: 0.5\ninner: {plugin: y, k: 2}\n");
+  Options o(n, specs, "thing");
+  const Table t = Table::table().read(o);
+  CHECK(t.first == "a");
+  CHECK(t.seed == 7);  // `~` and not given: the initial value stays
+  CHECK(t.ratio == doctest::Approx(0.5));
+  CHECK(t.inner.child("plugin").as_string() == "y");
+  CHECK(t.inner.child("k").as_int() == 2);
+  REQUIRE(t.limit.has_value());
+  CHECK(*t.limit == 4);
+  CHECK(t.part.name == "p");
+  CHECK(t.last == 3);
+  const auto sum = Table::table().summary(t);
+  CHECK(sum[3] == std::pair<std::string, std::string>{"limit", "4"});
+  CHECK(sum[2] == std::pair<std::string, std::string>{"inner", "{plugin: y, k: 2}"});
+
+  Options unset(ConfigNode::load_string("first: b\nseed: 11\n"), specs, "thing");
+  const Table u = Table::table().read(unset);
+  CHECK(!u.limit.has_value());
+  CHECK(u.seed == 11);
+  CHECK(Table::table().summary(u)[3].second == "~");
+  CHECK(u.inner.child("plugin").as_string() == "x");  // the default component
+
+  CHECK(has(config_error("sec:\n  limit: 2\n", specs), "missing required key `first`"));
+  CHECK(has(config_error("sec:\n  first: a\n  limit: 0\n", specs), "out of range"));
+  CHECK(has(config_error("sec:\n  first: a\n  inner: 3\n", specs), "expected a mapping"));
+}
+
+TEST_CASE("the model's and the multi-head blocks' options come from their tables") {
+  CHECK(names(Model::options()) == std::vector<std::string>{"d_model", "layers", "mlp_ratio",
+                                                            "max_len", "pool", "dropout",
+                                                            "final_norm", "attention"});
+  const OptionSpecs model = Model::options();
+  CHECK(model.back().required);
+  CHECK(model.back().type == OptType::Component);
+  CHECK(model[4].choices == std::vector<std::string>{"mean", "cls"});
+  ConfigNode n = ConfigNode::load_string("d_model: 32\npool: cls\nattention: {plugin: mha}\n");
+  const ModelSettings m = ModelSettings::table().read(Options(n, model, "model"));
+  CHECK(m.d_model == 32);
+  CHECK(m.layers == 2);
+  CHECK(m.cls);
+  CHECK(m.final_norm);
+  CHECK(m.attention.child("plugin").as_string() == "mha");
+
+  CHECK(names(MultiHeadBlock::common_options()) ==
+        std::vector<std::string>{"heads", "d_k", "d_v", "head", "combine", "max_heads"});
+  ConfigNode h = ConfigNode::load_string("heads: 3\ncombine: mean\n");
+  const MultiHeadSettings s =
+      MultiHeadSettings::table().read(Options(h, MultiHeadBlock::common_options(), "block"));
+  CHECK(s.heads == 3);
+  CHECK(s.combine_mean);
+  CHECK(s.max_heads == 256);
+  CHECK(s.head.child("plugin").as_string() == "dot_product");
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "growformer/attention.hpp"
+#include "growformer/multihead.hpp"
 #include "testing.hpp"
 
 using namespace gf;
@@ -62,4 +63,37 @@ TEST_CASE("contract: every attention block with every head plugin") {
       for (size_t i = 0; i < y.size(); ++i) REQUIRE(y.value()[i] == y2.value()[i]);
       clear_tape();
     }
+}
+
+TEST_CASE("contract: a multi-head block declares the common options once, as the core's table") {
+  Registry& r = gf_test::registry();
+  const OptionSpecs common = MultiHeadBlock::common_options();
+  size_t multihead = 0;
+  for (auto& c : r.components()) {
+    if (c.kind != Kind::Attention) continue;
+    INFO("attention " << c.spec.name);
+    auto blk = build(c.spec.name, "dot_product");
+    if (!dynamic_cast<MultiHeadBlock*>(blk.get())) continue;
+    ++multihead;
+    // the block's options begin with the common ones, exactly as MultiHeadSettings declares them
+    REQUIRE(c.spec.options.size() > common.size());
+    for (size_t i = 0; i < common.size(); ++i) {
+      const OptionSpec &a = c.spec.options[i], &b = common[i];
+      CHECK(a.name == b.name);
+      CHECK(a.type == b.type);
+      CHECK(a.default_value == b.default_value);
+      CHECK(a.doc == b.doc);
+      CHECK(a.min == b.min);
+      CHECK(a.max == b.max);
+      CHECK(a.choices == b.choices);
+    }
+    // and read them: a d_model the heads do not divide is refused, naming `heads`
+    AttentionBuild bad{7, 0, &r, nullptr};
+    const std::string e = gf_test::error_of([&] {
+      r.create_attention(ConfigNode::load_string("plugin: " + c.spec.name + "\nheads: 2\n"), bad);
+    });
+    CHECK(e.find("`heads`") != std::string::npos);
+    CHECK(e.find("not divisible by 2 heads") != std::string::npos);
+  }
+  CHECK(multihead >= 2);  // mha and hkt
 }

@@ -41,39 +41,46 @@ struct MultiHeadBlock::Slot : Module {
   }
 };
 
-OptionSpecs MultiHeadBlock::common_options() {
-  return {
-      {"heads", OptType::Int, "4", "number of heads at the start", 1, 4096},
-      {"d_k", OptType::Int, "0", "query/key width per head (0 = d_model / heads)", 0, 65536},
-      {"d_v", OptType::Int, "0", "value width per head (0 = d_k)", 0, 65536},
-      {"head", OptType::Component, "{plugin: dot_product}", "the head plugin and its options"},
-      {"combine", OptType::String, "sum", "how head outputs combine", -INFINITY, INFINITY,
-       {"sum", "mean"}},
-      {"max_heads", OptType::Int, "256", "upper bound on heads for growth", 1, 65536},
-  };
+const OptionTable<MultiHeadSettings>& MultiHeadSettings::table() {
+  using S = MultiHeadSettings;
+  static const auto t =
+      OptionTable<S>()
+          .add("heads", &S::heads, "4", "number of heads at the start", 1, 4096)
+          .add("d_k", &S::d_k, "0", "query/key width per head (0 = d_model / heads)", 0, 65536)
+          .add("d_v", &S::d_v, "0", "value width per head (0 = d_k)", 0, 65536)
+          .add("head", &S::head, "{plugin: dot_product}", "the head plugin and its options")
+          .choice("combine", &S::combine_mean, "sum", "how head outputs combine",
+                  {{"sum", false}, {"mean", true}})
+          .add("max_heads", &S::max_heads, "256", "upper bound on heads for growth", 1, 65536);
+  return t;
 }
+
+OptionSpecs MultiHeadBlock::common_options() { return MultiHeadSettings::table().specs(); }
 
 MultiHeadBlock::MultiHeadBlock(const Options& opts, const AttentionBuild& build, size_t levels,
                                bool share_qk)
+    : MultiHeadBlock(opts, MultiHeadSettings::table().read(opts), build, levels, share_qk) {}
+
+MultiHeadBlock::MultiHeadBlock(const Options& opts, const MultiHeadSettings& s,
+                               const AttentionBuild& build, size_t levels, bool share_qk)
     : d_model_(build.d_model),
-      head_cfg_(opts.get_node("head")),
+      head_cfg_(s.head),
       registry_(build.registry),
       init_rng_(build.rng ? *build.rng : Rng(0, "attention")) {
-  size_t heads = static_cast<size_t>(opts.get_int("heads"));
-  size_t dk = static_cast<size_t>(opts.get_int("d_k"));
+  const size_t heads = s.heads;
+  size_t dk = s.d_k;
   if (dk == 0) {
     if (d_model_ % heads != 0)
       opts.fail("heads", "d_model " + std::to_string(d_model_) + " is not divisible by " +
                              std::to_string(heads) + " heads; set d_k explicitly");
     dk = d_model_ / heads;
   }
-  size_t dv = static_cast<size_t>(opts.get_int("d_v"));
-  if (dv == 0) dv = dk;
+  const size_t dv = s.d_v == 0 ? dk : s.d_v;
   shape_ = HeadShape{d_model_, dk, dv, levels, share_qk};
   initial_heads_ = heads;
-  max_heads_ = static_cast<size_t>(opts.get_int("max_heads"));
+  max_heads_ = s.max_heads;
   if (max_heads_ < heads) opts.fail("max_heads", "smaller than the initial number of heads");
-  combine_mean_ = opts.get_string("combine") == "mean";
+  combine_mean_ = s.combine_mean;
   b_o_ = register_parameter("b_o", Tensor({d_model_}, 0.0f));
   // Validate the head config now (unknown keys fail at build time, not at the first growth).
   if (!registry_) throw std::logic_error("MultiHeadBlock needs a registry to create heads");

@@ -48,13 +48,15 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
 
   // validate the cheap parts before the (possibly slow) data load
   build_training_parts(top);
-  if (data_need == "check") {
+  if (data_need == "check")
     check_without_data(top.get_node("data"));
-  } else {
+  else
     load_data(top.get_node("data"), data_record, data_need);
-    check_memory(top.get_node("model"), data_, settings_.batch_size, data_need == "all");
-  }
-  model_ = std::make_shared<Model>(top.get_node("model"), data_.vocab_size, data_.num_classes,
+  // the model's options, read once: for the memory check and the model
+  const Options model_opts(top.get_node("model"), Model::options(), "model");
+  const ModelSettings model = ModelSettings::table().read(model_opts);
+  if (data_need != "check") check_memory(model, data_, settings_.batch_size, data_need == "all");
+  model_ = std::make_shared<Model>(model_opts, model, data_.vocab_size, data_.num_classes,
                                    *registry_, seed_);
   cfg_.check_all_consumed();
   state_ = TrainerState(seed_);

@@ -41,34 +41,44 @@ struct Model::Layer : Module {
   std::shared_ptr<AttentionBlock> attn;
 };
 
-OptionSpecs Model::options() {
-  return {
-      {"d_model", OptType::Int, "64", "model width d", 1, 65536},
-      {"layers", OptType::Int, "2", "number of residual blocks", 1, 1024},
-      {"mlp_ratio", OptType::Float, "4", "MLP hidden width as a multiple of d_model", 0.25, 64},
-      {"max_len", OptType::Int, "512", "learned positions (longer sequences are truncated)", 1,
-       1 << 20},
-      {"pool", OptType::String, "mean", "sequence pooling before the classifier", -INFINITY,
-       INFINITY, {"mean", "cls"}},
-      {"dropout", OptType::Float, "0", "dropout on residual branches during training", 0, 0.95},
-      {"final_norm", OptType::Bool, "true", "layer norm before pooling"},
-      {"attention", OptType::Component, "", "the attention block plugin and its options", 0, 0,
-       {}, true},
-  };
+const OptionTable<ModelSettings>& ModelSettings::table() {
+  using S = ModelSettings;
+  static const auto t =
+      OptionTable<S>()
+          .add("d_model", &S::d_model, "64", "model width d", 1, 65536)
+          .add("layers", &S::layers, "2", "number of residual blocks", 1, 1024)
+          .add("mlp_ratio", &S::mlp_ratio, "4", "MLP hidden width as a multiple of d_model", 0.25,
+               64)
+          .add("max_len", &S::max_len, "512", "learned positions (longer sequences are truncated)",
+               1, 1 << 20)
+          .choice("pool", &S::cls, "mean", "sequence pooling before the classifier",
+                  {{"mean", false}, {"cls", true}})
+          .add("dropout", &S::dropout, "0", "dropout on residual branches during training", 0, 0.95)
+          .add("final_norm", &S::final_norm, "true", "layer norm before pooling")
+          .add("attention", &S::attention, "", "the attention block plugin and its options");
+  return t;
 }
+
+OptionSpecs Model::options() { return ModelSettings::table().specs(); }
 
 Model::Model(const ConfigNode& node, size_t vocab, size_t classes, Registry& registry,
              uint64_t seed)
+    : Model(Options(node, options(), "model"), vocab, classes, registry, seed) {}
+
+Model::Model(const Options& o, size_t vocab, size_t classes, Registry& registry, uint64_t seed)
+    : Model(o, ModelSettings::table().read(o), vocab, classes, registry, seed) {}
+
+Model::Model(const Options& o, const ModelSettings& s, size_t vocab, size_t classes,
+             Registry& registry, uint64_t seed)
     : vocab_(vocab), classes_(classes) {
-  Options o(node, options(), "model");
-  d_ = static_cast<size_t>(o.get_int("d_model"));
-  size_t L = static_cast<size_t>(o.get_int("layers"));
-  size_t hidden = static_cast<size_t>(std::lround(o.get_float("mlp_ratio") * d_));
-  max_len_ = static_cast<size_t>(o.get_int("max_len"));
-  cls_ = o.get_string("pool") == "cls";
+  d_ = s.d_model;
+  const size_t L = s.layers;
+  const size_t hidden = static_cast<size_t>(std::lround(s.mlp_ratio * static_cast<double>(d_)));
+  max_len_ = s.max_len;
+  cls_ = s.cls;
   if (cls_ && max_len_ < 2) o.fail("max_len", "CLS pooling needs max_len >= 2");
-  dropout_ = static_cast<float>(o.get_float("dropout"));
-  final_norm_ = o.get_bool("final_norm");
+  dropout_ = static_cast<float>(s.dropout);
+  final_norm_ = s.final_norm;
   if (vocab_ == 0 || classes_ == 0)
     throw RuntimeError("model: the dataset reports an empty vocabulary or no classes");
 
@@ -84,7 +94,7 @@ Model::Model(const ConfigNode& node, size_t vocab, size_t classes, Registry& reg
     rng.fill_normal(c, 0.02f);
     cls_vec_ = register_parameter("cls", c);
   }
-  ConfigNode attn_node = o.get_node("attention");
+  const ConfigNode& attn_node = s.attention;
   for (size_t i = 0; i < L; ++i) {
     auto layer = std::make_shared<Layer>();
     layer->ln1_g = layer->register_parameter("ln1.gamma", Tensor({d_}, 1.0f));

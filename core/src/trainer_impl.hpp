@@ -28,7 +28,7 @@ double process_memory(const MemoryLimit& limit);
 std::string gib(double bytes);
 // Refuses, before the model is built, a run whose parameters or one step's activations cannot
 // fit in memory (the estimate is written beside the definition).
-void check_memory(ConfigNode model_node, const DataSplits& data, long batch, bool training);
+void check_memory(const ModelSettings& model, const DataSplits& data, long batch, bool training);
 
 // ---- run files (experiment_checkpoint.cpp)
 // The line of config.resolved.yaml that names the config's folder.

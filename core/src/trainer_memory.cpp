@@ -61,14 +61,13 @@ std::string gib(double bytes) {
 // mlp_ratio) x d^2 + d x classes, 16 bytes each; activations kept for the backward pass about
 // 16 x d floats per token and layer, plus one layer's worth for the embedding and the head,
 // for batch x length tokens (length: the data's longest sequence, cut at model.max_len).
-void check_memory(ConfigNode model_node, const DataSplits& data, long batch, bool training) {
-  Options mo(model_node, Model::options(), "model");
-  double d = static_cast<double>(mo.get_int("d_model")), layers = static_cast<double>(mo.get_int("layers"));
-  double max_len = static_cast<double>(mo.get_int("max_len"));
+void check_memory(const ModelSettings& m, const DataSplits& data, long batch, bool training) {
+  double d = static_cast<double>(m.d_model), layers = static_cast<double>(m.layers);
+  double max_len = static_cast<double>(m.max_len);
   double length = data.max_len > 0 ? std::min(max_len, static_cast<double>(data.max_len)) : max_len;
-  length += mo.get_string("pool") == "cls";
+  length += m.cls;
   double params = static_cast<double>(data.vocab_size) * d + max_len * d +
-                  layers * (4 + 2 * mo.get_float("mlp_ratio")) * d * d +
+                  layers * (4 + 2 * m.mlp_ratio) * d * d +
                   d * static_cast<double>(data.num_classes);
   double param_bytes = 16 * params;
   double act_bytes = training ? 4.0 * static_cast<double>(batch) * length * (layers + 1) * 16 * d : 0;
@@ -86,7 +85,7 @@ void check_memory(ConfigNode model_node, const DataSplits& data, long batch, boo
   else
     what << "model: the parameters with their gradients and optimizer state need about "
          << gib(param_bytes) << " (d_model " << d << ", " << layers << " layer(s), mlp_ratio "
-         << mo.get_float("mlp_ratio") << ", max_len " << max_len << ")";
+         << m.mlp_ratio << ", max_len " << max_len << ")";
   throw ConfigError(what.str() + ", more than the " + gib(limit) + " of " + from + "; lower " +
                     (act_bytes > param_bytes ? "train.batch_size, model.max_len or the model's size"
                                              : "model.d_model, model.layers or model.mlp_ratio"));

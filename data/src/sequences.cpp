@@ -102,6 +102,20 @@ Ambiguous parse_ambiguous(const std::string& s) {
   throw ConfigError("ambiguous: unknown mode `" + s + "` (token | skip | error | resolve)");
 }
 
+const char* ambiguous_name(Ambiguous a) {
+  switch (a) {
+    case Ambiguous::Token:
+      return "token";
+    case Ambiguous::Skip:
+      return "skip";
+    case Ambiguous::Error:
+      return "error";
+    case Ambiguous::Resolve:
+      return "resolve";
+  }
+  return "?";
+}
+
 namespace {
 
 // Bit mask of the bases (A=1, C=2, G=4, T=8) an IUPAC code stands for; 0 = not a code.
@@ -151,18 +165,25 @@ int base_code(uint8_t mask) {
 
 }  // namespace
 
-OptionSpecs KmerTokenizer::options() {
-  const double inf = std::numeric_limits<double>::infinity();
-  return {
-      make_option("k", OptType::Int, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10),
-      make_option("stride", OptType::Int, "1", "step between k-mer starts (stride k = non-overlapping)",
-                  1, 1e9),
-      make_option("ambiguous", OptType::String, "token",
-                  "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
-                  "random compatible base)",
-                  -inf, inf, {"token", "skip", "error", "resolve"}),
-  };
+const OptionTable<KmerSettings>& KmerSettings::table() {
+  using S = KmerSettings;
+  static const auto t =
+      OptionTable<S>()
+          .add("k", &S::k, "1", "k-mer length (vocabulary 2 + 4^k)", 1, 10)
+          .add("stride", &S::stride, "1", "step between k-mer starts (stride k = non-overlapping)",
+               1, 1e9)
+          .choice(
+              "ambiguous", &S::ambiguous, "token",
+              "k-mers with N or another IUPAC code: token (<amb>), skip, error, resolve (seeded "
+              "random compatible base)",
+              {{"token", Ambiguous::Token},
+               {"skip", Ambiguous::Skip},
+               {"error", Ambiguous::Error},
+               {"resolve", Ambiguous::Resolve}});
+  return t;
 }
+
+OptionSpecs KmerTokenizer::options() { return KmerSettings::table().specs(); }
 
 KmerTokenizer::KmerTokenizer(int k, int stride, Ambiguous ambiguous)
     : k_(k), stride_(stride), ambiguous_(ambiguous) {

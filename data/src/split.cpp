@@ -7,32 +7,25 @@
 
 namespace gf {
 
-OptionSpecs region_options(const std::string& what) {
-  return {
-      make_option("region_start", OptType::Int, "~", "1-based first base of " + what, 1),
-      make_option("region_end", OptType::Int, "~", "1-based last base of the region (inclusive)", 1),
-      make_option("gene", OptType::String, "~", "region = this gene of the gff file"),
-      make_option("gff", OptType::String, "~", "GFF annotation for gene"),
-  };
+OptionTable<RegionSpec> RegionSpec::table(const std::string& what) {
+  using S = RegionSpec;
+  return OptionTable<S>()
+      .add("region_start", &S::start, "~", "1-based first base of " + what, 1)
+      .add("region_end", &S::end, "~", "1-based last base of the region (inclusive)", 1)
+      .add("gene", &S::gene, "~", "region = this gene of the gff file")
+      .add("gff", &S::gff, "~", "GFF annotation for gene");
 }
 
-RegionSpec read_region(const Options& o) {
-  RegionSpec r;
+void check_region(const Options& o, RegionSpec& r) {
   bool has_start = o.has_value("region_start"), has_end = o.has_value("region_end");
   if (has_start != has_end)
     o.fail(has_start ? "region_end" : "region_start", "give both region_start and region_end");
-  if (has_start) {
-    r.start = static_cast<size_t>(o.get_int("region_start"));
-    r.end = static_cast<size_t>(o.get_int("region_end"));
-    if (r.end < r.start) o.fail("region_end", "must be >= region_start");
-  }
+  if (has_start && r.end < r.start) o.fail("region_end", "must be >= region_start");
   if (o.has_value("gene")) {
     if (has_start) o.fail("gene", "give either gene or region_start/region_end, not both");
     if (!o.has_value("gff")) o.fail("gene", "needs gff: the annotation file to look it up in");
-    r.gene = o.get_string("gene");
-    r.gff = o.resolve_path(o.get_string("gff"));
+    r.gff = o.resolve_path(r.gff);
   }
-  return r;
 }
 
 std::pair<size_t, size_t> resolve_region(const RegionSpec& region) {
@@ -40,31 +33,31 @@ std::pair<size_t, size_t> resolve_region(const RegionSpec& region) {
   return {region.start, region.end};
 }
 
-OptionSpecs genome_options(const std::string& region, const std::string& unit,
-                           const std::string& group) {
-  OptionSpecs out = region_options(region);
-  out.push_back(make_option("max_len", OptType::Int, "0",
-                            "keep at most this many tokens per " + unit + " (0 = all)", 0));
-  out.push_back(make_option("val_ratio", OptType::Float, "0.1",
-                            "share of each " + group + " held out as val", 0.0, 0.9));
-  out.push_back(make_option("test_ratio", OptType::Float, "0.1",
-                            "share of each " + group + " held out as test", 0.0, 0.9));
-  for (auto& o : KmerTokenizer::options()) out.push_back(o);
-  return out;
+OptionTable<SplitSettings> SplitSettings::table(const std::string& held_out,
+                                                const std::string& seeded, bool split_files) {
+  using S = SplitSettings;
+  const std::string share = "share of " + held_out + " held out as ";
+  return OptionTable<S>()
+      .add("val_ratio", &S::val_ratio, "0.1", share + "val" + (split_files ? " (no val file)" : ""),
+           0.0, 0.9)
+      .add("test_ratio", &S::test_ratio, "0.1",
+           share + "test" + (split_files ? " (no test file)" : ""), 0.0, 0.9)
+      .add("split_seed", &S::seed, "~", "seed of " + seeded + " (default: run seed)", 0);
 }
 
-GenomeSettings read_genome_settings(const Options& o) {
-  GenomeSettings g;
-  g.region = read_region(o);
-  g.max_len = static_cast<size_t>(o.get_int("max_len"));
-  g.val_ratio = o.get_float("val_ratio");
-  g.test_ratio = o.get_float("test_ratio");
-  g.k = static_cast<int>(o.get_int("k"));
-  g.stride = static_cast<int>(o.get_int("stride"));
-  g.ambiguous_name = o.get_string("ambiguous");
-  g.ambiguous = parse_ambiguous(g.ambiguous_name);
-  return g;
+OptionTable<GenomeSettings> GenomeSettings::table(const std::string& region,
+                                                  const std::string& unit,
+                                                  const std::string& group) {
+  using S = GenomeSettings;
+  return OptionTable<S>()
+      .include(RegionSpec::table(region), &S::region)
+      .add("max_len", &S::max_len, "0", "keep at most this many tokens per " + unit + " (0 = all)",
+           0)
+      .include(SplitSettings::table("each " + group, "the split"), {"val_ratio", "test_ratio"})
+      .include(KmerSettings::table());
 }
+
+void check_genome_settings(const Options& o, GenomeSettings& s) { check_region(o, s.region); }
 
 KmerTokenizer genome_tokenizer(const GenomeSettings& s) {
   return KmerTokenizer(s.k, s.stride, s.ambiguous);

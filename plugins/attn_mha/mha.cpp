@@ -1,5 +1,6 @@
 // attention `mha` (standard multi-head scaled dot-product attention) and head
 // `dot_product` (per-level query/key projections and a value projection).
+#include <growformer/fields.hpp>
 #include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
@@ -31,10 +32,26 @@ class DotProductHead : public Head {
   QkvProjections proj_;
 };
 
+/// The options of `mha`, each declared once: the multi-head ones, then `causal`.
+struct MhaSettings {
+  MultiHeadSettings common;
+  bool causal = false;
+  static const OptionTable<MhaSettings>& table() {
+    using S = MhaSettings;
+    static const auto t =
+        OptionTable<S>()
+            .include(MultiHeadSettings::table(), &S::common)
+            .add("causal", &S::causal, "false", "mask future positions (decoder-style)");
+    return t;
+  }
+};
+
 class MhaBlock : public MultiHeadBlock {
  public:
   MhaBlock(const Options& opts, const AttentionBuild& b)
-      : MultiHeadBlock(opts, b, 1, false), causal_(opts.get_bool("causal")) {
+      : MhaBlock(opts, b, MhaSettings::table().read(opts)) {}
+  MhaBlock(const Options& opts, const AttentionBuild& b, const MhaSettings& s)
+      : MultiHeadBlock(opts, s.common, b, 1, false), causal_(s.causal) {
     create_initial_heads();
   }
 
@@ -55,12 +72,9 @@ class MhaBlock : public MultiHeadBlock {
 };
 
 void register_components(Registry& r) {
-  OptionSpecs mha = MultiHeadBlock::common_options();
-  mha.push_back({"causal", OptType::Bool, "false", "mask future positions (decoder-style)"});
-  r.add_attention({"mha", "standard multi-head scaled dot-product attention", mha},
-                  [](const Options& o, const AttentionBuild& b) {
-                    return std::make_unique<MhaBlock>(o, b);
-                  });
+  r.add_attention(
+      {"mha", "standard multi-head scaled dot-product attention", MhaSettings::table().specs()},
+      [](const Options& o, const AttentionBuild& b) { return std::make_unique<MhaBlock>(o, b); });
   r.add_head({"dot_product", "query/key projections per level and a value projection", {}},
              [](const Options& o, const HeadBuild& b) {
                return std::make_unique<DotProductHead>(o, b);

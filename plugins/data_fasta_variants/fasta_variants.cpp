@@ -5,15 +5,14 @@
 #include <cctype>
 #include <cmath>
 #include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
-#include <growformer/json_text.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/sequences.hpp>
 #include <growformer/data/split.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/json_text.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
-#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,18 +24,40 @@
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-
+/// The options of `fasta_variants`, each declared once: its own, `split_seed` (the seed of the
+/// stratified split, `seed`) and the genome options of the data library.
 struct Settings : gf::GenomeSettings {  // region end 0 = whole record
   std::string fasta, metadata, id_column, label_column;
   int64_t min_count = 0;
   std::vector<std::string> include;
   std::string other, other_name, missing;
-  uint64_t seed = 0;
   // a tokenizer saved with a checkpoint (DatasetBuild::tokenizer)
   bool restored = false;
   std::vector<std::string> classes;
+
+  static const gf::OptionTable<Settings>& table() {
+    using S = Settings;
+    static const auto t =
+        gf::OptionTable<S>()
+            .add("fasta", &S::fasta, "", "FASTA or FASTA.gz of the genomes")
+            .add("metadata", &S::metadata, "", "TSV with a header: one row per genome")
+            .add("id_column", &S::id_column, "strain", "metadata column holding the FASTA id")
+            .add("label_column", &S::label_column, "who_variant",
+                 "metadata column holding the class")
+            .add("min_count", &S::min_count, "0",
+                 "classes with fewer genomes are grouped or dropped", 0)
+            .add("include", &S::include, "[]", "keep only these classes (empty = all)")
+            .choice("other", &S::other, "group",
+                    "classes removed by include/min_count: group into other_name, or drop",
+                    {{"group", std::string("group")}, {"drop", std::string("drop")}})
+            .add("other_name", &S::other_name, "other", "name of the grouped class")
+            .choice("missing", &S::missing, "skip",
+                    "metadata ids absent from the FASTA: skip (counted) or error",
+                    {{"skip", std::string("skip")}, {"error", std::string("error")}})
+            .include(gf::SplitSettings::table("each class", "the stratified split"), {"split_seed"})
+            .include(gf::GenomeSettings::table("the region on each record", "genome", "class"));
+    return t;
+  }
 };
 
 // The saved tokenizer fixes the k-mer settings, the region and the classes.
@@ -49,8 +70,7 @@ void restore(Settings& s, const std::string& state) {
                             j.value("plugin", std::string("?")) + "`, not fasta_variants");
     s.k = j.at("k").get<int>();
     s.stride = j.at("stride").get<int>();
-    s.ambiguous_name = j.at("ambiguous").get<std::string>();
-    s.ambiguous = gf::parse_ambiguous(s.ambiguous_name);
+    s.ambiguous = gf::parse_ambiguous(j.at("ambiguous").get<std::string>());
     s.region.start = j.at("region").at(0).get<size_t>();
     s.region.end = j.at("region").at(1).get<size_t>();
     s.region.gene.clear();
@@ -201,14 +221,14 @@ class FastaVariants : public gf::Dataset {
                                 std::to_string(used_) + " genomes; raise val_ratio/test_ratio");
     loaded_ = true;
     d.tokenizer = gf::dump_json(nlohmann::json({{"plugin", "fasta_variants"},
-                                  {"k", s_.k},
-                                  {"stride", s_.stride},
-                                  {"ambiguous", s_.ambiguous_name},
-                                  {"region", {region_start_, region_end_}},
-                                  {"max_len", s_.max_len},
-                                  {"seed", s_.seed},
-                                  {"classes", names},
-                                  {"other_name", s_.other_name}}));
+                                                {"k", s_.k},
+                                                {"stride", s_.stride},
+                                                {"ambiguous", gf::ambiguous_name(s_.ambiguous)},
+                                                {"region", {region_start_, region_end_}},
+                                                {"max_len", s_.max_len},
+                                                {"seed", s_.seed},
+                                                {"classes", names},
+                                                {"other_name", s_.other_name}}));
     return d;
   }
 
@@ -405,47 +425,19 @@ class FastaVariants : public gf::Dataset {
 
 std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
   Settings s;
-  static_cast<gf::GenomeSettings&>(s) = gf::read_genome_settings(o);
-  s.fasta = o.resolve_path(o.get_string("fasta"));
-  s.metadata = o.resolve_path(o.get_string("metadata"));
-  s.id_column = o.get_string("id_column");
-  s.label_column = o.get_string("label_column");
-  s.min_count = o.get_int("min_count");
-  s.include = o.get_string_list("include");
-  s.other = o.get_string("other");
-  s.other_name = o.get_string("other_name");
-  s.missing = o.get_string("missing");
-  s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  s.seed = b.seed;  // unless split_seed is given
+  s = Settings::table().read(o, std::move(s));
+  gf::check_genome_settings(o, s);
+  s.fasta = o.resolve_path(s.fasta);
+  s.metadata = o.resolve_path(s.metadata);
   if (!b.tokenizer.empty()) restore(s, b.tokenizer);
   return std::make_unique<FastaVariants>(std::move(s));
 }
 
-gf::OptionSpecs specs() {
-  using gf::OptType;
-  gf::OptionSpecs out = {
-      gf::make_option("fasta", OptType::String, "", "FASTA or FASTA.gz of the genomes"),
-      gf::make_option("metadata", OptType::String, "", "TSV with a header: one row per genome"),
-      gf::make_option("id_column", OptType::String, "strain", "metadata column holding the FASTA id"),
-      gf::make_option("label_column", OptType::String, "who_variant", "metadata column holding the class"),
-      gf::make_option("min_count", OptType::Int, "0", "classes with fewer genomes are grouped or dropped", 0),
-      gf::make_option("include", OptType::StringList, "[]", "keep only these classes (empty = all)"),
-      gf::make_option("other", OptType::String, "group",
-          "classes removed by include/min_count: group into other_name, or drop", -kInf, kInf,
-          {"group", "drop"}),
-      gf::make_option("other_name", OptType::String, "other", "name of the grouped class"),
-      gf::make_option("missing", OptType::String, "skip",
-          "metadata ids absent from the FASTA: skip (counted) or error", -kInf, kInf,
-          {"skip", "error"}),
-      gf::make_option("split_seed", OptType::Int, "~", "seed of the stratified split (default: run seed)", 0),
-  };
-  for (auto& o : gf::genome_options("the region on each record", "genome", "class")) out.push_back(o);
-  return out;
-}
-
 void register_components(gf::Registry& r) {
-  r.add_dataset(
-      {"fasta_variants", "genome classification: FASTA + metadata TSV, k-mer tokens", specs()},
-      make);
+  r.add_dataset({"fasta_variants", "genome classification: FASTA + metadata TSV, k-mer tokens",
+                 Settings::table().specs()},
+                make);
 }
 
 }  // namespace

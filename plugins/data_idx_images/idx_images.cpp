@@ -6,13 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/split.hpp>
+#include <growformer/dataset.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
-#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -20,16 +19,44 @@
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+const std::string kDir = "/usr/share/datasets/fashion-mnist/";
 
-
-struct Settings {
+/// The options of `idx_images`, each declared once: its own, and `val_ratio` and `split_seed`
+/// (the seed of the val split and subsets, `seed`) of the data library's split options.
+struct Settings : gf::SplitSettings {
   std::string train_images, train_labels, test_images, test_labels;
-  double val_ratio = 0.1;
   int levels = 256, downsample = 1;
   int64_t max_train = 0, max_test = 0;
   std::vector<std::string> class_names;
-  uint64_t seed = 0;
+
+  static const gf::OptionTable<Settings>& table() {
+    using S = Settings;
+    static const auto split = gf::SplitSettings::table("the (max_train-capped) training images",
+                                                       "the val split and subsets");
+    static const auto t =
+        gf::OptionTable<S>()
+            .add("train_images", &S::train_images, kDir + "train-images-idx3-ubyte.gz",
+                 "IDX images of the training split (plain or gzip)")
+            .add("train_labels", &S::train_labels, kDir + "train-labels-idx1-ubyte.gz",
+                 "IDX labels of the training split")
+            .add("test_images", &S::test_images, kDir + "t10k-images-idx3-ubyte.gz",
+                 "IDX images of the test split")
+            .add("test_labels", &S::test_labels, kDir + "t10k-labels-idx1-ubyte.gz",
+                 "IDX labels of the test split")
+            .include(split, {"val_ratio"})
+            .add("levels", &S::levels, "256", "grey levels: token = 1 + pixel * levels / 256", 2,
+                 256)
+            .add("downsample", &S::downsample, "1",
+                 "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1)
+            .add("max_train", &S::max_train, "0",
+                 "use a seeded random subset of this many training images, val included (0 = all)",
+                 0)
+            .add("max_test", &S::max_test, "0",
+                 "keep a seeded random subset of the test split (0 = all)", 0)
+            .add("class_names", &S::class_names, "[]", "names of the classes by label")
+            .include(split, {"split_seed"});
+    return t;
+  }
 };
 
 // An IDX file of unsigned bytes: dims and the data after the header.
@@ -183,53 +210,17 @@ class IdxImages : public gf::Dataset {
 
 std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
   Settings s;
-  s.train_images = o.resolve_path(o.get_string("train_images"));
-  s.train_labels = o.resolve_path(o.get_string("train_labels"));
-  s.test_images = o.resolve_path(o.get_string("test_images"));
-  s.test_labels = o.resolve_path(o.get_string("test_labels"));
-  s.val_ratio = o.get_float("val_ratio");
-  s.levels = static_cast<int>(o.get_int("levels"));
-  s.downsample = static_cast<int>(o.get_int("downsample"));
-  s.max_train = o.get_int("max_train");
-  s.max_test = o.get_int("max_test");
-  s.class_names = o.get_string_list("class_names");
-  s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
+  s.seed = b.seed;  // unless split_seed is given
+  s = Settings::table().read(o, std::move(s));
+  for (std::string* path : {&s.train_images, &s.train_labels, &s.test_images, &s.test_labels})
+    *path = o.resolve_path(*path);
   return std::make_unique<IdxImages>(std::move(s));
 }
 
-gf::OptionSpecs specs() {
-  using gf::OptType;
-  const std::string dir = "/usr/share/datasets/fashion-mnist/";
-  return {
-      gf::make_option("train_images", OptType::String, dir + "train-images-idx3-ubyte.gz",
-          "IDX images of the training split (plain or gzip)"),
-      gf::make_option("train_labels", OptType::String, dir + "train-labels-idx1-ubyte.gz",
-          "IDX labels of the training split"),
-      gf::make_option("test_images", OptType::String, dir + "t10k-images-idx3-ubyte.gz",
-          "IDX images of the test split"),
-      gf::make_option("test_labels", OptType::String, dir + "t10k-labels-idx1-ubyte.gz",
-          "IDX labels of the test split"),
-      gf::make_option("val_ratio", OptType::Float, "0.1",
-          "share of the (max_train-capped) training images held out as val", 0.0,
-          0.9),
-      gf::make_option("levels", OptType::Int, "256", "grey levels: token = 1 + pixel * levels / 256", 2, 256),
-      gf::make_option("downsample", OptType::Int, "1", "average-pool f x f blocks (28x28 -> 14x14 for 2)", 1),
-      gf::make_option("max_train", OptType::Int, "0",
-          "use a seeded random subset of this many training images, val included "
-          "(0 = all)",
-          0),
-      gf::make_option("max_test", OptType::Int, "0", "keep a seeded random subset of the test split (0 = all)",
-          0),
-      gf::make_option("class_names", OptType::StringList, "[]", "names of the classes by label"),
-      gf::make_option("split_seed", OptType::Int, "~", "seed of the val split and subsets (default: run seed)",
-          0),
-  };
-}
-
 void register_components(gf::Registry& r) {
-  r.add_dataset(
-      {"idx_images", "IDX images (Fashion-MNIST) as row-major pixel-token sequences", specs()},
-      make);
+  r.add_dataset({"idx_images", "IDX images (Fashion-MNIST) as row-major pixel-token sequences",
+                 Settings::table().specs()},
+                make);
 }
 
 }  // namespace

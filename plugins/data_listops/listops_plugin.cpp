@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <filesystem>
 #include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/listops.hpp>
+#include <growformer/dataset.hpp>
+#include <growformer/fields.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
-#include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,121 +20,119 @@ namespace {
 
 namespace lo = gf::listops;
 
-const char* const kGenerateOnly[] = {"min_length", "max_depth", "max_args", "seed_offset"};
-const char* const kFilesOnly[] = {"train_file", "val_file", "test_file", "truncate"};
 // generated trees per split when train_size / val_size / test_size are not given
 const size_t kGeneratedSizes[3] = {20000, 2000, 2000};
 
-gf::OptionSpec option(const char* name, gf::OptType type, const char* def, const char* doc,
-                      double min = -std::numeric_limits<double>::infinity(),
-                      double max = std::numeric_limits<double>::infinity(),
-                      std::vector<std::string> choices = {}) {
-  gf::OptionSpec s;
-  s.name = name;
-  s.type = type;
-  s.default_value = def;
-  s.doc = doc;
-  s.min = min;
-  s.max = max;
-  s.choices = std::move(choices);
-  return s;
-}
+/// The options of `listops`, each declared once; those of one source carry its mode.
+struct ListOpsSettings {
+  bool files = false;  // source: files (else generate)
+  std::optional<size_t> train_size, val_size, test_size;
+  size_t min_length = 128, max_length = 512;
+  int max_depth = 10, max_args = 10;
+  int64_t seed_offset = 0;
+  std::optional<std::string> train_file, val_file, test_file;
+  bool truncate = false;
 
-gf::OptionSpecs listops_options() {
-  using gf::OptType;
-  const double inf = std::numeric_limits<double>::infinity();
-  gf::OptionSpecs specs = {
-      option("source", OptType::String, "generate",
-             "generate: random trees by the LRA rules; files: read train/val/test TSV files", -inf,
-             inf, {"generate", "files"}),
-      option("train_size", OptType::Int, "~",
-             "training trees to generate (default 20000); files: keep the first N rows (default "
-             "all)", 1),
-      option("val_size", OptType::Int, "~",
-             "validation trees to generate (default 2000); files: keep the first N rows (default "
-             "all)", 0),
-      option("test_size", OptType::Int, "~",
-             "test trees to generate (default 2000); files: keep the first N rows (default all)",
-             0),
-      option("min_length", OptType::Int, "128",
-             "generate: keep trees longer than this many tokens (LRA: 500 with max_length 2000)",
-             0),
-      option("max_length", OptType::Int, "512",
-             "generate: keep trees shorter than this many tokens (strict, as LRA); files: longest "
-             "row kept (see truncate)",
-             2),
-      option("max_depth", OptType::Int, "10", "generate: deepest level; the root is level 1", 1,
-             64),
-      option("max_args", OptType::Int, "10", "generate: operator arity is uniform in 2..max_args",
-             2, 1000),
-      option("seed_offset", OptType::Int, "0",
-             "generate: data seed = run seed + seed_offset (stream \"listops\")"),
-      option("train_file", OptType::String, "~",
-             "files: training TSV (LRA `Source<TAB>Target` or `label<TAB>expression`, .gz ok), "
-             "relative to the config"),
-      option("val_file", OptType::String, "~", "files: validation TSV"),
-      option("test_file", OptType::String, "~", "files: test TSV"),
-      option("truncate", OptType::Bool, "false",
-             "files: cut rows longer than max_length to max_length tokens (LRA's input pipeline) "
-             "instead of dropping them"),
-  };
-  for (auto& spec : specs) {
-    for (const char* name : kGenerateOnly)
-      if (spec.name == name) spec.mode = "source=generate";
-    for (const char* name : kFilesOnly)
-      if (spec.name == name) spec.mode = "source=files";
+  static const gf::OptionTable<ListOpsSettings>& table() {
+    using S = ListOpsSettings;
+    static const auto t =
+        gf::OptionTable<S>()
+            .choice("source", &S::files, "generate",
+                    "generate: random trees by the LRA rules; files: read train/val/test TSV files",
+                    {{"generate", false}, {"files", true}})
+            .add("train_size", &S::train_size, "~",
+                 "training trees to generate (default 20000); "
+                 "files: keep the first N rows (default all)",
+                 1)
+            .add("val_size", &S::val_size, "~",
+                 "validation trees to generate (default 2000); "
+                 "files: keep the first N rows (default all)",
+                 0)
+            .add("test_size", &S::test_size, "~",
+                 "test trees to generate (default 2000); "
+                 "files: keep the first N rows (default all)",
+                 0)
+            .add("min_length", &S::min_length, "128",
+                 "generate: keep trees longer than this many tokens "
+                 "(LRA: 500 with max_length 2000)",
+                 0)
+            .mode("source=generate")
+            .add("max_length", &S::max_length, "512",
+                 "generate: keep trees shorter than this many tokens (strict, as LRA); "
+                 "files: longest row kept (see truncate)",
+                 2)
+            .add("max_depth", &S::max_depth, "10", "generate: deepest level; the root is level 1",
+                 1, 64)
+            .mode("source=generate")
+            .add("max_args", &S::max_args, "10",
+                 "generate: operator arity is uniform in 2..max_args", 2, 1000)
+            .mode("source=generate")
+            .add("seed_offset", &S::seed_offset, "0",
+                 "generate: data seed = run seed + seed_offset (stream \"listops\")")
+            .mode("source=generate")
+            .add("train_file", &S::train_file, "~",
+                 "files: training TSV (LRA `Source<TAB>Target` or `label<TAB>expression`, .gz ok), "
+                 "relative to the config")
+            .mode("source=files")
+            .add("val_file", &S::val_file, "~", "files: validation TSV")
+            .mode("source=files")
+            .add("test_file", &S::test_file, "~", "files: test TSV")
+            .mode("source=files")
+            .add("truncate", &S::truncate, "false",
+                 "files: cut rows longer than max_length to max_length tokens "
+                 "(LRA's input pipeline) instead of dropping them")
+            .mode("source=files");
+    return t;
   }
-  return specs;
-}
+};
 
 class ListOpsDataset : public gf::Dataset {
  public:
-  ListOpsDataset(const gf::Options& o, const gf::DatasetBuild& b) : opts_(o) {
-    files_ = o.get_string("source") == "files";
-    for (const char* name : files_ ? kGenerateOnly : kFilesOnly) {
-      if (o.differs_from_default(name))
-        o.fail(name, std::string("is only used with source: ") + (files_ ? "generate" : "files"));
-    }
-    max_length_ = static_cast<size_t>(o.get_int("max_length"));
+  ListOpsDataset(const gf::Options& o, const gf::DatasetBuild& b)
+      : ListOpsDataset(o, b, ListOpsSettings::table().read(o)) {}
+  ListOpsDataset(const gf::Options& o, const gf::DatasetBuild& b, const ListOpsSettings& s)
+      : opts_(o), files_(s.files), max_length_(s.max_length) {
+    const std::string mode = files_ ? "source=files" : "source=generate";
+    for (const auto& spec : ListOpsSettings::table().specs())
+      if (!spec.mode.empty() && spec.mode != mode && o.differs_from_default(spec.name))
+        o.fail(spec.name,
+               std::string("is only used with source: ") + (files_ ? "generate" : "files"));
+    const std::optional<size_t>* sizes[3] = {&s.train_size, &s.val_size, &s.test_size};
     if (files_) {
-      truncate_ = o.get_bool("truncate");
+      truncate_ = s.truncate;
       const char* names[3] = {"train_file", "val_file", "test_file"};
-      const char* sizes[3] = {"train_size", "val_size", "test_size"};
+      const std::optional<std::string>* files[3] = {&s.train_file, &s.val_file, &s.test_file};
       // reading for a checkpoint (eval --split S): only split S's file is needed
       std::string only = b.tokenizer.empty() ? "" : b.only;
       const char* splits[3] = {"train", "val", "test"};
       for (int i = 0; i < 3; ++i) {
         read_[i] = only.empty() || only == splits[i];
         if (!read_[i]) {  // read as given, never opened
-          if (o.has_value(names[i])) paths_[i] = o.resolve_path(o.get_string(names[i]));
-          if (o.has_value(sizes[i])) o.get_int(sizes[i]);
+          if (*files[i]) paths_[i] = o.resolve_path(**files[i]);
           continue;
         }
-        if (!o.has_value(names[i])) o.fail(names[i], "is required with source: files");
-        paths_[i] = o.resolve_path(o.get_string(names[i]));
+        if (!*files[i]) o.fail(names[i], "is required with source: files");
+        paths_[i] = o.resolve_path(**files[i]);
         if (std::string problem = gf::data_file_problem(paths_[i]); !problem.empty()) {
           std::error_code ec;  // a directory or a device is named as such, not as missing
           const bool there = std::filesystem::exists(paths_[i], ec) || ec;
           o.fail(names[i], there ? problem : "file not found: " + paths_[i]);
         }
-        limits_[i] = o.has_value(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i])) : 0;
+        limits_[i] = sizes[i]->value_or(0);
       }
     } else {
-      cfg_.min_length = static_cast<size_t>(o.get_int("min_length"));
+      cfg_.min_length = s.min_length;
       cfg_.max_length = max_length_;
       if (cfg_.max_length < cfg_.min_length + 2)
         o.fail("max_length", "no tree length lies strictly between min_length " +
                                  std::to_string(cfg_.min_length) + " and max_length " +
                                  std::to_string(cfg_.max_length));
-      cfg_.max_depth = static_cast<int>(o.get_int("max_depth"));
-      cfg_.max_args = static_cast<int>(o.get_int("max_args"));
+      cfg_.max_depth = s.max_depth;
+      cfg_.max_args = s.max_args;
       if (cfg_.max_depth == 1 && cfg_.min_length >= 1)
         o.fail("max_depth", "1 makes single digits only (length 1), none longer than min_length");
-      const char* sizes[3] = {"train_size", "val_size", "test_size"};
-      for (int i = 0; i < 3; ++i)
-        sizes_[i] = o.has_value(sizes[i]) ? static_cast<size_t>(o.get_int(sizes[i]))
-                                          : kGeneratedSizes[i];
-      seed_ = b.seed + static_cast<uint64_t>(o.get_int("seed_offset"));
+      for (int i = 0; i < 3; ++i) sizes_[i] = sizes[i]->value_or(kGeneratedSizes[i]);
+      seed_ = b.seed + static_cast<uint64_t>(s.seed_offset);
     }
   }
 
@@ -286,7 +285,7 @@ void register_listops(gf::Registry& r) {
       {"listops",
        "ListOps expression trees (MIN MAX MED SM over digits): generated by the LRA "
        "rules or read from TSV; 16 tokens, 10 classes",
-       listops_options()},
+       ListOpsSettings::table().specs()},
       [](const gf::Options& o, const gf::DatasetBuild& b) -> std::unique_ptr<gf::Dataset> {
         return std::make_unique<ListOpsDataset>(o, b);
       });

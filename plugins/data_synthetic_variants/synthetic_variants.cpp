@@ -6,14 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/sequences.hpp>
 #include <growformer/data/split.hpp>
+#include <growformer/dataset.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
-#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,16 +22,35 @@
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-
+/// The options of `synthetic_variants`, each declared once: its own (`seed`, the generation
+/// seed, also draws the split) and the genome options of the data library.
 struct Settings : gf::GenomeSettings {
   std::string reference, clades_tsv;
   std::vector<std::string> clades;
   int64_t num_clades = 0, per_clade = 100;
   double mutation_rate = 0.001;
   int64_t n_runs = 0, n_run_max = 100;
-  uint64_t seed = 0;
+
+  static const gf::OptionTable<Settings>& table() {
+    using S = Settings;
+    static const auto t =
+        gf::OptionTable<S>()
+            .add("reference", &S::reference, "", "reference genome FASTA (first record is used)")
+            .add("clades_tsv", &S::clades_tsv, "",
+                 "Nextstrain clades TSV: clade gene site alt; `nuc POS BASE` and `clade PARENT` "
+                 "rows")
+            .add("clades", &S::clades, "[]", "clades to generate (empty = see num_clades)")
+            .add("num_clades", &S::num_clades, "0", "the first N clades of the file (0 = all)", 0)
+            .add("per_clade", &S::per_clade, "100", "sequences generated per clade", 3)
+            .add("mutation_rate", &S::mutation_rate, "0.001",
+                 "background substitution probability per site (defining sites are kept)", 0.0, 1.0)
+            .add("n_runs", &S::n_runs, "0", "runs of N per sequence (defining sites are kept)", 0)
+            .add("n_run_max", &S::n_run_max, "100", "longest run of N (length uniform in 1..max)",
+                 1)
+            .add("seed", &S::seed, "~", "generation seed (default: run seed)", 0)
+            .include(gf::GenomeSettings::table("the region", "sequence", "clade"));
+    return t;
+  }
 };
 
 // Clade definitions: own nucleotide states and parent, in file order.
@@ -287,46 +305,22 @@ class SyntheticVariants : public gf::Dataset {
 
 std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
   Settings s;
-  static_cast<gf::GenomeSettings&>(s) = gf::read_genome_settings(o);
-  s.reference = o.resolve_path(o.get_string("reference"));
-  s.clades_tsv = o.resolve_path(o.get_string("clades_tsv"));
-  s.clades = o.get_string_list("clades");
-  s.num_clades = o.get_int("num_clades");
+  s.seed = b.seed;  // unless seed is given
+  s = Settings::table().read(o, std::move(s));
+  gf::check_genome_settings(o, s);
+  s.reference = o.resolve_path(s.reference);
+  s.clades_tsv = o.resolve_path(s.clades_tsv);
   if (!s.clades.empty() && o.differs_from_default("num_clades")) {
     o.fail("num_clades", "give either clades or num_clades, not both");
   }
-  s.per_clade = o.get_int("per_clade");
-  s.mutation_rate = o.get_float("mutation_rate");
-  s.n_runs = o.get_int("n_runs");
-  s.n_run_max = o.get_int("n_run_max");
-  s.seed = o.has_value("seed") ? static_cast<uint64_t>(o.get_int("seed")) : b.seed;
   return std::make_unique<SyntheticVariants>(std::move(s));
 }
 
-gf::OptionSpecs specs() {
-  using gf::OptType;
-  gf::OptionSpecs out = {
-      gf::make_option("reference", OptType::String, "", "reference genome FASTA (first record is used)"),
-      gf::make_option("clades_tsv", OptType::String, "",
-          "Nextstrain clades TSV: clade gene site alt; `nuc POS BASE` and `clade PARENT` rows"),
-      gf::make_option("clades", OptType::StringList, "[]", "clades to generate (empty = see num_clades)"),
-      gf::make_option("num_clades", OptType::Int, "0", "the first N clades of the file (0 = all)", 0),
-      gf::make_option("per_clade", OptType::Int, "100", "sequences generated per clade", 3),
-      gf::make_option("mutation_rate", OptType::Float, "0.001",
-          "background substitution probability per site (defining sites are kept)", 0.0, 1.0),
-      gf::make_option("n_runs", OptType::Int, "0", "runs of N per sequence (defining sites are kept)", 0),
-      gf::make_option("n_run_max", OptType::Int, "100", "longest run of N (length uniform in 1..max)", 1),
-      gf::make_option("seed", OptType::Int, "~", "generation seed (default: run seed)", 0),
-  };
-  for (auto& o : gf::genome_options("the region", "sequence", "clade")) out.push_back(o);
-  return out;
-}
-
 void register_components(gf::Registry& r) {
-  r.add_dataset(
-      {"synthetic_variants",
-       "generated genomes: reference + clade-defining states + noise, k-mer tokens", specs()},
-      make);
+  r.add_dataset({"synthetic_variants",
+                 "generated genomes: reference + clade-defining states + noise, k-mer tokens",
+                 Settings::table().specs()},
+                make);
 }
 
 }  // namespace

@@ -9,17 +9,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <growformer/config.hpp>
-#include <growformer/dataset.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/split.hpp>
+#include <growformer/dataset.hpp>
 #include <growformer/json_text.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
-#include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -44,13 +43,13 @@ struct FileRows {
   std::vector<Row> rows;
 };
 
-struct Settings {
+/// The options of `text_tsv`, each declared once (`table()`): its own, and the data library's
+/// split options (`split_seed` into `seed`).
+struct Settings : gf::SplitSettings {
   std::string train, val, test;
   gf_text::Format format = gf_text::Format::Auto;
   std::string delimiter;   // "" = the format's own or sniffed
   int64_t num_tokens = 0;  // ids: how many token ids (0 = the training split's largest + 1)
-  double val_ratio = 0.1, test_ratio = 0.1;
-  uint64_t seed = 0;
   std::string text_column, label_column, label_type, tokenizer;
   bool lowercase = true, split_punct = false, strip_html = false;
   int64_t min_freq = 1, max_vocab = 0, max_len = 0, subsample = 0;
@@ -60,6 +59,8 @@ struct Settings {
   bool label_int = false;
   std::vector<std::string> labels, vocab;
   std::string only;  // with a saved tokenizer: the one split wanted (DatasetBuild::only)
+
+  static const gf::OptionTable<Settings>& table();
 };
 
 // The saved tokenizer decides everything that shapes the tokens and labels, so new data is
@@ -524,20 +525,86 @@ class TextTsv : public gf::Dataset {
   }
 };
 
+/// The choices of a string option that is read as it is written.
+std::vector<std::pair<std::string, std::string>> words(std::initializer_list<const char*> names) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* n : names) out.emplace_back(n, n);
+  return out;
+}
+
+const gf::OptionTable<Settings>& Settings::table() {
+  using S = Settings;
+  using gf_text::Format;
+  static const auto t =
+      gf::OptionTable<S>()
+          .add("train", &S::train, "",
+               "training file (TSV, CSV or JSON lines; plain or .gz), a header row first in TSV "
+               "and CSV")
+          .add("val", &S::val, "~", "validation file; absent = carve val_ratio from train")
+          .add("test", &S::test, "~", "test file; absent = carve test_ratio from train")
+          .choice(
+              "format", &S::format, "auto",
+              "auto: by the extension (.tsv, .csv, .jsonl; .txt inputs to predict are one text per "
+              "line), else sniffed from the first line; tsv: tab-separated, no quoting; "
+              "csv: RFC 4180 quoting (delimiter below, default comma); "
+              "jsonl: one JSON object per line; lines: one text per line (inputs to predict only)",
+              {{"auto", Format::Auto},
+               {"tsv", Format::Tsv},
+               {"csv", Format::Csv},
+               {"jsonl", Format::Jsonl},
+               {"lines", Format::Lines}})
+          .add("delimiter", &S::delimiter, "~",
+               "the field delimiter of a CSV file (one character; `tab` for a tab); set, an auto "
+               "file is read as CSV with it; absent = the format's own, or sniffed from the header "
+               "(tab , ; |)")
+          .include(gf::SplitSettings::table("training rows", "the ratio split and subsample", true))
+          .add("text_column", &S::text_column, "sentence",
+               "header name (JSON key) of the text column")
+          .add("label_column", &S::label_column, "label",
+               "header name (JSON key) of the label column")
+          .choice("label_type", &S::label_type, "auto",
+                  "int: labels must be integers; string: any text; auto: int when the first label "
+                  "is one",
+                  words({"auto", "int", "string"}))
+          .choice(
+              "tokenizer", &S::tokenizer, "word",
+              "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train; ids: "
+              "the text is integer token ids separated by spaces (a JSON list in JSON lines), the "
+              "padding id one past the largest",
+              words({"char", "word", "ids"}))
+          .add("num_tokens", &S::num_tokens, "0",
+               "ids: how many token ids there are (ids 0..num_tokens-1; 0 = the training split's "
+               "largest id + 1)",
+               0, double(kMaxIds))
+          .add("lowercase", &S::lowercase, "true", "lower-case ASCII letters before tokenising")
+          .add("split_punct", &S::split_punct, "false",
+               "word: ASCII punctuation marks become own tokens")
+          .add("strip_html", &S::strip_html, "false",
+               "replace short tags such as <br /> by a space")
+          .add("min_freq", &S::min_freq, "1", "word: keep words seen at least this often in train",
+               1)
+          .add("max_vocab", &S::max_vocab, "0",
+               "word: vocabulary size cap incl. <pad>,<unk> (0 = none)", 0)
+          .add("max_len", &S::max_len, "512",
+               "truncate each text to this many tokens (0 = no limit)", 0)
+          .add("subsample", &S::subsample, "0",
+               "keep a seeded random subset of this many rows per file (0 = all)", 0)
+          .add("class_names", &S::class_names, "[]",
+               "display names of the classes in label order (integers ascending, else sorted)");
+  return t;
+}
+
 std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& b) {
   Settings s;
-  s.train = o.resolve_path(o.get_string("train"));
-  if (o.has_value("val")) s.val = o.resolve_path(o.get_string("val"));
-  if (o.has_value("test")) s.test = o.resolve_path(o.get_string("test"));
-  s.val_ratio = o.get_float("val_ratio");
-  s.test_ratio = o.get_float("test_ratio");
+  s.seed = b.seed;  // unless split_seed is given
+  s = Settings::table().read(o, std::move(s));
+  s.train = o.resolve_path(s.train);
+  s.val = o.resolve_path(s.val);  // "" (not given) stays ""
+  s.test = o.resolve_path(s.test);
   if (s.val.empty() && s.test.empty() && s.val_ratio + s.test_ratio >= 1.0) {
     o.fail("test_ratio", "val_ratio + test_ratio must leave training rows (sum < 1)");
   }
-  s.seed = o.has_value("split_seed") ? static_cast<uint64_t>(o.get_int("split_seed")) : b.seed;
-  s.format = gf_text::parse_format(o.get_string("format"));
   if (o.has_value("delimiter")) {
-    s.delimiter = o.get_string("delimiter");
     if (s.delimiter == "tab") s.delimiter = "\t";
     if (s.delimiter.size() != 1 || s.delimiter == "\"" || s.delimiter == "\n" || s.delimiter == "\r")
       o.fail("delimiter", "is one character (`,`, `;`, `|`, or tab as \"\\t\" or `tab`), not a quote or "
@@ -547,20 +614,7 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
     if (s.format == gf_text::Format::Jsonl || s.format == gf_text::Format::Lines)
       o.fail("delimiter", std::string("format ") + gf_text::format_name(s.format) + " has no delimiter");
   }
-  s.num_tokens = o.get_int("num_tokens");
-  s.text_column = o.get_string("text_column");
-  s.label_column = o.get_string("label_column");
-  s.label_type = o.get_string("label_type");
-  s.tokenizer = o.get_string("tokenizer");
-  s.lowercase = o.get_bool("lowercase");
-  s.split_punct = o.get_bool("split_punct");
-  s.strip_html = o.get_bool("strip_html");
-  s.min_freq = o.get_int("min_freq");
-  s.max_vocab = o.get_int("max_vocab");
   if (s.max_vocab > 0 && s.max_vocab < 3) o.fail("max_vocab", "must be 0 (no limit) or >= 3");
-  s.max_len = o.get_int("max_len");
-  s.subsample = o.get_int("subsample");
-  s.class_names = o.get_string_list("class_names");
   if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
   if (s.num_tokens > 0 && s.tokenizer != "ids") o.fail("num_tokens", "is an option of tokenizer: ids");
   if (!b.tokenizer.empty()) {
@@ -570,62 +624,10 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   return std::make_unique<TextTsv>(std::move(s));
 }
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-
-gf::OptionSpecs specs() {
-  using gf::OptType;
-  return {
-      gf::make_option("train", OptType::String, "",
-          "training file (TSV, CSV or JSON lines; plain or .gz), a header row first in TSV and CSV"),
-      gf::make_option("val", OptType::String, "~", "validation file; absent = carve val_ratio from train"),
-      gf::make_option("test", OptType::String, "~", "test file; absent = carve test_ratio from train"),
-      gf::make_option("format", OptType::String, "auto",
-          "auto: by the extension (.tsv, .csv, .jsonl; .txt inputs to predict are one text per line), "
-          "else sniffed from the first line; tsv: tab-separated, no quoting; csv: RFC 4180 quoting "
-          "(delimiter below, default comma); jsonl: one JSON object per line; lines: one text per line "
-          "(inputs to predict only)",
-          -kInf, kInf, {"auto", "tsv", "csv", "jsonl", "lines"}),
-      gf::make_option("delimiter", OptType::String, "~",
-          "the field delimiter of a CSV file (one character; `tab` for a tab); set, an auto file is read "
-          "as CSV with it; absent = the format's own, or sniffed from the header (tab , ; |)"),
-      gf::make_option("val_ratio", OptType::Float, "0.1",
-          "share of training rows held out as val (no val file)", 0.0, 0.9),
-      gf::make_option("test_ratio", OptType::Float, "0.1",
-          "share of training rows held out as test (no test file)", 0.0, 0.9),
-      gf::make_option("split_seed", OptType::Int, "~",
-          "seed of the ratio split and subsample (default: run seed)", 0),
-      gf::make_option("text_column", OptType::String, "sentence", "header name (JSON key) of the text column"),
-      gf::make_option("label_column", OptType::String, "label", "header name (JSON key) of the label column"),
-      gf::make_option("label_type", OptType::String, "auto",
-          "int: labels must be integers; string: any text; auto: int when the first label is one",
-          -kInf, kInf, {"auto", "int", "string"}),
-      gf::make_option("tokenizer", OptType::String, "word",
-          "char: UTF-8 bytes (ids 2..257); word: whitespace words, vocabulary from train; ids: the "
-          "text is integer token ids separated by spaces (a JSON list in JSON lines), the padding "
-          "id one past the largest", -kInf, kInf, {"char", "word", "ids"}),
-      gf::make_option("num_tokens", OptType::Int, "0",
-          "ids: how many token ids there are (ids 0..num_tokens-1; 0 = the training split's largest "
-          "id + 1)", 0, double(kMaxIds)),
-      gf::make_option("lowercase", OptType::Bool, "true", "lower-case ASCII letters before tokenising"),
-      gf::make_option("split_punct", OptType::Bool, "false", "word: ASCII punctuation marks become own tokens"),
-      gf::make_option("strip_html", OptType::Bool, "false", "replace short tags such as <br /> by a space"),
-      gf::make_option("min_freq", OptType::Int, "1", "word: keep words seen at least this often in train", 1),
-      gf::make_option("max_vocab", OptType::Int, "0", "word: vocabulary size cap incl. <pad>,<unk> (0 = none)",
-          0),
-      gf::make_option("max_len", OptType::Int, "512", "truncate each text to this many tokens (0 = no limit)",
-          0),
-      gf::make_option("subsample", OptType::Int, "0",
-          "keep a seeded random subset of this many rows per file "
-          "(0 = all)",
-          0),
-      gf::make_option("class_names", OptType::StringList, "[]",
-          "display names of the classes in label order (integers ascending, else sorted)"),
-  };
-}
-
 void register_components(gf::Registry& r) {
-  r.add_dataset({"text_tsv", "text classification from TSV, CSV or JSON lines files (char, word or id tokens)", specs()},
+  r.add_dataset({"text_tsv",
+                 "text classification from TSV, CSV or JSON lines files (char, word or id tokens)",
+                 Settings::table().specs()},
                 make);
 }
 

@@ -1,16 +1,19 @@
 // Options and state declared once. A component lists each option in an `OptionTable` (name,
 // the member it is read into, default, help, bounds or choices: the option's type follows the
-// member's) and each state field in a `StateFields` (name, member, the state version that added
-// it, and optionally the key it is reported under in the component's summary). One entry then
-// gives the OptionSpec, the parsing into a settings struct, the settings' summary, and the
-// exact-text save and load of the state (`growformer/state_text.hpp`).
+// member's; a `ConfigNode` member is a component's mapping, a `std::optional` member an option
+// that may stay unset) and each state field in a `StateFields` (name, member, the state version
+// that added it, and optionally the key it is reported under in the component's summary). One
+// entry then gives the OptionSpec, the parsing into a settings struct, the settings' summary,
+// and the exact-text save and load of the state (`growformer/state_text.hpp`).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -33,6 +36,10 @@ struct is_map : std::false_type {};
 template <class K, class V, class C, class A>
 struct is_map<std::map<K, V, C, A>> : std::true_type {};
 template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+template <class T>
 struct is_pair : std::false_type {};
 template <class A, class B>
 struct is_pair<std::pair<A, B>> : std::true_type {};
@@ -45,7 +52,9 @@ struct has_state_fields<V, std::void_t<decltype(V::state_fields())>> : std::true
 /// The option type a member of type M is read as.
 template <class M>
 constexpr OptType opt_type_of() {
-  if constexpr (std::is_same_v<M, bool>) return OptType::Bool;
+  if constexpr (is_optional<M>::value) return opt_type_of<typename M::value_type>();
+  else if constexpr (std::is_same_v<M, ConfigNode>) return OptType::Component;
+  else if constexpr (std::is_same_v<M, bool>) return OptType::Bool;
   else if constexpr (std::is_floating_point_v<M>) return OptType::Float;
   else if constexpr (std::is_integral_v<M>) return OptType::Int;
   else if constexpr (std::is_same_v<M, std::string>) return OptType::String;
@@ -57,7 +66,12 @@ constexpr OptType opt_type_of() {
 
 template <class M>
 void read_option(const Options& o, const std::string& name, M& out) {
-  if constexpr (std::is_same_v<M, bool>) out = o.get_bool(name);
+  if constexpr (is_optional<M>::value) {
+    typename M::value_type v{};
+    read_option(o, name, v);
+    out = std::move(v);
+  } else if constexpr (std::is_same_v<M, ConfigNode>) out = o.get_node(name);
+  else if constexpr (std::is_same_v<M, bool>) out = o.get_bool(name);
   else if constexpr (std::is_floating_point_v<M>) out = static_cast<M>(o.get_float(name));
   else if constexpr (std::is_integral_v<M>) out = static_cast<M>(o.get_int(name));
   else if constexpr (std::is_same_v<M, std::string>) out = o.get_string(name);
@@ -68,7 +82,14 @@ void read_option(const Options& o, const std::string& name, M& out) {
 
 template <class M>
 std::string show(const M& v) {
-  if constexpr (std::is_same_v<M, bool>) {
+  if constexpr (is_optional<M>::value) {
+    return v ? show(*v) : "~";
+  } else if constexpr (std::is_same_v<M, ConfigNode>) {
+    if (!v.valid()) return "~";
+    std::string s = v.dump();
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  } else if constexpr (std::is_same_v<M, bool>) {
     return v ? "true" : "false";
   } else if constexpr (std::is_same_v<M, std::string>) {
     return v;
@@ -154,17 +175,20 @@ void read(state::Reader& r, V& v) {
 }  // namespace fields_detail
 
 /// A component's options, each declared once: the table gives the OptionSpecs (in the order
-/// declared), reads an `Options` into a settings struct S, and lists S's values by name.
+/// declared), reads an `Options` into a settings struct S, and lists S's values by name. An
+/// option with an empty default is required (as make_option).
 template <class S>
 class OptionTable {
  public:
   static constexpr double inf = std::numeric_limits<double>::infinity();
 
   /// An option read into S::*member (the option's type follows the member's). An option whose
-  /// default is "~" and which the document does not give leaves the member's initial value.
-  template <class M>
-  OptionTable& add(std::string name, M S::*member, std::string default_value, std::string doc,
+  /// default is "~" and which the document does not give leaves the member's initial value (a
+  /// std::optional member stays empty). The member may be one S inherits (B a base of S).
+  template <class M, class B>
+  OptionTable& add(std::string name, M B::*member, std::string default_value, std::string doc,
                    double min = -inf, double max = inf) {
+    static_assert(std::is_base_of_v<B, S>, "add: the member belongs to no base of the settings");
     return add_ref<M>(std::move(name), [member](S& s) -> M& { return s.*member; },
                       std::move(default_value), std::move(doc), min, max);
   }
@@ -196,12 +220,27 @@ class OptionTable {
     return *this;
   }
   /// Appends another table's options (a set shared by several components) whose settings sit
-  /// in S::*part.
+  /// in S::*part. NAMES picks some of its options, in the order given (each must be one of the
+  /// table's), so that a shared option keeps its place among the component's own; empty = all,
+  /// in the table's order.
   template <class P>
-  OptionTable& include(const OptionTable<P>& other, P S::*part) {
-    for (const auto& e : other.entries_)
-      entries_.push_back({e.spec, [read = e.read, part](const Options& o, S& s) { read(o, s.*part); },
-                          [show = e.show, part](const S& s) { return show(s.*part); }});
+  OptionTable& include(const OptionTable<P>& other, P S::*part,
+                       std::vector<std::string> names = {}) {
+    for (const auto* e : other.pick(names))
+      entries_.push_back({e->spec,
+                          [read = e->read, part](const Options& o, S& s) { read(o, s.*part); },
+                          [show = e->show, part](const S& s) { return show(s.*part); }});
+    return *this;
+  }
+  /// Appends the options (all, or NAMES) of a table of P, a base of S: the settings S derives
+  /// from.
+  template <class P>
+  OptionTable& include(const OptionTable<P>& other, std::vector<std::string> names = {}) {
+    static_assert(std::is_base_of_v<P, S>, "include(table): the table's settings are no base of S");
+    for (const auto* e : other.pick(names))
+      entries_.push_back({e->spec,
+                          [read = e->read](const Options& o, S& s) { read(o, static_cast<P&>(s)); },
+                          [show = e->show](const S& s) { return show(static_cast<const P&>(s)); }});
     return *this;
   }
 
@@ -230,6 +269,21 @@ class OptionTable {
     std::function<void(const Options&, S&)> read;
     std::function<std::string(const S&)> show;
   };
+  /// The entries named by NAMES (all when empty); an unknown name is a programming error.
+  std::vector<const Entry*> pick(const std::vector<std::string>& names) const {
+    std::vector<const Entry*> out;
+    if (names.empty())
+      for (const auto& e : entries_) out.push_back(&e);
+    for (const auto& n : names) {
+      const Entry* found = nullptr;
+      for (const auto& e : entries_)
+        if (e.spec.name == n) found = &e;
+      if (!found)
+        throw std::logic_error("OptionTable::include: the table has no option `" + n + "`");
+      out.push_back(found);
+    }
+    return out;
+  }
   template <class M, class Ref>
   OptionTable& choice_ref(std::string name, Ref ref, std::string default_value, std::string doc,
                           std::vector<std::pair<std::string, M>> values) {
@@ -255,6 +309,7 @@ class OptionTable {
                        double min, double max) {
     OptionSpec spec{std::move(name), fields_detail::opt_type_of<M>(), std::move(default_value),
                     std::move(doc), min, max, {}};
+    spec.required = spec.default_value.empty();
     const std::string key = spec.name;
     entries_.push_back({std::move(spec),
                         [ref, key](const Options& o, S& s) {

@@ -9,6 +9,7 @@
 
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
+#include "growformer/fields.hpp"
 #include "growformer/module.hpp"
 
 namespace gf {
@@ -36,13 +37,32 @@ struct ParamPlace {
   std::string head;
 };
 
+/// The options of the `model:` tree, each declared once (`table()`).
+struct ModelSettings {
+  size_t d_model = 64;
+  size_t layers = 2;
+  double mlp_ratio = 4;
+  size_t max_len = 512;
+  bool cls = false;  // pool: cls (else mean)
+  double dropout = 0;
+  bool final_norm = true;
+  ConfigNode attention;  // the attention block plugin and its options
+  static const OptionTable<ModelSettings>& table();
+};
+
 class Model : public Module {
  public:
+  /// The specs of ModelSettings::table().
   static OptionSpecs options();
   /// The place of parameter NAME (as `named_parameters()` spells it) in this naming.
   static ParamPlace place_of(const std::string& name);
+  /// The model of the `model:` tree NODE (its options read here).
   Model(const ConfigNode& node, size_t vocab_size, size_t num_classes, Registry& registry,
         uint64_t seed);
+  /// The model of settings S, read from the `model:` options OPTS (which name an option in
+  /// errors), so that a caller that needs the settings first reads them once.
+  Model(const Options& opts, const ModelSettings& s, size_t vocab_size, size_t num_classes,
+        Registry& registry, uint64_t seed);
 
   /// Logits (B, num_classes).
   Var forward(const Batch& batch, bool training, Rng* dropout_rng);
@@ -57,6 +77,8 @@ class Model : public Module {
   std::string describe() const;
 
  private:
+  Model(const Options& opts, size_t vocab_size, size_t num_classes, Registry& registry,
+        uint64_t seed);
   struct Layer;
   size_t d_, vocab_, classes_, max_len_;
   bool cls_;

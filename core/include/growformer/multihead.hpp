@@ -9,15 +9,32 @@
 #include <vector>
 
 #include "growformer/attention.hpp"
+#include "growformer/fields.hpp"
 
 namespace gf {
 
+/// The options every multi-head block understands, each declared once (`table()`): heads, d_k,
+/// d_v, head, combine, max_heads. A block's settings hold them as a member and its table
+/// includes this one (`OptionTable::include`) before the block's own options.
+struct MultiHeadSettings {
+  size_t heads = 4;
+  size_t d_k = 0;   // 0 = d_model / heads
+  size_t d_v = 0;   // 0 = d_k
+  ConfigNode head;  // the head plugin and its options
+  bool combine_mean = false;
+  size_t max_heads = 256;
+  static const OptionTable<MultiHeadSettings>& table();
+};
+
 class MultiHeadBlock : public AttentionBlock {
  public:
-  /// Options every multi-head block understands (heads, d_k, d_v, head, combine,
-  /// max_heads); append a plugin's own.
+  /// The specs of MultiHeadSettings::table() (for a block that lists its options by hand).
   static OptionSpecs common_options();
 
+  /// The block with the settings S read from OPTS (which names an option in errors).
+  MultiHeadBlock(const Options& opts, const MultiHeadSettings& s, const AttentionBuild& build,
+                 size_t levels, bool share_qk);
+  /// Reads MultiHeadSettings from OPTS.
   MultiHeadBlock(const Options& opts, const AttentionBuild& build, size_t levels, bool share_qk);
 
   Var forward(const Var& x, const ForwardContext& ctx) override;

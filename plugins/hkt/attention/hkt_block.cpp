@@ -4,6 +4,7 @@
 // lambda (static or input-dependent) through the index map up(S_l)[i, j] =
 // S_l[i / s^l, j / s^l], inside one fused op (<growformer/hkt/attend.hpp>).
 #include <cmath>
+#include <growformer/fields.hpp>
 #include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
@@ -23,57 +24,46 @@ namespace {
 using gf::Var;
 namespace ops = gf::ops;
 
-gf::OptionSpecs hkt_options() {
-  gf::OptionSpecs s = gf::MultiHeadBlock::common_options();
-  s.push_back({"levels",
-               gf::OptType::Int,
-               "3",
-               "number of score resolutions L (level 0 = input)",
-               1,
-               8,
-               {}});
-  s.push_back({"stride", gf::OptType::Int, "2", "downsampling stride s between levels", 2, 16, {}});
-  s.push_back({"down_kernel",
-               gf::OptType::Int,
-               "3",
-               "kernel of the causal depthwise convolution that makes each coarser level",
-               1,
-               16,
-               {}});
-  s.push_back({"share_qk",
-               gf::OptType::Bool,
-               "false",
-               "heads use one W_Q/W_K for every level instead of one per level",
-               -INFINITY,
-               INFINITY,
-               {}});
-  s.push_back({"fusion",
-               gf::OptType::String,
-               "static",
-               "level weights: static = softmax(logits); input = softmax(W meanpool(X) + b) per "
-               "sample",
-               -INFINITY,
-               INFINITY,
-               {"static", "input"}});
-  s.push_back({"causal",
-               gf::OptType::Bool,
-               "false",
-               "mask future keys; coarse scores only where the whole key block is in the past",
-               -INFINITY,
-               INFINITY,
-               {}});
-  return s;
-}
+/// The options of `hkt`, each declared once: the multi-head ones, then the levels' own.
+struct HktSettings {
+  gf::MultiHeadSettings common;
+  size_t levels = 3, stride = 2, down_kernel = 3;
+  bool share_qk = false;
+  bool input_fusion = false;
+  bool causal = false;
+  static const gf::OptionTable<HktSettings>& table() {
+    using S = HktSettings;
+    static const auto t =
+        gf::OptionTable<S>()
+            .include(gf::MultiHeadSettings::table(), &S::common)
+            .add("levels", &S::levels, "3", "number of score resolutions L (level 0 = input)", 1, 8)
+            .add("stride", &S::stride, "2", "downsampling stride s between levels", 2, 16)
+            .add("down_kernel", &S::down_kernel, "3",
+                 "kernel of the causal depthwise convolution that makes each coarser level", 1, 16)
+            .add("share_qk", &S::share_qk, "false",
+                 "heads use one W_Q/W_K for every level instead of one per level")
+            .choice(
+                "fusion", &S::input_fusion, "static",
+                "level weights: static = softmax(logits); input = softmax(W meanpool(X) + b) per "
+                "sample",
+                {{"static", false}, {"input", true}})
+            .add("causal", &S::causal, "false",
+                 "mask future keys; coarse scores only where the whole key block is in the past");
+    return t;
+  }
+};
 
 class HktBlock : public gf::MultiHeadBlock {
  public:
   HktBlock(const gf::Options& o, const gf::AttentionBuild& b)
-      : gf::MultiHeadBlock(o, b, static_cast<size_t>(o.get_int("levels")), o.get_bool("share_qk")),
-        levels_(static_cast<size_t>(o.get_int("levels"))),
-        stride_(static_cast<size_t>(o.get_int("stride"))),
-        kernel_(static_cast<size_t>(o.get_int("down_kernel"))),
-        input_fusion_(o.get_string("fusion") == "input"),
-        causal_(o.get_bool("causal")) {
+      : HktBlock(o, b, HktSettings::table().read(o)) {}
+  HktBlock(const gf::Options& o, const gf::AttentionBuild& b, const HktSettings& s)
+      : gf::MultiHeadBlock(o, s.common, b, s.levels, s.share_qk),
+        levels_(s.levels),
+        stride_(s.stride),
+        kernel_(s.down_kernel),
+        input_fusion_(s.input_fusion),
+        causal_(s.causal) {
     if (input_fusion_ && causal_)
       o.fail("fusion",
              "`fusion: input` pools the whole sequence, so with `causal: true` every output would "
@@ -449,7 +439,7 @@ void register_hkt(gf::Registry& r) {
   r.add_attention({"hkt",
                    "Hierarchical Kernel Transformer: multi-resolution scores fused by learned "
                    "weights (Cirrincione 2026)",
-                   hkt_options()},
+                   HktSettings::table().specs()},
                   [](const gf::Options& o, const gf::AttentionBuild& b) {
                     return std::unique_ptr<gf::AttentionBlock>(new HktBlock(o, b));
                   });

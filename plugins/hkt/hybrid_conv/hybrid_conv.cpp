@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <growformer/attention.hpp>
+#include <growformer/fields.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/projections.hpp>
@@ -20,14 +21,23 @@ namespace {
 using gf::Var;
 namespace ops = gf::ops;
 
+/// The options of `hybrid_conv`, each declared once.
+struct HybridConvSettings {
+  size_t kernel = 3;
+  static const gf::OptionTable<HybridConvSettings>& table() {
+    static const auto t = gf::OptionTable<HybridConvSettings>().add(
+        "kernel", &HybridConvSettings::kernel, "3",
+        "kernel of the causal depthwise convolution of V", 1, 64);
+    return t;
+  }
+};
+
 class HybridConvHead : public gf::Head {
  public:
   // Projections exactly like the `dot_product` head (the same core part: names, biases and
   // initialisation), so that beta -> +inf reproduces it weight for weight.
-  HybridConvHead(const gf::Options& o, const gf::HeadBuild& b)
-      : gf::Head(b.shape),
-        kernel_(static_cast<size_t>(o.get_int("kernel"))),
-        proj_(*this, b.shape, *b.rng) {
+  HybridConvHead(const HybridConvSettings& s, const gf::HeadBuild& b)
+      : gf::Head(b.shape), kernel_(s.kernel), proj_(*this, b.shape, *b.rng) {
     const size_t dv = shape_.d_v;
     // Like torch's Conv1d default: uniform(+-1/sqrt(kernel)).
     gf::Tensor cw({dv, kernel_});
@@ -71,19 +81,13 @@ class HybridConvHead : public gf::Head {
 };
 
 void register_hybrid_conv(gf::Registry& r) {
-  gf::OptionSpecs specs{{"kernel",
-                         gf::OptType::Int,
-                         "3",
-                         "kernel of the causal depthwise convolution of V",
-                         1,
-                         64,
-                         {}}};
   r.add_head({"hybrid_conv",
               "attention mixed with a causal depthwise convolution of V by a learned "
               "sigmoid(beta) per head (HKT)",
-              specs},
+              HybridConvSettings::table().specs()},
              [](const gf::Options& o, const gf::HeadBuild& b) {
-               return std::unique_ptr<gf::Head>(new HybridConvHead(o, b));
+               return std::unique_ptr<gf::Head>(
+                   new HybridConvHead(HybridConvSettings::table().read(o), b));
              });
 }
 

@@ -11,6 +11,7 @@
 
 #include "growformer/config.hpp"
 #include "growformer/data/io.hpp"
+#include "growformer/fields.hpp"
 
 namespace gf {
 
@@ -37,6 +38,16 @@ enum class Ambiguous {
   Resolve,  // replaced by a compatible base drawn from the seed
 };
 Ambiguous parse_ambiguous(const std::string& s);
+/// The option value that stands for A: "token", "skip", "error" or "resolve".
+const char* ambiguous_name(Ambiguous a);
+
+/// The k-mer settings every k-mer dataset reads the same way, each declared once (`table()`):
+/// `k`, `stride`, `ambiguous`.
+struct KmerSettings {
+  int k = 1, stride = 1;
+  Ambiguous ambiguous = Ambiguous::Token;
+  static const OptionTable<KmerSettings>& table();
+};
 
 /// Turns nucleotide strings into k-mer token ids. Id 0 is <pad>, 1 is <amb>
 /// (a k-mer with an ambiguous base), 2 + (base-4 code of the k-mer) otherwise,
@@ -44,7 +55,7 @@ Ambiguous parse_ambiguous(const std::string& s);
 class KmerTokenizer {
  public:
   KmerTokenizer(int k, int stride, Ambiguous ambiguous);
-  /// The options every k-mer dataset declares: `k`, `stride`, `ambiguous`.
+  /// The specs of KmerSettings::table().
   static OptionSpecs options();
   size_t vocab_size() const;
   /// Token text per id (for DataSplits::vocab).

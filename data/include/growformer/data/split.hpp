@@ -1,8 +1,8 @@
 // What the dataset plugins share about choosing their examples (library growformer_data): the
-// region of a genome to read (1-based positions or a gene of a GFF file), a genome dataset's
-// settings, tokenizer and empty splits, the seeded shuffle behind every split, how many
-// examples a val/test ratio takes and which split each goes to, and the check that no split
-// came out empty.
+// region of a genome to read (1-based positions or a gene of a GFF file), the split options, a
+// genome dataset's settings, tokenizer and empty splits, the seeded shuffle behind every split,
+// how many examples a val/test ratio takes and which split each goes to, and the check that no
+// split came out empty.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include "growformer/config.hpp"
 #include "growformer/data/sequences.hpp"
 #include "growformer/dataset.hpp"
+#include "growformer/fields.hpp"
 #include "growformer/rng.hpp"
 
 namespace gf {
@@ -22,34 +23,45 @@ namespace gf {
 struct RegionSpec {
   size_t start = 0, end = 0;
   std::string gene, gff;
+  /// The options `region_start`, `region_end`, `gene`, `gff` (no defaults), declared once. WHAT
+  /// names the sequence in the help ("the region on each record").
+  static OptionTable<RegionSpec> table(const std::string& what);
 };
-
-/// The options `region_start`, `region_end`, `gene`, `gff` (no defaults). WHAT names the
-/// sequence in the help ("the region on each record").
-OptionSpecs region_options(const std::string& what);
-/// Reads them: both ends or none, end >= start, gene with its gff and never with ends; a
-/// ConfigError naming the option otherwise. The gff path is resolved against the config.
-RegionSpec read_region(const Options& o);
+/// Checks the region R read from O: both ends or none, end >= start, gene with its gff and never
+/// with ends; a ConfigError naming the option otherwise. Resolves the gff path against the
+/// config.
+void check_region(const Options& o, RegionSpec& r);
 /// 1-based inclusive [start, end] of REGION (the gene's, from its GFF file); {0, 0} = whole.
 std::pair<size_t, size_t> resolve_region(const RegionSpec& region);
+
+/// How a dataset holds out validation and test examples, the options every data plugin that
+/// splits reads the same way: `val_ratio` and `test_ratio` (the share held out, 0.1 by default,
+/// at most 0.9) and `split_seed` (read into `seed`; without it `seed` keeps its initial value,
+/// the run seed a plugin starts from). A plugin's settings derive from it and its table includes
+/// the ones it has, each where it lists it (OptionTable::include with their names).
+struct SplitSettings {
+  double val_ratio = 0.1, test_ratio = 0.1;
+  uint64_t seed = 0;
+  /// The split options with this dataset's help: a share is of HELD_OUT ("each class"), the seed
+  /// draws SEEDED ("the stratified split"); with SPLIT_FILES a share applies only where no val
+  /// (test) file is given.
+  static OptionTable<SplitSettings> table(const std::string& held_out, const std::string& seeded,
+                                          bool split_files = false);
+};
 
 /// What every genome dataset (FASTA records, generated genomes) reads the same way: the region,
 /// the token limit, the held-out shares and the k-mer settings. A plugin's settings derive
 /// from it.
-struct GenomeSettings {
+struct GenomeSettings : SplitSettings, KmerSettings {
   RegionSpec region;
   size_t max_len = 0;  // tokens per sequence (0 = all)
-  double val_ratio = 0.1, test_ratio = 0.1;
-  int k = 1, stride = 1;
-  std::string ambiguous_name = "token";
-  Ambiguous ambiguous = Ambiguous::Token;
+  /// Their options: the region (RegionSpec::table(REGION)), `max_len` (tokens per UNIT),
+  /// `val_ratio` / `test_ratio` (share of each GROUP held out), the k-mer options.
+  static OptionTable<GenomeSettings> table(const std::string& region, const std::string& unit,
+                                           const std::string& group);
 };
-/// The options behind GenomeSettings: the region (`region_options(REGION)`), `max_len` (tokens
-/// per UNIT), `val_ratio` / `test_ratio` (share of each GROUP held out), the k-mer options.
-OptionSpecs genome_options(const std::string& region, const std::string& unit,
-                           const std::string& group);
-/// Reads them (region checks as read_region).
-GenomeSettings read_genome_settings(const Options& o);
+/// Checks settings S read from O (the region, as check_region).
+void check_genome_settings(const Options& o, GenomeSettings& s);
 /// The k-mer tokenizer of S (k, stride, ambiguous), as training and prediction both build it.
 KmerTokenizer genome_tokenizer(const GenomeSettings& s);
 /// Empty splits of a genome dataset: TOK's vocabulary (pad id 0) and the classes CLASSES.
