@@ -236,6 +236,21 @@ using Words = std::vector<std::string>;
 
 }  // namespace
 
+TEST_CASE("text_tsv: max_len holds when a punctuation mark follows the last word it keeps") {
+  TempDir dir;
+  // "c" fills max_len 3 and "." would be the 4th token, in training and in predict
+  gf::write_file(dir.file("train.tsv"), "sentence\tlabel\na b c.d\tpos\nb c, a\tneg\n");
+  gf::write_file(dir.file("new.txt"), "a b c.d e\na b c!\n");
+  const std::string yaml = "train: " + dir.file("train.tsv") + "\nval: " + dir.file("train.tsv") +
+                           "\ntest: " + dir.file("train.tsv") + "\nsplit_punct: true\nmax_len: 3\n";
+  auto d = load(yaml);
+  CHECK(words_of(d, d.train[0]) == Words{"a", "b", "c"});
+  for (const gf::Record& r : records(yaml, d, dir.file("new.txt"))) {
+    CHECK(r.error.empty());
+    CHECK(r.tokens.size() == 3);
+  }
+}
+
 TEST_CASE("text_tsv: CSV with quoted fields (RFC 4180), sniffed or by extension") {
   TempDir dir;
   // quoted fields with the delimiter, doubled quotes and a line break inside; a BOM before the

@@ -129,7 +129,7 @@ std::vector<std::string> split_words(const std::string& text, bool split_punct, 
     cur.clear();
   };
   for (char c : text) {
-    if (max_len && out.size() >= max_len) return out;
+    if (max_len && out.size() >= max_len) break;  // a mark may have gone one past: cut below
     unsigned char u = static_cast<unsigned char>(c);
     if (std::isspace(u)) {
       flush();

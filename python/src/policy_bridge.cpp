@@ -33,6 +33,7 @@
 #include <growformer/rng.hpp>
 
 #include "policy_args.hpp"
+#include "policy_edits.hpp"
 #include "py_convert.hpp"
 
 namespace gfpy {
@@ -199,9 +200,17 @@ class PythonPolicy : public gf::GrowthPolicy {
     try {
       obj = cls(**py::reinterpret_borrow<py::dict>(opts));
     } catch (py::error_already_set& e) {
-      std::string msg = a.options_where + ": `" + a.role + ".options`: " + a.class_path +
-                        "(**options) with options " + short_repr(opts) + " raised " +
-                        describe_python_error(e);
+      // A TypeError before any line of the class ran (no traceback): the options do not fit
+      // its constructor's keyword arguments. Anything else the constructor itself raised.
+      const bool options_misfit = e.matches(PyExc_TypeError) && (!e.trace() || e.trace().is_none());
+      std::string msg =
+          options_misfit
+              ? a.options_where + ": `" + a.role + ".options`: " + a.class_path +
+                    "(**options) with options " + short_repr(opts) + " raised " +
+                    describe_python_error(e)
+              : where + a.class_path + " raised in its constructor (called with options " +
+                    short_repr(opts) + "; see `" + a.role + ".options` and the class): " +
+                    describe_python_error(e);
       remember_policy_error(msg, e);
       if (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError)) throw gf::ConfigError(msg);
       throw gf::RuntimeError(msg);
@@ -564,145 +573,81 @@ class PythonPolicy : public gf::GrowthPolicy {
                    "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
   }
 
-  // The edits a check returned, checked against the blocks as they will be when each applies.
+  // The edits a check returned, checked against the blocks as they will be when each applies
+  // (policy_edits.hpp).
   std::vector<gf::Edit> parse_edits(const py::object& ret, const gf::TrainView& view) const {
-    const std::string where = label_ + ".check at step " + std::to_string(view.step);
-    if (!py::isinstance<py::list>(ret) && !py::isinstance<py::tuple>(ret))
-      throw gf::RuntimeError(where + " returned " + short_repr(ret) +
-                             "; expected a list of edits ([] for none), each a dict such as "
-                             "{\"op\": \"add_head\", \"block\": 0, \"reason\": \"...\"}");
-    // heads per block as the edits before each one leave them
-    std::vector<std::vector<int>> heads(view.blocks.size());
-    for (size_t b = 0; b < view.blocks.size(); ++b)
-      if (view.blocks[b].block)
-        for (const gf::HeadInfo& h : view.blocks[b].block->heads()) heads[b].push_back(h.id);
-    std::vector<gf::Edit> out;
-    size_t k = 0;
-    for (auto item : ret) {
-      const std::string at = where + ": edit " + std::to_string(k++) + " " + short_repr(item);
-      out.push_back(parse_edit(item, at, view, heads));
+    std::vector<BlockShape> blocks(view.blocks.size());
+    for (size_t b = 0; b < view.blocks.size(); ++b) {
+      const gf::AttentionBlock* block = view.blocks[b].block;
+      if (!block) continue;
+      blocks[b].present = true;
+      blocks[b].editable = block->can_edit_heads();
+      blocks[b].describe = block->describe();
+      blocks[b].max_heads = block->max_heads();
+      for (const gf::HeadInfo& h : block->heads()) blocks[b].heads.push_back(h.id);
     }
+    return parse_policy_edits(policy_value(ret, 0), blocks,
+                              label_ + ".check at step " + std::to_string(view.step), class_path_);
+  }
+
+  // H as the edit checks see it. Containers DEPTH 4 and deeper are opaque: the checks look at
+  // the list (0), an edit (1), its info or init (2), a list in info (3) and its numbers (4).
+  static PolicyValue policy_value(py::handle h, int depth) {
+    using K = PolicyValue::Kind;
+    PolicyValue v;
+    v.repr = short_repr(h);
+    if (h.is_none()) {
+      v.kind = K::None;
+    } else if (PyBool_Check(h.ptr())) {
+      v.kind = K::Bool;
+      v.flag = h.ptr() == Py_True;
+    } else if (is_real(h)) {
+      v.kind = is_integer(h) ? K::Integer : K::Real;
+      if (v.kind == K::Integer) v.integer = integer_value(h);
+      double x = PyFloat_AsDouble(h.ptr());  // an int beyond a float's range: none
+      if (x == -1.0 && PyErr_Occurred())
+        PyErr_Clear();
+      else
+        v.number = x;
+    } else if (py::isinstance<py::str>(h)) {
+      v.kind = K::Str;
+      v.text = str_text(h);
+    } else if (depth < 4 && (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h))) {
+      v.kind = K::List;
+      for (auto x : h) v.items.push_back(policy_value(x, depth + 1));
+    } else if (depth < 4 && py::isinstance<py::dict>(h)) {
+      v.kind = K::Dict;
+      for (auto kv : py::reinterpret_borrow<py::dict>(h)) {
+        PolicyValue key = policy_value(kv.first, 4);
+        if (!key.is_str()) {  // str(key), the name an info field gets
+          PyObject* s = PyObject_Str(kv.first.ptr());
+          if (s) {
+            key.text = str_text(s);
+            Py_DECREF(s);
+          } else {
+            PyErr_Clear();
+            key.text = key.repr;
+          }
+        }
+        v.entries.emplace_back(std::move(key), policy_value(kv.second, depth + 1));
+      }
+    }
+    return v;
+  }
+
+  // A str's UTF-8 text; lone surrogates (which UTF-8 cannot hold) as \udcxx escapes.
+  static std::string str_text(py::handle h) {
+    Py_ssize_t n = 0;
+    if (const char* s = PyUnicode_AsUTF8AndSize(h.ptr(), &n)) return std::string(s, static_cast<size_t>(n));
+    PyErr_Clear();
+    PyObject* b = PyUnicode_AsEncodedString(h.ptr(), "utf-8", "backslashreplace");
+    if (!b) {
+      PyErr_Clear();
+      return short_repr(h);
+    }
+    std::string out(PyBytes_AS_STRING(b), static_cast<size_t>(PyBytes_GET_SIZE(b)));
+    Py_DECREF(b);
     return out;
-  }
-
-  // One edit of a check, a dict: op, block, reason, info, then what add_head or remove_head
-  // takes; HEADS are the blocks' head ids as the earlier edits leave them (updated).
-  gf::Edit parse_edit(const py::handle& item, const std::string& at, const gf::TrainView& view,
-                      std::vector<std::vector<int>>& heads) const {
-    if (!py::isinstance<py::dict>(item))
-      throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
-    py::dict d = py::reinterpret_borrow<py::dict>(item);
-    static const std::vector<std::string> known = {"op", "block", "head", "reason", "init",
-                                                   "release_direction", "info"};
-    for (auto kv : d) {
-      std::string key = py::isinstance<py::str>(kv.first) ? kv.first.cast<std::string>() : "";
-      if (std::find(known.begin(), known.end(), key) == known.end())
-        throw gf::RuntimeError(at + ": unknown key " + short_repr(kv.first) +
-                               " (valid: op, block, head, reason, init, release_direction, info)");
-    }
-    auto get = [&](const char* key) { return d.contains(key) ? py::object(d[key]) : py::object(); };
-    py::object op = get("op"), block = get("block");
-    std::string ops = op && py::isinstance<py::str>(op) ? op.cast<std::string>() : "";
-    if (ops != "add_head" && ops != "remove_head")
-      throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
-    auto bi = block ? integer_value(block) : std::nullopt;
-    if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= view.blocks.size())
-      throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
-                             std::to_string(view.blocks.size()) + ")");
-    gf::Edit e;
-    e.block = static_cast<size_t>(*bi);
-    const gf::BlockView& bv = view.blocks[e.block];
-    if (!bv.block || !bv.block->can_edit_heads())
-      throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
-                             (bv.block ? bv.block->describe() : std::string("?")) +
-                             ") cannot add or remove heads");
-    std::vector<int>& ids = heads[e.block];
-    if (py::object reason = get("reason")) {
-      if (!py::isinstance<py::str>(reason))
-        throw gf::RuntimeError(at + ": `reason` must be a str");
-      e.cause.strings.push_back({"reason", reason.cast<std::string>()});
-    }
-    e.cause.strings.push_back({"class", class_path_});
-    if (py::object info = get("info")) {
-      if (!py::isinstance<py::dict>(info))
-        throw gf::RuntimeError(at + ": `info` must be a dict of name -> number, str or list of numbers");
-      try {
-        add_fields(e.cause, info, at + ": `info`");
-      } catch (py::error_already_set& err) {
-        throw gf::RuntimeError(std::string(py::str(err.value())));
-      }
-    }
-    if (ops == "add_head")
-      parse_add(get, at, bv, ids, e);
-    else
-      parse_remove(get, at, ids, e);
-    return e;
-  }
-
-  template <class Get>
-  void parse_add(Get& get, const std::string& at, const gf::BlockView& bv, std::vector<int>& ids,
-                 gf::Edit& e) const {
-    if (get("head"))
-      throw gf::RuntimeError(at + ": an add_head edit has no `head` (the block gives the new id)");
-    if (get("release_direction"))
-      throw gf::RuntimeError(at + ": `release_direction` belongs to remove_head");
-    e.kind = gf::Edit::Kind::AddHead;
-    e.init.preserve_function = true;  // the default of the built-in baselines
-    if (ids.size() >= bv.block->max_heads())
-      throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " already has " +
-                             std::to_string(ids.size()) + " heads, its maximum");
-    if (py::object init = get("init")) parse_init(init, at, e.init);
-    ids.push_back(-1);  // a new head (its id comes when it is applied)
-  }
-
-  template <class Get>
-  void parse_remove(Get& get, const std::string& at, std::vector<int>& ids, gf::Edit& e) const {
-    py::object head = get("head");
-    auto hi = head ? integer_value(head) : std::nullopt;
-    if (!hi || *hi < 0 || *hi > std::numeric_limits<int>::max())
-      throw gf::RuntimeError(at + ": a remove_head edit needs `head`, the id of a head");
-    e.kind = gf::Edit::Kind::RemoveHead;
-    e.head_id = static_cast<int>(*hi);
-    auto it = std::find(ids.begin(), ids.end(), e.head_id);
-    if (it == ids.end())
-      throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " has no head " +
-                             std::to_string(e.head_id) + " (heads: " + short_repr(py::cast(ids)) +
-                             ", -1 = added by this check)");
-    if (ids.size() == 1)
-      throw gf::RuntimeError(at + ": head " + std::to_string(e.head_id) + " is the last of block " +
-                             std::to_string(e.block));
-    ids.erase(it);
-    if (py::object rel = get("release_direction")) {
-      if (!py::isinstance<py::bool_>(rel))
-        throw gf::RuntimeError(at + ": `release_direction` must be True or False");
-      e.release_direction = rel.cast<bool>();
-    }
-  }
-
-  void parse_init(const py::object& init, const std::string& at, gf::HeadInit& out) const {
-    if (!py::isinstance<py::dict>(init))
-      throw gf::RuntimeError(at + ": `init` must be a dict (mode, value_variance, preserve_function)");
-    for (auto kv : py::reinterpret_borrow<py::dict>(init)) {
-      std::string key = py::isinstance<py::str>(kv.first) ? kv.first.cast<std::string>() : "";
-      py::handle v = kv.second;
-      if (key == "mode") {
-        if (!py::isinstance<py::str>(v) || v.cast<std::string>() != "random")
-          throw gf::RuntimeError(at + ": init `mode` must be \"random\" (directed heads need a "
-                                 "direction only C++ policies give)");
-        out.mode = "random";
-      } else if (key == "value_variance") {
-        if (!v.is_none() && (!is_real(v) || v.cast<double>() < 0))
-          throw gf::RuntimeError(at + ": init `value_variance` must be a number >= 0 or None");
-        out.value_variance = v.is_none() ? -1.0 : v.cast<double>();
-      } else if (key == "preserve_function") {
-        if (!py::isinstance<py::bool_>(v))
-          throw gf::RuntimeError(at + ": init `preserve_function` must be True or False");
-        out.preserve_function = v.cast<bool>();
-      } else {
-        throw gf::RuntimeError(at + ": unknown init key " + short_repr(kv.first) +
-                               " (valid: mode, value_variance, preserve_function)");
-      }
-    }
   }
 
   std::string role_, class_path_, label_;

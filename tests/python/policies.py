@@ -223,3 +223,22 @@ class RaisesOwnError:
 
     def fail(self, step):
         raise RaisesOwnError.Failure(step)
+
+
+class RaisesInInit:
+    """A constructor that raises: a ValueError of its own checks, another error of its own
+    class, or a TypeError of its body (not of the keyword arguments it was given)."""
+
+    class Unavailable(Exception):
+        pass
+
+    def __init__(self, kind="value", limit=3):
+        if kind == "value":
+            raise ValueError(f"limit {limit} is below the 4 heads it needs")
+        if kind == "own":
+            raise RaisesInInit.Unavailable("the schedule service is not reachable")
+        if kind == "type":
+            self.total = len(limit)
+
+    def check(self, view):
+        return []
