@@ -203,7 +203,90 @@ struct BenchArgs {
 struct Peaks {
   double fma;    // the multiply-add peak of the kernel set in use
   double sgemm;  // OpenBLAS's SGEMM 1024^3
+  gf::kernels::ElementRates rates;  // exp, GELU, in-cache passes, memory bandwidth
 };
+
+/// The roofline's shape of MODEL's training step at BATCH x SEQ, or a reason why the step is
+/// not one step_work counts (it counts mha blocks of dot-product heads summed, mean pooling).
+struct RooflineShape {
+  bool counted = false;
+  std::string why_not;
+  gf::kernels::StepShape shape;
+};
+
+RooflineShape roofline_shape(const gf::ConfigNode& model_node, const gf::Model& model,
+                             size_t batch, size_t seq) {
+  RooflineShape r;
+  const gf::Options mo(model_node, gf::Model::options(), "model");
+  const gf::ConfigNode an = mo.get_node("attention");
+  const std::string plugin = an.child("plugin").as_string();
+  const gf::ConfigNode head = an.child("head");
+  const std::string head_plugin =
+      head.valid() && head.child("plugin").valid() ? head.child("plugin").as_string() : "dot_product";
+  const gf::ConfigNode combine = an.child("combine");
+  if (plugin != "mha" || head_plugin != "dot_product" ||
+      (combine.valid() && combine.as_string() != "sum") || mo.get_string("pool") != "mean" ||
+      (an.child("causal").valid() && an.child("causal").as_string() == "true")) {
+    r.why_not = "the roofline counts mha blocks of dot_product heads summed, not causal, mean "
+                "pooling (this model: attention " + plugin + ", heads " + head_plugin + ")";
+    return r;
+  }
+  gf::kernels::StepShape& s = r.shape;
+  s.batch = batch, s.seq = seq, s.d_model = model.d_model(), s.layers = model.blocks().size();
+  s.classes = model.num_classes(), s.params = model.num_parameters();
+  s.final_norm = mo.get_bool("final_norm");
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (name == "layers.0.mlp.fc1.w") s.hidden = p.dim(1);
+    const size_t at = name.rfind('.');
+    if (name.rfind("layers.0.attn.heads.", 0) != 0 || at == std::string::npos) continue;
+    const std::string part = name.substr(at + 1);
+    if (part == "w_q") s.d_k = p.dim(1), ++s.heads;
+    if (part == "w_v") s.d_v = p.dim(1);
+  }
+  for (const gf::AttentionBlock* b : model.blocks())
+    if (b->num_heads() != s.heads) {
+      r.why_not = "the roofline counts blocks of one head count";
+      return r;
+    }
+  r.counted = s.heads > 0 && s.hidden > 0;
+  if (!r.counted) r.why_not = "no heads or no MLP found in the model's parameters";
+  return r;
+}
+
+/// The roofline of the step (kernels::step_work at the rates measured in this run) beside the
+/// measured step: each kind of work at its rate, one after another.
+json roofline_json(const RooflineShape& rs, const Peaks& peaks, const BenchResult& r) {
+  if (!rs.counted) return {{"counted", false}, {"why_not", rs.why_not}};
+  const gf::kernels::StepWork w = gf::kernels::step_work(rs.shape);
+  const gf::kernels::ElementRates& er = peaks.rates;
+  const gf::kernels::Roofline rf = gf::kernels::roofline(w, er, peaks.fma);
+  return {{"counted", true},
+          {"product_gflop", w.product_flops / 1e9},
+          {"product_gflop_counted_by_kernels", r.matmul_gflop_per_step},
+          {"exp_m", w.exp_elements / 1e6},
+          {"gelu_m", w.gelu_elements / 1e6},
+          {"gelu_grad_m", w.gelu_grad_elements / 1e6},
+          {"max_m", w.max_elements / 1e6},
+          {"softmax_grad_m", w.softmax_grad_elements / 1e6},
+          {"memory_mb", w.memory_bytes / 1e6},
+          {"fma_gflops", peaks.fma},
+          {"exp_g_per_s", er.exp / 1e9},
+          {"gelu_g_per_s", er.gelu / 1e9},
+          {"gelu_grad_g_per_s", er.gelu_grad / 1e9},
+          {"max_g_per_s", er.max / 1e9},
+          {"softmax_grad_g_per_s", er.softmax_grad / 1e9},
+          {"memory_gb_per_s", er.memory_bytes / 1e9},
+          {"products_ms", 1e3 * rf.products_s},
+          {"exp_gelu_ms", 1e3 * rf.exp_gelu_s},
+          {"in_cache_ms", 1e3 * rf.in_cache_s},
+          {"memory_ms", 1e3 * rf.memory_s},
+          {"roofline_ms", 1e3 * rf.total_s()},
+          {"percent_of_roofline", 100.0 * 1e3 * rf.total_s() / r.median_ms},
+          // against the step's CPU time a thread (the rates are per CPU second): on a shared
+          // machine, what the cycles the step got did
+          {"percent_of_roofline_per_cpu_s",
+           100.0 * 1e3 * rf.total_s() / (r.cpu_ms / static_cast<double>(gf::num_threads()))}};
+}
 
 /// The measurement of the main model as the JSON that `bench --json` prints.
 json bench_json(const BenchArgs& a, const std::string& attn, size_t heads, const BenchResult& main_r,
@@ -277,6 +360,10 @@ void print_peer(const json& out) {
   std::printf("  oneDNN peer (%s, %zu threads, %.0f MB of buffers, in the peak RSS above): gate %s\n",
               out["onednn_library"].get<std::string>().c_str(), out["onednn_threads"].get<size_t>(),
               num("onednn_buffers_mb"), out["onednn_gate"]["summary"].get<std::string>().c_str());
+  const std::string ga = out.value("onednn_growformer_attention", "mha");
+  if (ga != "mha")
+    std::printf("    growformer's %s step timed against the peer's mha step (the gate checked "
+                "growformer's mha model of the same shape)\n", ga.c_str());
   std::printf("    interleaved, %zu steps each: growformer median %.1f ms (min %.1f, max %.1f), "
               "oneDNN median %.1f ms (min %.1f, max %.1f); growformer / oneDNN = %.3f\n",
               out["onednn_steps_timed"].get<size_t>(), num("onednn_growformer_ms_per_step_median"),
@@ -315,6 +402,25 @@ void print_bench(const json& out, const std::string& compare) {
               "is %.0f%% of it\n",
               out["blas_core"].get<std::string>().c_str(), num("sgemm_peak_gflops"),
               num("sgemm_percent_of_fma_peak"), num("percent_of_sgemm_peak"));
+  const json& rl = out["roofline"];
+  if (rl.value("counted", false)) {
+    auto r = [&](const char* k) { return rl[k].get<double>(); };
+    std::printf("  roofline of the step (rates measured in this run: products %.0f GFLOP/s, exp "
+                "%.2f G/s, GELU %.2f / %.2f G/s, in-cache passes %.1f / %.1f G/s, memory %.1f "
+                "GB/s):\n",
+                r("fma_gflops"), r("exp_g_per_s"), r("gelu_g_per_s"), r("gelu_grad_g_per_s"),
+                r("max_g_per_s"), r("softmax_grad_g_per_s"), r("memory_gb_per_s"));
+    std::printf("    products %.2f GFLOP (the kernels counted %.2f) %.1f ms + exp %.1f M, GELU "
+                "%.1f M + %.1f M %.1f ms + in-cache %.1f M %.1f ms + memory %.0f MB %.1f ms = "
+                "%.1f ms; the step is %.0f%% of its roofline (%.0f%% per CPU second a thread)\n",
+                r("product_gflop"), r("product_gflop_counted_by_kernels"), r("products_ms"),
+                r("exp_m"), r("gelu_m"), r("gelu_grad_m"), r("exp_gelu_ms"),
+                r("max_m") + r("softmax_grad_m"), r("in_cache_ms"), r("memory_mb"),
+                r("memory_ms"), r("roofline_ms"), r("percent_of_roofline"),
+                r("percent_of_roofline_per_cpu_s"));
+  } else {
+    std::printf("  roofline: not counted (%s)\n", rl.value("why_not", "").c_str());
+  }
   std::printf("  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
               "the training step's\n",
               num("eval_ms_per_batch_median"), num("eval_tokens_per_s"), num("eval_to_train_tokens_ratio"));
@@ -424,17 +530,34 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 /// timed step by step interleaved (growformer's step, the peer's, growformer's, ...).
 class PeerBench {
  public:
-  PeerBench(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg) {
+  /// A model whose attention is not mha (hkt) is timed against the peer's step of the same
+  /// model with mha blocks of HEADS heads: the gate checks that mha model against the peer, and
+  /// the timed model is the bench's own (time only: the peer computes no other block).
+  PeerBench(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg, size_t heads) {
     if (a.peer.empty()) return;
-    model_ = make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
+    attention_ = bc.model.child("attention").child("plugin").as_string();
+    gf::ConfigNode gate_node = bc.model;
+    size_t grow_to = a.grow_to;
+    if (attention_ != "mha") {
+      gf::ConfigNode cfg = load_config(a.config, a.sets);
+      cfg.apply_override("model.attention={plugin: mha, heads: " +
+                         std::to_string(a.grow_to > 0 ? a.grow_to : heads) + "}");
+      gate_node = cfg.child("model");
+      grow_to = 0;
+    }
+    model_ = make_bench_model(gate_node, reg, a.vocab, a.classes, a.seq, bc.seed, grow_to);
     opt_ = reg.create_optimizer(bc.optimizer);
     pool_ = make_batches(a.vocab, a.classes, a.batch, a.seq, bc.seed);
-    peer_ = std::make_unique<gf_onednn::ModelPeer>(bc.model, bc.optimizer, reg, *model_, a.batch,
+    peer_ = std::make_unique<gf_onednn::ModelPeer>(gate_node, bc.optimizer, reg, *model_, a.batch,
                                                    a.seq, gf::num_threads());
     gate_ = gf_onednn::run_gate(*model_, reg, bc.optimizer, *peer_, pool_[0], 1e-3f);
     if (!gate_.passed)
       throw gf::RuntimeError("bench --peer onednn: the oneDNN step does not compute growformer's "
                              "step, so neither is timed: " + gate_.summary());
+    if (attention_ != "mha") {  // the bench's own model is the one timed
+      model_ = make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
+      opt_ = reg.create_optimizer(bc.optimizer);
+    }
     tokens_ = static_cast<double>(a.batch * a.seq);
   }
 
@@ -458,6 +581,9 @@ class PeerBench {
     if (!peer_) return;
     const gf_onednn::GateResult& g = gate_;
     out["peer"] = "onednn";
+    // the growformer step timed against the peer's mha step; the gate ran on mha
+    out["onednn_growformer_attention"] = attention_;
+    out["onednn_gate_attention"] = "mha";
     out["onednn_library"] = gf_onednn::MhaStep::library_note();
     out["onednn_threads"] = peer_->step().threads();
     // its buffers stay allocated through the whole bench: peak_rss_mb includes them
@@ -494,6 +620,7 @@ class PeerBench {
   std::vector<gf::Batch> pool_;
   std::unique_ptr<gf_onednn::ModelPeer> peer_;
   gf_onednn::GateResult gate_;
+  std::string attention_;
   std::vector<double> gf_ms_, peer_ms_;
   float gf_loss_ = 0, peer_loss_ = 0;
   double tokens_ = 0;
@@ -502,11 +629,27 @@ class PeerBench {
 /// Built without oneDNN: parse_bench_args refuses --peer, so there is nothing to time.
 class PeerBench {
  public:
-  PeerBench(const BenchArgs&, const BenchConfig&, gf::Registry&) {}
+  PeerBench(const BenchArgs&, const BenchConfig&, gf::Registry&, size_t) {}
   void time(long, long) {}
   void report(json&) const {}
 };
 #endif
+
+/// The anchors, measured in this run, and the roofline's rates: the exp and GELU kernels and the
+/// in-cache passes on a row in L1, memory bandwidth on arrays far past the caches, all threads
+/// at once (about half a second).
+Peaks measure_peaks() {
+  return {gf::kernels::fma_peak_gflops(gf::num_threads()), gf::sgemm_peak_gflops(),
+          gf::kernels::element_rates(gf::num_threads())};
+}
+
+/// The roofline of the step as timed (grown heads included) beside the main run R.
+json step_roofline(const BenchArgs& a, const gf::ConfigNode& model_node, gf::Registry& reg,
+                   uint64_t seed, const Peaks& peaks, const BenchResult& r) {
+  const std::unique_ptr<gf::Model> timed =
+      make_bench_model(model_node, reg, a.vocab, a.classes, a.seq, seed, a.grow_to);
+  return roofline_json(roofline_shape(model_node, *timed, a.batch, a.seq), peaks, r);
+}
 
 }  // namespace
 
@@ -551,8 +694,8 @@ int cmd_bench(const std::vector<std::string>& cli) {
   // The anchors, measured in this run: the multiply-add peak of the kernel set in use (a
   // register-only loop on every thread at once) and OpenBLAS's SGEMM with the kernels this
   // process loaded (OPENBLAS_CORETYPE, when set, chooses them).
-  PeerBench peer(a, bc, reg);  // --peer onednn: its gate runs before anything is timed
-  const Peaks peaks{gf::kernels::fma_peak_gflops(gf::num_threads()), gf::sgemm_peak_gflops()};
+  PeerBench peer(a, bc, reg, heads);  // --peer onednn: its gate runs before anything is timed
+  const Peaks peaks = measure_peaks();
   std::vector<BenchResult> mains, cmps;
   std::vector<double> tms, tm2;
   json last;
@@ -571,6 +714,7 @@ int cmd_bench(const std::vector<std::string>& cli) {
   }
   BenchResult main_r = median_run(mains);
   json out = bench_json(a, attn, heads, main_r, peaks);
+  out["roofline"] = step_roofline(a, model_node, reg, seed, peaks, main_r);
   if (!compare.empty()) {
     BenchResult c = median_run(cmps);
     out["compare_attention"] = compare;

@@ -784,3 +784,64 @@ TEST_CASE("GROWFORMER_ISA: a cap, capped to the CPU with a note, a bad value nam
   // the peak loop runs on the set in use and gives a positive rate
   CHECK(kernels::fma_peak_gflops(1, 0.01) > 0.0);
 }
+
+TEST_CASE("pack_panels: a weight packed once, read by row blocks, equals the products that pack "
+          "their own, bit for bit") {
+  // Sizes over the 256 KiB the kernels pack from: 600 x 331 (the last panel narrower, scalar
+  // tail columns), 300 x 1,100 (several panels), and a long d of gemm_short_k (300 > 256);
+  // the rows in blocks as a split product calls them (64, and a last block of 35).
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (auto [len, n] : {std::pair<size_t, size_t>{600, 331}, {300, 1100}}) {
+      CAPTURE(isa);
+      CAPTURE(len);
+      CAPTURE(n);
+      const size_t m = 163, ldy = n + 3, ldx = len + 1;
+      auto x = values(m * ldx, 41), y = values(len * ldy, 42), bias = values(n, 43);
+      const kernels::Panels p = kernels::pack_panels(m, len, n, y.data(), ldy);
+      REQUIRE(!p.empty());  // else nothing below reads panels
+      REQUIRE(p.nb < n);    // more than one panel
+      REQUIRE(kernels::pack_panels(m, 16, 16, y.data(), ldy).empty());  // small: read in place
+      REQUIRE(kernels::pack_panels(m, 200, n, y.data(), ldy, true).empty());  // short d
+      // the packed copy is independent of Y afterwards
+      auto y2 = y;
+      const kernels::Panels p2 = kernels::pack_panels(m, len, n, y2.data(), ldy, true);
+      REQUIRE(!p2.empty());
+      std::fill(y2.begin(), y2.end(), 1e9f);
+      std::vector<float> ref(m * n), got(m * n, -1.0f), sref(m * n), sgot(m * n, -1.0f);
+      kernels::gemm_bias(m, n, len, x.data(), ldx, y.data(), ldy, bias.data(), ref.data(), n);
+      kernels::gemm_short_k(m, n, len, 0.3f, x.data(), ldx, y.data(), ldy, sref.data(), n);
+      auto aref = values(m * n, 44), agot = aref;
+      // gemm_acc_nd: C (m x n) += X (m x len) Y (len x n), Y as packed
+      kernels::gemm_acc_nd(m, len, n, -0.7f, x.data(), ldx, y.data(), ldy, aref.data(), n);
+      for (size_t r0 = 0; r0 < m; r0 += 64) {
+        const size_t rows = std::min<size_t>(64, m - r0);
+        kernels::gemm_bias(rows, n, len, x.data() + r0 * ldx, ldx, y.data(), ldy, bias.data(),
+                           got.data() + r0 * n, n, &p);
+        kernels::gemm_short_k(rows, n, len, 0.3f, x.data() + r0 * ldx, ldx, y2.data(), ldy,
+                              sgot.data() + r0 * n, n, &p2);
+        kernels::gemm_acc_nd(rows, len, n, -0.7f, x.data() + r0 * ldx, ldx, y.data(), ldy,
+                             agot.data() + r0 * n, n, &p);
+      }
+      for (size_t i = 0; i < m * n; ++i) {
+        REQUIRE(got[i] == ref[i]);
+        REQUIRE(sgot[i] == sref[i]);
+        REQUIRE(agot[i] == aref[i]);
+      }
+      // gemm_bias_parts (column chunks of the kernel's table beside the panels)
+      const std::vector<size_t> off{0, 100, 101, 250, n};
+      std::vector<std::vector<float>> parts;
+      std::vector<float*> dst;
+      for (size_t i = 0; i + 1 < off.size(); ++i) parts.emplace_back(m * (off[i + 1] - off[i]));
+      for (auto& q : parts) dst.push_back(q.data());
+      kernels::gemm_bias_parts(m, n, len, x.data(), ldx, y.data(), ldy, bias.data(), off.data(),
+                               parts.size(), dst.data(), &p);
+      for (size_t q = 0; q + 1 < off.size(); ++q) {
+        const size_t wq = off[q + 1] - off[q];
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = 0; j < wq; ++j) REQUIRE(parts[q][i * wq + j] == ref[i * n + off[q] + j]);
+      }
+    }
+  }
+}

@@ -238,10 +238,41 @@ void gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accumul
   active().gelu_grad(x, g, gx, n, accumulate);
 }
 
+namespace {
+// The kernels' view of PANELS (null when there are none).
+const simd::PanelView* view_of(const Panels* panels, simd::PanelView& v) {
+  if (!panels || panels->empty()) return nullptr;
+  v = {panels->data.data(), panels->nb, panels->n, panels->len};
+  return &v;
+}
+
+thread_local std::vector<float> t_panel_cache;  // the storage of this thread's last Panels
+}  // namespace
+
+Panels::~Panels() {
+  if (data.capacity() > t_panel_cache.capacity()) t_panel_cache.swap(data);
+}
+
+Panels pack_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy, bool short_k) {
+  Panels p;
+  const size_t nb = active().panel_width(m, len, n, short_k);
+  if (nb == 0) return p;
+  p.nb = nb, p.n = n, p.len = len;
+  p.data.swap(t_panel_cache);
+  p.data.resize(len * n);
+  for (size_t c0 = 0; c0 < n; c0 += nb) {  // panel by panel, each len rows of its width
+    const size_t w = std::min(nb, n - c0);
+    float* o = p.data.data() + len * c0;
+    for (size_t q = 0; q < len; ++q) std::memcpy(o + q * w, y + q * ldy + c0, w * sizeof(float));
+  }
+  return p;
+}
+
 void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                  const float* bt, size_t ldb, float* c, size_t ldc) {
+                  const float* bt, size_t ldb, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * d);
-  active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc);
+  simd::PanelView v;
+  active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, view_of(panels, v));
 }
 void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
                       size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
@@ -249,9 +280,10 @@ void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const fl
   active().gemm_acc_nd_rows(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
-                 const float* y, size_t ldy, float* c, size_t ldc) {
+                 const float* y, size_t ldy, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * d);
-  active().gemm_acc_nd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
+  simd::PanelView v;
+  active().gemm_acc_nd(m, n, d, alpha, x, ldx, y, ldy, c, ldc, view_of(panels, v));
 }
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc) {
@@ -260,16 +292,18 @@ void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, siz
 }
 
 void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
-               size_t ldw, const float* bias, float* c, size_t ldc) {
+               size_t ldw, const float* bias, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * k);
-  active().gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc);
+  simd::PanelView v;
+  active().gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc, view_of(panels, v));
 }
 
 void gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                      size_t ldw, const float* bias, const size_t* off, size_t parts,
-                     float* const* dst) {
+                     float* const* dst, const Panels* panels) {
   add_matmul_flops(2ull * m * n * k);
-  active().gemm_bias_parts(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
+  simd::PanelView v;
+  active().gemm_bias_parts(m, n, k, x, ldx, w, ldw, bias, off, parts, dst, view_of(panels, v));
 }
 
 bool softmax_row(float* row, size_t n, const uint8_t* valid) {

@@ -76,14 +76,39 @@ void gelu(const float* x, float* y, size_t n);
 /// With accumulate false gx is written, not added to (a fresh gradient buffer).
 void gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accumulate = true);
 
+/// A product's Y (len x n) packed once into the column panels the products below would copy it
+/// into (a Y over 256 KiB, read by more than one tile of rows), for a product split by rows over
+/// the threads: every thread's call reads the same panels instead of packing its own copy (at
+/// d 512 the 64-row blocks of a split product each packed the whole weight). Empty when the
+/// product reads Y in place. The panels change no bit: each column keeps its FMA chain.
+struct Panels {
+  std::vector<float> data;
+  size_t nb = 0, n = 0, len = 0;  // columns a panel (the last narrower), columns, rows
+  bool empty() const { return data.empty(); }
+  Panels() = default;
+  Panels(Panels&&) = default;
+  Panels& operator=(Panels&&) = default;
+  /// Gives the storage back to this thread's cache, for its next pack_panels (a fresh
+  /// allocation of a weight's size a call cost its page faults again).
+  ~Panels();
+};
+/// Y (len x n, ldy) packed for products of M rows in all (gemm_bias, gemm_bias_parts: Y = W,
+/// len = k; gemm_acc_nd: Y, len = n; SHORT_K, gemm_short_k: Y = Bt, len = d, packed only for a
+/// d over 256); empty when they read Y in place. The panels keep a copy: Y may change after.
+Panels pack_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy,
+                   bool short_k = false);
+
 /// Products with one short dimension d (a head's width, d_k or d_v), row-major, computed
 /// in registers without packing; each output element is summed in a fixed order.
+/// PANELS (null or empty: none) is Y packed by pack_panels for the same Y: read instead of Y.
 /// C (m x n) = alpha A (m x d) Bt (d x n).
 void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                  const float* bt, size_t ldb, float* c, size_t ldc);
+                  const float* bt, size_t ldb, float* c, size_t ldc,
+                  const Panels* panels = nullptr);
 /// C (m x d) += alpha X (m x n) Y (n x d).
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
-                 const float* y, size_t ldy, float* c, size_t ldc);
+                 const float* y, size_t ldy, float* c, size_t ldc,
+                 const Panels* panels = nullptr);
 /// C[i] += alpha[i] (X Y)[i]: gemm_acc_nd with a scale per row of C.
 void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
                       size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
@@ -96,14 +121,15 @@ void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, siz
 /// + bias. A column's values therefore do not depend on its position in W: the product with
 /// several weight matrices side by side equals the separate products bit for bit.
 void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
-               size_t ldw, const float* bias, float* c, size_t ldc);
+               size_t ldw, const float* bias, float* c, size_t ldc,
+               const Panels* panels = nullptr);
 
 /// gemm_bias with C's columns split into parts: part p, columns off[p] .. off[p + 1] - 1
 /// (off[parts] == n), goes to dst[p] as dense rows of its own width. Bit for bit the
 /// columns gemm_bias computes, without a copy of the product.
 void gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                      size_t ldw, const float* bias, const size_t* off, size_t parts,
-                     float* const* dst);
+                     float* const* dst, const Panels* panels = nullptr);
 
 /// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
 /// Layer norm of ROWS rows of width D: y = (x - mean) / sqrt(var + eps) * gamma + beta;
@@ -143,6 +169,49 @@ double fma_peak_gflops(size_t threads, double seconds = 0.2);
 double thread_cpu_seconds();
 /// Switches the instruction set (tests compare them); false when the CPU lacks it.
 bool set_simd(const std::string& name);
+
+// ---- the roofline of a training step ------------------------------------------------------
+// The work of one training step of an mha model counted from its shape (core/src/
+// kernels_roofline.cpp says how each term is counted), and the rates it is read against,
+// measured in the process like fma_peak_gflops: the step's roofline is the time the work would
+// take if each kind ran at its own measured rate, one kind after another.
+
+/// The shape of a training step: BATCH sequences of SEQ tokens, LAYERS pre-norm blocks of
+/// HEADS dot-product heads (widths D_K, D_V, summed into d_model by the output map) and a GELU
+/// MLP of HIDDEN, the final norm when FINAL_NORM, mean pooling, a linear classifier over
+/// CLASSES; PARAMS parameters in all (AdamW).
+struct StepShape {
+  size_t batch = 0, seq = 0, d_model = 0, layers = 0, heads = 0, d_k = 0, d_v = 0, hidden = 0;
+  size_t classes = 0, params = 0;
+  bool final_norm = true;
+};
+
+/// The work of one step (forward, backward, AdamW), by the kind of throughput that bounds it.
+struct StepWork {
+  double product_flops = 0;     // 2 m n k per matrix product
+  double exp_elements = 0;      // softmax exps: the forward pass and the backward's recomputation
+  double gelu_elements = 0;     // GELU forward evaluations
+  double gelu_grad_elements = 0;  // GELU derivative evaluations
+  double max_elements = 0;      // the softmax's row maxima (attention tiles, in cache)
+  double softmax_grad_elements = 0;  // the softmax backward's row pass (attention tiles, in cache)
+  double memory_bytes = 0;      // activation-sized passes and the parameters' traffic (see .cpp)
+};
+StepWork step_work(const StepShape& s);
+
+/// Measured rates (all THREADS threads at once, each per second of its own CPU time, summed).
+struct ElementRates {
+  double exp = 0, gelu = 0, gelu_grad = 0, max = 0, softmax_grad = 0;  // elements/s, in L1
+  double memory_bytes = 0;  // bytes/s of y += a x over arrays far beyond the caches
+};
+/// About SECONDS in all on the kernel set in use.
+ElementRates element_rates(size_t threads, double seconds = 0.5);
+
+/// The roofline of WORK: each kind's time at its rate (FMA_GFLOPS for the products), seconds.
+struct Roofline {
+  double products_s = 0, exp_gelu_s = 0, in_cache_s = 0, memory_s = 0;
+  double total_s() const { return products_s + exp_gelu_s + in_cache_s + memory_s; }
+};
+Roofline roofline(const StepWork& work, const ElementRates& rates, double fma_gflops);
 
 /// Query rows per tile of the streaming attention kernels (default 128); the HKT
 /// kernel rounds it up to a multiple of its coarsest block. Tests set small values

@@ -9,6 +9,13 @@ namespace gf {
 namespace kernels {
 namespace simd {
 
+/// A product's Y packed once for many calls (kernels::Panels): NB columns a panel (the last one
+/// narrower), panel p at DATA + LEN * p * NB as LEN dense rows of its own width; N columns.
+struct PanelView {
+  const float* data;
+  size_t nb, n, len;
+};
+
 struct RowKernels {
   const char* name;
   size_t width;  // floats per register
@@ -35,13 +42,14 @@ struct RowKernels {
   /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j]))
   /// gx[j] (+)= g[j] (Phi(x[j]) + x[j] phi(x[j])): accumulates, or stores when !accumulate
   void (*gelu_grad)(const float* x, const float* g, float* gx, size_t n, bool accumulate);
-  // Products with one short dimension d (a head's width), row-major, no packing:
+  // Products with one short dimension d (a head's width), row-major; PV (may be null): Y
+  // already packed (the caller's panels, shared by the threads of a split product):
   /// C (m x n) = alpha A (m x d) Bt (d x n)
   void (*gemm_short_k)(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                       const float* bt, size_t ldb, float* c, size_t ldc);
+                       const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv);
   /// C (m x d) += alpha X (m x n) Y (n x d)
   void (*gemm_acc_nd)(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
-                      const float* y, size_t ldy, float* c, size_t ldc);
+                      const float* y, size_t ldy, float* c, size_t ldc, const PanelView* pv);
   /// C[i] += alpha[i] (X Y)[i]: a scale per row
   void (*gemm_acc_nd_rows)(size_t m, size_t n, size_t d, const float* alpha, const float* x,
                            size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
@@ -50,11 +58,14 @@ struct RowKernels {
                        const float* y, size_t ldy, float* c, size_t ldc);
   /// C (m x n) = X (m x k) W (k x n) + bias (n; may be null), each element one FMA chain
   void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
-                    size_t ldw, const float* bias, float* c, size_t ldc);
+                    size_t ldw, const float* bias, float* c, size_t ldc, const PanelView* pv);
   /// gemm_bias with column part p (columns off[p] .. off[p + 1] - 1) stored in dst[p], dense
   void (*gemm_bias_parts)(size_t m, size_t n, size_t k, const float* x, size_t ldx,
                           const float* w, size_t ldw, const float* bias, const size_t* off,
-                          size_t parts, float* const* dst);
+                          size_t parts, float* const* dst, const PanelView* pv);
+  /// The panel width product uses for Y (len x n) over M rows, 0 when it reads Y in place;
+  /// SHORT_K: for gemm_short_k (Y = Bt, len = d), which packs only a long d
+  size_t (*panel_width)(size_t m, size_t len, size_t n, bool short_k);
   // Rows of width c (a depthwise convolution's taps):
   /// y[r ldy + j] += w[j] x[r ldx + j] for r < rows, j < c
   void (*mul_add_rows)(float* y, size_t ldy, const float* x, size_t ldx, const float* w,

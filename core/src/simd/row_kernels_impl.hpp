@@ -357,19 +357,37 @@ inline void product_block(size_t m, size_t n, size_t len, const float* x, size_t
 // of d 512 ran at 40..65 GFLOP/s on an Intel Xeon (one core, AVX-512), packed at 150..165
 // (docs/results/speed.md). A panel is whole 4-vector tiles wide, so each column keeps its FMA chain
 // (the same q order) and the bits do not change.
+// PV: Y packed once by the caller (kernels::pack_panels, the same panels) for every thread of a
+// product split by rows; Y's column 0 is the packed column COL0. Read as they are, no copy.
 constexpr size_t kPanelBytes = 512 * 1024;
 constexpr size_t kPackBytes = 256 * 1024;
-template <bool TRANS, size_t R0 = RM, class EV, class ES>
-inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
-                    size_t ldy, EV ev, ES es) {
+// The panel width for Y (len x n) over m rows of tiles of R0, or 0: read in place.
+inline size_t panel_cols(size_t m, size_t len, size_t n, size_t r0) {
   constexpr size_t kTile = NCW * W;
   // one pass of the rows, or a Y small enough to stay cached as it is: read in place, whole
-  const bool pack = m > R0 && len * n * sizeof(float) > kPackBytes;
-  size_t nb = n;
-  if (pack) {
-    nb = kPanelBytes / (len * sizeof(float)) / kTile * kTile;
-    nb = nb < kTile ? kTile : (nb > n ? n : nb);
+  if (!(m > r0 && len * n * sizeof(float) > kPackBytes)) return 0;
+  size_t nb = kPanelBytes / (len * sizeof(float)) / kTile * kTile;
+  return nb < kTile ? kTile : (nb > n ? n : nb);
+}
+template <bool TRANS, size_t R0 = RM, class EV, class ES>
+inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
+                    size_t ldy, EV ev, ES es, const PanelView* pv = nullptr, size_t col0 = 0) {
+  if (pv && pv->data) {
+    for (size_t cb = 0; cb < n;) {
+      const size_t g = col0 + cb, p0 = g / pv->nb * pv->nb;
+      const size_t pw = pv->n - p0 < pv->nb ? pv->n - p0 : pv->nb;  // the panel's width
+      const size_t w = pw - (g - p0) < n - cb ? pw - (g - p0) : n - cb;
+      auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
+      auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
+      product_block<TRANS, R0>(m, w, len, x, ldx, pv->data + pv->len * p0 + (g - p0), pw, evb,
+                               esb);
+      cb += w;
+    }
+    return;
   }
+  const size_t pc = panel_cols(m, len, n, R0);
+  const bool pack = pc > 0;
+  const size_t nb = pack ? pc : n;
   float* panel = pack ? panel_scratch(len * nb) : nullptr;
   for (size_t cb = 0; cb < n; cb += nb) {
     const size_t w = n - cb < nb ? n - cb : nb;
@@ -388,7 +406,7 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
 }
 
 void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                    const float* bt, size_t ldb, float* c, size_t ldc) {
+                    const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv) {
   const B al(alpha);
   size_t i = 0;
   // RM rows of A at a time, copied transposed (d x RM) so that the tile's broadcasts share
@@ -418,21 +436,30 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
   auto ev = [=](B acc, size_t r, size_t j) { (acc * al).store_unaligned(ci + r * ldc + j); };
   auto es = [=](float s, size_t r, size_t j) { ci[r * ldc + j] = alpha * s; };
   if (d <= kMaxD)  // the last rows, fewer than RM
-    product<false, 4>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es);
+    product<false, 4>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es, pv);
   else  // a long d (a fresh input gradient of a wide linear layer): RM rows a tile
-    product<false>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es);
+    product<false>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es, pv);
+}
+
+size_t k_panel_width(size_t m, size_t len, size_t n, bool short_k) {
+  // gemm_short_k reads a d of up to 256 in place (its tiles of RM rows; the last few rows alone
+  // might pack, and take the panels when given)
+  if (short_k && len <= 256) return 0;
+  return panel_cols(m, len, n, RM);
 }
 
 template <bool TRANS>
 void acc_product(size_t m, size_t n, size_t len, float alpha, const float* x, size_t ldx,
-                 const float* y, size_t ldy, float* c, size_t ldc) {
+                 const float* y, size_t ldy, float* c, size_t ldc,
+                 const PanelView* pv = nullptr) {
   B al(alpha);
   product<TRANS>(
       m, n, len, x, ldx, y, ldy,
       [=](B acc, size_t r, size_t j) {
         vfma(al, acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
       },
-      [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]); });
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]); },
+      pv);
 }
 
 // ---- a narrow output over a long reduction -----------------------------------------
@@ -509,14 +536,14 @@ void narrow_product(size_t m, size_t n, size_t d, const float* x, size_t ldx, co
 }
 
 void k_gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
-                   const float* y, size_t ldy, float* c, size_t ldc) {
+                   const float* y, size_t ldy, float* c, size_t ldc, const PanelView* pv) {
   if (narrow_output(d)) {
     narrow_product(m, n, d, x, ldx, y, ldy, [=](float s, size_t r, size_t j) {
       c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]);
     });
     return;
   }
-  acc_product<false>(m, d, n, alpha, x, ldx, y, ldy, c, ldc);
+  acc_product<false>(m, d, n, alpha, x, ldx, y, ldy, c, ldc, pv);
 }
 
 void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
@@ -563,19 +590,19 @@ void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, s
 }
 
 void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
-                 size_t ldw, const float* bias, float* c, size_t ldc) {
+                 size_t ldw, const float* bias, float* c, size_t ldc, const PanelView* pv) {
   if (bias)
     product<false>(
         m, n, k, x, ldx, w, ldw,
         [=](B acc, size_t r, size_t j) {
           (acc + B::load_unaligned(bias + j)).store_unaligned(c + r * ldc + j);
         },
-        [=](float s, size_t r, size_t j) { c[r * ldc + j] = s + bias[j]; });
+        [=](float s, size_t r, size_t j) { c[r * ldc + j] = s + bias[j]; }, pv);
   else
     product<false>(
         m, n, k, x, ldx, w, ldw,
         [=](B acc, size_t r, size_t j) { acc.store_unaligned(c + r * ldc + j); },
-        [=](float s, size_t r, size_t j) { c[r * ldc + j] = s; });
+        [=](float s, size_t r, size_t j) { c[r * ldc + j] = s; }, pv);
 }
 
 // gemm_bias with C's columns split into parts: part p (columns off[p] .. off[p + 1] - 1) is
@@ -585,7 +612,7 @@ void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const
 template <bool BIAS>
 void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t ldx,
                           const float* w, size_t ldw, const float* bias, const size_t* off,
-                          size_t parts, float* const* dst) {
+                          size_t parts, float* const* dst, const PanelView* pv) {
   // Columns in chunks of up to kVec vectors, each with a table (plain arrays: no std::
   // templates in this translation unit): per vector, its first store or null, and its part's
   // width.
@@ -638,17 +665,18 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
             }
           }
         },
-        [=](float s, size_t r, size_t j) { put(BIAS ? s + bias[c0 + j] : s, r, c0 + j); });
+        [=](float s, size_t r, size_t j) { put(BIAS ? s + bias[c0 + j] : s, r, c0 + j); }, pv,
+        c0);
   }
 }
 
 void k_gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                        size_t ldw, const float* bias, const size_t* off, size_t parts,
-                       float* const* dst) {
+                       float* const* dst, const PanelView* pv) {
   if (bias)
-    gemm_bias_parts_impl<true>(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
+    gemm_bias_parts_impl<true>(m, n, k, x, ldx, w, ldw, bias, off, parts, dst, pv);
   else
-    gemm_bias_parts_impl<false>(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
+    gemm_bias_parts_impl<false>(m, n, k, x, ldx, w, ldw, bias, off, parts, dst, pv);
 }
 
 // ---- rows of a depthwise convolution ------------------------------------------------
@@ -816,7 +844,7 @@ RowKernels make_row_kernels(const char* name) {
   return {name,           W,           k_fma_loop,     2.0 * KF * W,  k_max,
           k_exp_shift_sum, k_exp_shift, k_scale,        k_softmax_grad, k_dot,
           k_axpy,         k_gelu,      k_gelu_grad,    k_gemm_short_k, k_gemm_acc_nd,
-          k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias, k_gemm_bias_parts,
+          k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias, k_gemm_bias_parts, k_panel_width,
           k_mul_add_rows, k_dot_rows,  k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
 }
 
