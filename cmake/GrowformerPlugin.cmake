@@ -36,7 +36,7 @@ function(growformer_add_plugin name)
 endfunction()
 
 # growformer_simd_sources(AVX2 src... AVX512 src...) compiles kernel sources with the flags of
-# their instruction set, the ones the core's own kernels use (core/src/simd/): AVX2 with FMA,
+# their instruction set, the ones the core's own kernels use (core/numeric/src/simd/): AVX2 with FMA,
 # and AVX-512F+DQ. SSE2 sources need none (the x86-64 baseline). Such a source must only run
 # once the program chose its set (gf::kernels::active_isa(), capped by GROWFORMER_ISA). Call it
 # in the folder whose target compiles the sources.

@@ -2,7 +2,7 @@
 
 The module is rebuilt from the experiment's resolved config and its parameters, block by block
 with the heads each block has now (grown or pruned), and computes what growformer's forward
-pass computes (core/src/model.cpp, plugins/attn_mha):
+pass computes (core/api/src/model.cpp, plugins/attn_mha):
 
     x = embed[ids] (+ the CLS vector in front with pool: cls) + pos[:T]
     per block: x = x + attention(layer_norm(x));  x = x + fc2(gelu(fc1(layer_norm(x))))

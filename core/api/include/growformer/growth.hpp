@@ -1,0 +1,175 @@
+// Growth policies and pruning rules: they observe the trainer through hooks
+// and return structural edits; they never reach into the trainer.
+#pragma once
+#include "growformer/export.hpp"
+
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "growformer/attention.hpp"
+
+GROWFORMER_API_BEGIN
+
+namespace gf {
+
+/// One line of events.jsonl: a check or an edit, with the quantities behind it.
+struct Event {
+  std::string type;  // "check", "grow", "prune", "calibrate", ...
+  long block = -1;
+  long head = -1;
+  std::vector<std::pair<std::string, double>> numbers;
+  std::vector<std::pair<std::string, std::string>> strings;
+  std::vector<std::pair<std::string, std::vector<double>>> lists;
+};
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void emit(const Event& e) = 0;
+};
+
+/// A structural edit, applied by the trainer between steps.
+struct Edit {
+  enum class Kind { AddHead, RemoveHead } kind = Kind::AddHead;
+  size_t block = 0;
+  int head_id = -1;  // RemoveHead
+  HeadInit init;     // AddHead
+  /// RemoveHead: whether policies that reserved directions for the head free them; unset =
+  /// each policy's own default.
+  std::optional<bool> release_direction;
+  Event cause;       // logged with the edit
+};
+
+/// One block's input (after its layer norm) on a training batch, (B, T, d), with its key mask
+/// (B*T entries, 1 = a real token or the CLS slot; empty = every position is real).
+struct Probe {
+  Tensor input;
+  std::vector<uint8_t> valid;
+  const std::vector<uint8_t>* mask() const { return valid.empty() ? nullptr : &valid; }
+};
+
+/// The probe of a block input CAPTURED (B, T, d) on a batch whose token mask is TOKEN_VALID
+/// (B*SEQ); positions in front of the tokens (a CLS slot, T - SEQ of them) count as real.
+Probe make_probe(const Tensor& captured, const std::vector<uint8_t>& token_valid, size_t seq);
+
+struct BlockView {
+  size_t index = 0;
+  AttentionBlock* block = nullptr;
+  /// The block's probe of the last training batch when a policy asked for probes, else null.
+  const Probe* probe = nullptr;
+};
+
+/// One head of one block.
+struct HeadRef {
+  size_t block = 0;
+  int head = 0;
+  bool operator==(const HeadRef& o) const { return block == o.block && head == o.head; }
+};
+
+/// The validation probe evaluated with HEADS muted (their outputs left out).
+struct Ablation {
+  std::vector<HeadRef> heads;
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The paired spread: the sample sd over the probe's examples of (an example's loss with the
+  /// heads muted - its loss with them), so (loss - RunMetrics::probe_loss) / (diff_sd /
+  /// sqrt(probe_examples)) is the paired t statistic of what muting costs. NaN under 2 examples.
+  double diff_sd = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// What the run has measured, as a policy sees it at a check. NaN (and step -1) = not measured.
+struct RunMetrics {
+  /// Mean training loss and accuracy over the steps since the previous check (this check's
+  /// step included), and how many steps that is.
+  double train_loss = std::numeric_limits<double>::quiet_NaN();
+  double train_accuracy = std::numeric_limits<double>::quiet_NaN();
+  size_t train_steps = 0;
+  /// The latest validation (train.eval_every) of the current task: its step, loss and accuracy.
+  long val_step = -1;
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
+  double val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The validation probe at this check, when a policy asked for one
+  /// (GrowthPolicy::validation_probe): the first `probe_examples` validation examples of the
+  /// current task, evaluated without gradients on the model as it is before this check's edits.
+  size_t probe_examples = 0;
+  double probe_loss = std::numeric_limits<double>::quiet_NaN();
+  double probe_accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The same probe with sets of heads muted, one entry per set any policy asked for
+  /// (GrowthPolicy::probe_ablations), in no particular order: find yours by its heads.
+  std::vector<Ablation> ablations;
+  /// The entry for exactly HEADS (in any order), or null.
+  const Ablation* ablation(std::vector<HeadRef> heads) const;
+};
+
+struct TrainView {
+  size_t step = 0;
+  size_t total_steps = 0;
+  std::vector<BlockView> blocks;
+  RunMetrics metrics;
+  Rng* rng = nullptr;  // the policy's own stream
+  EventSink* events = nullptr;
+};
+
+class GrowthPolicy {
+ public:
+  virtual ~GrowthPolicy() = default;
+  /// Ask the trainer to capture block inputs before each check.
+  virtual bool needs_probe() const { return false; }
+  /// How many validation examples the check at STEP should evaluate for this policy
+  /// (TrainView::metrics.probe_*); 0 = none. Asked before every check; the trainer evaluates
+  /// the largest number any policy asked for.
+  virtual size_t validation_probe(size_t step) const { (void)step; return 0; }
+  /// Sets of heads whose ablation the check at VIEW.step should measure on the validation
+  /// probe (RunMetrics::ablations; only at checks where some policy asked for a probe). Each set
+  /// is one more evaluation of the probe. VIEW holds the blocks, not yet the metrics.
+  virtual std::vector<std::vector<HeadRef>> probe_ablations(const TrainView& view) const {
+    (void)view;
+    return {};
+  }
+  /// Heads to leave out of training step STEP's forward and backward pass (muted as in an
+  /// ablation: their output is not added, their parameters get no gradient that step), e.g.
+  /// new heads dropped on some steps so that the older heads keep working without them and an
+  /// ablation measures what the new heads add rather than what the others came to lean on.
+  /// Asked before every training step; the union over the policies is muted.
+  virtual std::vector<HeadRef> muted_in_training(size_t step) const {
+    (void)step;
+    return {};
+  }
+  /// Whether the structure is on trial after training step STEP: this policy has heads it may
+  /// still take back (a growth round waiting for its test). While any policy says so, the
+  /// trainer takes no best-validation checkpoint and makes no early stop, so the model a run is
+  /// tested on has a structure its policies settled on. Asked at each validation.
+  virtual bool on_trial(size_t step) const {
+    (void)step;
+    return false;
+  }
+  /// Ask for head-mask gradients on every step (after_backward is then called).
+  virtual bool needs_head_mask_grads() const { return false; }
+  virtual void on_start(const TrainView& view) { (void)view; }
+  virtual void after_backward(const TrainView& view) { (void)view; }
+  /// Called every `check_every` steps.
+  virtual std::vector<Edit> check(const TrainView& view) = 0;
+  /// Told after an edit was applied (new_head_id for AddHead).
+  virtual void edited(const Edit& e, int new_head_id, const TrainView& view) {
+    (void)e; (void)new_head_id; (void)view;
+  }
+  /// End-of-run quantities for reports and `analyze`.
+  virtual std::map<std::string, double> summary() const { return {}; }
+  /// Keys of summary() that `growformer sweep` shows as columns of its tables, in this order
+  /// (per job, and mean +- sd per group). None by default.
+  virtual std::vector<std::string> summary_columns() const { return {}; }
+  /// Opaque state for checkpoints (resume continues the same decisions).
+  virtual std::string save_state() const { return ""; }
+  virtual void load_state(const std::string& s) { (void)s; }
+};
+
+/// Pruning rules share the growth interface: they return RemoveHead edits.
+using PruningRule = GrowthPolicy;
+
+}  // namespace gf
+
+GROWFORMER_API_END

@@ -1,0 +1,96 @@
+// The classifier built from the `model:` tree: token embedding + learned
+// positions, N pre-LayerNorm residual blocks (attention plugin + GELU MLP),
+// pooling (mean or CLS) and a linear classifier.
+#pragma once
+#include "growformer/export.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "growformer/attention.hpp"
+#include "growformer/config.hpp"
+#include "growformer/fields.hpp"
+#include "growformer/module.hpp"
+
+GROWFORMER_API_BEGIN
+
+namespace gf {
+
+class Registry;
+
+/// A padded batch: ids and validity (1 = real token) are (B*T) row-major.
+struct Batch {
+  size_t batch = 0, seq = 0;
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> valid;
+  std::vector<int32_t> labels;
+  /// A shard of a larger batch (data-parallel training): this batch holds rows
+  /// [row_offset, row_offset + batch) of a batch of GLOBAL_ROWS rows (0 = it is the whole
+  /// batch). Dropout draws the whole batch's mask and keeps this shard's rows, so the shards
+  /// of N processes see exactly the mask of one process training on the whole batch.
+  size_t row_offset = 0, global_rows = 0;
+};
+
+/// Where a parameter sits in the model, from its dotted name: the block ("layers.0", or the
+/// top-level part: "embed", "pos", "cls", "ln_f", "classifier") and, for a head's parameter,
+/// the head ("layers.0.attn.heads.3"; empty otherwise).
+struct ParamPlace {
+  std::string block;
+  std::string head;
+};
+
+/// The options of the `model:` tree, each declared once (`table()`).
+struct ModelSettings {
+  size_t d_model = 64;
+  size_t layers = 2;
+  double mlp_ratio = 4;
+  size_t max_len = 512;
+  bool cls = false;  // pool: cls (else mean)
+  double dropout = 0;
+  bool final_norm = true;
+  ConfigNode attention;  // the attention block plugin and its options
+  static const OptionTable<ModelSettings>& table();
+};
+
+class Model : public Module {
+ public:
+  /// The specs of ModelSettings::table().
+  static OptionSpecs options();
+  /// The place of parameter NAME (as `named_parameters()` spells it) in this naming.
+  static ParamPlace place_of(const std::string& name);
+  /// The model of the `model:` tree NODE (its options read here).
+  Model(const ConfigNode& node, size_t vocab_size, size_t num_classes, Registry& registry,
+        uint64_t seed);
+  /// The model of settings S, read from the `model:` options OPTS (which name an option in
+  /// errors), so that a caller that needs the settings first reads them once.
+  Model(const Options& opts, const ModelSettings& s, size_t vocab_size, size_t num_classes,
+        Registry& registry, uint64_t seed);
+
+  /// Logits (B, num_classes).
+  Var forward(const Batch& batch, bool training, Rng* dropout_rng);
+  std::vector<AttentionBlock*> blocks() const;
+  /// Positions available to tokens (max_len, minus one for the CLS slot).
+  size_t max_tokens() const { return cls_ ? max_len_ - 1 : max_len_; }
+  size_t d_model() const { return d_; }
+  size_t num_classes() const { return classes_; }
+  size_t vocab_size() const { return vocab_; }
+  /// Heads per block (empty entries for blocks without heads).
+  std::vector<size_t> heads_per_block() const;
+  std::string describe() const;
+
+ private:
+  Model(const Options& opts, size_t vocab_size, size_t num_classes, Registry& registry,
+        uint64_t seed);
+  struct Layer;
+  size_t d_, vocab_, classes_, max_len_;
+  bool cls_;
+  float dropout_;
+  Var embed_, pos_, cls_vec_, lnf_g_, lnf_b_, head_w_, head_b_;
+  bool final_norm_;
+  std::vector<std::shared_ptr<Layer>> layers_;
+};
+
+}  // namespace gf
+
+GROWFORMER_API_END

@@ -1,0 +1,96 @@
+// The structure editor: runs the growth and pruning policies' hooks, applies the edits they
+// return to the blocks, logs each edit, tells every policy of it and makes the optimizer
+// forget the parameters an edit removed. Usable alone (a test drives policies through it
+// exactly as training does).
+#pragma once
+#include "growformer/export.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "growformer/growth.hpp"
+#include "growformer/module.hpp"
+#include "growformer/optimizer.hpp"
+
+GROWFORMER_API_BEGIN
+
+namespace gf {
+
+class StructureEditor {
+ public:
+  /// A policy with its own random stream; ROLE ("growth", "pruning") is logged with its edits,
+  /// NAME (its plugin; may be empty) is named in errors.
+  struct Policy {
+    GrowthPolicy* policy = nullptr;
+    Rng* rng = nullptr;
+    std::string role;
+    std::string name;
+  };
+
+  /// BLOCKS are edited in place; EVENTS receives one line per edit (may be null).
+  StructureEditor(std::vector<AttentionBlock*> blocks, std::vector<Policy> policies,
+                  EventSink* events, size_t total_steps);
+
+  /// With both set, a check drops the optimizer state of every parameter of MODEL it removed.
+  void set_optimizer(const Module* model, Optimizer* optimizer);
+  /// Probes (one per block; undefined tensors are skipped) the next views carry; null = none.
+  void set_probes(const std::vector<Probe>* probes) { probes_ = probes; }
+
+  /// What the next views carry as TrainView::metrics; null = nothing measured.
+  void set_metrics(const RunMetrics* metrics) { metrics_ = metrics; }
+
+  bool needs_probe() const;
+  /// The most validation examples any policy asks the check at STEP to evaluate.
+  size_t validation_probe(size_t step) const;
+  /// The head sets any policy asks the check at STEP to ablate on the probe (each once).
+  /// RuntimeError naming the policy, block and head when a set names a head no block holds.
+  std::vector<std::vector<HeadRef>> probe_ablations(size_t step) const;
+  /// The heads any policy asks to leave out of training step STEP (each once, in order).
+  /// RuntimeError naming the policy, block and head for a head no block holds.
+  std::vector<HeadRef> muted_in_training(size_t step) const;
+  /// Whether any policy has the structure on trial after STEP (GrowthPolicy::on_trial).
+  bool on_trial(size_t step) const;
+  bool needs_head_mask_grads() const;
+  void on_start();
+  /// After the backward pass of STEP: the policies that asked for head-mask gradients.
+  void after_backward(size_t step);
+  /// A structure check at STEP: each policy in turn checks, and its edits are applied at once.
+  /// Returns the edits applied, in order.
+  std::vector<Edit> check(size_t step);
+  /// Applies one edit of policy P at STEP: edits the block, logs it, tells every policy.
+  /// Returns the new head's id for AddHead, -1 for RemoveHead, kRefused for a head the
+  /// admission refused (then a `growth_refused` event is the only trace: no policy hears of it).
+  int apply(const Edit& e, size_t p, size_t step);
+  static constexpr int kRefused = -2;
+
+  /// Asked before a policy's head is added to block BLOCK: "" to add it, else why not (the
+  /// trainer: the step would not fit in memory). Unset: every head is added.
+  using HeadAdmission = std::function<std::string(size_t block)>;
+  void set_head_admission(HeadAdmission admit) { admit_head_ = std::move(admit); }
+
+  /// What policy P sees at STEP.
+  TrainView view(size_t step, size_t p) const;
+
+ private:
+  /// Whether the admission refuses E's head (then its `growth_refused` event is emitted).
+  bool refuse_head(const Edit& e, size_t p);
+
+  std::vector<AttentionBlock*> blocks_;
+  std::vector<Policy> policies_;
+  EventSink* events_ = nullptr;
+  size_t total_steps_ = 0;
+  const std::vector<Probe>* probes_ = nullptr;
+  const RunMetrics* metrics_ = nullptr;
+  const Module* model_ = nullptr;
+  Optimizer* optimizer_ = nullptr;
+  HeadAdmission admit_head_;
+};
+
+/// Drops the optimizer state of the names in BEFORE that MODEL no longer has.
+void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,
+                    const Module& model);
+
+}  // namespace gf
+
+GROWFORMER_API_END

@@ -1,0 +1,132 @@
+// What a training run carries from step to step (and across a resume), and the layout of a
+// training checkpoint: which tensors and metadata entries it holds and how they are read back.
+#pragma once
+#include "growformer/export.hpp"
+
+#include <string>
+#include <vector>
+
+#include "growformer/checkpoint.hpp"
+#include "growformer/config.hpp"
+#include "growformer/growth.hpp"
+#include "growformer/model.hpp"
+#include "growformer/optimizer.hpp"
+#include "growformer/rng.hpp"
+
+GROWFORMER_API_BEGIN
+
+namespace gf {
+
+class Registry;
+
+/// Training loss and accuracy summed since the last log line.
+struct TrainWindow {
+  double loss = 0, correct = 0, count = 0, tokens = 0;
+  /// Adds a step: its logits (B, C), the batch and the batch's mean loss.
+  void add(const Var& logits, const Batch& batch, float mean_loss);
+  double mean_loss() const;
+  double accuracy() const;
+  void clear() { *this = TrainWindow{}; }
+  /// Adds another window's sums (the shards of one step, reduced across processes).
+  void merge(const TrainWindow& o) {
+    loss += o.loss;
+    correct += o.correct;
+    count += o.count;
+    tokens += o.tokens;
+  }
+};
+
+struct TrainerState {
+  TrainerState() = default;
+  /// Fresh streams of SEED.
+  explicit TrainerState(uint64_t seed);
+  long step = 0;
+  double best_val = -1;  // best validation accuracy so far (-1 = none yet)
+  long best_step = -1;
+  TrainWindow window;
+  /// Training loss and accuracy summed since the last structure check (what policies see).
+  TrainWindow since_check;
+  /// The latest validation of the current task (step -1 = none yet).
+  long val_step = -1;
+  double val_loss = 0, val_accuracy = 0;
+  /// The run ended at `step` by train.stop_patience (a resume goes straight to the final test).
+  bool stopped_early = false;
+  Rng dropout_rng, growth_rng, pruning_rng;
+
+  /// The state as the checkpoint's "trainer" entry (JSON text), and back. Fields are listed
+  /// once (trainer_state.cpp) for both directions.
+  std::string to_json() const;
+  /// RuntimeError naming WHERE when the text is not a complete trainer state.
+  void from_json(const std::string& text, const std::string& where);
+};
+
+/// The parts of a run a training checkpoint holds.
+struct TrainingParts {
+  const ConfigNode* config = nullptr;
+  Model* model = nullptr;
+  Optimizer* optimizer = nullptr;
+  GrowthPolicy* growth = nullptr;
+  GrowthPolicy* pruning = nullptr;
+  TrainerState* state = nullptr;
+  /// The plugins the run loaded: those from folders other than the built-in ones are recorded
+  /// (metadata "plugin_libraries"), so eval and predict find them again. Null: none recorded.
+  const Registry* registry = nullptr;
+};
+
+/// The `format` entry of the training checkpoints this build writes and reads.
+inline constexpr const char* kCheckpointFormat = "growformer-checkpoint-1";
+/// The most heads per block a checkpoint may claim (the `max_heads` option's own bound).
+inline constexpr uint64_t kMaxCheckpointHeads = 65536;
+/// RuntimeError naming PATH unless the checkpoint's `format` is kCheckpointFormat.
+void check_checkpoint_format(const Checkpoint& ck, const std::string& path);
+
+/// A checkpoint of every part at STATE.step ("model.<param>", "optim.<state>" tensors; config,
+/// architecture, heads, optimizer scalars, trainer state and policy states as metadata).
+Checkpoint make_training_checkpoint(const TrainingParts& parts);
+/// Recreates MODEL's structure from the checkpoint and copies every parameter; RuntimeError
+/// naming PATH on another format, head counts beyond kMaxCheckpointHeads or other than the
+/// tensors hold, and a missing, extra or misshapen parameter.
+void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
+/// What a training checkpoint says of its model without building it (for `inspect`).
+struct CheckpointModel {
+  struct Param {
+    std::string name;  // as the model names it ("layers.0.attn.heads.3.w_q")
+    ParamPlace place;
+    size_t size = 0;
+  };
+  long step = 0;
+  std::vector<Param> parameters;
+  std::vector<size_t> heads_per_block;
+  std::vector<std::string> architecture;  // each block's saved structure
+};
+/// RuntimeError naming PATH when a metadata entry it reads is malformed.
+CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& path);
+
+/// The checkpoint PATH names: PATH itself, or for a run directory its
+/// checkpoints/best.safetensors, else checkpoints/last.safetensors (RuntimeError naming both
+/// when it has neither).
+std::string checkpoint_in(const std::string& path);
+
+/// The plugin folders to search for a checkpoint's components: GIVEN (--plugin-path), then the
+/// folders of the libraries the checkpoint records (metadata "plugin_libraries": those that
+/// came from outside the built-in folders) that still hold them. `missing` lists the recorded
+/// libraries that are gone, one line each (plugin, version, the library's path).
+struct CheckpointPlugins {
+  std::vector<std::string> paths;
+  std::vector<std::string> missing;
+};
+CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::string& path,
+                                          const std::vector<std::string>& given);
+/// E (a component not found, say) with the recorded libraries that are missing now named, and
+/// FLAG (`--plugin-path DIR`, `plugin_paths=[DIR]`) as the way to give their folder; E itself
+/// when none is missing.
+[[noreturn]] void rethrow_with_missing_plugins(const ConfigError& e, const std::string& path,
+                                               const CheckpointPlugins& plugins,
+                                               const std::string& flag);
+
+/// Restores every part (the model too) from a training checkpoint; returns its step.
+long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& parts);
+
+}  // namespace gf
+
+GROWFORMER_API_END
