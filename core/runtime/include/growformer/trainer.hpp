@@ -16,6 +16,7 @@
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
 #include "growformer/distributed.hpp"
+#include "growformer/fields.hpp"
 #include "growformer/growth.hpp"
 #include "growformer/interrupt.hpp"
 #include "growformer/model.hpp"
@@ -30,8 +31,10 @@ GROWFORMER_API_BEGIN
 
 namespace gf {
 
+/// `train:`, each option declared once in table().
 struct TrainSettings {
-  static OptionSpecs options();
+  static const OptionTable<TrainSettings>& table();
+  static OptionSpecs options();  // table().specs()
   explicit TrainSettings(const Options& o);
   TrainSettings() = default;
   long steps = 1000, batch_size = 32, warmup = 100, eval_every = 200, log_every = 20;
@@ -48,6 +51,7 @@ struct TrainSettings {
   /// switch_data's splits. 0 = no switch.
   long switch_at = 0;
   ConfigNode switch_data;
+  ConfigNode switch_node;  // the `switch` mapping as given (switch_at and switch_data come from it)
 };
 
 /// What RunFlags::on_step is shown after a step: the training loss and accuracy averaged over
