@@ -397,6 +397,54 @@ TEST_CASE("fused attention: against an unfused composition and finite difference
     REQUIRE(fused.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
 }
 
+TEST_CASE("fused attention backward at small batches: tile groups against the unfused ops, any thread count") {
+  // 2-row tiles at T 9 give 5 tiles a sample: batch 1 splits them into 5 groups of one tile,
+  // batch 3 into 3 groups (2, 2, 1), batch 8 keeps one group a sample (the per-sample pass)
+  const size_t keep_rows = gf::kernels::attention_block_rows(), keep_threads = gf::num_threads();
+  gf::kernels::set_attention_block_rows(2);
+  const size_t T = 9, dk = 3, dv = 4;
+  for (size_t B : {1, 3, 8}) {
+    std::vector<uint8_t> valid(B * T, 1);
+    valid[T - 1] = 0;  // the first sample's last key is padded
+    for (bool causal : {false, true}) {
+      CAPTURE(B);
+      CAPTURE(causal);
+      ops::AttentionMask m{&valid, causal};
+      Tensor q = randn({B, T, dk}, 11), k = randn({B, T, dk}, 12), v = randn({B, T, dv}, 13);
+      check_gradients(
+          [&](const std::vector<Var>& x) {
+            return weighted_sum(ops::attention(x[0], x[1], x[2], 0.6f, m));
+          },
+          {q, k, v});
+      // the unfused composition: softmax(q k^T s + mask) v through the generic ops
+      std::vector<Var> ref{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+      Tensor bias({B, T, T}, 0.0f);
+      for (size_t b = 0; b < B; ++b)
+        for (size_t i = 0; i < T; ++i)
+          for (size_t j = 0; j < T; ++j)
+            if (!valid[b * T + j] || (causal && j > i)) bias[(b * T + i) * T + j] = -1e30f;
+      Var s = ops::add(ops::scale(ops::matmul(ref[0], ref[1], false, true), 0.6f), constant(bias));
+      backward(weighted_sum(ops::matmul(ops::softmax(s), ref[2])));
+      std::vector<std::vector<float>> runs;
+      for (size_t threads : {1, 2}) {
+        gf::set_num_threads(threads);
+        std::vector<Var> x{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+        backward(weighted_sum(ops::attention(x[0], x[1], x[2], 0.6f, m)));
+        std::vector<float> all;
+        for (size_t i = 0; i < 3; ++i)
+          for (size_t j = 0; j < x[i].size(); ++j) {
+            REQUIRE(x[i].grad()[j] == doctest::Approx(ref[i].grad()[j]).epsilon(1e-4).scale(1.0));
+            all.push_back(x[i].grad()[j]);
+          }
+        runs.push_back(all);
+      }
+      gf::set_num_threads(keep_threads);
+      REQUIRE(runs[0] == runs[1]);  // bit for bit: the groups follow from the shape alone
+    }
+  }
+  gf::kernels::set_attention_block_rows(keep_rows);
+}
+
 TEST_CASE("BLAS: sgemm against a naive product, self-test, kernel name") {
   CHECK(blas_self_test_error() < 1e-3);
   CHECK(!blas_kernel_name().empty());

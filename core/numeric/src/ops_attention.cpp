@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 
@@ -91,8 +92,9 @@ struct AttnSample {
   float *gq, *gk, *gv;
 };
 
-// Backward of one sample: its tiles in order, so dK and dV sum in a fixed order.
-void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) {
+// Backward of tiles T0..T1-1 of one sample, in order, so dK and dV sum in a fixed order
+// (dQ's rows of each tile are its own).
+void attn_backward_tiles(const AttnGeom& g, size_t t0, size_t t1, const AttnSample& s) {
   const size_t T = g.T, dk = g.dk, dv = g.dv;
   const float* KTb = s.KT;  // kept from the forward pass
   float* VTb = scratch(4, dv * T).data();
@@ -100,7 +102,7 @@ void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) 
   float* bias = scratch(2, T + g.br).data();
   float* dots = bias + T;
   const float* kb = key_bias(s.valid, T, bias) ? bias : nullptr;
-  for (size_t t = 0; t < tiles; ++t) {
+  for (size_t t = t0; t < t1; ++t) {
     size_t i0 = t * g.br, r = std::min(g.br, T - i0);
     size_t jmax = g.causal ? i0 + r : T;
     const float* G = s.G + i0 * dv;
@@ -122,6 +124,46 @@ void attn_backward_sample(const AttnGeom& g, size_t tiles, const AttnSample& s) 
     if (s.gq) kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, s.K, dk, s.gq + i0 * dk, dk);
     if (s.gk) kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, s.Q + i0 * dk, dk, s.gk, dk);
   }
+}
+
+// Into how many groups of consecutive tiles one sample's backward pass is split. One group
+// per sample when the batch alone gives enough tasks (B >= 8: dK and dV then sum tile by
+// tile into the gradient, as ever); a small batch (1 at long T) would otherwise leave every
+// thread but one idle. The count follows from the shape alone, never from the thread
+// count, so a run's gradients do not depend on how many threads compute them.
+size_t backward_groups(size_t B, size_t tiles) {
+  constexpr size_t kTasks = 8;
+  if (B >= kTasks) return 1;
+  return std::min(tiles, (kTasks + B - 1) / B);
+}
+
+// The backward pass of every sample, split into GROUPS groups of tiles per sample: each
+// group sums its dK and dV into a buffer of its own, then the groups add into the
+// gradients in group order (a fixed order, whatever the threads).
+void attn_backward(const AttnGeom& g, size_t tiles, size_t groups,
+                   const std::function<AttnSample(size_t)>& sample) {
+  if (groups <= 1) {
+    parallel_for(g.B, [&](size_t b) { attn_backward_tiles(g, 0, tiles, sample(b)); });
+    return;
+  }
+  const size_t T = g.T, dk = g.dk, dv = g.dv, per = (tiles + groups - 1) / groups;
+  const AttnSample first = sample(0);
+  Tensor part_k = first.gk ? Tensor(Shape{g.B * groups, T, dk}, 0.0f) : Tensor();
+  Tensor part_v = first.gv ? Tensor(Shape{g.B * groups, T, dv}, 0.0f) : Tensor();
+  parallel_for(g.B * groups, [&](size_t task) {
+    AttnSample s = sample(task / groups);
+    s.gk = s.gk ? part_k.data() + task * T * dk : nullptr;
+    s.gv = s.gv ? part_v.data() + task * T * dv : nullptr;
+    const size_t t0 = (task % groups) * per;
+    attn_backward_tiles(g, std::min(t0, tiles), std::min(t0 + per, tiles), s);
+  });
+  parallel_for(g.B, [&](size_t b) {
+    const AttnSample s = sample(b);
+    for (size_t grp = 0; grp < groups; ++grp) {
+      if (s.gk) kernels::axpy(s.gk, part_k.data() + (b * groups + grp) * T * dk, T * dk, 1.0f);
+      if (s.gv) kernels::axpy(s.gv, part_v.data() + (b * groups + grp) * T * dv, T * dv, 1.0f);
+    }
+  });
 }
 
 }  // namespace
@@ -172,16 +214,16 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
     float* gq = qq.requires_grad() ? qq.grad_buf().data() : nullptr;
     float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
     float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
-    parallel_for(g.B, [&](size_t b) {
-      AttnSample s{qq.value().data() + b * T * dk, KT.data() + b * dk * T,
-                   kk.value().data() + b * T * dk,
-                   vv.value().data() + b * T * dv, res.data() + b * T * dv,
-                   gr.data() + b * T * dv, lse.data() + b * T,
-                   g.valid ? g.valid + b * T : nullptr,
-                   gq ? gq + b * T * dk : nullptr, gk ? gk + b * T * dk : nullptr,
-                   gv ? gv + b * T * dv : nullptr};
-      attn_backward_sample(g, tiles, s);
-    });
+    auto sample = [&](size_t b) {
+      return AttnSample{qq.value().data() + b * T * dk, KT.data() + b * dk * T,
+                        kk.value().data() + b * T * dk,
+                        vv.value().data() + b * T * dv, res.data() + b * T * dv,
+                        gr.data() + b * T * dv, lse.data() + b * T,
+                        g.valid ? g.valid + b * T : nullptr,
+                        gq ? gq + b * T * dk : nullptr, gk ? gk + b * T * dk : nullptr,
+                        gv ? gv + b * T * dv : nullptr};
+    };
+    attn_backward(g, tiles, backward_groups(g.B, tiles), sample);
   };
   return finish(std::move(out), {&q, &k, &v}, grad_fn);
 }
