@@ -255,8 +255,10 @@ void add_part_input_grads(std::vector<Var>& xs, const float* G, const std::vecto
                           const std::vector<size_t>& koff, size_t m, size_t n, size_t K) {
   const size_t parts = xs.size();
   std::vector<float> WT(n * K);
-  for (size_t r = 0; r < K; ++r)
-    for (size_t j = 0; j < n; ++j) WT[j * K + r] = W[r * n + j];
+  parallel_chunks(n, 16, [&](size_t j0, size_t j1) {  // rows of W^T over the pool
+    for (size_t r = 0; r < K; ++r)
+      for (size_t j = j0; j < j1; ++j) WT[j * K + r] = W[r * n + j];
+  });
   std::vector<float*> gx(parts, nullptr);
   std::vector<char> fresh(parts, 0);
   for (size_t i = 0; i < parts; ++i)
@@ -266,8 +268,8 @@ void add_part_input_grads(std::vector<Var>& xs, const float* G, const std::vecto
       fresh[i] = f;
     }
   constexpr size_t kRows = 64;
-  // W^T packed once for all the 64-row blocks (each packed its own copy before)
-  const kernels::Panels pw = kernels::pack_panels(m, n, K, WT.data(), K, true);
+  // W^T packed once for all the 64-row blocks on every thread (split_panels: not on one thread)
+  const kernels::Panels pw = split_panels(m, n, K, WT.data(), K, true);
   parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
     thread_local std::vector<float> D;
     if (D.size() < kRows * K) D.resize(kRows * K);
@@ -311,7 +313,7 @@ Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* 
   // widths), then one product with the stacked weights, + bias last.
   constexpr size_t kRows = 64;
   const float* bp = bias ? bias->value().data() : nullptr;
-  const kernels::Panels pw = kernels::pack_panels(m, K, n, W->data(), n);
+  const kernels::Panels pw = split_panels(m, K, n, W->data(), n);
   parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
     thread_local std::vector<float> X;
     if (X.size() < kRows * K) X.resize(kRows * K);
