@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -674,7 +675,8 @@ TEST_CASE("data files: a NUL byte and an endless line are named with their line"
             "long.txt:1: a line longer than 64 MiB"));
 }
 
-TEST_CASE("checkpoint: crafted architectures are bounded before anything is allocated") {
+TEST_CASE("checkpoint: a structure that disagrees with the tensors, or is crafted, is refused "
+          "naming the block, before anything is allocated") {
   TempDir d;
   std::string run = d.file("run");
   std::string ck = tiny_run(run);
@@ -684,6 +686,16 @@ TEST_CASE("checkpoint: crafted architectures are bounded before anything is allo
     size_t at = arch0.find(" heads ") + 7;
     return arch0.substr(0, at) + n + arch0.substr(arch0.find(' ', at));
   };
+  // the structure with its heads edited: ids {0, 1} (what the tensors hold) made IDS
+  auto with_ids = [&](std::vector<int> ids) {
+    BlockStructure s = BlockStructure::parse(arch0, "tiny", 256);
+    REQUIRE(s.ids() == std::vector<int>{0, 1});
+    s.heads.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) s.heads[i] = {ids[i], 0, ""};
+    s.next_id = *std::max_element(ids.begin(), ids.end()) + 1;
+    return json::array({s.text()}).dump();
+  };
+  const std::string block = "invalid checkpoint: block layers.0.attn: ";
   struct Case {
     std::function<void(Checkpoint&)> edit;
     std::string message;
@@ -694,27 +706,42 @@ TEST_CASE("checkpoint: crafted architectures are bounded before anything is allo
          c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump();
          c.metadata["heads"] = "[100000000000]";
        },
-       "claims 100000000000 heads (at most 65536)"},
-      // the structure alone (the heads record agrees with the tensors)
+       block + "the block structure names 100000000000 heads, more than max_heads = 256"},
+      // the structure alone (the heads record agrees with the tensors): the structure's count
       {[&](Checkpoint& c) { c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump(); },
-       "names 100000000000 heads, more than max_heads"},
+       block + "the block structure names 100000000000 heads, more than max_heads = 256"},
       // no heads record at all: the structure's bound still holds
       {[&](Checkpoint& c) {
          c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump();
          c.metadata.erase("heads");
        },
-       "more than max_heads"},
-      // a heads record that disagrees with the tensors
-      {[&](Checkpoint& c) { c.metadata["heads"] = "[3]"; }, "claims 3 heads but the checkpoint's tensors hold 2"},
+       block + "the block structure names 100000000000 heads, more than max_heads"},
+      // the structure names other heads than the tensors hold: as many, or one more
+      {[&](Checkpoint& c) { c.metadata["architecture"] = with_ids({0, 5}); },
+       block + "its structure names heads [0, 5] (2) but the tensors hold heads [0, 1] (2)"},
+      {[&](Checkpoint& c) {
+         c.metadata["architecture"] = with_ids({0, 1, 2});
+         c.metadata["heads"] = "[3]";
+       },
+       block + "its structure names heads [0, 1, 2] (3) but the tensors hold heads [0, 1] (2)"},
+      // the same head twice
+      {[&](Checkpoint& c) { c.metadata["architecture"] = with_ids({1, 1}); },
+       block + "the block structure names head 1 twice"},
+      // a heads record that disagrees with the structure (and the tensors)
+      {[&](Checkpoint& c) { c.metadata["heads"] = "[3]"; },
+       block + "the `heads` record says 3 heads but its structure names 2"},
       {[&](Checkpoint& c) { c.metadata["heads"] = "[2, 2]"; }, "not a list of 1 head counts"},
-      {[&](Checkpoint& c) { c.metadata["architecture"] = "[7]"; }, "block 0 is not a structure string"},
+      {[&](Checkpoint& c) { c.metadata["architecture"] = "[7]"; }, block + "its structure record is not a string"},
+      {[&](Checkpoint& c) { c.metadata["architecture"] = "[\"\"]"; }, block + "the checkpoint records no structure"},
   };
   for (auto& cs : cases) {
     CAPTURE(cs.message);
     std::string bad = d.file("bad.safetensors");
     fs::copy_file(ck, bad, fs::copy_options::overwrite_existing);
     edit_and_save(bad, cs.edit);
-    check_refusal(run_bounded("eval " + bad), 1, cs.message);
+    const Bounded e = run_bounded("eval " + bad);
+    check_refusal(e, 1, cs.message);
+    CHECK(e.output.find("error") == e.output.rfind("error"));  // one message
     // resume of a run whose last checkpoint is the crafted one: refused, nothing rewritten
     std::string r = d.file("r");
     fs::remove_all(r);

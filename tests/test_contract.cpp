@@ -5,6 +5,9 @@
 
 #include "growformer/attention.hpp"
 #include "growformer/multihead.hpp"
+#include "growformer/ops.hpp"
+#include "growformer/projections.hpp"
+#include "growformer/registry.hpp"
 #include "testing.hpp"
 
 using namespace gf;
@@ -96,4 +99,81 @@ TEST_CASE("contract: a multi-head block declares the common options once, as the
     CHECK(e.find("not divisible by 2 heads") != std::string::npos);
   }
   CHECK(multihead >= 2);  // mha and hkt
+}
+
+namespace {
+// A block plugin as an out-of-tree author writes one: its scoring rule and its name, nothing
+// about heads. It notes the heads it finds in its own constructor's body.
+class BareBlock : public MultiHeadBlock {
+ public:
+  BareBlock(const Options& o, const AttentionBuild& b)
+      : MultiHeadBlock(o, b, 1, false), heads_in_constructor(num_heads()) {}
+  const size_t heads_in_constructor;
+
+ protected:
+  Var attend(const std::vector<Var>& q, const std::vector<Var>& k, const Var& v,
+             const ForwardContext& ctx) override {
+    ops::AttentionMask m;
+    m.key_valid = ctx.key_valid;
+    return ops::attention(q[0], k[0], v, 0.5f, m);
+  }
+  std::string block_name() const override { return "bare"; }
+};
+
+class BareHead : public Head {
+ public:
+  explicit BareHead(const HeadBuild& b) : Head(b.shape), proj_(*this, b.shape, *b.rng) {}
+  Var forward(const HeadInput& in) override {
+    QkvProjections::Projected p = proj_.project(in);
+    return in.attend(p.q, p.k, p.v);
+  }
+
+ private:
+  QkvProjections proj_;
+};
+
+// A block that says its heads can be edited but was built without any.
+class HeadlessBlock : public AttentionBlock {
+ public:
+  Var forward(const Var& x, const ForwardContext&) override { return x; }
+  bool can_edit_heads() const override { return true; }
+  std::string describe() const override { return "headless"; }
+};
+
+void add_bare_components(Registry& r) {
+  r.add_head({"bare_head", "test head", {}},
+             [](const Options&, const HeadBuild& b) { return std::make_unique<BareHead>(b); });
+  r.add_attention({"bare", "test block", MultiHeadBlock::common_options()},
+                  [](const Options& o, const AttentionBuild& b) { return std::make_unique<BareBlock>(o, b); });
+  r.add_attention({"headless", "test block", {}},
+                  [](const Options&, const AttentionBuild&) { return std::make_unique<HeadlessBlock>(); });
+}
+}  // namespace
+
+TEST_CASE("contract: a block built through the factory has its starting heads without calling anything") {
+  Registry r;
+  add_bare_components(r);
+  Rng rng(5, "bare");
+  AttentionBuild b{8, 0, &r, &rng};
+  auto blk = r.create_attention(
+      ConfigNode::load_string("plugin: bare\nheads: 3\nd_k: 2\nhead: {plugin: bare_head}\n"), b);
+  REQUIRE(blk->num_heads() == 3);
+  std::vector<int> ids;
+  for (auto& h : blk->heads()) ids.push_back(h.id);
+  CHECK(ids == std::vector<int>{0, 1, 2});
+  // already in the derived constructor's body: no block exists without its heads
+  CHECK(dynamic_cast<BareBlock&>(*blk).heads_in_constructor == 3);
+  CHECK(blk->structure()->ids() == ids);
+  size_t w_o = 0;
+  for (auto& [n, v] : blk->named_parameters()) w_o += n.size() > 4 && n.substr(n.size() - 4) == ".w_o";
+  CHECK(w_o == 3);
+  // the heads work: one forward
+  Var y = blk->forward(constant(gf_test::randn({1, 4, 8}, 2)), ForwardContext{});
+  CHECK(y.dim(2) == 8);
+  clear_tape();
+  // a block that can edit heads and has none is refused by the factory, naming the plugin
+  CHECK_THROWS_WITH_AS(r.create_attention(ConfigNode::load_string("plugin: headless\n", "h.yaml"), b),
+                       doctest::Contains("creating attention `headless` at h.yaml:1:1: the block was "
+                                         "built without heads"),
+                       RuntimeError);
 }

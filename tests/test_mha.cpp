@@ -362,14 +362,70 @@ TEST_CASE("structure round trip recreates the same heads") {
   Rng rng(1, "g");
   blk->add_head(HeadInit{}, rng, 7);
   blk->remove_head(0);
-  std::string s = blk->save_structure();
+  // through the text a checkpoint keeps
+  const std::string text = blk->structure()->text();
   auto fresh = make_block("plugin: mha\nheads: 2\n", 8);
-  fresh->restore_structure(s);
+  fresh->restore_structure(BlockStructure::parse(text, "mha", fresh->max_heads()));
   auto a = blk->named_parameters(), b = fresh->named_parameters();
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].first == b[i].first);
   CHECK(fresh->heads()[1].born_step == 7);
-  CHECK_THROWS_AS(fresh->restore_structure("garbage"), RuntimeError);
+  CHECK(fresh->structure()->text() == text);
+  // the next head gets the same id and the same initial values in both (the init stream)
+  Rng r1(2, "g"), r2(2, "g");
+  const int id = blk->add_head(HeadInit{}, r1, 9);
+  CHECK(id == 3);
+  CHECK(fresh->add_head(HeadInit{}, r2, 9) == id);
+  const std::string prefix = "heads." + std::to_string(id) + ".";
+  size_t compared = 0;
+  for (auto& [n, v] : blk->named_parameters()) {
+    if (n.rfind(prefix, 0) != 0) continue;
+    Var w = param(*fresh, n);
+    for (size_t i = 0; i < v.size(); ++i) REQUIRE(v.value()[i] == w.value()[i]);
+    ++compared;
+  }
+  CHECK(compared == 7);  // W_O, and W_Q, W_K, W_V with their biases
+  BlockStructure none;
+  CHECK_THROWS_AS(fresh->restore_structure(none), RuntimeError);  // a block has a head
+}
+
+TEST_CASE("a block structure's text is the checkpoint format, read back exactly; a damaged one is "
+          "refused naming what is wrong") {
+  auto has = [](const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; };
+  // as checkpoints have held it since the format began: heads 1 (born at 0) and 4 (at 70, with
+  // a state "hi" as hex); byte for byte, so old checkpoints load and new ones are identical
+  const std::string text = "next_id 5 rng 123 457 heads 2 1 0 4 70 states 1 4 6869";
+  BlockStructure s = BlockStructure::parse(text, "b", 256);
+  CHECK(s.next_id == 5);
+  CHECK(s.rng_state == 123);
+  CHECK(s.rng_increment == 457);
+  CHECK(s.ids() == std::vector<int>{1, 4});
+  CHECK(s.heads[1].born == 70);
+  CHECK(s.heads[0].state.empty());
+  CHECK(s.heads[1].state == "hi");
+  CHECK(s.text() == text);
+  CHECK(BlockStructure::parse("next_id 2 rng 1 1 heads 2 0 0 1 0", "b", 256).text() ==
+        "next_id 2 rng 1 1 heads 2 0 0 1 0");
+  auto error = [](const std::string& t, size_t max_heads = 256) -> std::string {
+    try {
+      BlockStructure::parse(t, "ck: block layers.0.attn", max_heads);
+    } catch (const RuntimeError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(error("garbage") == "ck: block layers.0.attn: malformed block structure `garbage`");
+  CHECK(has(error("next_id 2 rng 1 1 heads 0"), "malformed block structure"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 2 0 0"), "malformed block structure"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 2 0 0 1 0", 1), "names 2 heads, more than max_heads = 1"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 100000000000 0 0"), "more than max_heads = 256"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 1000 0 0", 4096), "more than its text holds"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 2 0 0 0 0"), "names head 0 twice"));
+  CHECK(has(error("next_id 1 rng 1 1 heads 2 0 0 1 0"), "names head 1, not below its next id 1"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 1 7 00"), "a state for head 7, which is not one of its heads"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 1 0 0g"), "malformed head state"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 2 0 00 0 00"), "malformed head states"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 extra"), "malformed head states"));
 }
 
 TEST_CASE("unknown options of the block and of its head are config errors") {

@@ -541,6 +541,72 @@ TEST_CASE("cli: resume, eval and inspect on a run") {
   fs::remove(cfg);
 }
 
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+std::string id_list(const std::vector<int>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+}  // namespace
+
+TEST_CASE("cli: a grown run's config.resolved.yaml names its final heads; the file still trains as "
+          "its configuration, the run resumes exactly and eval reads it") {
+  // INCRT on a small ListOps from the shipped config: the energy criterion grows at step 70
+  const std::string cfg = std::string(GF_SOURCE_DIR) + "/configs/incrt_listops.yaml";
+  std::string sets;
+  for (const char* s : {"threads=1", "data.train_size=400", "data.val_size=100", "data.test_size=100",
+                        "data.min_length=8", "data.max_length=32", "model.max_len=32",
+                        "train.steps=100", "train.eval_every=20", "train.warmup=5",
+                        "train.batch_size=16", "growth.criterion=energy"})
+    sets += std::string(" --set ") + s;
+  const std::string full = tmpdir("grown_full"), cut = tmpdir("grown_cut");
+  REQUIRE(run_cli("train " + cfg + " --run-dir " + full + sets + " -q").status == 0);
+  // the heads of the last checkpoint, as its structure records them
+  const CheckpointModel m =
+      read_checkpoint_model(load_checkpoint(full + "/checkpoints/last.safetensors"), "last");
+  REQUIRE(m.heads_per_block.size() == 1);
+  REQUIRE(m.heads_per_block[0] > 1);  // the run grew (it starts from one head)
+  const std::vector<int> ids = BlockStructure::parse(m.architecture[0], "last", 64).ids();
+  const std::string text = slurp(full + "/config.resolved.yaml");
+  INFO(text);
+  const size_t at = text.find("\n# structure:");
+  REQUIRE(at != std::string::npos);
+  const std::string record = text.substr(at + 1);
+  CHECK(has(record, "\n#   step: 100  "));
+  CHECK(has(record, "\n#   final_heads: [" + std::to_string(ids.size()) + "]  "));
+  CHECK(has(record, "\n#     layers.0.attn: " + id_list(ids) + "\n"));
+  // the record is YAML without its comment marks
+  std::string uncommented;
+  std::istringstream lines(record);
+  for (std::string line; std::getline(lines, line);) uncommented += line.substr(2) + "\n";
+  ConfigNode st = ConfigNode::load_string(uncommented, "record").child("structure");
+  CHECK(st.child("step").as_int() == 100);
+  CHECK(st.child("head_ids").child("layers.0.attn").items().size() == ids.size());
+  // above it the configuration as it started: one head, read as before
+  CHECK(ConfigNode::load_string(text, "resolved").child("model").child("attention").child("heads").as_int() == 1);
+  CHECK(run_cli("config check " + full + "/config.resolved.yaml").status == 0);
+  // stopped after the growth and resumed: the record of step 80, then the same run and files
+  REQUIRE(run_cli("train " + cfg + " --run-dir " + cut + sets + " --stop-after 80 -q").status == 0);
+  CHECK(has(slurp(cut + "/config.resolved.yaml"), "\n#   step: 80  "));
+  REQUIRE(run_cli("resume " + cut + " -q").status == 0);
+  CHECK(metrics_without_timing(cut) == metrics_without_timing(full));
+  CHECK(slurp(cut + "/config.resolved.yaml") == text);
+  CHECK(slurp(cut + "/checkpoints/last.safetensors") == slurp(full + "/checkpoints/last.safetensors"));
+  // eval of the run directory
+  Cli e = run_cli("eval " + full + " --json");
+  REQUIRE(e.status == 0);
+  CHECK(json::parse(e.output.substr(e.output.find('{')))["examples"] == 100);
+  // a run whose heads never changed keeps its file as the configuration alone
+  const std::string fixed = tmpdir("fixed_run");
+  REQUIRE(train(fixed, {"train.steps=10"}) == 0);
+  CHECK(!has(slurp(fixed + "/config.resolved.yaml"), "# structure:"));
+  for (const std::string& d : {full, cut, fixed}) fs::remove_all(d);
+}
+
 TEST_CASE("cli: BLAS kernel selection re-executes with the matching kernels, and falls back") {
   std::ifstream cpu("/proc/cpuinfo");
   std::string all((std::istreambuf_iterator<char>(cpu)), std::istreambuf_iterator<char>());

@@ -51,9 +51,7 @@ class MhaBlock : public MultiHeadBlock {
   MhaBlock(const Options& opts, const AttentionBuild& b)
       : MhaBlock(opts, b, MhaSettings::table().read(opts)) {}
   MhaBlock(const Options& opts, const AttentionBuild& b, const MhaSettings& s)
-      : MultiHeadBlock(opts, s.common, b, 1, false), causal_(s.causal) {
-    create_initial_heads();
-  }
+      : MultiHeadBlock(opts, s.common, b, 1, false), causal_(s.causal) {}
 
  protected:
   Var attend(const std::vector<Var>& q, const std::vector<Var>& k, const Var& v,

@@ -16,8 +16,8 @@ int AttentionBlock::add_head(const HeadInit&, Rng&, size_t) {
 void AttentionBlock::remove_head(int) {
   throw RuntimeError(describe() + ": this attention block cannot remove heads");
 }
-void AttentionBlock::restore_structure(const std::string& s) {
-  if (!s.empty()) throw RuntimeError(describe() + ": this attention block has no structure to restore");
+void AttentionBlock::restore_structure(const BlockStructure&) {
+  throw RuntimeError(describe() + ": this attention block has no structure to restore");
 }
 double AttentionBlock::head_mask_grad(int id) const {
   auto it = head_masks_.find(id);
@@ -77,27 +77,27 @@ MultiHeadBlock::MultiHeadBlock(const Options& opts, const MultiHeadSettings& s,
   }
   const size_t dv = s.d_v == 0 ? dk : s.d_v;
   shape_ = HeadShape{d_model_, dk, dv, levels, share_qk};
-  initial_heads_ = heads;
   max_heads_ = s.max_heads;
   if (max_heads_ < heads) opts.fail("max_heads", "smaller than the initial number of heads");
   combine_mean_ = s.combine_mean;
   b_o_ = register_parameter("b_o", Tensor({d_model_}, 0.0f));
-  // Validate the head config now (unknown keys fail at build time, not at the first growth).
   if (!registry_) throw std::logic_error("MultiHeadBlock needs a registry to create heads");
-}
-
-void MultiHeadBlock::create_initial_heads() {
-  for (size_t i = 0; i < initial_heads_; ++i) {
-    auto s = make_slot(next_id_++);
-    register_module("heads." + std::to_string(s->id), s);
-    slots_.push_back(s);
-  }
+  // The starting heads, here rather than in the derived constructor: a block without them
+  // cannot exist. Their values do not depend on when they are made (they draw from init_rng_,
+  // the block's own copy of the stream) nor does the parameter order (heads are children).
+  // Creating them also checks the head options now, not at the first growth.
+  for (size_t i = 0; i < heads; ++i) insert_slot(make_slot(next_id_++));
 }
 
 std::shared_ptr<MultiHeadBlock::Slot> MultiHeadBlock::make_slot(int id) {
   HeadBuild hb{shape_, registry_, &init_rng_};
   auto head = registry_->create_head(head_cfg_, hb);
   return std::make_shared<Slot>(id, head, shape_.d_v, d_model_, init_rng_);
+}
+
+void MultiHeadBlock::insert_slot(std::shared_ptr<Slot> s) {
+  register_module("heads." + std::to_string(s->id), s);
+  slots_.push_back(std::move(s));
 }
 
 std::vector<Var> MultiHeadBlock::make_levels(const Var& x, const ForwardContext&) { return {x}; }
@@ -180,8 +180,7 @@ int MultiHeadBlock::add_head(const HeadInit& init, Rng& rng, size_t step) {
       }
     }
   }
-  register_module("heads." + std::to_string(s->id), s);
-  slots_.push_back(s);
+  insert_slot(s);
   return s->id;
 }
 
@@ -195,82 +194,30 @@ void MultiHeadBlock::remove_head(int id) {
   head_masks_.erase(id);
 }
 
-std::string MultiHeadBlock::save_structure() const {
-  std::ostringstream o;
-  o << "next_id " << next_id_ << " rng " << init_rng_.state() << " " << init_rng_.increment()
-    << " heads " << slots_.size();
-  for (auto& sl : slots_) o << " " << sl->id << " " << sl->born;
-  // Heads' own state (hex, so that any text survives the space-separated format).
-  std::vector<std::pair<int, std::string>> states;
-  for (auto& sl : slots_) {
-    std::string st = sl->head->save_state();
-    if (!st.empty()) states.emplace_back(sl->id, std::move(st));
-  }
-  if (!states.empty()) {
-    static const char* hex = "0123456789abcdef";
-    o << " states " << states.size();
-    for (auto& st : states) {
-      o << " " << st.first << " ";
-      for (unsigned char ch : st.second) o << hex[ch >> 4] << hex[ch & 15];
-    }
-  }
-  return o.str();
+std::optional<BlockStructure> MultiHeadBlock::structure() const {
+  BlockStructure s;
+  s.next_id = next_id_;
+  s.rng_state = init_rng_.state();
+  s.rng_increment = init_rng_.increment();
+  for (auto& sl : slots_) s.heads.push_back({sl->id, sl->born, sl->head->save_state()});
+  return s;
 }
 
-void MultiHeadBlock::restore_structure(const std::string& text) {
-  std::istringstream in(text);
-  std::string k1, k2, k3;
-  int next = 0;
-  uint64_t st = 0, inc = 0;
-  size_t n = 0;
-  in >> k1 >> next >> k2 >> st >> inc >> k3 >> n;
-  if (!in || k1 != "next_id" || k2 != "rng" || k3 != "heads" || n == 0)
-    throw RuntimeError(block_name() + ": malformed block structure `" + printable(text.substr(0, 200)) + "`");
-  // bounded before anything is allocated: a crafted structure may claim any count
-  if (n > max_heads_ || n > text.size() / 4)  // each head is written as " ID BORN"
-    throw RuntimeError(block_name() + ": the block structure names " + std::to_string(n) +
-                       " heads, more than " +
-                       (n > max_heads_ ? "max_heads = " + std::to_string(max_heads_)
-                                       : "its text holds") +
-                       " (a damaged or crafted checkpoint)");
-  std::vector<std::pair<int, size_t>> heads(n);
-  for (auto& h : heads) in >> h.first >> h.second;
-  if (!in) throw RuntimeError(block_name() + ": malformed block structure `" + text + "`");
-  std::map<int, std::string> states;
-  std::string k4;
-  if (in >> k4) {
-    size_t ns = 0;
-    if (k4 != "states" || !(in >> ns))
-      throw RuntimeError(block_name() + ": malformed head states in block structure `" + text + "`");
-    for (size_t i = 0; i < ns; ++i) {
-      int id = 0;
-      std::string h;
-      if (!(in >> id >> h) || h.size() % 2 != 0)
-        throw RuntimeError(block_name() + ": malformed head state in block structure");
-      std::string raw(h.size() / 2, '\0');
-      for (size_t j = 0; j < raw.size(); ++j) {
-        auto nib = [&](char c) -> int {
-          if (c >= '0' && c <= '9') return c - '0';
-          if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-          throw RuntimeError(block_name() + ": malformed head state in block structure");
-        };
-        raw[j] = static_cast<char>(nib(h[2 * j]) * 16 + nib(h[2 * j + 1]));
-      }
-      states[id] = std::move(raw);
-    }
-  }
+void MultiHeadBlock::restore_structure(const BlockStructure& s) {
+  // the checkpoint's reader checked S; a block keeps its own invariants all the same
+  if (s.heads.empty() || s.heads.size() > max_heads_)
+    throw RuntimeError(block_name() + ": a structure of " + std::to_string(s.heads.size()) +
+                       " heads (a block has 1 to max_heads = " + std::to_string(max_heads_) + ")");
   for (auto& sl : slots_) unregister_module("heads." + std::to_string(sl->id));
   slots_.clear();
-  for (auto& h : heads) {
-    auto sl = make_slot(h.first);
-    sl->born = h.second;
-    auto st = states.find(h.first);
-    if (st != states.end()) sl->head->load_state(st->second);
-    register_module("heads." + std::to_string(h.first), sl);
-    slots_.push_back(sl);
+  for (auto& h : s.heads) {
+    auto sl = make_slot(h.id);
+    sl->born = h.born;
+    if (!h.state.empty()) sl->head->load_state(h.state);
+    insert_slot(sl);
   }
-  next_id_ = next;
-  init_rng_.restore(st, inc);
+  next_id_ = s.next_id;
+  init_rng_.restore(s.rng_state, s.rng_increment);
 }
 
 std::string MultiHeadBlock::describe() const {

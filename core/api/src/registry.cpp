@@ -117,7 +117,15 @@ std::shared_ptr<T> Registry::create(Kind kind, const ConfigNode& node, const Bui
 
 std::shared_ptr<AttentionBlock> Registry::create_attention(const ConfigNode& node,
                                                            const AttentionBuild& b) {
-  return create<AttentionBlock>(Kind::Attention, node, b);
+  auto block = create<AttentionBlock>(Kind::Attention, node, b);
+  // A block whose heads can be edited is built with its starting heads (MultiHeadBlock's
+  // constructor creates them); one without any would train as no attention at all.
+  if (block->can_edit_heads() && block->num_heads() == 0)
+    throw RuntimeError("creating attention `" + node.child("plugin").as_string() + "` at " +
+                       node.location() + ": the block was built without heads (" +
+                       block->describe() + "); a block whose heads can be edited starts with at "
+                       "least one");
+  return block;
 }
 std::shared_ptr<Head> Registry::create_head(const ConfigNode& node, const HeadBuild& b) {
   return create<Head>(Kind::Head, node, b);

@@ -22,6 +22,7 @@ using trainer_detail::check_memory;
 using trainer_detail::config_dir_text;
 using trainer_detail::kConfigDirLine;
 using trainer_detail::read_resolved_config;
+using trainer_detail::resolved_configuration;
 using trainer_detail::text_crc;
 
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
@@ -58,6 +59,7 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   if (data_need != "check") check_memory(model, data_, settings_.batch_size, data_need == "all");
   model_ = std::make_shared<Model>(model_opts, model, data_.vocab_size, data_.num_classes,
                                    *registry_, seed_);
+  start_heads_ = trainer_detail::head_ids(*model_);
   cfg_.check_all_consumed();
   state_ = TrainerState(seed_);
 }
@@ -120,6 +122,7 @@ int Experiment::train(const RunFlags& flags) {
   std::string resolved = "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
   resolved += std::string(kConfigDirLine) + config_dir_text(cfg_.base_dir()) + "\n" + cfg_.dump();
   dir.write(dir.resolved_config(), resolved);
+  resolved_config_ = resolved;
   resolved_config_crc_ = text_crc(resolved);
   if (comm_->size() > 1) {
     root_dir = fs::absolute(dir.root()).string();  // a process may have another working folder
@@ -140,7 +143,8 @@ int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
   use_communicator(flags);
   check_same_on_every_process(*comm_, "the run directory", run_dir);
   RunDir dir(run_dir);
-  resolved_config_crc_ = text_crc(read_resolved_config(dir));
+  resolved_config_ = resolved_configuration(read_resolved_config(dir));
+  resolved_config_crc_ = text_crc(resolved_config_);
   if (!comm_->root()) return run_loop(dir, 0, flags);
   dir.lock();
   fs::create_directories(dir.checkpoints());
@@ -159,7 +163,9 @@ int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
   std::string ck = dir.last_checkpoint();
   Checkpoint loaded = load_checkpoint(ck);
   // the run continues as it was configured: an edited resolved config would be silently ignored
-  std::string actual = text_crc(read_resolved_config(dir));
+  // (its structure record is the run's own writing, not configuration)
+  resolved_config_ = resolved_configuration(read_resolved_config(dir));
+  std::string actual = text_crc(resolved_config_);
   auto want = loaded.metadata.find("resolved_config_crc");
   if (want != loaded.metadata.end() && want->second != actual)
     throw RuntimeError(dir.resolved_config() +
@@ -168,6 +174,8 @@ int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
                        "start a new run with `growformer train` on the edited configuration");
   resolved_config_crc_ = actual;
   long step = restore_training(loaded, ck, parts());
+  // the record names this checkpoint's heads even if a kill came between it and the record
+  record_structure(dir, step);
   if (comm_->root()) dir.rewind_logs(step);
   if (!flags.quiet && comm_->root()) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
   return run_loop(dir, step, flags);

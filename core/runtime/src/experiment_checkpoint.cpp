@@ -63,7 +63,48 @@ std::string read_resolved_config(const RunDir& dir) {
   return ss.str();
 }
 
+std::string resolved_configuration(const std::string& text) {
+  const size_t at = text.find(std::string("\n") + kStructureLine);
+  return at == std::string::npos ? text : text.substr(0, at + 1);
+}
+
+std::vector<std::vector<int>> head_ids(const Model& model) {
+  std::vector<std::vector<int>> out;
+  for (const AttentionBlock* b : model.blocks()) {
+    out.emplace_back();
+    for (const HeadInfo& h : b->heads()) out.back().push_back(h.id);
+  }
+  return out;
+}
+
+std::string structure_record(const std::vector<std::vector<int>>& heads, long step) {
+  auto list = [](const std::vector<int>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  std::vector<int> counts;
+  for (const auto& b : heads) counts.push_back(static_cast<int>(b.size()));
+  std::string r = std::string(kStructureLine) +
+                  "  # written by the run at each checkpoint; not read as configuration\n"
+                  "#   step: " + std::to_string(step) + "  # of checkpoints/last.safetensors\n"
+                  "#   final_heads: " + list(counts) +
+                  "  # per block (model.attention.heads above is the start)\n"
+                  "#   head_ids:\n";
+  for (size_t i = 0; i < heads.size(); ++i)
+    r += "#     layers." + std::to_string(i) + ".attn: " + list(heads[i]) + "\n";
+  return r;
+}
+
 }  // namespace trainer_detail
+
+void Experiment::record_structure(const RunDir& dir, long step) {
+  if (!comm_->root() || resolved_config_.empty()) return;  // rank 0 alone writes
+  const auto heads = trainer_detail::head_ids(*model_);
+  // heads as the configuration builds them: the file says so already (and stays as it was)
+  if (heads == start_heads_) return;
+  dir.write(dir.resolved_config(), resolved_config_ + trainer_detail::structure_record(heads, step));
+}
 
 void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
 

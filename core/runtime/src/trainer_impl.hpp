@@ -3,9 +3,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "growformer/config.hpp"
 #include "growformer/dataset.hpp"
+#include "growformer/model.hpp"
 #include "growformer/run_dir.hpp"
 #include "growformer/trainer.hpp"
 
@@ -40,6 +42,17 @@ std::string config_dir_of(const std::string& text);
 std::string text_crc(const std::string& text);
 // config.resolved.yaml as text (bounded); RuntimeError when missing or not a regular file.
 std::string read_resolved_config(const RunDir& dir);
+// The first line of the record config.resolved.yaml ends with once the run's heads differ from
+// those its configuration builds (structure_record). YAML comments: the file still trains as
+// the configuration it is, and a `heads` read from it is still the start.
+constexpr const char* kStructureLine = "# structure:";
+// TEXT (config.resolved.yaml) without its structure record: the configuration itself, which the
+// run's checkpoints name by checksum (resolved_config_crc).
+std::string resolved_configuration(const std::string& text);
+// Each block's head ids, in the model's order of blocks and each block's order of heads.
+std::vector<std::vector<int>> head_ids(const Model& model);
+// The record of HEADS (head_ids) at STEP, the step of checkpoints/last.safetensors.
+std::string structure_record(const std::vector<std::vector<int>>& heads, long step);
 
 }  // namespace trainer_detail
 }  // namespace gf

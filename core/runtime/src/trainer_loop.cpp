@@ -658,6 +658,7 @@ class Experiment::Loop {
     best_due_ = false;
     if (due || stop) {
       ex_.save(dir_.last_checkpoint());
+      ex_.record_structure(dir_, step);
       saved_step_ = step;
       note_checkpoint();
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -216,7 +217,10 @@ Checkpoint make_training_checkpoint(const TrainingParts& p) {
   for (auto& [n, v] : p.model->named_parameters()) ck.tensors[kModel + n] = v.value();
   for (auto& [n, t] : p.optimizer->state_tensors()) ck.tensors["optim." + n] = t;
   json arch = json::array();
-  for (auto* b : p.model->blocks()) arch.push_back(b->save_structure());
+  for (auto* b : p.model->blocks()) {
+    std::optional<BlockStructure> st = b->structure();
+    arch.push_back(st ? st->text() : std::string());
+  }
   ck.metadata["format"] = kCheckpointFormat;
   ck.metadata["growformer_version"] = GROWFORMER_VERSION;
   ck.metadata["config"] = p.config->dump();
@@ -248,64 +252,100 @@ void check_checkpoint_format(const Checkpoint& ck, const std::string& path) {
 }
 
 namespace {
-// Before any block allocates the heads its structure claims: the `heads` record has one
-// count per block, each at most kMaxCheckpointHeads, equal to the heads the tensors hold.
-std::map<std::string, std::set<std::string>> checked_heads(const Checkpoint& ck,
-                                                           const std::string& path, size_t blocks) {
-  std::map<std::string, std::set<std::string>> held;  // block -> its heads with tensors
+// "[0, 1, 4]" (the first 20 ids, then how many more)
+std::string id_list(const std::vector<int>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size() && i < 20; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > 20) out += ", ... " + std::to_string(ids.size() - 20) + " more";
+  return out + "]";
+}
+
+// The heads each block's tensors hold ("layers.I" -> head ids, sorted).
+std::map<std::string, std::vector<int>> tensor_heads(const Checkpoint& ck) {
+  std::map<std::string, std::set<int>> held;
   for (auto& [k, t] : ck.tensors)
     if (k.rfind(kModel, 0) == 0) {
       ParamPlace place = Model::place_of(k.substr(kModel.size()));
-      if (!place.head.empty()) held[place.block].insert(place.head);
+      if (place.head.empty()) continue;
+      // a name whose id is no number matches no parameter: restore_model names it
+      const std::string id = place.head.substr(place.head.rfind('.') + 1);
+      char* end = nullptr;
+      const long v = std::strtol(id.c_str(), &end, 10);
+      if (!id.empty() && *end == '\0' && v >= 0 && v <= INT32_MAX)
+        held[place.block].insert(static_cast<int>(v));
     }
+  std::map<std::string, std::vector<int>> out;
+  for (auto& [b, ids] : held) out[b] = std::vector<int>(ids.begin(), ids.end());
+  return out;
+}
+
+// The checkpoint's `heads` record (one count per block, written beside the structures for
+// readers that do not parse them), or null when absent: an older checkpoint.
+json heads_record(const Checkpoint& ck, const std::string& path, size_t blocks) {
   auto it = ck.metadata.find("heads");
-  if (it == ck.metadata.end()) return held;
-  json heads = json::parse(it->second, nullptr, false);
+  if (it == ck.metadata.end()) return json();
+  json heads;
+  try {
+    heads = json::parse(it->second);
+  } catch (const json::exception& e) {
+    throw RuntimeError(path + ": corrupt `heads` record: " + e.what());
+  }
   if (!heads.is_array() || heads.size() != blocks)
     throw RuntimeError(path + ": invalid checkpoint: the `heads` record is not a list of " +
                        std::to_string(blocks) + " head counts (one per block)");
-  for (size_t i = 0; i < blocks; ++i) {
-    const json& h = heads[i];
-    size_t tensors = held["layers." + std::to_string(i)].size();
-    if (!h.is_number_unsigned() || h.get<uint64_t>() > kMaxCheckpointHeads)
-      throw RuntimeError(path + ": invalid checkpoint: block " + std::to_string(i) + " claims " +
-                         h.dump().substr(0, 40) + " heads (at most " +
-                         std::to_string(kMaxCheckpointHeads) + ")");
-    if (tensors != 0 && h.get<uint64_t>() != tensors)
-      throw RuntimeError(path + ": invalid checkpoint: block " + std::to_string(i) + " claims " +
-                         h.dump() + " heads but the checkpoint's tensors hold " +
-                         std::to_string(tensors));
-  }
-  return held;
+  return heads;
 }
 }  // namespace
 
-void restore_model(const Checkpoint& ck, const std::string& path, Model& model) {
-  check_checkpoint_format(ck, path);
+std::vector<std::optional<BlockStructure>> checked_structures(
+    const Checkpoint& ck, const std::string& path, const std::vector<AttentionBlock*>* model) {
   auto it = ck.metadata.find("architecture");
   if (it == ck.metadata.end()) throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
-  json arch;
-  try {
-    arch = json::parse(it->second);
-  } catch (const std::exception& e) {
-    throw RuntimeError(path + ": corrupt architecture record: " + e.what());
-  }
-  auto blocks = model.blocks();
-  if (!arch.is_array() || arch.size() != blocks.size())
+  json arch = json::parse(it->second, nullptr, false);
+  if (!arch.is_array()) throw RuntimeError(path + ": corrupt architecture record (not a JSON list)");
+  if (model && arch.size() != model->size())
     throw RuntimeError(path + ": the checkpoint has " + std::to_string(arch.size()) +
-                       " blocks but the model has " + std::to_string(blocks.size()));
-  auto held = checked_heads(ck, path, blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (!arch[i].is_string())
-      throw RuntimeError(path + ": corrupt architecture record: block " + std::to_string(i) +
-                         " is not a structure string");
-    blocks[i]->restore_structure(arch[i].get<std::string>());
-    size_t tensors = held["layers." + std::to_string(i)].size();
-    if (tensors != 0 && blocks[i]->num_heads() != tensors)
-      throw RuntimeError(path + ": invalid checkpoint: block " + std::to_string(i) +
-                         "'s structure names " + std::to_string(blocks[i]->num_heads()) +
-                         " heads but the checkpoint's tensors hold " + std::to_string(tensors));
+                       " blocks but the model has " + std::to_string(model->size()));
+  const json counts = heads_record(ck, path, arch.size());
+  auto held = tensor_heads(ck);
+  std::vector<std::optional<BlockStructure>> out;
+  for (size_t i = 0; i < arch.size(); ++i) {
+    const std::string block = "layers." + std::to_string(i);
+    const std::string what = path + ": invalid checkpoint: block " + block + ".attn";
+    if (!arch[i].is_string()) throw RuntimeError(what + ": its structure record is not a string");
+    const std::string text = arch[i].get<std::string>();
+    const AttentionBlock* b = model ? (*model)[i] : nullptr;
+    // "" = a block without heads: the model's block says whether it has them
+    if (b && text.empty() == b->structure().has_value())
+      throw RuntimeError(what + ": the checkpoint records " +
+                         (text.empty() ? "no structure for it, a block with heads ("
+                                       : "a structure for a block without heads (") +
+                         b->describe() + ")");
+    std::optional<BlockStructure> s;
+    if (!text.empty())
+      s = BlockStructure::parse(text, what, b ? b->max_heads() : kMaxCheckpointHeads);
+    // the one count, the structure's, against the summary and the tensors
+    std::vector<int> ids = s ? s->ids() : std::vector<int>();
+    const size_t n = ids.size();
+    if (!counts.is_null() && (!counts[i].is_number_unsigned() || counts[i].get<uint64_t>() != n))
+      throw RuntimeError(what + ": the `heads` record says " + counts[i].dump().substr(0, 40) +
+                         " heads but its structure names " + std::to_string(n));
+    std::sort(ids.begin(), ids.end());
+    if (ids != held[block])
+      throw RuntimeError(what + ": its structure names heads " + id_list(ids) + " (" +
+                         std::to_string(n) + ") but the tensors hold heads " + id_list(held[block]) +
+                         " (" + std::to_string(held[block].size()) + ")");
+    out.push_back(std::move(s));
   }
+  return out;
+}
+
+void restore_model(const Checkpoint& ck, const std::string& path, Model& model) {
+  check_checkpoint_format(ck, path);
+  auto blocks = model.blocks();
+  auto structures = checked_structures(ck, path, &blocks);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (structures[i]) blocks[i]->restore_structure(*structures[i]);
   auto params = model.named_parameters();
   for (auto& [n, p] : params) {
     auto t = ck.tensors.find(kModel + n);
@@ -351,10 +391,12 @@ CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& p
       throw RuntimeError(path + ": corrupt trainer state in checkpoint: `step` is " +
                          step.dump().substr(0, 40) + ", not a whole number");
     m.step = step.get<long>();
-    m.heads_per_block = entry("heads", "[]").get<std::vector<size_t>>();
-    m.architecture = entry("architecture", "[]").get<std::vector<std::string>>();
   } catch (const json::exception& e) {
     throw RuntimeError(path + ": corrupt model record: " + e.what());
+  }
+  for (const auto& s : checked_structures(ck, path)) {
+    m.heads_per_block.push_back(s ? s->heads.size() : 0);
+    m.architecture.push_back(s ? s->text() : std::string());
   }
   return m;
 }

@@ -89,7 +89,6 @@ class HktBlock : public gf::MultiHeadBlock {
     } else {
       fusion_logits_ = register_parameter("fusion.logits", gf::Tensor({levels_}, 0.0f));
     }
-    create_initial_heads();
   }
 
   std::map<std::string, std::vector<double>> diagnostics() const override {

@@ -9,9 +9,11 @@
 #include "growformer/export.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,30 @@ struct HeadInfo {
   size_t born_step = 0;
 };
 
+/// A block's structure: what a checkpoint holds beyond the tensors to recreate the block's heads
+/// (their ids and birth steps, the id the next head gets, the stream new heads are initialised
+/// from, each head's own state). Its text (one per block in a checkpoint's `architecture`) is
+/// written and read here alone; the checkpoint's reader checks it against the tensors.
+struct BlockStructure {
+  struct HeadRecord {
+    int id = 0;
+    size_t born = 0;     // the step the head was added at (0: a starting head)
+    std::string state;   // Head::save_state(); "" = none
+  };
+  int next_id = 0;
+  uint64_t rng_state = 0, rng_increment = 0;  // Rng::state(), Rng::increment()
+  std::vector<HeadRecord> heads;
+
+  std::vector<int> ids() const;
+  /// "next_id N rng S I heads K ID BORN ... [states M ID HEX ...]" (a head state as hex, so
+  /// that any bytes survive the space-separated text).
+  std::string text() const;
+  /// Reads TEXT; RuntimeError starting with WHAT on malformed text, no heads, more than
+  /// MAX_HEADS heads (checked, as the text's own length, before anything is allocated: a crafted
+  /// text may claim any count), a repeated id, an id not below next_id or a state for no head.
+  static BlockStructure parse(const std::string& text, const std::string& what, size_t max_heads);
+};
+
 class AttentionBlock : public Module {
  public:
   /// x (B, T, d) -> (B, T, d).
@@ -120,10 +146,11 @@ class AttentionBlock : public Module {
   /// Adds a head; returns its id.
   virtual int add_head(const HeadInit& init, Rng& rng, size_t step);
   virtual void remove_head(int id);
-  /// Structure of the block (head ids, birth steps, id counter, init stream) as text, saved in
-  /// checkpoints; restore_structure recreates exactly those heads before parameters are loaded.
-  virtual std::string save_structure() const { return ""; }
-  virtual void restore_structure(const std::string& s);
+  /// The block's heads as a checkpoint records them; none for a block without heads.
+  virtual std::optional<BlockStructure> structure() const { return std::nullopt; }
+  /// Recreates exactly the heads of S before the checkpoint's parameters are loaded (its
+  /// reader has checked S against the tensors and max_heads()).
+  virtual void restore_structure(const BlockStructure& s);
 
   // ---- observation hooks for growth and pruning ----
   /// Keep a copy of the block's input (after its layer norm) on the next forward.

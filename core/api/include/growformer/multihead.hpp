@@ -1,7 +1,8 @@
 // MultiHeadBlock: the shared machinery of head-based attention blocks (heads
 // with stable ids, per-head W_O, add/remove, capture, head masks). A block
 // plugin derives from it and supplies the scoring rule (`attend`) and,
-// optionally, coarser input levels (`make_levels`).
+// optionally, coarser input levels (`make_levels`). The base's constructor
+// creates the starting heads, so a block plugin never does.
 #pragma once
 #include "growformer/export.hpp"
 
@@ -34,7 +35,11 @@ class MultiHeadBlock : public AttentionBlock {
   /// The specs of MultiHeadSettings::table() (for a block that lists its options by hand).
   static OptionSpecs common_options();
 
-  /// The block with the settings S read from OPTS (which names an option in errors).
+  /// The block with the settings S read from OPTS (which names an option in errors) and its
+  /// `heads` starting heads (ids 0..heads-1). They are created here, so no block exists without
+  /// them: everything a head is built from (shape, head options, registry, the block's copy of
+  /// the init stream) is the base's, and heads are child modules, listed after every parameter
+  /// the derived constructor registers (`Module::named_parameters`).
   MultiHeadBlock(const Options& opts, const MultiHeadSettings& s, const AttentionBuild& build,
                  size_t levels, bool share_qk);
   /// Reads MultiHeadSettings from OPTS.
@@ -47,8 +52,8 @@ class MultiHeadBlock : public AttentionBlock {
   size_t max_heads() const override { return max_heads_; }
   int add_head(const HeadInit& init, Rng& rng, size_t step) override;
   void remove_head(int id) override;
-  std::string save_structure() const override;
-  void restore_structure(const std::string& s) override;
+  std::optional<BlockStructure> structure() const override;
+  void restore_structure(const BlockStructure& s) override;
   std::string describe() const override;
 
   size_t score_levels() const override { return shape_.levels; }
@@ -61,20 +66,21 @@ class MultiHeadBlock : public AttentionBlock {
   /// The scoring rule for one head.
   virtual Var attend(const std::vector<Var>& q, const std::vector<Var>& k, const Var& v,
                      const ForwardContext& ctx) = 0;
-  /// Call at the end of the derived constructor (after its own parameters) to create heads.
-  void create_initial_heads();
+  /// Nothing left to do: the constructor creates the starting heads.
+  [[deprecated("MultiHeadBlock's constructor creates the starting heads; remove the call")]]
+  void create_initial_heads() {}
   virtual std::string block_name() const = 0;
 
  private:
   struct Slot;
   std::shared_ptr<Slot> make_slot(int id);
+  void insert_slot(std::shared_ptr<Slot> s);
 
   size_t d_model_;
   HeadShape shape_;
   ConfigNode head_cfg_;
   Registry* registry_;
   Rng init_rng_;
-  size_t initial_heads_;
   size_t max_heads_;
   bool combine_mean_;
   int next_id_ = 0;

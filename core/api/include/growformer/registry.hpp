@@ -70,7 +70,9 @@ class Registry {
   void add_optimizer(ComponentSpec spec, OptimizerFactory f);
 
   // ---- creation from a config node with a `plugin:` key ----
-  // Objects keep the library that made them loaded for as long as they live.
+  // Objects keep the library that made them loaded for as long as they live. A block is
+  // complete when returned: one whose heads can be edited has its starting heads (a block
+  // built without any is refused, naming the plugin).
   std::shared_ptr<AttentionBlock> create_attention(const ConfigNode& node, const AttentionBuild& b);
   std::shared_ptr<Head> create_head(const ConfigNode& node, const HeadBuild& b);
   std::shared_ptr<GrowthPolicy> create_growth(const ConfigNode& node);

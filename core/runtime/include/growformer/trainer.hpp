@@ -167,6 +167,9 @@ class Experiment {
   void check_without_data(ConfigNode data_node);
   int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
   void save(const std::string& path);
+  /// config.resolved.yaml with the record of the heads at STEP (checkpoints/last's), when they
+  /// differ from those the configuration builds (start_heads_).
+  void record_structure(const RunDir& dir, long step);
   TrainingParts parts();
 
   ConfigNode cfg_;
@@ -183,7 +186,9 @@ class Experiment {
   TrainSettings settings_;
   LrSchedule schedule_;
   TrainerState state_;
-  std::string resolved_config_crc_;  // of config.resolved.yaml as written when the run started
+  std::string resolved_config_crc_;  // of config.resolved.yaml's configuration, written at the start
+  std::string resolved_config_;      // that configuration (the file without its structure record)
+  std::vector<std::vector<int>> start_heads_;  // each block's head ids as the config builds them
   Communicator* comm_ = &serial_communicator();
   void use_communicator(const RunFlags& flags);
   RunOutcome outcome_;

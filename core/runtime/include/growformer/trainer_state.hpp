@@ -3,6 +3,7 @@
 #pragma once
 #include "growformer/export.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,9 +84,18 @@ void check_checkpoint_format(const Checkpoint& ck, const std::string& path);
 /// A checkpoint of every part at STATE.step ("model.<param>", "optim.<state>" tensors; config,
 /// architecture, heads, optimizer scalars, trainer state and policy states as metadata).
 Checkpoint make_training_checkpoint(const TrainingParts& parts);
-/// Recreates MODEL's structure from the checkpoint and copies every parameter; RuntimeError
-/// naming PATH on another format, head counts beyond kMaxCheckpointHeads or other than the
-/// tensors hold, and a missing, extra or misshapen parameter.
+/// Each block's structure as the checkpoint records it (its `architecture` entry: one
+/// BlockStructure text per block; none for a block without heads), checked in this one place
+/// against everything else that speaks of the block's heads: the `heads` record (a count per
+/// block, absent in older checkpoints), the head ids the tensors hold and, given MODEL's blocks,
+/// their number, whether each has heads, and max_heads (else kMaxCheckpointHeads). RuntimeError
+/// "PATH: invalid checkpoint: block layers.I.attn: ..." naming what disagrees.
+std::vector<std::optional<BlockStructure>> checked_structures(
+    const Checkpoint& ck, const std::string& path,
+    const std::vector<AttentionBlock*>* model = nullptr);
+/// Recreates MODEL's structure from the checkpoint (checked_structures) and copies every
+/// parameter; RuntimeError naming PATH on another format, a structure that disagrees with the
+/// tensors, and a missing, extra or misshapen parameter.
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
 /// What a training checkpoint says of its model without building it (for `inspect`).
 struct CheckpointModel {
