@@ -11,12 +11,14 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include <growformer/autograd.hpp>
 #include <growformer/blas.hpp>
 #include <growformer/kernels.hpp>
 #include <growformer/model.hpp>
+#include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/parallel.hpp>
 #include <growformer/registry.hpp>
@@ -214,19 +216,37 @@ struct RooflineShape {
   gf::kernels::StepShape shape;
 };
 
-RooflineShape roofline_shape(const gf::ConfigNode& model_node, const gf::Model& model,
-                             size_t batch, size_t seq) {
+/// The multi-head options of the attention section ATTENTION of plugin PLUGIN, read through
+/// MultiHeadSettings::table() against the plugin's declared options; none when the plugin is not
+/// loaded or does not offer them all (a block not derived from MultiHeadBlock).
+std::optional<gf::MultiHeadSettings> multihead_settings(const gf::ConfigNode& attention,
+                                                        const std::string& plugin,
+                                                        gf::Registry& reg) {
+  const gf::ComponentInfo* info = reg.find(gf::Kind::Attention, plugin);
+  if (!info) return std::nullopt;
+  for (const gf::OptionSpec& common : gf::MultiHeadSettings::table().specs()) {
+    bool offered = false;
+    for (const gf::OptionSpec& o : info->spec.options) offered = offered || o.name == common.name;
+    if (!offered) return std::nullopt;
+  }
+  const gf::Options ao(attention, info->spec.options, "attention `" + plugin + "`");
+  return gf::MultiHeadSettings::table().read(ao);
+}
+
+/// The roofline's shape of MODEL (of settings MS) at BATCH x SEQ: its options through the tables
+/// that declare them, causality and widths from the built model.
+RooflineShape roofline_shape(const gf::ModelSettings& ms, const gf::Model& model,
+                             gf::Registry& reg, size_t batch, size_t seq) {
   RooflineShape r;
-  const gf::Options mo(model_node, gf::Model::options(), "model");
-  const gf::ConfigNode an = mo.get_node("attention");
-  const std::string plugin = an.child("plugin").as_string();
-  const gf::ConfigNode head = an.child("head");
-  const std::string head_plugin =
-      head.valid() && head.child("plugin").valid() ? head.child("plugin").as_string() : "dot_product";
-  const gf::ConfigNode combine = an.child("combine");
-  if (plugin != "mha" || head_plugin != "dot_product" ||
-      (combine.valid() && combine.as_string() != "sum") || mo.get_string("pool") != "mean" ||
-      (an.child("causal").valid() && an.child("causal").as_string() == "true")) {
+  const std::string plugin = ms.attention.child("plugin").as_string();
+  const std::optional<gf::MultiHeadSettings> mh = multihead_settings(ms.attention, plugin, reg);
+  const std::string head_plugin = mh && mh->head.child("plugin").valid()
+                                      ? mh->head.child("plugin").as_string()
+                                      : "none";
+  bool causal = false;
+  for (const gf::AttentionBlock* b : model.blocks()) causal = causal || b->causal();
+  if (plugin != "mha" || head_plugin != "dot_product" || !mh || mh->combine_mean || ms.cls ||
+      causal) {
     r.why_not = "the roofline counts mha blocks of dot_product heads summed, not causal, mean "
                 "pooling (this model: attention " + plugin + ", heads " + head_plugin + ")";
     return r;
@@ -234,7 +254,7 @@ RooflineShape roofline_shape(const gf::ConfigNode& model_node, const gf::Model& 
   gf::kernels::StepShape& s = r.shape;
   s.batch = batch, s.seq = seq, s.d_model = model.d_model(), s.layers = model.blocks().size();
   s.classes = model.num_classes(), s.params = model.num_parameters();
-  s.final_norm = mo.get_bool("final_norm");
+  s.final_norm = ms.final_norm;
   for (const auto& [name, p] : model.named_parameters()) {
     if (name == "layers.0.mlp.fc1.w") s.hidden = p.dim(1);
     const size_t at = name.rfind('.');
@@ -488,11 +508,12 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   return a;
 }
 
-/// What `bench` reads of the config. Threads, seed, train.batch_size, model.max_len and the
-/// optimizer come from the options the experiment, the training loop and the model declare
-/// (defaults included), as in `train`; A's batch and seq are filled when not given.
+/// What `bench` reads of the config. Threads, seed, train.batch_size, the model's settings and
+/// the optimizer come through the tables the experiment, the training loop and the model
+/// declare (defaults included), as in `train`; A's batch and seq are filled when not given.
 struct BenchConfig {
   gf::ConfigNode model, optimizer;
+  gf::ModelSettings model_settings;
   uint64_t seed = 1;
 };
 
@@ -501,14 +522,18 @@ BenchConfig read_bench_config(BenchArgs& a) {
   BenchConfig out;
   out.model = cfg.child("model");
   if (!out.model.valid()) throw gf::ConfigError(a.config + ": no `model:` section");
-  const gf::Options top(cfg, gf::Experiment::options(), "");
-  gf::set_num_threads(static_cast<size_t>(top.get_int("threads")));
-  out.seed = static_cast<uint64_t>(top.get_int("seed"));
-  if (a.batch == 0)
-    a.batch = static_cast<size_t>(
-        gf::Options(top.get_node("train"), gf::TrainSettings::options(), "train").get_int("batch_size"));
-  if (a.seq == 0) a.seq = gf::Options(out.model, gf::Model::options(), "model").get_int("max_len");
-  out.optimizer = top.get_node("optimizer");
+  const gf::ExperimentSettings top =
+      gf::ExperimentSettings::table().read(gf::Options(cfg, gf::Experiment::options(), ""));
+  gf::set_num_threads(top.threads);
+  out.seed = top.seed;
+  out.model_settings =
+      gf::ModelSettings::table().read(gf::Options(out.model, gf::Model::options(), "model"));
+  if (a.batch == 0) {
+    const gf::Options train(top.train, gf::TrainSettings::options(), "train");
+    a.batch = static_cast<size_t>(gf::TrainSettings::table().read(train).batch_size);
+  }
+  if (a.seq == 0) a.seq = out.model_settings.max_len;
+  out.optimizer = top.optimizer;
   return out;
 }
 
@@ -535,7 +560,7 @@ class PeerBench {
   /// the timed model is the bench's own (time only: the peer computes no other block).
   PeerBench(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg, size_t heads) {
     if (a.peer.empty()) return;
-    attention_ = bc.model.child("attention").child("plugin").as_string();
+    attention_ = bc.model_settings.attention.child("plugin").as_string();
     gf::ConfigNode gate_node = bc.model;
     size_t grow_to = a.grow_to;
     if (attention_ != "mha") {
@@ -644,11 +669,11 @@ Peaks measure_peaks() {
 }
 
 /// The roofline of the step as timed (grown heads included) beside the main run R.
-json step_roofline(const BenchArgs& a, const gf::ConfigNode& model_node, gf::Registry& reg,
-                   uint64_t seed, const Peaks& peaks, const BenchResult& r) {
+json step_roofline(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg,
+                   const Peaks& peaks, const BenchResult& r) {
   const std::unique_ptr<gf::Model> timed =
-      make_bench_model(model_node, reg, a.vocab, a.classes, a.seq, seed, a.grow_to);
-  return roofline_json(roofline_shape(model_node, *timed, a.batch, a.seq), peaks, r);
+      make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
+  return roofline_json(roofline_shape(bc.model_settings, *timed, reg, a.batch, a.seq), peaks, r);
 }
 
 }  // namespace
@@ -668,7 +693,7 @@ int cmd_bench(const std::vector<std::string>& cli) {
   gf::Registry reg;
   reg.load_directories(gf::Registry::search_path(a.paths));
   // the shape facts come from the built model, never from re-reading its options
-  const std::string attn = model_node.child("attention").child("plugin").as_string();
+  const std::string attn = bc.model_settings.attention.child("plugin").as_string();
   const gf::Model shape(model_node, vocab, classes, reg, seed);
   const gf::AttentionBlock& block = *shape.blocks().at(0);
   const size_t heads = block.num_heads(), levels = block.score_levels();
@@ -714,7 +739,7 @@ int cmd_bench(const std::vector<std::string>& cli) {
   }
   BenchResult main_r = median_run(mains);
   json out = bench_json(a, attn, heads, main_r, peaks);
-  out["roofline"] = step_roofline(a, model_node, reg, seed, peaks, main_r);
+  out["roofline"] = step_roofline(a, bc, reg, peaks, main_r);
   if (!compare.empty()) {
     BenchResult c = median_run(cmps);
     out["compare_attention"] = compare;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <growformer/errors.hpp>
+#include <growformer/fields.hpp>
 
 namespace gfapp {
 
@@ -153,34 +154,50 @@ std::vector<Job> make_jobs(const std::vector<Axis>& ax, const std::vector<int64_
   return jobs;
 }
 
+/// The keys of a sweep file, each declared once.
+struct SweepSettings {
+  std::string name = "sweep", base;
+  std::vector<int64_t> seeds;
+  gf::ConfigNode axes;
+  std::vector<std::string> set;
+  static const gf::OptionTable<SweepSettings>& table() {
+    using S = SweepSettings;
+    static const auto t = [] {
+      gf::OptionTable<S> t;
+      t.add("name", &S::name, "sweep", "sweep name")
+          .add("base", &S::base, "", "base config (relative to this file)")
+          .add("seeds", &S::seeds, "[1]", "seeds; every combination runs once per seed")
+          .add("axes", &S::axes, "{}",
+               "dotted path -> list of values, or mapping label -> value; `set`: label -> list of "
+               "KEY=VALUE overrides (one arm that sets several keys)")
+          .add("set", &S::set, "[]", "KEY=VALUE overrides for every job");
+      return t;
+    }();
+    return t;
+  }
+};
+
 }  // namespace
 
 SweepPlan plan_sweep(const gf::ConfigNode& sw, std::vector<std::string> sets) {
-  gf::Options so(sw,
-                 {{"name", gf::OptType::String, "sweep", "sweep name"},
-                  {"base", gf::OptType::String, "", "base config (relative to this file)", 0, 0, {}, true},
-                  {"seeds", gf::OptType::IntList, "[1]", "seeds; every combination runs once per seed"},
-                  {"axes", gf::OptType::Component, "{}",
-                   "dotted path -> list of values, or mapping label -> value; `set`: label -> list of "
-                   "KEY=VALUE overrides (one arm that sets several keys)"},
-                  {"set", gf::OptType::StringList, "[]", "KEY=VALUE overrides for every job"}},
-                 "sweep");
+  const gf::Options so(sw, SweepSettings::table().specs(), "sweep");
+  const SweepSettings file = SweepSettings::table().read(so);
   SweepPlan plan;
-  plan.name = so.get_string("name");
-  plan.base = so.resolve_path(so.get_string("base"));
-  for (auto& s : so.get_string_list("set")) {
+  plan.name = file.name;
+  plan.base = so.resolve_path(file.base);
+  for (const auto& s : file.set) {
     if (s.find('=') == std::string::npos || s.front() == '=')
       so.fail("set", "entry `" + gf::printable(s.substr(0, 200)) + "` is not KEY=VALUE");
     sets.insert(sets.begin(), s);
   }
-  plan.axes = read_axes(so.get_node("axes"));
-  std::vector<int64_t> seeds = so.get_int_list("seeds");
+  plan.axes = read_axes(file.axes);
+  const std::vector<int64_t>& seeds = file.seeds;
   if (seeds.empty()) so.fail("seeds", "is empty: a sweep runs every combination once per seed");
   for (size_t i = 0; i < seeds.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (seeds[i] == seeds[j])
         so.fail("seeds", "seed " + std::to_string(seeds[i]) + " is listed twice; each seed runs once");
-  count_jobs(plan.axes, seeds.size(), so.get_node("axes"));
+  count_jobs(plan.axes, seeds.size(), file.axes);
   plan.jobs = make_jobs(plan.axes, seeds, sets);
   // labels are joined by `__`: labels that hold it can give two jobs one run directory
   std::set<std::string> names;

@@ -468,6 +468,29 @@ TEST_CASE("cli: config --help and data --help succeed") {
   CHECK(run_cli("data --help").status == 0);
 }
 
+TEST_CASE("cli: bench reads the model's options through its table: a bad one is named, with its place") {
+  // before anything is timed, whether or not --batch and --seq stand in for the config's
+  const std::string config = std::string(GF_SOURCE_DIR) + "/configs/bench_mha.yaml";
+  TempDir d;
+  std::string text = read_text(config);
+  const size_t at = text.find("  pool: mean\n");
+  REQUIRE(at != std::string::npos);
+  text.insert(at, "  dropuot: 0.1\n");  // line 12 of the file, inside `model:`
+  write_text(d.file("typo.yaml"), text);
+  for (const char* shape : {"", " --batch 2 --seq 8"}) {
+    Cli c = run_cli("bench " + d.file("typo.yaml") + shape + " --steps 1 --warmup 0");
+    INFO(c.output);
+    CHECK(c.status == 2);
+    CHECK(has(c.output, "typo.yaml:12:3: unknown key `model.dropuot` for model; did you mean `dropout`?"));
+  }
+  Cli range = run_cli("bench " + config + " --steps 1 --warmup 0 --set model.max_len=0");
+  CHECK(range.status == 2);
+  CHECK(has(range.output, "--set model.max_len: `model.max_len`: value 0 out of range"));
+  Cli attention = run_cli("bench " + config + " --batch 2 --seq 8 --steps 1 --warmup 0 --set model.attention.heds=2");
+  CHECK(attention.status == 2);
+  CHECK(has(attention.output, "unknown key `model.attention.heds` for attention `mha`; did you mean `heads`?"));
+}
+
 TEST_CASE("fast_exp: NaN gives NaN without an undefined integer conversion") {
   CHECK(std::isnan(kernels::fast_exp(NAN)));
   CHECK(std::isnan(kernels::fast_exp(-NAN)));

@@ -1,6 +1,7 @@
 // The out-of-tree C++ growth policy example (examples/grow_on_plateau): it trains from one head
 // and grows on plateaus, resumes exactly (found again through plugins.lock), its signal is
-// drawn by `growformer report` and its summary column is in the sweep table.
+// drawn by `growformer report` and its summary column is in the sweep table. The head plugin
+// template (examples/plugin_template): its option from its table, described, checked, trained.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -94,4 +95,31 @@ TEST_CASE("sweep: the policies' summary columns, and no INCRT columns without IN
   // checks at steps 4 and 8: it grew both blocks once, at the second; none has no such cell
   CHECK(has(plateau, ",2.0000,"));
   CHECK(has(none, ",,"));
+}
+
+TEST_CASE("temperature_dot (C++ head template): its option from its table, a bad value named, trains") {
+  gf_test::TempDir dir;
+  const std::string plug = " --plugin-path " GF_EXAMPLE_HEAD_PLUGIN_DIR;
+  const Cli described = run_cli("plugins describe temperature_dot" + plug, dir);
+  INFO(described.output);
+  REQUIRE(described.status == 0);
+  CHECK(has(described.output, "initial_temperature (float, default 1.0)"));
+  CHECK(has(described.output, "starting temperature"));
+  std::ofstream(dir.file("tiny.yaml")) << kTiny;
+  const std::string train = "train " + dir.file("tiny.yaml") + plug +
+                            " --set 'growth={plugin: none}' --set train.steps=4 --set train.eval_every=4 -q";
+  const Cli bad = run_cli(train + " --run-dir " + dir.file("bad") +
+                              " --set 'model.attention.head={plugin: temperature_dot, "
+                              "initial_temperature: 0}'",
+                          dir);
+  INFO(bad.output);
+  CHECK(bad.status == 2);
+  CHECK(has(bad.output, "`model.attention.head.initial_temperature`: value 0 out of range [0.01, 100]"));
+  const Cli ok = run_cli(train + " --run-dir " + dir.file("ok") +
+                             " --set 'model.attention.head={plugin: temperature_dot, "
+                             "initial_temperature: 2}'",
+                         dir);
+  INFO(ok.output);
+  CHECK(ok.status == 0);
+  CHECK(has(slurp(dir.file("ok") + "/config.resolved.yaml"), "initial_temperature: 2"));
 }

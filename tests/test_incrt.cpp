@@ -1702,6 +1702,46 @@ TEST_CASE("incrt_gate: trackers follow A_h, gates get gradients, bad options fai
                   gf::ConfigError);
 }
 
+TEST_CASE("incrt_gate: `inner` comes from the gate's table; a bad one names the key and its place") {
+  if (!have_mha()) {
+    MESSAGE("mha / dot_product plugins not built: skipped");
+    return;
+  }
+  // declared once, first, with its default: what describe and docs/OPTIONS.md show
+  const gf::ComponentInfo* info = gf_test::registry().find(gf::Kind::Head, "incrt_gate");
+  REQUIRE(info);
+  REQUIRE(!info->spec.options.empty());
+  CHECK(info->spec.options[0].name == "inner");
+  CHECK(info->spec.options[0].type == gf::OptType::Component);
+  CHECK(info->spec.options[0].default_value == "{plugin: dot_product}");
+  size_t inner_specs = 0;
+  for (const auto& o : info->spec.options) inner_specs += o.name == "inner";
+  CHECK(inner_specs == 1);
+  gf::Rng rng(3, 3);
+  CHECK(make_block("plugin: mha\nheads: 1\nhead: {plugin: incrt_gate}", 8, rng)->num_heads() == 1);
+  // INNER written on line 4 of the block's mapping
+  auto error = [&](const std::string& inner) {
+    return gf_test::error_of([&] {
+      make_block("plugin: mha\nheads: 1\nhead:\n  plugin: incrt_gate\n  inner: " + inner, 8, rng);
+    });
+  };
+  const std::string not_map = error("3");
+  INFO(not_map);
+  CHECK(not_map.find("<string>:5:10: `head.inner`: expected a mapping") != std::string::npos);
+  const std::string unknown = error("{plugin: dot_prodcut}");
+  INFO(unknown);
+  CHECK(unknown.find("<string>:5:19: `head.inner.plugin`: unknown head plugin `dot_prodcut`; did you "
+                     "mean `dot_product`?") != std::string::npos);
+  const std::string extra = error("{plugin: dot_product, bogus: 1}");
+  INFO(extra);
+  CHECK(extra.find("unknown key `head.inner.bogus` for head `dot_product`") != std::string::npos);
+  CHECK(extra.find("<string>:5:") != std::string::npos);
+  const std::string no_plugin = error("{heads: 2}");
+  INFO(no_plugin);
+  CHECK(no_plugin.find("`head.inner`: missing `plugin:` key naming the head component") !=
+        std::string::npos);
+}
+
 namespace {
 /// Copies every parameter of `from` whose name ends like one of `to` (gate "inner." paths).
 void copy_matching(const gf::Module& from, gf::Module& to) {

@@ -181,6 +181,11 @@ TEST_CASE("onednn peer: models and batches it does not compute are refused, nami
                 kAdamW).find("pool") != std::string::npos);
   CHECK(refused("{d_model: 16, layers: 1, max_len: 12, dropout: 0.1, attention: {plugin: mha, heads: 2}}",
                 kAdamW).find("dropout") != std::string::npos);
+  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, combine: mean}}",
+                kAdamW).find("combine must be sum") != std::string::npos);
+  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, head: {plugin: "
+                "hybrid_conv}}}",
+                kAdamW).find("not hybrid_conv") != std::string::npos);
   CHECK(refused(kModel, "{plugin: sgd, lr: 0.1}").find("sgd") != std::string::npos);
   Setup s;
   s.build();

@@ -1,8 +1,9 @@
 // head `temperature_dot`: a dot-product head whose scores are sharpened or
 // flattened by one learned temperature per head (q scaled by t before scoring).
-// A complete example of an out-of-tree head plugin: options, parameters with
-// stable names, a forward built from core ops (gradients come for free), and
-// the entry point.
+// A complete example of an out-of-tree head plugin: options declared once (a
+// settings struct and its option table), parameters with stable names, a
+// forward built from core ops (gradients come for free), and the entry point.
+#include <growformer/fields.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/plugin.hpp>
 
@@ -12,9 +13,22 @@ namespace {
 
 using namespace gf;
 
+/// The head's options, each declared once: one entry names the option, the member it is read
+/// into (whose type gives the option's type), the default, a one-line help and the range. The
+/// registry checks a config against table().specs(); table().read() fills the struct.
+struct Settings {
+  double initial_temperature = 1.0;
+  static const OptionTable<Settings>& table() {
+    static const auto t = OptionTable<Settings>().add(
+        "initial_temperature", &Settings::initial_temperature, "1.0", "starting temperature",
+        0.01, 100);
+    return t;
+  }
+};
+
 class TemperatureDot : public Head {
  public:
-  TemperatureDot(const Options& opts, const HeadBuild& b) : Head(b.shape) {
+  TemperatureDot(const Settings& s, const HeadBuild& b) : Head(b.shape) {
     size_t d = shape_.d_model;
     float bound = 1.0f / std::sqrt(static_cast<float>(d));
     Tensor wq({d, shape_.d_k}), wk({d, shape_.d_k}), wv({d, shape_.d_v});
@@ -24,8 +38,7 @@ class TemperatureDot : public Head {
     w_q_ = register_parameter("w_q", wq);
     w_k_ = register_parameter("w_k", wk);
     w_v_ = register_parameter("w_v", wv);
-    t_ = register_parameter("temperature",
-                            Tensor({1}, static_cast<float>(opts.get_float("initial_temperature"))));
+    t_ = register_parameter("temperature", Tensor({1}, static_cast<float>(s.initial_temperature)));
   }
 
   Var forward(const HeadInput& in) override {
@@ -51,9 +64,9 @@ class TemperatureDot : public Head {
 void register_components(Registry& r) {
   r.add_head({"temperature_dot",
               "dot-product head with a learned score temperature (example plugin)",
-              {{"initial_temperature", OptType::Float, "1.0", "starting temperature", 0.01, 100}}},
+              Settings::table().specs()},
              [](const Options& o, const HeadBuild& b) {
-               return std::make_unique<TemperatureDot>(o, b);
+               return std::make_unique<TemperatureDot>(Settings::table().read(o), b);
              });
 }
 

@@ -274,11 +274,14 @@ RunStand stand_of(const std::string& run_dir) {
     throw gf::RuntimeError(ck + ": not a training checkpoint (no trainer state or config)");
   gf::TrainerState st;
   st.from_json(trainer->second, ck);
-  gf::ConfigNode steps =
-      gf::ConfigNode::load_string(config->second, ck + " (embedded config)").child("train").child("steps");
+  // the run's steps through the table of `train:` (the embedded config is the resolved one)
+  const gf::ConfigNode train =
+      gf::ConfigNode::load_string(config->second, ck + " (embedded config)").child("train");
+  const long steps =
+      gf::TrainSettings::table().read(gf::Options(train, gf::TrainSettings::options(), "train")).steps;
   s.step = st.step;
   s.best_val = st.best_val;
-  s.ended = st.stopped_early || (steps.valid() && st.step >= steps.as_int());
+  s.ended = st.stopped_early || st.step >= steps;
   return s;
 }
 

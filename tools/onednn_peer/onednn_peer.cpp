@@ -9,6 +9,7 @@
 
 #include <growformer/errors.hpp>
 #include <growformer/kernels.hpp>
+#include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/optimizer.hpp>
 #include <growformer/registry.hpp>
@@ -37,21 +38,27 @@ bool head_param(const std::string& name, size_t* layer, std::string* id, std::st
   return true;
 }
 
-/// The attention and model options the peer depends on; throws naming what it does not cover.
-void check_options(const gf::ConfigNode& model_node, gf::Registry& reg) {
-  const gf::Options mo(model_node, gf::Model::options(), "model");
-  if (mo.get_string("pool") != "mean") unsupported("model.pool must be mean");
-  if (mo.get_float("dropout") != 0) unsupported("model.dropout must be 0");
-  const gf::ConfigNode an = mo.get_node("attention");
-  const std::string plugin = an.child("plugin").as_string();
+/// The model and attention options the peer depends on, read through the tables that declare
+/// them (ModelSettings; MultiHeadSettings, which mha's options include) and, for causality, from
+/// MODEL, built from MODEL_NODE; throws naming what it does not cover. The model's settings.
+gf::ModelSettings check_options(const gf::ConfigNode& model_node, const gf::Model& model,
+                                gf::Registry& reg) {
+  const gf::ModelSettings ms =
+      gf::ModelSettings::table().read(gf::Options(model_node, gf::Model::options(), "model"));
+  if (ms.cls) unsupported("model.pool must be mean");
+  if (ms.dropout != 0) unsupported("model.dropout must be 0");
+  const std::string plugin = ms.attention.child("plugin").as_string();
   if (plugin != "mha") unsupported("model.attention.plugin is " + plugin + ", not mha");
   const gf::ComponentInfo* info = reg.find(gf::Kind::Attention, "mha");
   if (!info) unsupported("the mha plugin is not loaded");
-  const gf::Options ao(an, info->spec.options, "attention `mha`");
-  if (ao.get_bool("causal")) unsupported("causal attention is not in the peer");
-  if (ao.get_string("combine") != "sum") unsupported("model.attention.combine must be sum");
-  const std::string head = ao.get_node("head").child("plugin").as_string();
+  const gf::MultiHeadSettings mh = gf::MultiHeadSettings::table().read(
+      gf::Options(ms.attention, info->spec.options, "attention `mha`"));
+  for (const gf::AttentionBlock* b : model.blocks())
+    if (b->causal()) unsupported("causal attention is not in the peer");
+  if (mh.combine_mean) unsupported("model.attention.combine must be sum");
+  const std::string head = mh.head.child("plugin").as_string();
   if (head != "dot_product") unsupported("heads must be dot_product, not " + head);
+  return ms;
 }
 
 /// AdamW's settings from the optimizer's config (its declared defaults included).
@@ -74,12 +81,13 @@ AdamWSettings adamw_settings(const gf::ConfigNode& opt_node, gf::Registry& reg) 
 }
 
 /// The step's shape from the model's parameters (heads per block, widths, hidden, tables).
-StepShape shape_of(const gf::Model& model, const gf::ConfigNode& model_node, size_t batch, size_t seq) {
+StepShape shape_of(const gf::Model& model, const gf::ModelSettings& settings, size_t batch,
+                   size_t seq) {
   StepShape s;
   s.batch = batch, s.seq = seq;
   s.vocab = model.vocab_size(), s.classes = model.num_classes(), s.d_model = model.d_model();
   s.layers = model.blocks().size();
-  s.final_norm = gf::Options(model_node, gf::Model::options(), "model").get_bool("final_norm");
+  s.final_norm = settings.final_norm;
   std::map<size_t, std::vector<std::string>> heads;  // layer -> head ids in order
   for (const auto& [name, p] : model.named_parameters()) {
     size_t layer = 0;
@@ -133,9 +141,9 @@ double norm2(const gf::Tensor& t) {
 ModelPeer::ModelPeer(const gf::ConfigNode& model_node, const gf::ConfigNode& optimizer_node,
                      gf::Registry& registry, const gf::Model& model, size_t batch, size_t seq,
                      size_t threads, size_t attention_chunk_bytes) {
-  check_options(model_node, registry);
+  const gf::ModelSettings settings = check_options(model_node, model, registry);
   const AdamWSettings adamw = adamw_settings(optimizer_node, registry);
-  StepShape shape = shape_of(model, model_node, batch, seq);
+  StepShape shape = shape_of(model, settings, batch, seq);
   shape.attention_chunk_bytes = attention_chunk_bytes;
   check_memory(shape, threads);
   step_ = std::make_unique<MhaStep>(shape, adamw, threads, gf::kernels::simd_name());

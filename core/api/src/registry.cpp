@@ -28,10 +28,25 @@
 #include <set>
 #include <sstream>
 
+#include "growformer/fields.hpp"
 #include "growformer/plugin.hpp"
 #include "registry_impl.hpp"
 
 namespace gf {
+
+namespace {
+/// `lr`: the peak learning rate (the schedule's peak), declared here once for every optimizer
+/// that does not declare it itself.
+struct LrSettings {
+  double lr = 1e-3;
+  static const OptionTable<LrSettings>& table() {
+    static const auto t = OptionTable<LrSettings>().add(
+        "lr", &LrSettings::lr, "0.001", "peak learning rate (the trainer's schedule scales it)", 0,
+        100);
+    return t;
+  }
+};
+}  // namespace
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -63,12 +78,10 @@ void Registry::add_dataset(ComponentSpec spec, DatasetFactory f) {
 }
 void Registry::add_optimizer(ComponentSpec spec, OptimizerFactory f) {
   // Every optimizer takes its peak learning rate (the schedule's peak) under `lr`.
+  const OptionSpec lr = LrSettings::table().specs().front();
   bool has_lr = false;
-  for (const auto& o : spec.options) has_lr = has_lr || o.name == "lr";
-  if (!has_lr)
-    spec.options.insert(spec.options.begin(),
-                        {"lr", OptType::Float, "0.001", "peak learning rate (the trainer's "
-                         "schedule scales it)", 0, 100});
+  for (const auto& o : spec.options) has_lr = has_lr || o.name == lr.name;
+  if (!has_lr) spec.options.insert(spec.options.begin(), lr);
   add(Kind::Optimizer, std::move(spec), std::move(f));
 }
 
@@ -111,7 +124,7 @@ std::shared_ptr<T> Registry::create(Kind kind, const ConfigNode& node, const Bui
   std::string what = "creating " + label + " at " + node.location();
   const auto& factory = std::any_cast<const Factory&>(e.factory);
   auto obj = guarded(what, [&] { return hold(factory(opts, build...), e.lib, what); });
-  if constexpr (std::is_same_v<T, Optimizer>) obj->peak_lr_ = opts.get_float("lr");
+  if constexpr (std::is_same_v<T, Optimizer>) obj->peak_lr_ = LrSettings::table().read(opts).lr;
   return obj;
 }
 

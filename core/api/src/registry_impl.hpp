@@ -69,7 +69,9 @@ struct Registry::Impl {
     for (const auto& e : entries)
       if (e.info.kind == kind) names.push_back(e.info.spec.name);
     std::string dym = did_you_mean(name, names);
-    std::string msg = p.location() + ": unknown " + kind_name(kind) + " plugin `" + name + "`" +
+    // the key's path too: a `plugin:` nested in an option (incrt_gate's `inner`) is named
+    std::string msg = p.location() + ": `" + p.path() + "`: unknown " + kind_name(kind) +
+                      " plugin `" + name + "`" +
                       (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
                       "\n  known " + kind_name(kind) + " components: " + known(kind);
     if (!failed.empty()) {

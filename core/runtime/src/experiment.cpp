@@ -30,12 +30,13 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
   // plugins, a policy's import and the data load may take long or hang: Ctrl-C ends them
   AbandonableCall setup("the run's setup (its plugins, policies, data and model)");
-  Options top(cfg_, options(), "the configuration");
-  name_ = top.get_string("name");
+  const Options top(cfg_, options(), "the configuration");
+  const ExperimentSettings es = ExperimentSettings::table().read(top);
+  name_ = es.name;
   if (name_.empty() || name_.find('/') != std::string::npos)
     top.fail("name", "a run name must be non-empty and contain no '/'");
-  seed_ = static_cast<uint64_t>(top.get_int("seed"));
-  threads_ = static_cast<size_t>(top.get_int("threads"));
+  seed_ = es.seed;
+  threads_ = es.threads;
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
   if (threads_ > cores) {  // more threads than cores only contend (results do not change)
     if (data_need != "check")  // a sweep checks every job's config: once per job would be noise
@@ -48,13 +49,13 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   registry_->load_directories(Registry::search_path(plugin_paths));
 
   // validate the cheap parts before the (possibly slow) data load
-  build_training_parts(top);
+  build_training_parts(es);
   if (data_need == "check")
-    check_without_data(top.get_node("data"));
+    check_without_data(es.data);
   else
-    load_data(top.get_node("data"), data_record, data_need);
+    load_data(es.data, data_record, data_need);
   // the model's options, read once: for the memory check and the model
-  const Options model_opts(top.get_node("model"), Model::options(), "model");
+  const Options model_opts(es.model, Model::options(), "model");
   const ModelSettings model = ModelSettings::table().read(model_opts);
   if (data_need != "check") check_memory(model, data_, settings_.batch_size, data_need == "all");
   model_ = std::make_shared<Model>(model_opts, model, data_.vocab_size, data_.num_classes,
@@ -64,19 +65,17 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   state_ = TrainerState(seed_);
 }
 
-void Experiment::build_training_parts(const Options& top) {
-  ConfigNode train_node = top.get_node("train");
-  Options to(train_node, TrainSettings::options(), "train");
+void Experiment::build_training_parts(const ExperimentSettings& top) {
+  Options to(top.train, TrainSettings::options(), "train");
   settings_ = TrainSettings(to);
-  ConfigNode opt_node = top.get_node("optimizer");
-  optimizer_ = registry_->create_optimizer(opt_node);
+  optimizer_ = registry_->create_optimizer(top.optimizer);
   schedule_.peak = optimizer_->peak_lr();
   schedule_.warmup = settings_.warmup;
   schedule_.steps = settings_.steps;
   schedule_.kind = settings_.schedule;
   schedule_.min_ratio = settings_.min_lr_ratio;
-  growth_ = registry_->create_growth(top.get_node("growth"));
-  pruning_ = registry_->create_pruning(top.get_node("pruning"));
+  growth_ = registry_->create_growth(top.growth);
+  pruning_ = registry_->create_pruning(top.pruning);
 }
 
 

@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 TrainingParts Experiment::parts() {
-  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_, registry_.get()};
+  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_,
+          registry_.get(), &settings_};
 }
 
 void Experiment::save(const std::string& path) {

@@ -90,19 +90,24 @@ TrainSettings::TrainSettings(const Options& o) {
   switch_data = sw.data;
 }
 
-OptionSpecs Experiment::options() {
-  return {
-      {"name", OptType::String, "run", "run name (the run directory is runs/<name>)"},
-      {"seed", OptType::Int, "1", "seed of every random stream", 0, 9.2e18},
-      {"threads", OptType::Int, "0", "worker threads (0 = all cores)", 0, 4096},
-      {"data", OptType::Component, "", "the dataset plugin and its options", 0, 0, {}, true},
-      {"model", OptType::Component, "", "the model: width, depth, attention plugin", 0, 0, {},
-       true},
-      {"optimizer", OptType::Component, "{plugin: adamw}", "the optimizer plugin"},
-      {"train", OptType::Component, "{}", "training loop settings"},
-      {"growth", OptType::Component, "{plugin: none}", "growth policy plugin"},
-      {"pruning", OptType::Component, "{plugin: none}", "pruning rule plugin"},
-  };
+const OptionTable<ExperimentSettings>& ExperimentSettings::table() {
+  using S = ExperimentSettings;
+  static const auto t = [] {
+    OptionTable<S> t;
+    t.add("name", &S::name, "run", "run name (the run directory is runs/<name>)")
+        .add("seed", &S::seed, "1", "seed of every random stream", 0, 9.2e18)
+        .add("threads", &S::threads, "0", "worker threads (0 = all cores)", 0, 4096)
+        .add("data", &S::data, "", "the dataset plugin and its options")
+        .add("model", &S::model, "", "the model: width, depth, attention plugin")
+        .add("optimizer", &S::optimizer, "{plugin: adamw}", "the optimizer plugin")
+        .add("train", &S::train, "{}", "training loop settings")
+        .add("growth", &S::growth, "{plugin: none}", "growth policy plugin")
+        .add("pruning", &S::pruning, "{plugin: none}", "pruning rule plugin");
+    return t;
+  }();
+  return t;
 }
+
+OptionSpecs Experiment::options() { return ExperimentSettings::table().specs(); }
 
 }  // namespace gf

@@ -15,6 +15,7 @@
 #include "growformer/json_text.hpp"
 #include "growformer/registry.hpp"
 #include "growformer/run_dir.hpp"
+#include "growformer/trainer.hpp"
 #include "growformer/version.hpp"
 
 namespace gf {
@@ -420,8 +421,7 @@ long restore_training(const Checkpoint& ck, const std::string& path, const Train
     throw RuntimeError(path + ": corrupt trainer state in checkpoint: " + e.what());
   }
   p.state->from_json(entry("trainer"), path);
-  ConfigNode steps_node = p.config->child("train").child("steps");
-  long steps = steps_node.is_scalar() ? steps_node.as_int() : p.state->step;
+  const long steps = p.settings ? p.settings->steps : p.state->step;
   if (p.state->step > steps)
     throw RuntimeError(path + ": invalid checkpoint: trainer step " + std::to_string(p.state->step) +
                        " is beyond the run's " + std::to_string(steps) + " steps");

@@ -26,9 +26,11 @@ namespace {
 
 using gf::incrt::Vec;
 
-/// The gate's options, each declared once (`table()`); the tracker options are the INCRT
-/// library's, shared with the growth policy (with 20 steps an update here).
+/// The gate's options, each declared once (`table()`): the wrapped head first, then the gate's
+/// own; the tracker options are the INCRT library's, shared with the growth policy (with 20
+/// steps an update here).
 struct GateSettings {
+  gf::ConfigNode inner;  // the wrapped head's plugin and its options
   double g_plus = 0.5, g_minus = 0.5;
   bool learn_gates = false;
   size_t update_every = 5;
@@ -39,6 +41,7 @@ struct GateSettings {
     using S = GateSettings;
     static const auto t =
         gf::OptionTable<S>()
+            .add("inner", &S::inner, "{plugin: dot_product}", "the wrapped head")
             .add("g_plus", &S::g_plus, "0.5", "gain on the dominant direction u+ (initial if learned)",
                  0.0, 1.0)
             .add("g_minus", &S::g_minus, "0.5",
@@ -77,7 +80,7 @@ class IncrtGate : public gf::Head {
       for (const auto& [n, g] : {std::pair<const char*, double>{"g_plus", s.g_plus}, {"g_minus", s.g_minus}})
         if (!(g > 0.0 && g < 1.0)) o.fail(n, "learned gates start strictly between 0 and 1");
     }
-    inner_ = b.registry->create_head(o.get_node("inner"), b);
+    inner_ = b.registry->create_head(s.inner, b);
     register_module("inner", inner_);
     if (learn_) {
       a_plus_ = register_parameter("gate_plus", gf::Tensor::scalar(float(logit(g_plus_))));
@@ -212,11 +215,8 @@ class IncrtGate : public gf::Head {
 };
 
 void register_gate(gf::Registry& r) {
-  gf::OptionSpecs specs = {{"inner", gf::OptType::Component, "{plugin: dot_product}", "the wrapped head",
-                            -gf::OptionTable<GateSettings>::inf, gf::OptionTable<GateSettings>::inf, {}}};
-  for (const auto& spec : GateSettings::table().specs()) specs.push_back(spec);
   r.add_head({"incrt_gate", "INCRT bidirectional gate I + g+ u+u+^T - g- u-u-^T around an inner head",
-              specs},
+              GateSettings::table().specs()},
              [](const gf::Options& o, const gf::HeadBuild& b) {
                return std::make_unique<IncrtGate>(o, b);
              });

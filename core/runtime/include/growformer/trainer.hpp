@@ -94,9 +94,19 @@ struct RunOutcome {
   std::vector<std::string> growth_columns, pruning_columns;
 };
 
+/// The top-level keys of a config, each declared once in table(): the run's name, seed and
+/// threads, and each part's section.
+struct ExperimentSettings {
+  std::string name = "run";
+  uint64_t seed = 1;
+  size_t threads = 0;  // 0 = all cores
+  ConfigNode data, model, optimizer, train, growth, pruning;
+  static const OptionTable<ExperimentSettings>& table();
+};
+
 class Experiment {
  public:
-  /// Top-level config keys and their meaning.
+  /// Top-level config keys and their meaning: the specs of ExperimentSettings::table().
   static OptionSpecs options();
   /// Builds everything from a config (overrides already applied). Throws ConfigError /
   /// RuntimeError with locations; builds nothing on disk. `data_record` is a checkpoint's
@@ -156,7 +166,7 @@ class Experiment {
  private:
   class Loop;
   /// Train settings, optimizer, schedule, growth and pruning from the top-level options.
-  void build_training_parts(const Options& top);
+  void build_training_parts(const ExperimentSettings& top);
   /// The dataset, its splits (or, with data_need "none", the record's shape) and the checks of
   /// the data against a checkpoint's data record.
   void load_data(ConfigNode data_node, const std::string& data_record,

@@ -19,6 +19,7 @@ GROWFORMER_API_BEGIN
 namespace gf {
 
 class Registry;
+struct TrainSettings;
 
 /// Training loss and accuracy summed since the last log line.
 struct TrainWindow {
@@ -72,6 +73,9 @@ struct TrainingParts {
   /// The plugins the run loaded: those from folders other than the built-in ones are recorded
   /// (metadata "plugin_libraries"), so eval and predict find them again. Null: none recorded.
   const Registry* registry = nullptr;
+  /// The run's `train:` settings (read through TrainSettings::table()): a checkpoint's step
+  /// must not pass their `steps`. Null: not checked.
+  const TrainSettings* settings = nullptr;
 };
 
 /// The `format` entry of the training checkpoints this build writes and reads.
