@@ -1,6 +1,7 @@
 // Run-time choice of the vectorised row kernels (core/src/simd/) and the row
 // softmax built on them.
 #include "growformer/kernels.hpp"
+#include "growformer/parallel.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -260,11 +261,13 @@ Panels pack_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy, b
   p.nb = nb, p.n = n, p.len = len;
   p.data.swap(t_panel_cache);
   p.data.resize(len * n);
-  for (size_t c0 = 0; c0 < n; c0 += nb) {  // panel by panel, each len rows of its width
-    const size_t w = std::min(nb, n - c0);
+  // panel by panel, each len rows of its width, the panels over the pool (the copy ran alone
+  // while the other threads waited for the product)
+  parallel_for((n + nb - 1) / nb, [&](size_t panel) {
+    const size_t c0 = panel * nb, w = std::min(nb, n - c0);
     float* o = p.data.data() + len * c0;
     for (size_t q = 0; q < len; ++q) std::memcpy(o + q * w, y + q * ldy + c0, w * sizeof(float));
-  }
+  });
   return p;
 }
 

@@ -47,8 +47,9 @@ void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n,
 // dX (m x in) (+)= G (m x n) W^T for W (in x n), W transposed once, rows split over the pool in
 // blocks of 64: a fresh gradient is written (the same FMA chains), not zeroed and added to.
 void add_input_grad(Var& x, const float* G, size_t m, size_t in, size_t n, const float* W) {
-  std::vector<float> WT(n * in);
-  // rows of W^T over the pool (a serial transpose was 2 % of a d 512 step)
+  // W^T in a pooled buffer (every element written: no zero fill first), its rows over the pool
+  // (a serial transpose was 2 % of a d 512 step)
+  Tensor WT = Tensor::empty({n * in});
   parallel_chunks(n, 16, [&](size_t j0, size_t j1) {
     for (size_t r = 0; r < in; ++r)
       for (size_t j = j0; j < j1; ++j) WT[j * in + r] = W[r * n + j];
@@ -128,10 +129,11 @@ std::vector<size_t> part_columns(const Var& x, const std::vector<Var>& w, const 
 
 // The gradients of OUTS side by side (m x N, the columns of OFF; every element written, an
 // absent gradient as zeros), rows split over the pool.
-std::unique_ptr<float[]> joined_grads(const std::vector<Var>& outs, const std::vector<size_t>& off,
-                                      size_t m, size_t N) {
-  std::unique_ptr<float[]> Gbuf(new float[m * N]);
-  float* const G = Gbuf.get();
+// (A pooled tensor: a fresh allocation of this size each backward pass cost its page faults.)
+Tensor joined_grads(const std::vector<Var>& outs, const std::vector<size_t>& off, size_t m,
+                    size_t N) {
+  Tensor Gbuf = Tensor::empty({m * N});
+  float* const G = Gbuf.data();
   parallel_chunks(m, 256, [&](size_t r0, size_t r1) {
     for (size_t i = 0; i < outs.size(); ++i) {
       const size_t ni = off[i + 1] - off[i], o = off[i];
@@ -220,9 +222,9 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
     bool any = false;
     for (const Var& o : outs) any = any || o.grad().defined();
     if (!any) return;
-    const std::unique_ptr<float[]> G = joined_grads(outs, *off, m, N);
-    if (x.requires_grad()) add_input_grad(x, G.get(), m, in, N, W->data());
-    add_part_param_grads(x, w, b, G.get(), *off, m, in, N);
+    const Tensor G = joined_grads(outs, *off, m, N);
+    if (x.requires_grad()) add_input_grad(x, G.data(), m, in, N, W->data());
+    add_part_param_grads(x, w, b, G.data(), *off, m, in, N);
   });
   return outs;
 }
@@ -254,7 +256,7 @@ std::vector<size_t> stacked_rows(const std::vector<Var>& x, const std::vector<Va
 void add_part_input_grads(std::vector<Var>& xs, const float* G, const std::vector<float>& W,
                           const std::vector<size_t>& koff, size_t m, size_t n, size_t K) {
   const size_t parts = xs.size();
-  std::vector<float> WT(n * K);
+  Tensor WT = Tensor::empty({n * K});
   parallel_chunks(n, 16, [&](size_t j0, size_t j1) {  // rows of W^T over the pool
     for (size_t r = 0; r < K; ++r)
       for (size_t j = j0; j < j1; ++j) WT[j * K + r] = W[r * n + j];
