@@ -18,7 +18,6 @@
 #include <growformer/blas.hpp>
 #include <growformer/kernels.hpp>
 #include <growformer/model.hpp>
-#include <growformer/multihead.hpp>
 #include <growformer/ops.hpp>
 #include <growformer/parallel.hpp>
 #include <growformer/registry.hpp>
@@ -208,76 +207,12 @@ struct Peaks {
   gf::kernels::ElementRates rates;  // exp, GELU, in-cache passes, memory bandwidth
 };
 
-/// The roofline's shape of MODEL's training step at BATCH x SEQ, or a reason why the step is
-/// not one step_work counts (it counts mha blocks of dot-product heads summed, mean pooling).
-struct RooflineShape {
-  bool counted = false;
-  std::string why_not;
-  gf::kernels::StepShape shape;
-};
-
-/// The multi-head options of the attention section ATTENTION of plugin PLUGIN, read through
-/// MultiHeadSettings::table() against the plugin's declared options; none when the plugin is not
-/// loaded or does not offer them all (a block not derived from MultiHeadBlock).
-std::optional<gf::MultiHeadSettings> multihead_settings(const gf::ConfigNode& attention,
-                                                        const std::string& plugin,
-                                                        gf::Registry& reg) {
-  const gf::ComponentInfo* info = reg.find(gf::Kind::Attention, plugin);
-  if (!info) return std::nullopt;
-  for (const gf::OptionSpec& common : gf::MultiHeadSettings::table().specs()) {
-    bool offered = false;
-    for (const gf::OptionSpec& o : info->spec.options) offered = offered || o.name == common.name;
-    if (!offered) return std::nullopt;
-  }
-  const gf::Options ao(attention, info->spec.options, "attention `" + plugin + "`");
-  return gf::MultiHeadSettings::table().read(ao);
-}
-
-/// The roofline's shape of MODEL (of settings MS) at BATCH x SEQ: its options through the tables
-/// that declare them, causality and widths from the built model.
-RooflineShape roofline_shape(const gf::ModelSettings& ms, const gf::Model& model,
-                             gf::Registry& reg, size_t batch, size_t seq) {
-  RooflineShape r;
-  const std::string plugin = ms.attention.child("plugin").as_string();
-  const std::optional<gf::MultiHeadSettings> mh = multihead_settings(ms.attention, plugin, reg);
-  const std::string head_plugin = mh && mh->head.child("plugin").valid()
-                                      ? mh->head.child("plugin").as_string()
-                                      : "none";
-  bool causal = false;
-  for (const gf::AttentionBlock* b : model.blocks()) causal = causal || b->causal();
-  if (plugin != "mha" || head_plugin != "dot_product" || !mh || mh->combine_mean || ms.cls ||
-      causal) {
-    r.why_not = "the roofline counts mha blocks of dot_product heads summed, not causal, mean "
-                "pooling (this model: attention " + plugin + ", heads " + head_plugin + ")";
-    return r;
-  }
-  gf::kernels::StepShape& s = r.shape;
-  s.batch = batch, s.seq = seq, s.d_model = model.d_model(), s.layers = model.blocks().size();
-  s.classes = model.num_classes(), s.params = model.num_parameters();
-  s.final_norm = ms.final_norm;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (name == "layers.0.mlp.fc1.w") s.hidden = p.dim(1);
-    const size_t at = name.rfind('.');
-    if (name.rfind("layers.0.attn.heads.", 0) != 0 || at == std::string::npos) continue;
-    const std::string part = name.substr(at + 1);
-    if (part == "w_q") s.d_k = p.dim(1), ++s.heads;
-    if (part == "w_v") s.d_v = p.dim(1);
-  }
-  for (const gf::AttentionBlock* b : model.blocks())
-    if (b->num_heads() != s.heads) {
-      r.why_not = "the roofline counts blocks of one head count";
-      return r;
-    }
-  r.counted = s.heads > 0 && s.hidden > 0;
-  if (!r.counted) r.why_not = "no heads or no MLP found in the model's parameters";
-  return r;
-}
-
-/// The roofline of the step (kernels::step_work at the rates measured in this run) beside the
-/// measured step: each kind of work at its rate, one after another.
-json roofline_json(const RooflineShape& rs, const Peaks& peaks, const BenchResult& r) {
-  if (!rs.counted) return {{"counted", false}, {"why_not", rs.why_not}};
-  const gf::kernels::StepWork w = gf::kernels::step_work(rs.shape);
+/// The roofline of the step (the work COUNT, Model::step_work: the model's and each block's,
+/// at the rates measured in this run) beside the measured step: each kind of work at its rate,
+/// one after another.
+json roofline_json(const gf::WorkCount& count, const Peaks& peaks, const BenchResult& r) {
+  if (!count.work) return {{"counted", false}, {"why_not", count.why_not}};
+  const gf::kernels::StepWork& w = *count.work;
   const gf::kernels::ElementRates& er = peaks.rates;
   const gf::kernels::Roofline rf = gf::kernels::roofline(w, er, peaks.fma);
   return {{"counted", true},
@@ -288,6 +223,7 @@ json roofline_json(const RooflineShape& rs, const Peaks& peaks, const BenchResul
           {"gelu_grad_m", w.gelu_grad_elements / 1e6},
           {"max_m", w.max_elements / 1e6},
           {"softmax_grad_m", w.softmax_grad_elements / 1e6},
+          {"add_m", w.add_elements / 1e6},
           {"memory_mb", w.memory_bytes / 1e6},
           {"fma_gflops", peaks.fma},
           {"exp_g_per_s", er.exp / 1e9},
@@ -295,6 +231,7 @@ json roofline_json(const RooflineShape& rs, const Peaks& peaks, const BenchResul
           {"gelu_grad_g_per_s", er.gelu_grad / 1e9},
           {"max_g_per_s", er.max / 1e9},
           {"softmax_grad_g_per_s", er.softmax_grad / 1e9},
+          {"add_g_per_s", er.add / 1e9},
           {"memory_gb_per_s", er.memory_bytes / 1e9},
           {"products_ms", 1e3 * rf.products_s},
           {"exp_gelu_ms", 1e3 * rf.exp_gelu_s},
@@ -425,19 +362,21 @@ void print_bench(const json& out, const std::string& compare) {
   const json& rl = out["roofline"];
   if (rl.value("counted", false)) {
     auto r = [&](const char* k) { return rl[k].get<double>(); };
-    std::printf("  roofline of the step (rates measured in this run: products %.0f GFLOP/s, exp "
-                "%.2f G/s, GELU %.2f / %.2f G/s, in-cache passes %.1f / %.1f G/s, memory %.1f "
-                "GB/s):\n",
-                r("fma_gflops"), r("exp_g_per_s"), r("gelu_g_per_s"), r("gelu_grad_g_per_s"),
-                r("max_g_per_s"), r("softmax_grad_g_per_s"), r("memory_gb_per_s"));
-    std::printf("    products %.2f GFLOP (the kernels counted %.2f) %.1f ms + exp %.1f M, GELU "
-                "%.1f M + %.1f M %.1f ms + in-cache %.1f M %.1f ms + memory %.0f MB %.1f ms = "
-                "%.1f ms; the step is %.0f%% of its roofline (%.0f%% per CPU second a thread)\n",
-                r("product_gflop"), r("product_gflop_counted_by_kernels"), r("products_ms"),
-                r("exp_m"), r("gelu_m"), r("gelu_grad_m"), r("exp_gelu_ms"),
-                r("max_m") + r("softmax_grad_m"), r("in_cache_ms"), r("memory_mb"),
-                r("memory_ms"), r("roofline_ms"), r("percent_of_roofline"),
-                r("percent_of_roofline_per_cpu_s"));
+    std::printf(
+        "  roofline of the step (rates measured in this run: products %.0f GFLOP/s, exp "
+        "%.2f G/s, GELU %.2f / %.2f G/s, in-cache passes %.1f / %.1f / %.1f G/s, memory "
+        "%.1f GB/s):\n",
+        r("fma_gflops"), r("exp_g_per_s"), r("gelu_g_per_s"), r("gelu_grad_g_per_s"),
+        r("max_g_per_s"), r("softmax_grad_g_per_s"), r("add_g_per_s"), r("memory_gb_per_s"));
+    std::printf(
+        "    products %.2f GFLOP (the kernels counted %.2f) %.1f ms + exp %.1f M, GELU "
+        "%.1f M + %.1f M %.1f ms + in-cache %.1f M %.1f ms + memory %.0f MB %.1f ms = "
+        "%.1f ms; the step is %.0f%% of its roofline (%.0f%% per CPU second a thread)\n",
+        r("product_gflop"), r("product_gflop_counted_by_kernels"), r("products_ms"), r("exp_m"),
+        r("gelu_m"), r("gelu_grad_m"), r("exp_gelu_ms"),
+        r("max_m") + r("softmax_grad_m") + r("add_m"), r("in_cache_ms"), r("memory_mb"),
+        r("memory_ms"), r("roofline_ms"), r("percent_of_roofline"),
+        r("percent_of_roofline_per_cpu_s"));
   } else {
     std::printf("  roofline: not counted (%s)\n", rl.value("why_not", "").c_str());
   }
@@ -673,7 +612,7 @@ json step_roofline(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg,
                    const Peaks& peaks, const BenchResult& r) {
   const std::unique_ptr<gf::Model> timed =
       make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
-  return roofline_json(roofline_shape(bc.model_settings, *timed, reg, a.batch, a.seq), peaks, r);
+  return roofline_json(timed->step_work(a.batch, a.seq), peaks, r);
 }
 
 }  // namespace

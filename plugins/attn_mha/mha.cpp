@@ -27,6 +27,8 @@ class DotProductHead : public Head {
   const Var* w_v() const override { return proj_.w_v(); }
   const QkvProjections* projections() const override { return &proj_; }
   void initialize(const HeadInit& init, Rng& rng) override { proj_.initialize(init, rng); }
+  // nothing beyond the projections, which the block counts
+  WorkCount step_work(size_t, size_t) const override { return WorkCount::of({}); }
 
  private:
   QkvProjections proj_;
@@ -64,6 +66,33 @@ class MhaBlock : public MultiHeadBlock {
   }
   std::string block_name() const override { return "mha"; }
   bool causal() const override { return causal_; }
+
+  // How the scores of one training step are counted (ops::attention; docs/results/speed.md,
+  // "The roofline of a step"): H heads, B x T, n = B T, qw = H d_k, vw = H d_v, B H T^2 scores.
+  //   products  2 B H T^2 (d_k + d_v) forward (Q K^T, P V); 2 B H T^2 (3 d_k + 2 d_v) backward:
+  //             the scores recomputed (d_k), dV += P^T dO (d_v), dP = dO V^T (d_v), dQ += dS K
+  //             (d_k), dK += dS^T Q (d_k)
+  //   exps      B H T^2 in the forward softmax and B H T^2 again backward, which recomputes the
+  //             probabilities from the kept row log-sum-exp
+  //   in cache  the forward's row maxima (B H T^2), the backward's softmax row pass (B H T^2)
+  //   memory    forward K^T 2 n qw; attention q, K^T, v in, o out: n (2 qw + 2 vw). Backward
+  //             n (5 qw + 6 vw) (Q, K^T, K, V, O, dO in, V^T made, dQ, dK, dV out).
+  // Causal attention is not counted: its tiles see fewer keys.
+  WorkCount attend_work(size_t batch, size_t seq) const override {
+    if (causal_) return WorkCount::none("causal attention is not counted");
+    const double B = static_cast<double>(batch), T = static_cast<double>(seq);
+    const double H = static_cast<double>(num_heads()), n = B * T;
+    const double dk = static_cast<double>(head_shape().d_k),
+                 dv = static_cast<double>(head_shape().d_v);
+    const double qw = H * dk, vw = H * dv, scores = B * H * T * T;
+    kernels::StepWork w;
+    w.product_flops = 2 * scores * (dk + dv) + 2 * scores * (3 * dk + 2 * dv);
+    w.exp_elements = 2 * scores;
+    w.max_elements = scores;
+    w.softmax_grad_elements = scores;
+    w.memory_bytes = 4.0 * ((2 * n * qw + n * (2 * qw + 2 * vw)) + n * (5 * qw + 6 * vw));
+    return WorkCount::of(w);
+  }
 
  private:
   bool causal_;

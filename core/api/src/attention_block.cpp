@@ -19,6 +19,9 @@ void AttentionBlock::remove_head(int) {
 void AttentionBlock::restore_structure(const BlockStructure&) {
   throw RuntimeError(describe() + ": this attention block has no structure to restore");
 }
+WorkCount AttentionBlock::step_work(size_t, size_t) const {
+  return WorkCount::none("this attention block does not count its work");
+}
 double AttentionBlock::head_mask_grad(int id) const {
   auto it = head_masks_.find(id);
   if (it == head_masks_.end() || !it->second.grad().defined()) return 0.0;

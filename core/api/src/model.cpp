@@ -174,6 +174,21 @@ std::vector<size_t> Model::heads_per_block() const {
   return out;
 }
 
+WorkCount Model::step_work(size_t batch, size_t seq) const {
+  if (cls_) return WorkCount::none("the model's work is counted for mean pooling, not `pool: cls`");
+  kernels::ModelShape s;
+  s.batch = batch, s.seq = seq, s.d_model = d_, s.layers = layers_.size();
+  s.hidden = layers_.empty() ? 0 : layers_[0]->fc1_w.dim(1);
+  s.classes = classes_, s.params = num_parameters(), s.final_norm = final_norm_;
+  kernels::StepWork w = kernels::model_work(s);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const WorkCount b = layers_[i]->attn->step_work(batch, seq);
+    if (!b.work) return WorkCount::none(kLayers + std::to_string(i) + ".attn: " + b.why_not);
+    w += *b.work;
+  }
+  return WorkCount::of(w);
+}
+
 std::string Model::describe() const {
   std::ostringstream o;
   o << "classifier: vocab " << vocab_ << ", d_model " << d_ << ", " << layers_.size()

@@ -130,6 +130,68 @@ class HktBlock : public gf::MultiHeadBlock {
   }
 
   bool causal() const override { return causal_; }
+
+  std::vector<size_t> level_lengths(size_t seq) const override {
+    std::vector<size_t> t;
+    for (size_t l = 0; l < levels_; ++l) t.push_back(gf_hkt::level_length(seq, stride_, l));
+    return t;
+  }
+
+  // How HKT's work in one training step is counted beside the base's (the projections of every
+  // level, the output maps) and the heads' own (hybrid_conv: Head::step_work); docs/results/
+  // speed.md, "The roofline of a step". B x T, H heads, L levels of T_l = ceil(T / 2^l) rows,
+  // n_l = B T_l, qw = H d_k, vw = H d_v, P_l = B H T_l^2 level-l scores.
+  // make_levels, each level l > 0 (levels_work):
+  //   products  the pointwise map 2 n_l d^2 forward, twice it backward
+  //   memory    the strided depthwise convolution n_(l-1) d + n_l d forward, 2 n_(l-1) d + 2 n_l d
+  //             backward (dX: dY in, dX out; dW: X, dY in); the pointwise map 2 n_l d forward,
+  //             4 n_l d backward. The convolution's K multiply-adds an output are element-wise
+  //             work, counted as its memory passes (as a layer norm's arithmetic is).
+  //   fusion    static: the mean lambda's L exps; input: also the masked mean pool, n d forward
+  //             and n d backward, its map 2 B d L forward, twice it backward, and B L exps.
+  // the fused op of every head (gf_hkt::hkt_attend), no padding:
+  //   products  2 B H d_k sum_l T_l^2 + 2 B H T^2 d_v forward (each level's scores, P V);
+  //             6 B H d_k sum_l T_l^2 + 4 B H T^2 d_v backward: every level's scores
+  //             recomputed, G_l = dS_l k_l, dk_l += c dS_l^T q_l; dV += P^T dO, dP = dO V^T
+  //   exps      P_0 forward, P_0 backward (recomputed from the kept row log-sum-exp); lambda's
+  //             L a sample in every head's call, B H L
+  //   in cache  the row maxima P_0 forward (the coarse row added in the same pass); the softmax
+  //             row pass P_0 backward; adds: the coarse grids summed coarse to fine, C_l = S_l +
+  //             up(C_(l+1)) for 0 < l < L - 1, forward and again backward; dS folded into dS_1
+  //             (P_0) and dS_(l-1) into dS_l (P_(l-1), 1 < l < L); d lambda's q_l . G_l and
+  //             dq_l += c G_l, 2 B H d_k T_l a level
+  //   memory    forward per level K_l^T made 2 n_l qw, q_l and K_l^T in 2 n_l qw; v in, o out
+  //             2 n vw. Backward per level 5 n_l qw (Q_l, K_l^T, K_l in, dQ_l, dK_l out) and
+  //             6 n vw (V, O, dO in, V^T made, dV out), as for mha's scores.
+  // Counted at stride 2 without the causal mask (other strides and causal tiles take other
+  // passes over the rows).
+  gf::WorkCount attend_work(size_t batch, size_t seq) const override {
+    if (causal_) return gf::WorkCount::none("causal hkt is not counted");
+    if (stride_ != 2) return gf::WorkCount::none("hkt is counted at stride 2 only");
+    const double B = static_cast<double>(batch), T = static_cast<double>(seq);
+    const double H = static_cast<double>(num_heads()), L = static_cast<double>(levels_);
+    const double dk = static_cast<double>(head_shape().d_k),
+                 dv = static_cast<double>(head_shape().d_v);
+    const double n = B * T, qw = H * dk, vw = H * dv, P0 = B * H * T * T;
+    gf::kernels::StepWork w = levels_work(batch, seq);
+    const std::vector<size_t> t = level_lengths(seq);
+    double sum_t2 = 0, floats = 2 * n * vw + 6 * n * vw;
+    for (size_t l = 0; l < levels_; ++l) {
+      const double tl = static_cast<double>(t[l]), nl = B * tl, pl = B * H * tl * tl;
+      sum_t2 += tl * tl;
+      floats += 4 * nl * qw + 5 * nl * qw;
+      w.add_elements += 2 * B * H * dk * tl;                   // d lambda's dot, dq's axpy
+      if (l > 0 && l + 1 < levels_) w.add_elements += 3 * pl;  // C_l twice, dS_l folded
+    }
+    if (levels_ > 1) w.add_elements += P0;  // dS into dS_1
+    w.product_flops += 8 * B * H * dk * sum_t2 + 6 * P0 * dv;
+    w.exp_elements += 2 * P0 + B * H * L;
+    w.max_elements += P0;
+    w.softmax_grad_elements += P0;
+    w.memory_bytes += 4.0 * floats;
+    return gf::WorkCount::of(w);
+  }
+
   double score_cost_ratio() const override {
     double r = 0, level = 1;
     for (size_t l = 0; l < levels_; ++l, level /= static_cast<double>(stride_ * stride_)) r += level;
@@ -155,6 +217,27 @@ class HktBlock : public gf::MultiHeadBlock {
       lv.push_back(ops::linear(y, dn.pw, &dn.pw_b));
     }
     return lv;
+  }
+
+  // The work of make_levels in one training step (attend_work says how it is counted).
+  gf::kernels::StepWork levels_work(size_t batch, size_t seq) const {
+    const double B = static_cast<double>(batch), d = static_cast<double>(head_shape().d_model);
+    const double L = static_cast<double>(levels_), n = B * static_cast<double>(seq);
+    const std::vector<size_t> t = level_lengths(seq);
+    gf::kernels::StepWork w;
+    double floats = 0;
+    for (size_t l = 1; l < levels_; ++l) {
+      const double prev = B * static_cast<double>(t[l - 1]), nl = B * static_cast<double>(t[l]);
+      w.product_flops += 3 * (2 * nl * d * d);
+      floats += (prev * d + nl * d) + (2 * prev * d + 2 * nl * d) + 2 * nl * d + 4 * nl * d;
+    }
+    w.exp_elements = input_fusion_ ? B * L : L;
+    if (input_fusion_) {
+      w.product_flops += 3 * (2 * B * d * L);
+      floats += 2 * n * d;
+    }
+    w.memory_bytes = 4.0 * floats;
+    return w;
   }
 
   // (L) static logits, or (B, L) from the masked mean of the block input.

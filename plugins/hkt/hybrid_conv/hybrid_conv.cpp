@@ -69,6 +69,20 @@ class HybridConvHead : public gf::Head {
     beta_.value().zero();  // both terms start at weight 1/2
   }
 
+  // Its work in one training step beyond the projections and the block's scores (docs/
+  // results/speed.md, "The roofline of a step"), n = B T rows of d_v: forward the convolution
+  // of V (V in, out) 2 n d_v, the gate's sigmoid 1 exp, lerp 3 n d_v (both terms in, the
+  // output); backward lerp 7 n d_v (dY in, d conv out; dY in, d att out; dY and both terms in
+  // for d beta), the convolution 4 n d_v (dY in, dV out; V, dY in for its weights). Its K
+  // multiply-adds an element are element-wise work, counted as these passes.
+  gf::WorkCount step_work(size_t batch, size_t seq) const override {
+    const double n = static_cast<double>(batch) * static_cast<double>(seq);
+    gf::kernels::StepWork w;
+    w.exp_elements = 1;
+    w.memory_bytes = 4.0 * ((2 + 3) + (7 + 4)) * n * static_cast<double>(shape_.d_v);
+    return gf::WorkCount::of(w);
+  }
+
   std::map<std::string, double> diagnostics() const override {
     const double beta = beta_.value()[0];
     return {{"beta", beta}, {"gate", 1.0 / (1.0 + std::exp(-beta))}};

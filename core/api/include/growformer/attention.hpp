@@ -15,10 +15,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "growformer/autograd.hpp"
 #include "growformer/config.hpp"
+#include "growformer/kernels.hpp"
 #include "growformer/module.hpp"
 #include "growformer/rng.hpp"
 
@@ -29,6 +31,16 @@ namespace gf {
 class Registry;
 class QkvProjections;
 struct QkvProjected;
+
+/// Work of one training step (forward and backward) in the roofline's kinds (kernels::StepWork:
+/// products, exps, in-cache passes, memory traffic; docs/results/speed.md, "The roofline of a
+/// step"), or why it was not counted: what a block, a head or the model says of itself.
+struct WorkCount {
+  std::optional<kernels::StepWork> work;  // none: not counted
+  std::string why_not;                    // when not counted: the reason, for the report
+  static WorkCount of(const kernels::StepWork& w) { return {w, ""}; }
+  static WorkCount none(std::string why) { return {std::nullopt, std::move(why)}; }
+};
 
 /// Per-forward information shared by every block.
 struct ForwardContext {
@@ -83,6 +95,14 @@ class Head : public Module {
   virtual void initialize(const HeadInit& init, Rng& rng) { (void)init; (void)rng; }
   /// Named scalars for analysis (e.g. "beta" of a hybrid head).
   virtual std::map<std::string, double> diagnostics() const { return {}; }
+  /// The head's work in one training step at BATCH x SEQ beyond its projections (which the
+  /// block counts from projections()) and the block's scoring rule: e.g. hybrid_conv's
+  /// convolution of V and its gate. Default: not counted.
+  virtual WorkCount step_work(size_t batch, size_t seq) const {
+    (void)batch;
+    (void)seq;
+    return WorkCount::none("the head does not count its work");
+  }
   /// State that is not a parameter (e.g. a gate's trackers), saved with the block's
   /// structure in checkpoints; "" = none. load_state gets what save_state returned.
   virtual std::string save_state() const { return ""; }
@@ -136,6 +156,10 @@ class AttentionBlock : public Module {
   /// Analytic work of the block's scores relative to full T x T attention with the same heads
   /// (1 for plain attention; HKT: sum over levels of s^-2l).
   virtual double score_cost_ratio() const { return 1.0; }
+  /// The block's work in one training step (forward and backward) at BATCH sequences of SEQ
+  /// tokens, as its kernels run it (`growformer bench` reads it against the roofline); its
+  /// parameters' traffic (AdamW) is counted by the model. Default: not counted, with why.
+  virtual WorkCount step_work(size_t batch, size_t seq) const;
 
   // ---- heads (blocks without heads keep the defaults) ----
   virtual std::vector<HeadInfo> heads() const { return {}; }

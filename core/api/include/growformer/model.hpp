@@ -77,6 +77,11 @@ class Model : public Module {
   size_t vocab_size() const { return vocab_; }
   /// Heads per block (empty entries for blocks without heads).
   std::vector<size_t> heads_per_block() const;
+  /// The work of one training step (forward, backward, AdamW) at BATCH sequences of SEQ tokens,
+  /// without dropout (as `growformer bench` runs it): the model's own (kernels::model_work) and
+  /// each block's (AttentionBlock::step_work). Not counted, with why, for `pool: cls` or a
+  /// block that cannot count its work.
+  WorkCount step_work(size_t batch, size_t seq) const;
   std::string describe() const;
 
  private:

@@ -55,6 +55,11 @@ class MultiHeadBlock : public AttentionBlock {
   std::optional<BlockStructure> structure() const override;
   void restore_structure(const BlockStructure& s) override;
   std::string describe() const override;
+  /// Counted when the heads combine by sum and all have the core projections of one shape
+  /// (QkvProjections): every level's projections (level_lengths), the output maps as one
+  /// product, each head's own work (Head::step_work) and the scoring rule's (attend_work);
+  /// core/api/src/block_work.cpp says how.
+  WorkCount step_work(size_t batch, size_t seq) const override;
 
   size_t score_levels() const override { return shape_.levels; }
   const HeadShape& head_shape() const { return shape_; }
@@ -66,6 +71,12 @@ class MultiHeadBlock : public AttentionBlock {
   /// The scoring rule for one head.
   virtual Var attend(const std::vector<Var>& q, const std::vector<Var>& k, const Var& v,
                      const ForwardContext& ctx) = 0;
+  /// The rows of each level at SEQ tokens (SEQ first), as make_levels makes them: the rows
+  /// step_work counts the projections of.
+  virtual std::vector<size_t> level_lengths(size_t seq) const { return {seq}; }
+  /// The work of make_levels and of attend for every head in one training step at BATCH x SEQ
+  /// (step_work adds the projections, the output maps and the heads' own). Default: not counted.
+  virtual WorkCount attend_work(size_t batch, size_t seq) const;
   /// Nothing left to do: the constructor creates the starting heads.
   [[deprecated("MultiHeadBlock's constructor creates the starting heads; remove the call")]]
   void create_initial_heads() {}

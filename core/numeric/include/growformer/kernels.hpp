@@ -174,22 +174,24 @@ double thread_cpu_seconds();
 bool set_simd(const std::string& name);
 
 // ---- the roofline of a training step ------------------------------------------------------
-// The work of one training step of an mha model counted from its shape (core/src/
-// kernels_roofline.cpp says how each term is counted), and the rates it is read against,
-// measured in the process like fma_peak_gflops: the step's roofline is the time the work would
-// take if each kind ran at its own measured rate, one kind after another.
+// The work of one training step counted from the model's shape: the model's own work here
+// (core/numeric/src/kernels_roofline.cpp says how each term is counted), each attention
+// block's by the block (AttentionBlock::step_work, <growformer/attention.hpp>), and the rates
+// it is read against, measured in the process like fma_peak_gflops: the step's roofline is the
+// time the work would take if each kind ran at its own measured rate, one kind after another.
 
-/// The shape of a training step: BATCH sequences of SEQ tokens, LAYERS pre-norm blocks of
-/// HEADS dot-product heads (widths D_K, D_V, summed into d_model by the output map) and a GELU
-/// MLP of HIDDEN, the final norm when FINAL_NORM, mean pooling, a linear classifier over
-/// CLASSES; PARAMS parameters in all (AdamW).
-struct StepShape {
-  size_t batch = 0, seq = 0, d_model = 0, layers = 0, heads = 0, d_k = 0, d_v = 0, hidden = 0;
+/// The shape of a training step's model around its attention blocks: BATCH sequences of SEQ
+/// tokens, LAYERS pre-norm blocks with a GELU MLP of HIDDEN, the final norm when FINAL_NORM,
+/// mean pooling, a linear classifier over CLASSES; PARAMS parameters in all, the blocks'
+/// included (AdamW).
+struct ModelShape {
+  size_t batch = 0, seq = 0, d_model = 0, layers = 0, hidden = 0;
   size_t classes = 0, params = 0;
   bool final_norm = true;
 };
 
 /// The work of one step (forward, backward, AdamW), by the kind of throughput that bounds it.
+/// Every count is a whole number, so sums of counts are exact in any order.
 struct StepWork {
   double product_flops = 0;     // 2 m n k per matrix product
   double exp_elements = 0;      // softmax exps: the forward pass and the backward's recomputation
@@ -197,13 +199,18 @@ struct StepWork {
   double gelu_grad_elements = 0;  // GELU derivative evaluations
   double max_elements = 0;      // the softmax's row maxima (attention tiles, in cache)
   double softmax_grad_elements = 0;  // the softmax backward's row pass (attention tiles, in cache)
+  double add_elements = 0;      // other passes over tiles in cache (HKT's coarse rows and folds)
   double memory_bytes = 0;      // activation-sized passes and the parameters' traffic (see .cpp)
+  StepWork& operator+=(const StepWork& o);
 };
-StepWork step_work(const StepShape& s);
+/// The model's own work: the embedding, positions, layer norms, residual adds, MLPs, pooling,
+/// the classifier and AdamW over all PARAMS parameters; not the attention blocks'.
+StepWork model_work(const ModelShape& s);
 
 /// Measured rates (all THREADS threads at once, each per second of its own CPU time, summed).
 struct ElementRates {
   double exp = 0, gelu = 0, gelu_grad = 0, max = 0, softmax_grad = 0;  // elements/s, in L1
+  double add = 0;           // elements/s of y += a x on a row in L1 (StepWork::add_elements)
   double memory_bytes = 0;  // bytes/s of y += a x over arrays far beyond the caches
 };
 /// About SECONDS in all on the kernel set in use.
