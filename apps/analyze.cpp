@@ -52,7 +52,8 @@ void print_json_table(const json& j, const std::string& indent) {
 }
 
 /// The first BATCHES batches of SPLIT, padded to one length so that they stack.
-std::vector<gf::Batch> probe_batches(gf::Experiment& ex, const std::vector<gf::Example>& split, long batches) {
+std::vector<gf::Batch> probe_batches(gf::Experiment& ex, const std::vector<gf::Example>& split,
+                                     long batches) {
   size_t B = static_cast<size_t>(ex.settings().batch_size);
   size_t max_t = 0;
   std::vector<gf::Batch> bs;
@@ -169,7 +170,8 @@ int cmd_analyze(const std::vector<std::string>& args) {
       "data-batches", po::value(&batches), "validation batches used as probes (default 1)")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
   bool help;
-  auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o, {{"checkpoint", 1}}, args, &help);
+  auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o,
+                  {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (batches < 1) throw UsageError("--data-batches must be >= 1");
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
@@ -193,7 +195,8 @@ int cmd_analyze(const std::vector<std::string>& args) {
     try {
       bj["analysis"] = json::parse(a.empty() ? "{}" : a);
     } catch (const std::exception& e) {
-      throw gf::RuntimeError("block " + std::to_string(i) + " returned malformed analysis: " + e.what());
+      throw gf::RuntimeError("block " + std::to_string(i) +
+                             " returned malformed analysis: " + e.what());
     }
     out["blocks"].push_back(bj);
   }

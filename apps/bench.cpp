@@ -38,7 +38,7 @@ namespace {
 
 struct BenchResult {
   double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
-  double matmul_gflop_per_step = 0;  // matrix-product work of one training step
+  double matmul_gflop_per_step = 0;           // matrix-product work of one training step
   double eval_ms = 0, eval_tokens_per_s = 0;  // forward only, no tape
   double cpu_ms = 0;  // median CPU time of the process per training step (all threads)
   size_t params = 0;
@@ -53,15 +53,16 @@ double median(std::vector<double> v) {
 /// The bench's model: MODEL_NODE built with SEED and, with GROW_TO > 0, heads added by the
 /// growth machinery (function-preserving, as INCRT grows) until every block has GROW_TO.
 std::unique_ptr<gf::Model> make_bench_model(const gf::ConfigNode& model_node, gf::Registry& reg,
-                                            size_t vocab, size_t classes, size_t seq,
-                                            uint64_t seed, size_t grow_to) {
+                                            size_t vocab, size_t classes, size_t seq, uint64_t seed,
+                                            size_t grow_to) {
   auto model = std::make_unique<gf::Model>(model_node, vocab, classes, reg, seed);
   if (grow_to > 0) {
     gf::Rng grng(seed + 2, "bench.grow");
     gf::HeadInit init;
     init.preserve_function = true;
     for (gf::AttentionBlock* blk : model->blocks()) {
-      if (!blk->can_edit_heads()) throw gf::ConfigError("bench --grow-to: the block cannot add heads");
+      if (!blk->can_edit_heads())
+        throw gf::ConfigError("bench --grow-to: the block cannot add heads");
       for (size_t step = 1; blk->num_heads() < grow_to; ++step) blk->add_head(init, grng, step);
     }
   }
@@ -119,7 +120,8 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
     auto t0 = std::chrono::steady_clock::now();
     const double c0 = process_cpu_ms();
     loss_v = train_step(model, *opt, pool[i % pool.size()]);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(ms), cpu_times.push_back(process_cpu_ms() - c0);
   }
   BenchResult r;
@@ -148,9 +150,10 @@ BenchResult run_bench(const gf::ConfigNode& model_node, const gf::ConfigNode& op
   return r;
 }
 
-json run_torch_ref(const std::string& script, const std::string& model, size_t vocab, size_t classes,
-                   size_t seq, size_t d, size_t heads, size_t layers, size_t batch, long steps,
-                   long warmup, size_t threads, const std::string& core, size_t levels) {
+json run_torch_ref(const std::string& script, const std::string& model, size_t vocab,
+                   size_t classes, size_t seq, size_t d, size_t heads, size_t layers, size_t batch,
+                   long steps, long warmup, size_t threads, const std::string& core,
+                   size_t levels) {
   std::ostringstream cmd;
   cmd << "/usr/bin/python3 '" << script << "' --model " << model << " --vocab " << vocab
       << " --classes " << classes << " --seq " << seq << " --d " << d << " --heads " << heads
@@ -174,14 +177,16 @@ json run_torch_ref(const std::string& script, const std::string& model, size_t v
 // The PyTorch build's BLAS and CPU capability (torch.__config__), e.g. "torch 1.13.1,
 // BLAS_INFO=generic, CPU capability usage: AVX2"; empty when it cannot be asked.
 std::string torch_build() {
-  // show() has lines "  - CPU capability usage: AVX2" and "  - Build settings: BLAS_INFO=generic, ..."
-  FILE* f = popen("/usr/bin/python3 -c \"import torch, re\n"
-                  "c = torch.__config__.show()\n"
-                  "b = re.search(r'BLAS_INFO=([^,\\\\s]+)', c)\n"
-                  "u = re.search(r'CPU capability usage: *(\\\\S+)', c)\n"
-                  "print('torch ' + torch.__version__ + (', BLAS_INFO=' + b.group(1) if b else '') + "
-                  "(', CPU capability ' + u.group(1) if u else ''))\" 2>/dev/null",
-                  "r");
+  // show() has lines "  - CPU capability usage: AVX2" and "  - Build settings: BLAS_INFO=generic,
+  // ..."
+  FILE* f = popen(
+      "/usr/bin/python3 -c \"import torch, re\n"
+      "c = torch.__config__.show()\n"
+      "b = re.search(r'BLAS_INFO=([^,\\\\s]+)', c)\n"
+      "u = re.search(r'CPU capability usage: *(\\\\S+)', c)\n"
+      "print('torch ' + torch.__version__ + (', BLAS_INFO=' + b.group(1) if b else '') + "
+      "(', CPU capability ' + u.group(1) if u else ''))\" 2>/dev/null",
+      "r");
   if (!f) return "";
   std::string out;
   char buf[512];
@@ -202,8 +207,8 @@ struct BenchArgs {
 
 /// The anchors a step's matrix throughput is read against, measured in the same run (GFLOP/s).
 struct Peaks {
-  double fma;    // the multiply-add peak of the kernel set in use
-  double sgemm;  // OpenBLAS's SGEMM 1024^3
+  double fma;                       // the multiply-add peak of the kernel set in use
+  double sgemm;                     // OpenBLAS's SGEMM 1024^3
   gf::kernels::ElementRates rates;  // exp, GELU, in-cache passes, memory bandwidth
 };
 
@@ -246,8 +251,8 @@ json roofline_json(const gf::WorkCount& count, const Peaks& peaks, const BenchRe
 }
 
 /// The measurement of the main model as the JSON that `bench --json` prints.
-json bench_json(const BenchArgs& a, const std::string& attn, size_t heads, const BenchResult& main_r,
-                const Peaks& peaks) {
+json bench_json(const BenchArgs& a, const std::string& attn, size_t heads,
+                const BenchResult& main_r, const Peaks& peaks) {
   const double peak = peaks.sgemm, fma_peak = peaks.fma;
   const double gflops = main_r.matmul_gflop_per_step / (main_r.median_ms / 1e3);
   // per second of CPU time (all threads): on a shared machine, what the cycles the step got did
@@ -314,19 +319,23 @@ void add_torch(json& out, const BenchResult& main_r, const std::vector<double>& 
 /// The oneDNN peer's lines of the text report.
 void print_peer(const json& out) {
   auto num = [&](const char* k) { return out[k].get<double>(); };
-  std::printf("  oneDNN peer (%s, %zu threads, %.0f MB of buffers, in the peak RSS above): gate %s\n",
-              out["onednn_library"].get<std::string>().c_str(), out["onednn_threads"].get<size_t>(),
-              num("onednn_buffers_mb"), out["onednn_gate"]["summary"].get<std::string>().c_str());
+  std::printf(
+      "  oneDNN peer (%s, %zu threads, %.0f MB of buffers, in the peak RSS above): gate %s\n",
+      out["onednn_library"].get<std::string>().c_str(), out["onednn_threads"].get<size_t>(),
+      num("onednn_buffers_mb"), out["onednn_gate"]["summary"].get<std::string>().c_str());
   const std::string ga = out.value("onednn_growformer_attention", "mha");
   if (ga != "mha")
-    std::printf("    growformer's %s step timed against the peer's mha step (the gate checked "
-                "growformer's mha model of the same shape)\n", ga.c_str());
-  std::printf("    interleaved, %zu steps each: growformer median %.1f ms (min %.1f, max %.1f), "
-              "oneDNN median %.1f ms (min %.1f, max %.1f); growformer / oneDNN = %.3f\n",
-              out["onednn_steps_timed"].get<size_t>(), num("onednn_growformer_ms_per_step_median"),
-              num("onednn_growformer_ms_per_step_min"), num("onednn_growformer_ms_per_step_max"),
-              num("onednn_ms_per_step_median"), num("onednn_ms_per_step_min"),
-              num("onednn_ms_per_step_max"), num("ratio_to_onednn"));
+    std::printf(
+        "    growformer's %s step timed against the peer's mha step (the gate checked "
+        "growformer's mha model of the same shape)\n",
+        ga.c_str());
+  std::printf(
+      "    interleaved, %zu steps each: growformer median %.1f ms (min %.1f, max %.1f), "
+      "oneDNN median %.1f ms (min %.1f, max %.1f); growformer / oneDNN = %.3f\n",
+      out["onednn_steps_timed"].get<size_t>(), num("onednn_growformer_ms_per_step_median"),
+      num("onednn_growformer_ms_per_step_min"), num("onednn_growformer_ms_per_step_max"),
+      num("onednn_ms_per_step_median"), num("onednn_ms_per_step_min"),
+      num("onednn_ms_per_step_max"), num("ratio_to_onednn"));
   std::printf("    final loss growformer %.5f, oneDNN %.5f; oneDNN primitives: %s\n",
               num("onednn_growformer_final_loss"), num("onednn_final_loss"),
               out["onednn_primitives"].get<std::string>().c_str());
@@ -340,25 +349,29 @@ void print_bench(const json& out, const std::string& compare) {
   std::printf("bench %s: attention %s, batch %zu x seq %zu, %zu threads\n",
               out["config"].get<std::string>().c_str(), attn.c_str(), out["batch"].get<size_t>(),
               out["seq"].get<size_t>(), threads);
-  std::printf("  CPU: %s; BLAS kernels: %s; SIMD kernels: %s\n", out["cpu"].get<std::string>().c_str(),
-              out["blas_kernels"].get<std::string>().c_str(), out["isa"].get<std::string>().c_str());
+  std::printf("  CPU: %s; BLAS kernels: %s; SIMD kernels: %s\n",
+              out["cpu"].get<std::string>().c_str(), out["blas_kernels"].get<std::string>().c_str(),
+              out["isa"].get<std::string>().c_str());
   std::printf("  training step: median %.1f ms (min %.1f, max %.1f) over %ld steps x %ld repeats\n",
               num("ms_per_step_median"), num("ms_per_step_min"), num("ms_per_step_max"),
               out["steps"].get<long>(), out["repeats"].get<long>());
   std::printf("  %.0f tokens/s, %zu parameters, peak RSS %.0f MB\n", num("tokens_per_s"),
               out["params"].get<size_t>(), num("peak_rss_mb"));
-  std::printf("  matrix work %.2f GFLOP/step = %.1f GFLOP/s = %.0f%% of the %s multiply-add peak "
-              "(%.0f GFLOP/s, %zu threads, register-only loop)\n",
-              num("matmul_gflop_per_step"), num("matmul_gflops"), num("percent_of_fma_peak"),
-              out["simd"].get<std::string>().c_str(), num("fma_peak_gflops"), threads);
-  std::printf("  per CPU second (%.1f ms CPU a step, all threads): %.1f GFLOP/s = %.0f%% of one "
-              "thread's peak\n",
-              num("cpu_ms_per_step_median"), num("matmul_gflops_per_cpu_s"),
-              num("percent_of_fma_peak_per_cpu_s"));
-  std::printf("  OpenBLAS SGEMM 1024^3 (%s kernels): %.0f GFLOP/s = %.0f%% of that peak; the step "
-              "is %.0f%% of it\n",
-              out["blas_core"].get<std::string>().c_str(), num("sgemm_peak_gflops"),
-              num("sgemm_percent_of_fma_peak"), num("percent_of_sgemm_peak"));
+  std::printf(
+      "  matrix work %.2f GFLOP/step = %.1f GFLOP/s = %.0f%% of the %s multiply-add peak "
+      "(%.0f GFLOP/s, %zu threads, register-only loop)\n",
+      num("matmul_gflop_per_step"), num("matmul_gflops"), num("percent_of_fma_peak"),
+      out["simd"].get<std::string>().c_str(), num("fma_peak_gflops"), threads);
+  std::printf(
+      "  per CPU second (%.1f ms CPU a step, all threads): %.1f GFLOP/s = %.0f%% of one "
+      "thread's peak\n",
+      num("cpu_ms_per_step_median"), num("matmul_gflops_per_cpu_s"),
+      num("percent_of_fma_peak_per_cpu_s"));
+  std::printf(
+      "  OpenBLAS SGEMM 1024^3 (%s kernels): %.0f GFLOP/s = %.0f%% of that peak; the step "
+      "is %.0f%% of it\n",
+      out["blas_core"].get<std::string>().c_str(), num("sgemm_peak_gflops"),
+      num("sgemm_percent_of_fma_peak"), num("percent_of_sgemm_peak"));
   const json& rl = out["roofline"];
   if (rl.value("counted", false)) {
     auto r = [&](const char* k) { return rl[k].get<double>(); };
@@ -380,39 +393,44 @@ void print_bench(const json& out, const std::string& compare) {
   } else {
     std::printf("  roofline: not counted (%s)\n", rl.value("why_not", "").c_str());
   }
-  std::printf("  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
-              "the training step's\n",
-              num("eval_ms_per_batch_median"), num("eval_tokens_per_s"), num("eval_to_train_tokens_ratio"));
+  std::printf(
+      "  evaluation (forward, no tape): median %.1f ms per batch, %.0f tokens/s = %.1fx "
+      "the training step's\n",
+      num("eval_ms_per_batch_median"), num("eval_tokens_per_s"), num("eval_to_train_tokens_ratio"));
   if (out.contains("ratio_to_compare")) {
     std::printf("  %s step: median %.1f ms; ratio %s / %s = %.3f\n", compare.c_str(),
-                num("compare_ms_per_step_median"), attn.c_str(), compare.c_str(), num("ratio_to_compare"));
+                num("compare_ms_per_step_median"), attn.c_str(), compare.c_str(),
+                num("ratio_to_compare"));
     if (out.contains("analytic_score_cost_ratio"))
-      std::printf("  analytic score-cost ratio sum s^-2l = %.4f\n", num("analytic_score_cost_ratio"));
+      std::printf("  analytic score-cost ratio sum s^-2l = %.4f\n",
+                  num("analytic_score_cost_ratio"));
   }
   if (out.contains("ratio_to_torch")) {
-    std::printf("  PyTorch reference (%s; OpenBLAS %s kernels): median %.1f ms; growformer / "
-                "PyTorch = %.3f\n",
-                out["torch_build"].get<std::string>().c_str(),
-                out["torch_openblas_core"].get<std::string>().c_str(), num("torch_ms_per_step_median"),
-                num("ratio_to_torch"));
+    std::printf(
+        "  PyTorch reference (%s; OpenBLAS %s kernels): median %.1f ms; growformer / "
+        "PyTorch = %.3f\n",
+        out["torch_build"].get<std::string>().c_str(),
+        out["torch_openblas_core"].get<std::string>().c_str(), num("torch_ms_per_step_median"),
+        num("ratio_to_torch"));
     if (out.contains("torch_ratio_hkt_to_mha"))
-      std::printf("  PyTorch mha step: median %.1f ms; PyTorch hkt / mha = %.3f; growformer mha / "
-                  "PyTorch mha = %.3f\n",
-                  num("torch_compare_ms_per_step_median"), num("torch_ratio_hkt_to_mha"),
-                  num("compare_ratio_to_torch"));
+      std::printf(
+          "  PyTorch mha step: median %.1f ms; PyTorch hkt / mha = %.3f; growformer mha / "
+          "PyTorch mha = %.3f\n",
+          num("torch_compare_ms_per_step_median"), num("torch_ratio_hkt_to_mha"),
+          num("compare_ratio_to_torch"));
   }
   if (out.contains("ratio_to_onednn")) print_peer(out);
 }
-
 
 BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   po::options_description o("bench options");
   BenchArgs a;
   o.add_options()("config", po::value(&a.config)->required(), "YAML config (its model: section)")(
       "set", po::value(&a.sets)->composing(), "override KEY=VALUE")(
-      "steps", po::value(&a.steps), "timed steps (default 10)")(
-      "warmup", po::value(&a.warmup), "untimed steps first (default 3)")(
-      "repeats", po::value(&a.repeats), "repeat the whole measurement (every model once per repeat, interleaved); report the median")(
+      "steps", po::value(&a.steps), "timed steps (default 10)")("warmup", po::value(&a.warmup),
+                                                                "untimed steps first (default 3)")(
+      "repeats", po::value(&a.repeats),
+      "repeat the whole measurement (every model once per repeat, interleaved); report the median")(
       "vocab", po::value(&a.vocab), "vocabulary of the random tokens (default 20)")(
       "classes", po::value(&a.classes), "classes (default 10)")(
       "batch", po::value(&a.batch), "batch size (default train.batch_size or 32)")(
@@ -428,20 +446,23 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
       "peer", po::value(&a.peer),
       "also time the same training step in another library, interleaved step by step with "
       "growformer's, once it is checked to compute growformer's loss and gradients: onednn "
-      "(oneDNN primitives)")(
-      "json", "print JSON")("plugin-path", po::value(&a.paths)->composing(), "extra plugin folder");
-  auto vm = parse("growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha] "
-                  "[--peer onednn]",
-                  o, {{"config", 1}}, args, &a.help);
+      "(oneDNN primitives)")("json", "print JSON")("plugin-path", po::value(&a.paths)->composing(),
+                                                   "extra plugin folder");
+  auto vm = parse(
+      "growformer bench CONFIG [--steps N] [--torch-ref PATH] [--compare-attention mha] "
+      "[--peer onednn]",
+      o, {{"config", 1}}, args, &a.help);
   if (a.help) return a;
-  if (a.steps < 1 || a.warmup < 0 || a.repeats < 1) throw UsageError("--steps/--repeats must be >= 1");
+  if (a.steps < 1 || a.warmup < 0 || a.repeats < 1)
+    throw UsageError("--steps/--repeats must be >= 1");
   if (!a.peer.empty() && a.peer != "onednn")
     throw UsageError("--peer: unknown peer `" + a.peer + "` (the one peer is onednn)");
 #if !GROWFORMER_ONEDNN_PEER
   if (!a.peer.empty())
-    throw UsageError("--peer onednn: this growformer was built without oneDNN; install it "
-                     "(apt-get install libdnnl-dev) and configure and build again (cmake -S . -B "
-                     "build && cmake --build build; -DGROWFORMER_ONEDNN=ON insists on it)");
+    throw UsageError(
+        "--peer onednn: this growformer was built without oneDNN; install it "
+        "(apt-get install libdnnl-dev) and configure and build again (cmake -S . -B "
+        "build && cmake --build build; -DGROWFORMER_ONEDNN=ON insists on it)");
 #endif
   a.json = vm.count("json") > 0;
   return a;
@@ -516,8 +537,10 @@ class PeerBench {
                                                    a.seq, gf::num_threads());
     gate_ = gf_onednn::run_gate(*model_, reg, bc.optimizer, *peer_, pool_[0], 1e-3f);
     if (!gate_.passed)
-      throw gf::RuntimeError("bench --peer onednn: the oneDNN step does not compute growformer's "
-                             "step, so neither is timed: " + gate_.summary());
+      throw gf::RuntimeError(
+          "bench --peer onednn: the oneDNN step does not compute growformer's "
+          "step, so neither is timed: " +
+          gate_.summary());
     if (attention_ != "mha") {  // the bench's own model is the one timed
       model_ = make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
       opt_ = reg.create_optimizer(bc.optimizer);
@@ -608,8 +631,8 @@ Peaks measure_peaks() {
 }
 
 /// The roofline of the step as timed (grown heads included) beside the main run R.
-json step_roofline(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg,
-                   const Peaks& peaks, const BenchResult& r) {
+json step_roofline(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg, const Peaks& peaks,
+                   const BenchResult& r) {
   const std::unique_ptr<gf::Model> timed =
       make_bench_model(bc.model, reg, a.vocab, a.classes, a.seq, bc.seed, a.grow_to);
   return roofline_json(timed->step_work(a.batch, a.seq), peaks, r);
@@ -643,8 +666,8 @@ int cmd_bench(const std::vector<std::string>& cli) {
     if (a.grow_to > 0)  // the grown model against the same block built with K heads
       cmp.apply_override("model.attention.heads=" + std::to_string(a.grow_to));
     else
-      cmp.apply_override("model.attention={plugin: " + compare + ", heads: " +
-                         std::to_string(heads) + "}");
+      cmp.apply_override("model.attention={plugin: " + compare +
+                         ", heads: " + std::to_string(heads) + "}");
   }
   const bool torch_compare = !compare.empty() && hierarchical;
   auto torch_run = [&](const std::string& kind) {

@@ -19,10 +19,10 @@ struct UsageError : std::runtime_error {
 };
 
 /// Parses args; prints help and sets *help when --help was given.
-boost::program_options::variables_map parse(const std::string& usage,
-                                            boost::program_options::options_description& opts,
-                                            boost::program_options::positional_options_description& pos,
-                                            const std::vector<std::string>& args, bool* help);
+boost::program_options::variables_map parse(
+    const std::string& usage, boost::program_options::options_description& opts,
+    boost::program_options::positional_options_description& pos,
+    const std::vector<std::string>& args, bool* help);
 /// The same with the positional arguments named in order ({"config", 1}; -1 = all the rest).
 boost::program_options::variables_map parse(
     const std::string& usage, boost::program_options::options_description& opts,

@@ -44,7 +44,8 @@ namespace {
 void drop_other_mode_options(const gf::ConfigNode& cfg, const std::set<std::string>& set_keys,
                              const std::vector<std::string>& plugin_paths) {
   gf::ConfigNode data = cfg.child("data");
-  if (set_keys.empty() || !data.is_map() || !data.has("plugin") || !data.child("plugin").is_scalar())
+  if (set_keys.empty() || !data.is_map() || !data.has("plugin") ||
+      !data.child("plugin").is_scalar())
     return;
   gf::Registry reg;
   reg.load_directories(gf::Registry::search_path(plugin_paths));
@@ -89,8 +90,9 @@ gf::ConfigNode embedded_config(const std::string& text, const std::string& path,
   gf::ConfigNode other = gf::ConfigNode::load_file(data_config);
   gf::ConfigNode data_node = other.has("data") ? other.child("data") : other;
   if (!data_node.is_map() || !data_node.has("plugin"))
-    throw gf::ConfigError(data_config + ": expected a `data:` section (or a data mapping) with a "
-                                        "`plugin` key");
+    throw gf::ConfigError(data_config +
+                          ": expected a `data:` section (or a data mapping) with a "
+                          "`plugin` key");
   gf::ConfigNode saved = gf::ConfigNode::load_string(text, path + " (embedded config)", base);
   base = fs::absolute(data_config).parent_path().string();  // its relative paths
   gf::ConfigNode cfg = gf::ConfigNode::load_string(text, path + " (embedded config)", base);
@@ -105,7 +107,8 @@ gf::ConfigNode embedded_config(const std::string& text, const std::string& path,
 // for predict, the evaluated split for eval, so files of other splits need not exist. Plugins
 // come from --plugin-path and the folders the checkpoint records (the libraries of a run that
 // were found outside the built-in folders); one that is gone is named in the error.
-std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, const std::string& path,
+std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck,
+                                                      const std::string& path,
                                                       const std::vector<std::string>& given_paths,
                                                       const std::vector<std::string>& data_sets,
                                                       const std::string& data_config,
@@ -117,20 +120,22 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
   auto record = ck.metadata.find("data");
   bool changed = !data_sets.empty() || !data_config.empty();
   if (changed && record == ck.metadata.end())
-    throw gf::ConfigError(path + ": the checkpoint has no saved tokenizer (it was written before "
-                                 "tokenizers were saved), so other data cannot be tokenised as in "
-                                 "training; `growformer resume` it once, or re-train");
+    throw gf::ConfigError(path +
+                          ": the checkpoint has no saved tokenizer (it was written before "
+                          "tokenizers were saved), so other data cannot be tokenised as in "
+                          "training; `growformer resume` it once, or re-train");
   const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, path, given_paths);
   const std::vector<std::string>& plugin_paths = plugins.paths;
   auto dir = ck.metadata.find("config_dir");
   try {
-    gf::ConfigNode cfg = embedded_config(cfg_text->second, path,
-                                         dir == ck.metadata.end() ? "" : dir->second, data_config,
-                                         plugin_paths);
+    gf::ConfigNode cfg =
+        embedded_config(cfg_text->second, path, dir == ck.metadata.end() ? "" : dir->second,
+                        data_config, plugin_paths);
     std::set<std::string> set_keys;  // the KEY of each data.KEY... given
     for (const std::string& s : data_sets) {
       if (s.rfind("data.", 0) != 0)
-        throw UsageError("--set " + s + ": only data.KEY=VALUE can change (the model is the checkpoint's)");
+        throw UsageError("--set " + s +
+                         ": only data.KEY=VALUE can change (the model is the checkpoint's)");
       set_keys.insert(s.substr(5, s.find_first_of(".=", 5) - 5));
       // a path given on the command line is relative to the current directory
       auto eq = s.find('=');
@@ -141,8 +146,8 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
         cfg.apply_override(s);
     }
     drop_other_mode_options(cfg, set_keys, plugin_paths);
-    auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
-                                               record == ck.metadata.end() ? "" : record->second, need);
+    auto ex = std::make_unique<gf::Experiment>(
+        cfg, plugin_paths, record == ck.metadata.end() ? "" : record->second, need);
     ex->load_weights(ck, path);
     return ex;
   } catch (const gf::ConfigError& e) {
@@ -156,14 +161,16 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck, 
 // data.test=FILE --set data.format=auto`.
 bool is_config_file(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".yaml" || ext == ".yml";
 }
 
 std::string embedded_data_plugin(const gf::Checkpoint& ck, const std::string& path) {
   auto cfg = ck.metadata.find("config");
   if (cfg == ck.metadata.end()) return "";
-  gf::ConfigNode data = gf::ConfigNode::load_string(cfg->second, path + " (embedded config)").child("data");
+  gf::ConfigNode data =
+      gf::ConfigNode::load_string(cfg->second, path + " (embedded config)").child("data");
   return data.valid() && data.is_map() && data.has("plugin") && data.child("plugin").is_scalar()
              ? data.child("plugin").as_string()
              : "";
@@ -190,7 +197,8 @@ std::string fixed(double v, int digits) {
 
 /// The confusion matrix of ROWS and their mean loss (into LOSS), in the batches of
 /// Experiment::evaluate, so loss and accuracy are the figures training logs.
-std::vector<std::vector<size_t>> evaluate_rows(gf::Experiment& ex, const std::vector<const gf::Example*>& rows,
+std::vector<std::vector<size_t>> evaluate_rows(gf::Experiment& ex,
+                                               const std::vector<const gf::Example*>& rows,
                                                double& loss) {
   const size_t C = ex.data().num_classes, B = static_cast<size_t>(ex.settings().batch_size);
   std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
@@ -222,7 +230,8 @@ std::vector<std::vector<size_t>> evaluate_rows(gf::Experiment& ex, const std::ve
 
 /// The text report of `eval`: the figures, per-class precision/recall/F1, the confusion matrix.
 void print_eval(const std::string& split, const gf::ClassificationReport& r, double loss,
-                const std::vector<std::string>& names, const std::vector<std::vector<size_t>>& confusion) {
+                const std::vector<std::string>& names,
+                const std::vector<std::vector<size_t>>& confusion) {
   const size_t C = confusion.size();
   std::cout << split << ": accuracy " << fixed(r.accuracy, 4) << ", loss " << fixed(loss, 4)
             << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << r.examples << " examples\n";
@@ -234,7 +243,8 @@ void print_eval(const std::string& split, const gf::ClassificationReport& r, dou
                 r.classes[c].precision, r.classes[c].recall, r.classes[c].f1, r.classes[c].support);
   }
   std::fflush(stdout);
-  std::cout << "\nconfusion matrix (rows: true class, columns: predicted class, in the order above)\n";
+  std::cout
+      << "\nconfusion matrix (rows: true class, columns: predicted class, in the order above)\n";
   for (size_t t = 0; t < C; ++t) {
     std::printf("%*s ", static_cast<int>(w), names[t].c_str());
     for (size_t q = 0; q < C; ++q) std::printf(" %6zu", confusion[t][q]);
@@ -244,8 +254,10 @@ void print_eval(const std::string& split, const gf::ClassificationReport& r, dou
 }
 
 /// The lines of one batch of predictions: PROB holds C probabilities per record.
-void write_predictions(std::ostream& out, const std::string& format, const std::vector<std::string>& names,
-                       const std::vector<gf::Record>& pending, const std::vector<double>& prob, size_t C) {
+void write_predictions(std::ostream& out, const std::string& format,
+                       const std::vector<std::string>& names,
+                       const std::vector<gf::Record>& pending, const std::vector<double>& prob,
+                       size_t C) {
   char buf[32];
   for (size_t i = 0; i < pending.size(); ++i) {
     const double* row = prob.data() + i * C;
@@ -263,8 +275,10 @@ void write_predictions(std::ostream& out, const std::string& format, const std::
       json pr = json::object();
       for (size_t c = 0; c < C; ++c) pr[names[c]] = row[c];
       // ids and class names are bytes: written as json_text.hpp describes
-    out << gf::dump_json(json({{"id", pending[i].id}, {"line", pending[i].line},
-                               {"predicted", names[arg]}, {"probabilities", pr}}))
+      out << gf::dump_json(json({{"id", pending[i].id},
+                                 {"line", pending[i].line},
+                                 {"predicted", names[arg]},
+                                 {"probabilities", pr}}))
           << "\n";
     }
   }
@@ -303,6 +317,29 @@ long clamp_threads(long threads) {
   return static_cast<long>(cores);
 }
 
+// The evaluation as one JSON object on stdout (eval --json).
+void print_eval_json(const std::string& ck, const std::string& split, double loss,
+                     const gf::ClassificationReport& r, const std::vector<std::string>& names,
+                     const std::vector<size_t>& heads) {
+  json classes = json::array();
+  for (size_t c = 0; c < r.classes.size(); ++c)
+    classes.push_back({{"name", names[c]},
+                       {"precision", r.classes[c].precision},
+                       {"recall", r.classes[c].recall},
+                       {"f1", r.classes[c].f1},
+                       {"support", r.classes[c].support}});
+  std::cout << gf::dump_json(json({{"checkpoint", ck},
+                                   {"split", split},
+                                   {"loss", loss},
+                                   {"accuracy", r.accuracy},
+                                   {"macro_f1", r.macro_f1},
+                                   {"examples", r.examples},
+                                   {"classes", classes},
+                                   {"confusion", r.confusion},
+                                   {"heads", heads}}))
+            << "\n";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -310,8 +347,9 @@ int cmd_eval(const std::vector<std::string>& args) {
   po::options_description o("eval options");
   std::string ck, split = "test", data_config;
   std::vector<std::string> paths, sets;
-  o.add_options()("checkpoint", po::value(&ck)->required(),
-                  "checkpoint (.safetensors), or a run directory (its best checkpoint, else its last)")(
+  o.add_options()(
+      "checkpoint", po::value(&ck)->required(),
+      "checkpoint (.safetensors), or a run directory (its best checkpoint, else its last)")(
       "split", po::value(&split), "val | test | train | all")(
       "set", po::value(&sets)->composing(),
       "change the data: data.KEY=VALUE (repeatable; e.g. data.test=FILE)")(
@@ -320,15 +358,17 @@ int cmd_eval(const std::vector<std::string>& args) {
       ".yaml/.yml) on this data file as the test split: TSV, CSV or JSON lines")(
       "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
   bool help;
-  auto vm = parse("growformer eval CHECKPOINT|RUN_DIR [--split val|test|train|all] [--set data.KEY=VALUE]... "
-                  "[--data CONFIG|FILE] [--json]",
-                  o, {{"checkpoint", 1}}, args, &help);
+  auto vm = parse(
+      "growformer eval CHECKPOINT|RUN_DIR [--split val|test|train|all] [--set data.KEY=VALUE]... "
+      "[--data CONFIG|FILE] [--json]",
+      o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (split != "val" && split != "test" && split != "train" && split != "all")
     throw UsageError("--split must be val, test, train or all");
   ck = gf::checkpoint_in(ck);
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  if (!data_config.empty() && !is_config_file(data_config) && embedded_data_plugin(loaded, ck) == "text_tsv") {
+  if (!data_config.empty() && !is_config_file(data_config) &&
+      embedded_data_plugin(loaded, ck) == "text_tsv") {
     if (!fs::exists(data_config)) throw gf::ConfigError("--data " + data_config + ": no such file");
     if (vm.count("split") && split != "test")
       throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
@@ -345,7 +385,8 @@ int cmd_eval(const std::vector<std::string>& args) {
                       what.find("No such file") != std::string::npos;
     if (!sets.empty() || !data_config.empty() || !unreadable) throw;
     // the run's own data files, gone: the checkpoint alone evaluates other data
-    throw gf::ConfigError(std::string(e.what()) + "\n  (the " + split + " split is read from the "
+    throw gf::ConfigError(std::string(e.what()) + "\n  (the " + split +
+                          " split is read from the "
                           "files the model trained on; evaluate other labelled data with --data "
                           "FILE or --set data.test=FILE; `growformer predict` needs no data)");
   }
@@ -358,24 +399,13 @@ int cmd_eval(const std::vector<std::string>& args) {
   }
   if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
 
-  size_t C = d.num_classes;
   double loss = 0;
   const std::vector<std::vector<size_t>> confusion = evaluate_rows(*ex, rows, loss);
   gf::ClassificationReport r = gf::classification_report(confusion);
   loss /= static_cast<double>(rows.size());
   const std::vector<std::string> names = class_names(d);
   if (vm.count("json")) {
-    json classes = json::array();
-    for (size_t c = 0; c < C; ++c)
-      classes.push_back({{"name", names[c]}, {"precision", r.classes[c].precision},
-                         {"recall", r.classes[c].recall}, {"f1", r.classes[c].f1},
-                         {"support", r.classes[c].support}});
-    std::cout << gf::dump_json(json({{"checkpoint", ck}, {"split", split}, {"loss", loss},
-                                     {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
-                                     {"examples", r.examples}, {"classes", classes},
-                                     {"confusion", r.confusion},
-                                     {"heads", ex->model().heads_per_block()}}))
-              << "\n";
+    print_eval_json(ck, split, loss, r, names, ex->model().heads_per_block());
     return 0;
   }
   print_eval(split, r, loss, names, confusion);
@@ -395,19 +425,24 @@ struct PredictArgs {
 PredictArgs parse_predict_args(const std::vector<std::string>& args) {
   po::options_description o("predict options");
   PredictArgs a;
-  o.add_options()("checkpoint", po::value(&a.ck)->required(),
-                  "checkpoint (.safetensors), or a run directory (its best checkpoint, else its last)")(
+  o.add_options()(
+      "checkpoint", po::value(&a.ck)->required(),
+      "checkpoint (.safetensors), or a run directory (its best checkpoint, else its last)")(
       "input", po::value(&a.input)->required(),
-      "records: TSV with the text column (text_tsv), FASTA (fasta_variants), expressions (listops)")(
-      "out", po::value(&a.out_path), "output file (default: standard output)")(
+      "records: TSV with the text column (text_tsv), FASTA (fasta_variants), expressions "
+      "(listops)")("out", po::value(&a.out_path), "output file (default: standard output)")(
       "format", po::value(&a.format), "tsv | jsonl")(
-      "bad-records", po::value(&a.bad), "fail: stop at the first bad record; skip: report and go on")(
+      "bad-records", po::value(&a.bad),
+      "fail: stop at the first bad record; skip: report and go on")(
       "batch-size", po::value(&a.batch), "records per batch (default: the training batch size)")(
-      "threads", po::value(&a.threads), "worker threads (default: the run's setting; 0 = all cores)")(
-      "quiet,q", "no progress output")("plugin-path", po::value(&a.paths)->composing(), "extra plugin folder");
-  auto vm = parse("growformer predict CHECKPOINT|RUN_DIR INPUT [--out FILE] [--format tsv|jsonl] "
-                  "[--bad-records fail|skip]",
-                  o, {{"checkpoint", 1}, {"input", 1}}, args, &a.help);
+      "threads", po::value(&a.threads),
+      "worker threads (default: the run's setting; 0 = all cores)")(
+      "quiet,q", "no progress output")("plugin-path", po::value(&a.paths)->composing(),
+                                       "extra plugin folder");
+  auto vm = parse(
+      "growformer predict CHECKPOINT|RUN_DIR INPUT [--out FILE] [--format tsv|jsonl] "
+      "[--bad-records fail|skip]",
+      o, {{"checkpoint", 1}, {"input", 1}}, args, &a.help);
   if (a.help) return a;
   if (a.format != "tsv" && a.format != "jsonl") throw UsageError("--format must be tsv or jsonl");
   if (a.bad != "fail" && a.bad != "skip") throw UsageError("--bad-records must be fail or skip");
@@ -429,8 +464,9 @@ int cmd_predict(const std::vector<std::string>& cli) {
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
   auto record = loaded.metadata.find("data");
   if (record == loaded.metadata.end())
-    throw gf::ConfigError(ck + ": the checkpoint has no saved tokenizer (it was written before "
-                               "tokenizers were saved); `growformer resume` it once, or re-train");
+    throw gf::ConfigError(ck +
+                          ": the checkpoint has no saved tokenizer (it was written before "
+                          "tokenizers were saved); `growformer resume` it once, or re-train");
   // the checkpoint alone: model, saved tokenizer and classes; no training data is read
   auto ex = checkpoint_experiment(loaded, ck, paths, {}, "", "none");
   threads = clamp_threads(threads);
@@ -439,7 +475,7 @@ int cmd_predict(const std::vector<std::string>& cli) {
 
   const gf::DataSplits& d = ex->data();
   size_t C = d.num_classes, B = batch > 0 ? static_cast<size_t>(batch)
-                                           : static_cast<size_t>(ex->settings().batch_size);
+                                          : static_cast<size_t>(ex->settings().batch_size);
   const std::vector<std::string> names = class_names(d);
   std::ofstream file;
   if (!out_path.empty()) {
@@ -477,8 +513,7 @@ int cmd_predict(const std::vector<std::string>& cli) {
       // a reader's message may already start with where the record is (FASTA's k-mer errors)
       std::string where = input + ":" + std::to_string(r.line) + ": record `" + r.id + "`";
       std::string msg = r.error.rfind(where, 0) == 0 ? r.error : where + ": " + r.error;
-      if (bad == "fail")
-        throw gf::ConfigError(msg + " (--bad-records skip to go on without it)");
+      if (bad == "fail") throw gf::ConfigError(msg + " (--bad-records skip to go on without it)");
       if (progress) std::cerr << "\r\033[K";
       std::cerr << "skipped: " << msg << "\n";
       ++skipped;
@@ -489,10 +524,12 @@ int cmd_predict(const std::vector<std::string>& cli) {
   }
   flush();
   out.flush();
-  if (!out) throw gf::RuntimeError((out_path.empty() ? "standard output" : out_path) + ": write failed");
+  if (!out)
+    throw gf::RuntimeError((out_path.empty() ? "standard output" : out_path) + ": write failed");
   if (progress) std::cerr << "\r\033[K";
   if (!a.quiet)
-    std::cerr << "predict: " << done << " records" << (skipped ? ", " + std::to_string(skipped) + " bad skipped" : "")
+    std::cerr << "predict: " << done << " records"
+              << (skipped ? ", " + std::to_string(skipped) + " bad skipped" : "")
               << (out_path.empty() ? "" : " -> " + out_path) << "\n";
   return 0;
 }

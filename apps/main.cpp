@@ -34,8 +34,8 @@ using json = nlohmann::json;
 namespace gfapp {
 
 po::variables_map parse(const std::string& usage, po::options_description& opts,
-                        po::positional_options_description& pos, const std::vector<std::string>& args,
-                        bool* help) {
+                        po::positional_options_description& pos,
+                        const std::vector<std::string>& args, bool* help) {
   opts.add_options()("help,h", "show this help");
   po::variables_map vm;
   try {
@@ -136,8 +136,11 @@ int cmd_inspect(const std::vector<std::string>& args) {
     if (!p.place.head.empty()) per_head[p.place.head] += p.size;
   }
   if (vm.count("json")) {
-    std::cout << gf::dump_json(json({{"checkpoint", ck}, {"parameters", total}, {"blocks", per_block},
-                                     {"heads", per_head}, {"heads_per_block", m.heads_per_block},
+    std::cout << gf::dump_json(json({{"checkpoint", ck},
+                                     {"parameters", total},
+                                     {"blocks", per_block},
+                                     {"heads", per_head},
+                                     {"heads_per_block", m.heads_per_block},
                                      {"step", m.step}}),
                                2)
               << "\n";
@@ -174,14 +177,15 @@ int cmd_config(const std::vector<std::string>& args) {
   gf::Experiment ex(load_config(config, sets), paths);
   std::cout << config << ": OK\n" << ex.model().describe();
   std::cout << "data: " << ex.data().train.size() << " train / " << ex.data().val.size()
-            << " val / " << ex.data().test.size() << " test, vocabulary "
-            << ex.data().vocab_size << ", " << ex.data().num_classes << " classes\n";
+            << " val / " << ex.data().test.size() << " test, vocabulary " << ex.data().vocab_size
+            << ", " << ex.data().num_classes << " classes\n";
   return 0;
 }
 
 int cmd_data(const std::vector<std::string>& args) {
   std::string usage =
-      "growformer data listops-check FILE\n       growformer data stats CONFIG [--set KEY=VALUE]... [--json]";
+      "growformer data listops-check FILE\n       growformer data stats CONFIG [--set "
+      "KEY=VALUE]... [--json]";
   if (args.empty()) throw UsageError("usage: " + usage);
   if (args[0] == "--help" || args[0] == "-h") {
     std::cout << "usage: " << usage << "\n";
@@ -230,7 +234,9 @@ namespace {
 json component_json(const gf::ComponentInfo& c) {
   json opts = json::array();
   for (auto& s : c.spec.options) {
-    json j = {{"name", s.name}, {"type", gf::opt_type_name(s.type)}, {"default", s.default_value},
+    json j = {{"name", s.name},
+              {"type", gf::opt_type_name(s.type)},
+              {"default", s.default_value},
               {"doc", s.doc}};
     if (std::isfinite(s.min)) j["min"] = s.min;
     if (std::isfinite(s.max)) j["max"] = s.max;
@@ -238,14 +244,19 @@ json component_json(const gf::ComponentInfo& c) {
     if (s.required) j["required"] = true;
     opts.push_back(j);
   }
-  return json{{"kind", gf::kind_name(c.kind)}, {"name", c.spec.name}, {"doc", c.spec.doc},
-              {"plugin", c.plugin}, {"library", c.library}, {"options", opts}};
+  return json{{"kind", gf::kind_name(c.kind)},
+              {"name", c.spec.name},
+              {"doc", c.spec.doc},
+              {"plugin", c.plugin},
+              {"library", c.library},
+              {"options", opts}};
 }
 
 // `plugins list`: every component by kind, the libraries loaded and those that failed.
 void list_plugins(const gf::Registry& reg, bool as_json) {
   if (as_json) {
-    json out = {{"components", json::array()}, {"libraries", json::array()}, {"failed", json::array()}};
+    json out = {
+        {"components", json::array()}, {"libraries", json::array()}, {"failed", json::array()}};
     for (auto& c : reg.components()) out["components"].push_back(component_json(c));
     for (auto& l : reg.libraries())
       out["libraries"].push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}});
@@ -258,11 +269,13 @@ void list_plugins(const gf::Registry& reg, bool as_json) {
     std::cout << gf::kind_name(kind) << ":\n";
     for (auto& c : reg.components())
       if (c.kind == kind)
-        std::cout << "  " << c.spec.name << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
+        std::cout << "  " << c.spec.name
+                  << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
                   << c.spec.doc << "  [" << c.plugin << "]\n";
   }
   std::cout << "libraries:\n";
-  for (auto& l : reg.libraries()) std::cout << "  " << l.plugin << " " << l.version << "  " << l.path << "\n";
+  for (auto& l : reg.libraries())
+    std::cout << "  " << l.plugin << " " << l.version << "  " << l.path << "\n";
   if (!reg.failures().empty()) {
     std::cout << "failed to load:\n";
     for (auto& f : reg.failures()) std::cout << "  " << f.path << ": " << f.error << "\n";
@@ -284,21 +297,23 @@ void list_plugins(const gf::Registry& reg, bool as_json) {
   if (!own.empty())
     throw gf::ConfigError("`" + want + "` is not available: its library failed to load:" + own);
   std::string dym = gf::did_you_mean(want, names);
-  throw gf::ConfigError("no component named `" + want + "`" +
-                        (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
-                        " (see `growformer plugins list`)" +
-                        (others.empty() ? "" : "\nlibraries that failed to load (it may be in one):" + others));
+  throw gf::ConfigError(
+      "no component named `" + want + "`" + (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
+      " (see `growformer plugins list`)" +
+      (others.empty() ? "" : "\nlibraries that failed to load (it may be in one):" + others));
 }
 
 // One component's documentation and options, as `plugins describe` prints them.
 void print_component(const gf::ComponentInfo& c) {
-  std::cout << gf::kind_name(c.kind) << " `" << c.spec.name << "`: " << c.spec.doc
-            << "\n  from " << c.library << "\n  options:\n";
+  std::cout << gf::kind_name(c.kind) << " `" << c.spec.name << "`: " << c.spec.doc << "\n  from "
+            << c.library << "\n  options:\n";
   if (c.spec.options.empty()) std::cout << "    (none)\n";
   for (auto& s : c.spec.options) {
     std::cout << "    " << s.name << " (" << gf::opt_type_name(s.type);
-    if (s.required) std::cout << ", required";
-    else std::cout << ", default " << (s.default_value.empty() ? "\"\"" : s.default_value);
+    if (s.required)
+      std::cout << ", required";
+    else
+      std::cout << ", default " << (s.default_value.empty() ? "\"\"" : s.default_value);
     std::cout << ")";
     if (!s.choices.empty()) {
       std::cout << " one of:";
@@ -330,9 +345,12 @@ void describe_plugin(const gf::Registry& reg, const std::string& want, bool as_j
 std::string md_cell(std::string s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -340,8 +358,10 @@ std::string md_cell(std::string s) {
 // A bound as the option's type shows it (an int option's 1, a float's 0.5).
 std::string md_bound(double v, gf::OptType t) {
   std::ostringstream o;
-  if (t == gf::OptType::Int) o << static_cast<long long>(v);
-  else o << v;
+  if (t == gf::OptType::Int)
+    o << static_cast<long long>(v);
+  else
+    o << v;
   return o.str();
 }
 
@@ -371,10 +391,12 @@ void markdown_components(const gf::Registry& reg, const std::string& want) {
         if (values.empty() && (std::isfinite(s.min) || std::isfinite(s.max)))
           values = (std::isfinite(s.min) ? md_bound(s.min, s.type) : "") + " .. " +
                    (std::isfinite(s.max) ? md_bound(s.max, s.type) : "");
-        std::string def = s.required ? "required" : s.default_value.empty() ? "\"\"" : s.default_value;
+        std::string def = s.required                ? "required"
+                          : s.default_value.empty() ? "\"\""
+                                                    : s.default_value;
         if (!s.mode.empty()) values += (values.empty() ? "" : "; ") + std::string("when ") + s.mode;
-        std::cout << "| `" << s.name << "` | " << gf::opt_type_name(s.type) << " | `" << md_cell(def)
-                  << "` | " << md_cell(values) << " | " << md_cell(s.doc) << " |\n";
+        std::cout << "| `" << s.name << "` | " << gf::opt_type_name(s.type) << " | `"
+                  << md_cell(def) << "` | " << md_cell(values) << " | " << md_cell(s.doc) << " |\n";
       }
       std::cout << "\n";
     }
@@ -387,11 +409,12 @@ int cmd_plugins(const std::vector<std::string>& args) {
   po::options_description o("plugins options");
   std::vector<std::string> words, paths;
   o.add_options()("words", po::value(&words)->composing(), "list | describe NAME")(
-      "json", "print JSON")("markdown", "describe: the option tables of docs/OPTIONS.md (NAME optional)")(
+      "json", "print JSON")("markdown",
+                            "describe: the option tables of docs/OPTIONS.md (NAME optional)")(
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder");
   bool help;
-  auto vm = parse("growformer plugins [list | describe NAME] [--json] | describe [NAME] --markdown", o,
-                  {{"words", -1}}, args, &help);
+  auto vm = parse("growformer plugins [list | describe NAME] [--json] | describe [NAME] --markdown",
+                  o, {{"words", -1}}, args, &help);
   if (help) return 0;
   gf::Registry reg;
   reg.load_directories(gf::Registry::search_path(paths));
@@ -420,12 +443,14 @@ int cmd_plugins(const std::vector<std::string>& args) {
 
 namespace {
 const char* kTopUsage =
-    "growformer " GROWFORMER_VERSION " - attention models that decide their own structure\n\n"
+    "growformer " GROWFORMER_VERSION
+    " - attention models that decide their own structure\n\n"
     "usage: growformer COMMAND [options]   (growformer COMMAND --help for details)\n\n"
     "commands:\n"
     "  train CONFIG [--set KEY=VALUE]... [--run-dir DIR] [--plugin-path P]\n"
     "  resume RUN_DIR\n"
-    "  eval CHECKPOINT [--split val|test|train|all] [--set data.KEY=VALUE]... [--data CONFIG] [--json]\n"
+    "  eval CHECKPOINT [--split val|test|train|all] [--set data.KEY=VALUE]... [--data CONFIG] "
+    "[--json]\n"
     "  predict CHECKPOINT INPUT [--out FILE] [--format tsv|jsonl] [--bad-records fail|skip]\n"
     "  plugins [list | describe NAME] [--json]\n"
     "  config check CONFIG [--set KEY=VALUE]...\n"
@@ -494,8 +519,9 @@ int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>
     report("error: " + gf::printable(e.what()));
     return 1;
   } catch (const std::bad_alloc&) {  // a training step names its step and checkpoint itself
-    report("error: out of memory: the command needs more memory than this process may allocate "
-           "(the machine's memory, a cgroup limit or ulimit -v)");
+    report(
+        "error: out of memory: the command needs more memory than this process may allocate "
+        "(the machine's memory, a cgroup limit or ulimit -v)");
     return 1;
   } catch (const std::exception& e) {
     report("error: " + gf::printable(e.what()));
@@ -519,8 +545,8 @@ int main(int argc, char** argv) {
   if (args[0] == "--version") {
     std::cout << "growformer " GROWFORMER_VERSION "\nCPU: " << gf::cpu_model_name()
               << "\nBLAS kernels: " << gf::blas_selection_note()
-              << "\nSIMD kernels: " << gf::kernels::simd_note()
-              << "\nABI " << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
+              << "\nSIMD kernels: " << gf::kernels::simd_note() << "\nABI "
+              << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
     return 0;
   }
   std::string cmd = args[0];

@@ -49,18 +49,24 @@ Run load_run(const fs::path& d) {
   static_cast<gf::RunLog&>(r) = gf::read_run_log(gf::RunDir(d.string()));
   r.dir = d.string();
   r.name = d.filename().string();
-  if (r.name.empty() || r.name == ".") r.name = fs::absolute(d).lexically_normal().filename().string();
+  if (r.name.empty() || r.name == ".")
+    r.name = fs::absolute(d).lexically_normal().filename().string();
   return r;
 }
 
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
   }
   return o;
 }
@@ -125,14 +131,17 @@ class Plotter {
     if (!any) return "";
     std::ostringstream gp;
     fs::path svg = out_ / (f.id + ".svg");
-    gp << "set terminal svg size 620,340 dynamic font 'sans,11' background '#ffffff'\nset termoption noenhanced\n"
+    gp << "set terminal svg size 620,340 dynamic font 'sans,11' background '#ffffff'\nset "
+          "termoption noenhanced\n"
        << "set output " << gq(svg.string()) << "\nset encoding utf8\nset title " << gq(f.title)
        << "\nset xlabel " << gq(f.xlabel) << "\nset ylabel " << gq(f.ylabel)
        << "\nset grid lc rgb '#dddddd'\nset key outside right top samplen 2 font ',9'\n"
-       << "set border 3\nset tics nomirror\nset autoscale fix\nset offsets 0, 0, graph 0.05, graph 0.05\n";
+       << "set border 3\nset tics nomirror\nset autoscale fix\nset offsets 0, 0, graph 0.05, graph "
+          "0.05\n";
     if (f.logy) gp << "set logscale y\n";
     if (f.from_zero) gp << "set yrange [0:*]\n";
-    if (!f.y2label.empty()) gp << "set y2label " << gq(f.y2label) << "\nset y2tics nomirror\nset border 11\n";
+    if (!f.y2label.empty())
+      gp << "set y2label " << gq(f.y2label) << "\nset y2tics nomirror\nset border 11\n";
     std::vector<std::string> parts;
     size_t k = 0;
     for (auto& s : f.series) {
@@ -147,8 +156,8 @@ class Plotter {
                          : s.style == "steps"       ? "steps lw 1.5"
                          : s.style == "linespoints" ? "linespoints pt 7 ps 0.5 lw 1.5"
                                                     : "lines lw 1.5";
-      parts.push_back(gq(dat.string()) + " using 1:2" + (s.y2 ? " axes x1y2" : "") + " with " + with +
-                      " title " + gq(s.title));
+      parts.push_back(gq(dat.string()) + " using 1:2" + (s.y2 ? " axes x1y2" : "") + " with " +
+                      with + " title " + gq(s.title));
     }
     for (auto& [y, label] : f.hlines)
       parts.push_back(num(y, 10) + " with lines dt 2 lc rgb '#888888' title " + gq(label));
@@ -285,7 +294,8 @@ std::string heads_chart(const Run& r, const std::vector<const gf::RunEvent*>& ed
   for (auto& j : r.train) blocks = std::max(blocks, j.list("heads").size());
   bool structural = !edits.empty();
   for (auto& j : r.train)
-    if (!j.list("heads").empty() && j.list("heads") != r.train.front().list("heads")) structural = true;
+    if (!j.list("heads").empty() && j.list("heads") != r.train.front().list("heads"))
+      structural = true;
   if (blocks == 0 || !(full || structural)) return "";
   Figure f{prefix + "heads", "heads per block", "step", "heads"};
   f.from_zero = true;
@@ -314,14 +324,17 @@ std::string incrt_charts(const Run& r, Plotter& plot, const std::string& prefix)
   std::string charts;
   std::map<long, std::vector<const gf::RunEvent*>> checks;
   for (auto& e : r.events)
-    if (e.event.type == "check" && e.number("lambda_max")) checks[std::max(0L, e.event.block)].push_back(&e);
+    if (e.event.type == "check" && e.number("lambda_max"))
+      checks[std::max(0L, e.event.block)].push_back(&e);
   for (auto& [b, rows] : checks) {
     Figure f{prefix + "incrt_block" + std::to_string(b),
              "INCRT block " + std::to_string(b) + ": residual energy eigenvalues and thresholds",
              "step", "value (log scale)"};
     f.logy = true;  // unless an eigenvalue estimate is <= 0 (MCA's lambda_min can be)
-    for (auto [key, title] : {std::pair{"lambda_max", "lambda_max"}, {"lambda_min", "lambda_min"},
-                              {"theta_w", "theta_w (growth)"}, {"phi_w", "phi_w (minor)"}}) {
+    for (auto [key, title] : {std::pair{"lambda_max", "lambda_max"},
+                              {"lambda_min", "lambda_min"},
+                              {"theta_w", "theta_w (growth)"},
+                              {"phi_w", "phi_w (minor)"}}) {
       Series s{title, "lines"};
       bool threshold = key[0] != 'l';
       for (auto* e : rows) {
@@ -372,7 +385,8 @@ std::string signal_charts(const Run& r, Plotter& plot, const std::string& prefix
     const std::string& id = order[i];
     std::string what = id.substr(id.find(':') + 2);
     std::replace(what.begin(), what.end(), ',', ' ');
-    Figure f{prefix + "signal_" + gfapp::safe_name(id.substr(0, id.find(':'))) + "_" + gfapp::safe_name(what),
+    Figure f{prefix + "signal_" + gfapp::safe_name(id.substr(0, id.find(':'))) + "_" +
+                 gfapp::safe_name(what),
              id.substr(0, id.find(':') + 2) + what, "step", what};
     for (auto& [b, s] : figs[id]) f.series.push_back(s);
     charts += chart(plot.draw(f), f.id);
@@ -412,7 +426,8 @@ std::string hkt_charts(const Run& r, Plotter& plot, const std::string& prefix) {
     charts += chart(plot.draw(f), f.id);
   }
   if (!head_scalars.empty()) {
-    Figure f{prefix + "hkt_beta", "hybrid heads: beta (attention vs convolution gate logit)", "step", "beta"};
+    Figure f{prefix + "hkt_beta", "hybrid heads: beta (attention vs convolution gate logit)",
+             "step", "beta"};
     for (auto& [k, s] : head_scalars) f.series.push_back(s);
     charts += chart(plot.draw(f), f.id);
   }
@@ -426,9 +441,10 @@ std::string test_paragraph(const Run& r) {
   std::ostringstream h;
   h << "<p class=\"big\">final test (" << esc(t.text("evaluated_on", "test")) << " split, "
     << esc(t.text("model", "?")) << " model): accuracy <b>" << num(get(t, "accuracy"))
-    << "</b> against <b>" << num(get(t, "majority_class_accuracy")) << "</b> for the majority class; loss "
-    << num(get(t, "loss")) << " on " << std::llround(t.number("examples").value_or(0))
-    << " examples; heads per block " << esc(int_list(t.list("heads"), ",")) << "</p>\n";
+    << "</b> against <b>" << num(get(t, "majority_class_accuracy"))
+    << "</b> for the majority class; loss " << num(get(t, "loss")) << " on "
+    << std::llround(t.number("examples").value_or(0)) << " examples; heads per block "
+    << esc(int_list(t.list("heads"), ",")) << "</p>\n";
   return h.str();
 }
 
@@ -447,7 +463,8 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
   for (auto* e : edits) {
     h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type) << "</td><td>"
       << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
-      << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads"))) << "</td>";
+      << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads")))
+      << "</td>";
     for (auto& k : keys) h << "<td>" << (e->number(k) ? num(*e->number(k)) : "") << "</td>";
     h << "</tr>\n";
   }
@@ -459,7 +476,8 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
 std::string run_files(const Run& r) {
   std::ostringstream h;
   h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
-  h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th class=l>library</th>"
+  h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th "
+       "class=l>library</th>"
        "<th class=l>sha256</th></tr>\n";
   for (auto& l : r.plugins)
     h << "<tr><td class=l>" << esc(l.plugin) << "</td><td class=l>" << esc(l.version)
@@ -473,10 +491,11 @@ std::string run_files(const Run& r) {
 std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, bool full) {
   double majority = r.test ? get(*r.test, "majority_class_accuracy") : NAN;
   std::vector<const gf::RunEvent*> edits = edits_of(r);
-  std::string charts = metric_charts(r, plot, prefix, majority) + heads_chart(r, edits, plot, prefix, full) +
-                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix) +
-                       signal_charts(r, plot, prefix);
-  std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) + edits_table(edits);
+  std::string charts = metric_charts(r, plot, prefix, majority) +
+                       heads_chart(r, edits, plot, prefix, full) + incrt_charts(r, plot, prefix) +
+                       hkt_charts(r, plot, prefix) + signal_charts(r, plot, prefix);
+  std::string h =
+      "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) + edits_table(edits);
   return full ? h + run_files(r) : h;
 }
 
@@ -502,7 +521,8 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
   std::string charts;
   auto overlay = [&](const std::string& id, const std::string& title, const std::string& ylabel,
                      bool val, const char* key, const char* xkey = "step") {
-    Figure f{id, title, std::string(xkey) == "step" ? "step" : "wall time (s, of the last process)", ylabel};
+    Figure f{id, title, std::string(xkey) == "step" ? "step" : "wall time (s, of the last process)",
+             ylabel};
     for (auto& r : runs) {
       Series s{r.name, val ? "linespoints" : "lines"};
       for (auto& j : val ? r.val : r.train) {
@@ -514,8 +534,8 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
     charts += chart(plot.draw(f), id);
   };
   overlay("runs_val_accuracy", "validation accuracy, all runs", "accuracy", true, "accuracy");
-  overlay("runs_val_accuracy_time", "validation accuracy against wall time, all runs", "accuracy", true,
-          "accuracy", "elapsed_s");
+  overlay("runs_val_accuracy_time", "validation accuracy against wall time, all runs", "accuracy",
+          true, "accuracy", "elapsed_s");
   overlay("runs_train_loss", "training loss, all runs", "cross-entropy", false, "loss");
   overlay("runs_heads", "heads in all blocks, all runs", "heads", false, "heads_total");  // NOLINT
   h << "<div class=\"charts\">\n" << charts << "</div>\n";
@@ -523,7 +543,8 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
   // per group: mean +- sd over seeds
   std::map<std::string, std::vector<const Run*>> groups;
   for (auto& r : runs) groups[group_of(r.name)].push_back(&r);
-  h << "<h2>sweep table (mean &plusmn; sd over the runs of each group)</h2>\n<table><tr><th class=l>group</th>"
+  h << "<h2>sweep table (mean &plusmn; sd over the runs of each group)</h2>\n<table><tr><th "
+       "class=l>group</th>"
        "<th>runs</th><th>test accuracy</th><th>best val accuracy</th><th>final heads</th>"
        "<th>majority class</th></tr>\n";
   for (auto& [g, rs] : groups) {
@@ -535,7 +556,8 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
         heads.push_back(total(r->test->list("heads")));
       }
       double b = NAN;
-      for (auto& j : r->val) b = std::isfinite(b) ? std::max(b, get(j, "accuracy")) : get(j, "accuracy");
+      for (auto& j : r->val)
+        b = std::isfinite(b) ? std::max(b, get(j, "accuracy")) : get(j, "accuracy");
       if (std::isfinite(b)) best.push_back(b);
     }
     h << "<tr><td class=l>" << esc(g) << "</td><td>" << rs.size() << "</td><td>" << mean_sd(test)
@@ -547,9 +569,10 @@ std::string overlay_section(const std::vector<Run>& runs, Plotter& plot) {
   for (auto& r : runs) {
     h << "<tr><td class=l>" << esc(r.name) << "</td>";
     if (r.test)
-      h << "<td>" << num(get(*r.test, "accuracy")) << "</td><td>" << num(get(*r.test, "majority_class_accuracy"))
-        << "</td><td>" << num(get(*r.test, "loss")) << "</td><td class=l>" << esc(int_list(r.test->list("heads"), ","))
-        << "</td><td>" << r.test->step << "</td>";
+      h << "<td>" << num(get(*r.test, "accuracy")) << "</td><td>"
+        << num(get(*r.test, "majority_class_accuracy")) << "</td><td>" << num(get(*r.test, "loss"))
+        << "</td><td class=l>" << esc(int_list(r.test->list("heads"), ",")) << "</td><td>"
+        << r.test->step << "</td>";
     else
       h << "<td colspan=5>not finished</td>";
     h << "</tr>\n";
@@ -565,11 +588,14 @@ int cmd_report(const std::vector<std::string>& args) {
   std::vector<std::string> dirs;
   std::string out;
   o.add_options()("dirs", po::value(&dirs)->composing(), "run directories or sweep directories")(
-      "out", po::value(&out), "output folder (default: RUN_DIR/report for one directory, else ./report)");
+      "out", po::value(&out),
+      "output folder (default: RUN_DIR/report for one directory, else ./report)");
   bool help;
   parse("growformer report RUN_DIR... [--out DIR]", o, {{"dirs", -1}}, args, &help);
   if (help) return 0;
-  if (dirs.empty()) throw UsageError("name at least one run directory\nusage: growformer report RUN_DIR... [--out DIR]");
+  if (dirs.empty())
+    throw UsageError(
+        "name at least one run directory\nusage: growformer report RUN_DIR... [--out DIR]");
 
   // runs: a directory with metrics.jsonl, or a sweep directory holding such directories
   std::vector<Run> runs;
@@ -586,8 +612,9 @@ int cmd_report(const std::vector<std::string>& args) {
     for (auto& e : fs::directory_iterator(dp))
       if (e.is_directory() && is_run(e.path())) inner.push_back(e.path());
     if (inner.empty())
-      throw gf::ConfigError(d + ": neither a run directory (no metrics.jsonl) nor a sweep directory "
-                                "(no run directories inside)");
+      throw gf::ConfigError(d +
+                            ": neither a run directory (no metrics.jsonl) nor a sweep directory "
+                            "(no run directories inside)");
     std::sort(inner.begin(), inner.end());
     for (auto& r : inner) runs.push_back(load_run(r));
     sweep = true;
@@ -602,22 +629,27 @@ int cmd_report(const std::vector<std::string>& args) {
   std::string title;
   if (runs.size() == 1 && !sweep) {
     title = "growformer run " + runs[0].name;
-    body << "<h1>" << esc(title) << "</h1>\n<p>" << esc(fs::absolute(runs[0].dir).string()) << "</p>\n"
+    body << "<h1>" << esc(title) << "</h1>\n<p>" << esc(fs::absolute(runs[0].dir).string())
+         << "</p>\n"
          << run_section(runs[0], plot, "", true);
   } else {
     title = std::string(sweep ? "growformer sweep " : "growformer runs ") +
-            (dirs.size() == 1 ? fs::path(dirs[0]).filename().string() : std::to_string(runs.size()) + " runs");
+            (dirs.size() == 1 ? fs::path(dirs[0]).filename().string()
+                              : std::to_string(runs.size()) + " runs");
     body << "<h1>" << esc(title) << "</h1>\n<p>" << runs.size() << " runs from";
     for (auto& d : dirs) body << " " << esc(d);
     body << "</p>\n" << overlay_section(runs, plot);
     if (!runs.empty()) {
-      body << "<h2>configuration of " << esc(runs[0].name) << "</h2><pre>" << esc(runs[0].config) << "</pre>\n";
+      body << "<h2>configuration of " << esc(runs[0].name) << "</h2><pre>" << esc(runs[0].config)
+           << "</pre>\n";
     }
   }
   std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title>\n"
+  html << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << esc(title)
+       << "</title>\n"
        << kStyle << "\n</head><body>\n"
-       << body.str() << "<p id=\"render-check\"></p>\n<p style=\"color:#999;font-size:.8em\">growformer "
+       << body.str()
+       << "<p id=\"render-check\"></p>\n<p style=\"color:#999;font-size:.8em\">growformer "
        << GROWFORMER_VERSION << "; figures drawn by gnuplot</p>\n"
        << kCheckScript << "\n</body></html>\n";
   // a temporary beside it, then a rename: a failed write (a full disk) keeps the previous page

@@ -68,8 +68,8 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
     ex = gf::experiment_from_checkpoint(rd.last_checkpoint(), paths);
     rc = ex->resume(dir.string(), f);
   } else {
-    if (fs::exists(dir, ec)) {  // stopped before its first checkpoint: nothing worth keeping
-      rd.lock();                // refuses while another process runs this job
+    if (fs::exists(dir, ec)) {        // stopped before its first checkpoint: nothing worth keeping
+      rd.lock();                      // refuses while another process runs this job
       rd.refuse_restart_over_best();  // unless a best checkpoint is there (last was lost)
       fs::remove_all(dir);
     }
@@ -77,7 +77,8 @@ json run_job(const std::string& base, const Job& j, const fs::path& dir,
     ex = std::make_unique<gf::Experiment>(load_config(base, j.overrides), paths);
     rc = ex->train(f);
   }
-  json row = {{"exit", rc}, {"params", ex->model().num_parameters()},
+  json row = {{"exit", rc},
+              {"params", ex->model().num_parameters()},
               {"heads", ex->model().heads_per_block()}};
   // the summary keys the policies name for tables (incrt_geometric: K_obs, K_pred), in order;
   // a pruning key that a growth key already names is prefixed `pruning.`
@@ -139,7 +140,8 @@ std::string cell(const json& v) {
   return v.is_null() ? std::string() : gf::dump_json(v);
 }
 
-std::string csv_cell(const std::string& c) {  // RFC 4180: quote cells with separators, quotes or newlines
+std::string csv_cell(
+    const std::string& c) {  // RFC 4180: quote cells with separators, quotes or newlines
   if (c.find_first_of(",\"\n") == std::string::npos) return c;
   std::string e = "\"";
   for (char ch : c) e += ch == '"' ? std::string("\"\"") : std::string(1, ch);
@@ -147,7 +149,8 @@ std::string csv_cell(const std::string& c) {  // RFC 4180: quote cells with sepa
 }
 
 // Writes ROWS as a Markdown table (returned) and as CSV to CSV_PATH.
-std::string write_table(const std::vector<std::string>& cols, const json& rows, const fs::path& csv_path) {
+std::string write_table(const std::vector<std::string>& cols, const json& rows,
+                        const fs::path& csv_path) {
   std::ofstream csv(csv_path);
   std::string md = "|";
   for (size_t i = 0; i < cols.size(); ++i) {
@@ -209,7 +212,8 @@ std::vector<std::string> summary_columns(const json& rows) {
 }
 
 // One row per combination of axis values: its seeds' mean +- sd.
-json group_rows(const std::vector<Axis>& ax, const json& rows, const std::vector<std::string>& extra) {
+json group_rows(const std::vector<Axis>& ax, const json& rows,
+                const std::vector<std::string>& extra) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const json*>> groups;
   for (auto& r : rows) {
@@ -252,8 +256,10 @@ std::pair<size_t, size_t> parse_shard(const std::string& v, size_t job_count) {
                      ": expected I/N, whole numbers with 0 <= I < N (e.g. 0/2)");
   if (n > job_count)
     throw UsageError("--shard " + v + ": " + std::to_string(n) + " shards for " +
-                     std::to_string(job_count) + " job(s): a shard past the last job would run "
-                     "nothing; use N <= " + std::to_string(job_count));
+                     std::to_string(job_count) +
+                     " job(s): a shard past the last job would run "
+                     "nothing; use N <= " +
+                     std::to_string(job_count));
   return {i, n};
 }
 
@@ -270,7 +276,8 @@ void check_jobs(const SweepPlan& plan, const fs::path& out_dir,
     if (configs_only) continue;
     fs::path rec = out_dir / j.name / kJobFile;
     if (fs::exists(rec) && read_json(rec)["overrides"] != json(j.overrides))
-      throw gf::ConfigError(rec.string() + ": this job ran with other overrides (the sweep file or "
+      throw gf::ConfigError(rec.string() +
+                            ": this job ran with other overrides (the sweep file or "
                             "--set changed); use another --out, or delete the job's directory");
   }
 }
@@ -334,7 +341,9 @@ json run_recorded(const SweepContext& cx, const Job& j, const fs::path& dir, std
   if (*how == "resumed") row["resumed"] = true;
   if (row["exit"] == kInterrupted) return row;
   fs::create_directories(dir);
-  gf::RunDir(dir.string()).write((dir / kJobFile).string(), gf::dump_json(json{{"overrides", j.overrides}, {"result", row}}, 1) + "\n");
+  gf::RunDir(dir.string())
+      .write((dir / kJobFile).string(),
+             gf::dump_json(json{{"overrides", j.overrides}, {"result", row}}, 1) + "\n");
   return row;
 }
 
@@ -349,7 +358,8 @@ JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
   if (cx.distributed() && !mine) return JobEnd::skipped;
   fs::path dir = cx.out_dir / j.name, rec = dir / kJobFile;
   // several processes print whole lines, each its own jobs
-  std::string head = "[" + std::to_string(k + 1) + "/" + std::to_string(cx.plan.jobs.size()) + "] " + j.name;
+  std::string head =
+      "[" + std::to_string(k + 1) + "/" + std::to_string(cx.plan.jobs.size()) + "] " + j.name;
   if (cx.distributed()) {
     head = "rank " + std::to_string(cx.comm.rank()) + " " + head;
   } else {
@@ -362,7 +372,8 @@ JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
   if (earlier.contains("result") && earlier["result"]["exit"] == 0) {
     row = earlier["result"];
   } else if (!mine) {
-    std::cout << (cx.selected[k] ? ": another shard's, not finished yet\n" : ": not selected by --only\n");
+    std::cout << (cx.selected[k] ? ": another shard's, not finished yet\n"
+                                 : ": not selected by --only\n");
     return JobEnd::skipped;
   } else {
     const std::string pid = gf::RunDir(dir.string()).lock_holder();
@@ -374,8 +385,9 @@ JobEnd sweep_job(const SweepContext& cx, size_t k, json* out) {
       return JobEnd::busy;
     }
     if (row["exit"] == kInterrupted) {
-      std::cout << head << ": interrupted (its last checkpoint is kept); run the same command again "
-                           "to continue\n"
+      std::cout << head
+                << ": interrupted (its last checkpoint is kept); run the same command again "
+                   "to continue\n"
                 << std::flush;
       return JobEnd::interrupted;
     }
@@ -432,9 +444,9 @@ json recorded_rows(const SweepContext& cx, int* status) {
   for (auto& j : cx.plan.jobs) {
     fs::path rec = cx.out_dir / j.name / kJobFile;
     json r = fs::exists(rec) ? read_json(rec) : json();
-    rows.push_back(label(r.contains("result") ? r["result"]
-                                              : json{{"exit", 1}, {"error", "no record of this job"}},
-                         j, cx.plan.axes));
+    rows.push_back(label(
+        r.contains("result") ? r["result"] : json{{"exit", 1}, {"error", "no record of this job"}},
+        j, cx.plan.axes));
     if (rows.back()["exit"] != 0) *status = 1;
   }
   return rows;
@@ -449,7 +461,8 @@ void write_summary(const SweepPlan& plan, const json& rows, const fs::path& out_
     gcols.push_back(a.path);
   }
   const std::vector<std::string> extra = summary_columns(rows);  // the policies' own
-  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads"}) cols.push_back(c);
+  for (auto c : {"seed", "test_accuracy", "best_val_accuracy", "params", "heads"})
+    cols.push_back(c);
   for (auto& c : extra) cols.push_back(c);
   for (auto c : {"time_s", "exit"}) cols.push_back(c);
   for (auto c : {"seeds", "test_accuracy", "best_val_accuracy", "params"}) gcols.push_back(c);
@@ -460,11 +473,14 @@ void write_summary(const SweepPlan& plan, const json& rows, const fs::path& out_
   std::string groups_md = write_table(gcols, groups, out_dir / "groups.csv");
   std::ofstream md(out_dir / "summary.md");
   md << "# sweep " << plan.name << "\n\nbase: `" << plan.base << "`\n\n"
-     << "## mean +- sd over seeds (sample sd)\n\n" << groups_md << "\n## jobs\n\n" << jobs_md;
-  std::cout << "\n" << groups_md << "\n" << jobs_md << "\nsummary: "
-            << (out_dir / "summary.md").string() << ", "
-            << (out_dir / "summary.csv").string() << ", "
-            << (out_dir / "groups.csv").string() << "\n";
+     << "## mean +- sd over seeds (sample sd)\n\n"
+     << groups_md << "\n## jobs\n\n"
+     << jobs_md;
+  std::cout << "\n"
+            << groups_md << "\n"
+            << jobs_md << "\nsummary: " << (out_dir / "summary.md").string() << ", "
+            << (out_dir / "summary.csv").string() << ", " << (out_dir / "groups.csv").string()
+            << "\n";
 }
 
 }  // namespace
@@ -477,16 +493,21 @@ int cmd_sweep(const std::vector<std::string>& args) {
       "out", po::value(&out_dir), "sweep directory (default runs/sweep-<name>); rerun to continue")(
       "set", po::value(&sets)->composing(), "override applied to every job")(
       "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
-      "shard", po::value<std::string>(), "I/N: run only jobs I, I+N, I+2N, ... (0-based; several "
+      "shard", po::value<std::string>(),
+      "I/N: run only jobs I, I+N, I+2N, ... (0-based; several "
       "processes share one --out); the others' finished jobs join the table")(
-      "only", po::value<std::string>(), "PATTERN: run only the jobs whose names match this regular "
+      "only", po::value<std::string>(),
+      "PATTERN: run only the jobs whose names match this regular "
       "expression (e.g. 'paired|k2'); the others' finished jobs join the table")(
-      "check", "check every job's config (no data read) and stop, running nothing")(
-      "quiet,q", "less output");
+      "check", "check every job's config (no data read) and stop, running nothing")("quiet,q",
+                                                                                    "less output");
   po::positional_options_description p;
   p.add("sweep", 1);
   bool help;
-  auto vm = parse("growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]... [--shard I/N] [--only PATTERN] [--check]", o, p, args, &help);
+  auto vm = parse(
+      "growformer sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]... [--shard I/N] [--only PATTERN] "
+      "[--check]",
+      o, p, args, &help);
   if (help) return 0;
   // under mpirun/srun the processes share the jobs: rank I of N runs jobs I, I+N, ... (each job
   // in its one process), and rank 0 writes the table of all of them
@@ -499,11 +520,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
   SweepContext cx{plan, paths, out_dir, comm};
   const std::string only = vm.count("only") ? vm["only"].as<std::string>() : std::string();
   cx.selected = select_jobs(plan, vm.count("only") ? &only : nullptr);
-  if (vm.count("shard")) std::tie(cx.shard, cx.shards) = parse_shard(vm["shard"].as<std::string>(), plan.jobs.size());
+  if (vm.count("shard"))
+    std::tie(cx.shard, cx.shards) = parse_shard(vm["shard"].as<std::string>(), plan.jobs.size());
   if (cx.distributed()) {
     if (vm.count("shard"))
-      throw UsageError("--shard: under mpirun or srun each process takes its own shard (rank I of N "
-                       "runs jobs I, I+N, ...); leave --shard out");
+      throw UsageError(
+          "--shard: under mpirun or srun each process takes its own shard (rank I of N "
+          "runs jobs I, I+N, ...); leave --shard out");
     cx.shard = static_cast<size_t>(comm.rank());
     cx.shards = static_cast<size_t>(comm.size());
   }
@@ -517,7 +540,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
   fs::create_directories(cx.out_dir);
   if (comm.root())
     std::cout << "sweep " << plan.name << ": " << plan.jobs.size() << " jobs -> " << out_dir
-              << (cx.distributed() ? " (" + std::to_string(comm.size()) + " processes)" : "") << "\n";
+              << (cx.distributed() ? " (" + std::to_string(comm.size()) + " processes)" : "")
+              << "\n";
   json rows = json::array();
   int status = run_jobs(cx, &rows);
   if (status == kInterrupted) return status;

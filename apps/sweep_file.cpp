@@ -11,7 +11,8 @@ namespace gfapp {
 
 std::string safe_name(std::string s) {
   for (auto& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.')
+      ch = '_';
   return s;
 }
 
@@ -25,7 +26,8 @@ std::string value_text(gf::ConfigNode v) {
 
 // A list value's label: the value itself, or for a mapping (a whole component section such as
 // `{plugin: magnitude, threshold: 0.05}`) its plugin name, made distinct within the axis.
-std::string derived_label(const std::string& text, size_t i, const std::vector<std::string>& taken) {
+std::string derived_label(const std::string& text, size_t i,
+                          const std::vector<std::string>& taken) {
   gf::ConfigNode parsed;
   try {
     parsed = gf::ConfigNode::load_string(text, "axis value");
@@ -33,7 +35,8 @@ std::string derived_label(const std::string& text, size_t i, const std::vector<s
     return text;
   }
   if (!parsed.is_map()) return text;
-  std::string label = parsed.has("plugin") ? parsed.child("plugin").as_string() : "v" + std::to_string(i);
+  std::string label =
+      parsed.has("plugin") ? parsed.child("plugin").as_string() : "v" + std::to_string(i);
   for (auto& l : taken)
     if (l == label) return label + "-" + std::to_string(i);
   return label;
@@ -72,7 +75,8 @@ std::vector<Axis> read_axes(const gf::ConfigNode& axes) {
     if (v.is_map()) {  // label -> value
       for (auto& label : v.keys()) {
         if (safe_name(label) != label)
-          v.child(label).fail("an axis label names run directories: use letters, digits, '-', '_', '.'");
+          v.child(label).fail(
+              "an axis label names run directories: use letters, digits, '-', '_', '.'");
         a.labels.push_back(label);
         a.values.push_back(value_text(v.child(label)));
       }
@@ -196,7 +200,8 @@ SweepPlan plan_sweep(const gf::ConfigNode& sw, std::vector<std::string> sets) {
   for (size_t i = 0; i < seeds.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (seeds[i] == seeds[j])
-        so.fail("seeds", "seed " + std::to_string(seeds[i]) + " is listed twice; each seed runs once");
+        so.fail("seeds",
+                "seed " + std::to_string(seeds[i]) + " is listed twice; each seed runs once");
   count_jobs(plan.axes, seeds.size(), file.axes);
   plan.jobs = make_jobs(plan.axes, seeds, sets);
   // labels are joined by `__`: labels that hold it can give two jobs one run directory

@@ -45,7 +45,8 @@ std::vector<BlockShape> read_blocks(const std::string& text) {
     }
     b.present = true;
     b.describe = "block " + std::to_string(blocks.size());
-    b.max_heads = max == "*" ? static_cast<size_t>(-1) : static_cast<size_t>(std::atoi(max.c_str()) & 63);
+    b.max_heads =
+        max == "*" ? static_cast<size_t>(-1) : static_cast<size_t>(std::atoi(max.c_str()) & 63);
     int editable = 0, id = 0;
     l >> editable;
     b.editable = editable == 1;
@@ -64,7 +65,8 @@ PolicyValue from_json(const nlohmann::json& j, int depth) {
   } else if (j.is_boolean()) {
     v.kind = K::Bool;
     v.flag = j.get<bool>();
-  } else if (j.is_number_integer() && !(j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX))) {
+  } else if (j.is_number_integer() &&
+             !(j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX))) {
     v.kind = K::Integer;
     v.integer = j.get<long long>();
     v.number = static_cast<double>(*v.integer);
@@ -114,12 +116,15 @@ void check_applicable(const std::vector<gf::Edit>& edits, const std::vector<Bloc
   std::vector<std::vector<int>> heads(blocks.size());
   for (size_t b = 0; b < blocks.size(); ++b) heads[b] = blocks[b].heads;
   for (const gf::Edit& e : edits) {
-    if (e.block >= blocks.size()) defect("block " + std::to_string(e.block) + " of " + std::to_string(blocks.size()));
+    if (e.block >= blocks.size())
+      defect("block " + std::to_string(e.block) + " of " + std::to_string(blocks.size()));
     const BlockShape& bs = blocks[e.block];
-    if (!bs.present || !bs.editable) defect("block " + std::to_string(e.block) + " cannot edit heads");
+    if (!bs.present || !bs.editable)
+      defect("block " + std::to_string(e.block) + " cannot edit heads");
     std::vector<int>& ids = heads[e.block];
     if (e.kind == gf::Edit::Kind::AddHead) {
-      if (ids.size() >= bs.max_heads) defect("a head beyond the maximum of block " + std::to_string(e.block));
+      if (ids.size() >= bs.max_heads)
+        defect("a head beyond the maximum of block " + std::to_string(e.block));
       if (e.init.mode != "random") defect("init mode " + e.init.mode);
       double vv = e.init.value_variance;
       if (!(vv == -1.0 || (std::isfinite(vv) && vv >= 0)))
@@ -127,12 +132,14 @@ void check_applicable(const std::vector<gf::Edit>& edits, const std::vector<Bloc
       ids.push_back(-1);
     } else {
       auto it = std::find(ids.begin(), ids.end(), e.head_id);
-      if (e.head_id < 0 || it == ids.end()) defect("removing head " + std::to_string(e.head_id) + ", not in the block");
+      if (e.head_id < 0 || it == ids.end())
+        defect("removing head " + std::to_string(e.head_id) + ", not in the block");
       if (ids.size() == 1) defect("removing the last head of block " + std::to_string(e.block));
       ids.erase(it);
     }
     bool has_class = false;
-    for (const auto& s : e.cause.strings) has_class = has_class || (s.first == "class" && s.second == "fuzz.Policy");
+    for (const auto& s : e.cause.strings)
+      has_class = has_class || (s.first == "class" && s.second == "fuzz.Policy");
     if (!has_class) defect("an edit whose cause does not name the class");
   }
 }
@@ -146,8 +153,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (j.is_discarded()) return 0;
   const PolicyValue ret = from_json(j, 0);
   gf_fuzz::expect_clean([&] {
-    std::vector<gf::Edit> edits =
-        gfpy::parse_policy_edits(ret, blocks, "growth `python` (fuzz.Policy).check at step 10", "fuzz.Policy");
+    std::vector<gf::Edit> edits = gfpy::parse_policy_edits(
+        ret, blocks, "growth `python` (fuzz.Policy).check at step 10", "fuzz.Policy");
     check_applicable(edits, blocks);
   });
   return 0;

@@ -54,7 +54,8 @@ const Model& model(uint8_t mode) {
   m->max_len = max_lens[(mode >> 4) & 3];
   std::string train = gf_fuzz::put("train_" + tok + ".tsv", tok == "ids" ? kIdsTrain : kTextTrain);
   std::string yaml = "plugin: text_tsv\ntrain: " + train + "\ntokenizer: " + tok +
-                     "\nval_ratio: 0.2\ntest_ratio: 0.2\nmax_len: " + std::to_string(m->max_len) + "\n";
+                     "\nval_ratio: 0.2\ntest_ratio: 0.2\nmax_len: " + std::to_string(m->max_len) +
+                     "\n";
   if (mode & 4) yaml += "strip_html: true\nsplit_punct: true\n";
   if (mode & 8) yaml += "lowercase: false\n";
   gf::Registry& reg = gf_fuzz::linked_plugin_registry();
@@ -62,7 +63,8 @@ const Model& model(uint8_t mode) {
   m->ds = reg.create_dataset(node, gf::DatasetBuild{1});
   m->d = m->ds->load();
   if (mode & 0x40) {  // as Experiment loads a checkpoint for predict only: no data read
-    m->ds = reg.create_dataset(gf::ConfigNode::load_string(yaml), gf::DatasetBuild{1, m->d.tokenizer});
+    m->ds =
+        reg.create_dataset(gf::ConfigNode::load_string(yaml), gf::DatasetBuild{1, m->d.tokenizer});
   }
   return *models.emplace(mode, std::move(m)).first->second;
 }
@@ -96,13 +98,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::fprintf(stderr, "input %zu: %zu tokens, more than max_len %lld:", records - 1,
                      r.tokens.size(), static_cast<long long>(m.max_len));
         for (int32_t t : r.tokens)
-          std::fprintf(stderr, " %d (%s)", t, static_cast<size_t>(t) < m.d.vocab.size() ? m.d.vocab[t].c_str() : "?");
+          std::fprintf(stderr, " %d (%s)", t,
+                       static_cast<size_t>(t) < m.d.vocab.size() ? m.d.vocab[t].c_str() : "?");
         std::fprintf(stderr, "\n");
         std::abort();
       }
       for (int32_t t : r.tokens)
         if (t < 0 || static_cast<size_t>(t) >= m.d.vocab_size || t == m.d.pad_id) {
-          std::fprintf(stderr, "input %zu: token %d is not an id of the vocabulary (size %zu, pad %d)\n",
+          std::fprintf(stderr,
+                       "input %zu: token %d is not an id of the vocabulary (size %zu, pad %d)\n",
                        records - 1, t, m.d.vocab_size, static_cast<int>(m.d.pad_id));
           std::abort();
         }

@@ -10,8 +10,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
   gf_fuzz::expect_clean([&] {
-    gfapp::SweepPlan plan = gfapp::plan_sweep(
-        gf::ConfigNode::load_string(text, "fuzz_sweep.yaml", gf_fuzz::scratch()), {"train.steps=1"});
+    gfapp::SweepPlan plan =
+        gfapp::plan_sweep(gf::ConfigNode::load_string(text, "fuzz_sweep.yaml", gf_fuzz::scratch()),
+                          {"train.steps=1"});
     if (plan.jobs.size() > gfapp::kMaxJobs) std::abort();
     std::set<std::string> names;
     for (const gfapp::Job& j : plan.jobs) {

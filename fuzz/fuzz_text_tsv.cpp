@@ -12,7 +12,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string train = gf_fuzz::put("train" + e, parts[0]);
   std::string yaml = "plugin: text_tsv\ntrain: " + train + "\n";
   if (!parts[1].empty()) yaml += "val: " + gf_fuzz::put("val" + e, parts[1]) + "\n";
-  yaml += std::string("tokenizer: ") + ((mode & 1) ? "char" : (mode & 0x30) == 0x30 ? "ids" : "word") + "\n";
+  yaml += std::string("tokenizer: ") +
+          ((mode & 1)              ? "char"
+           : (mode & 0x30) == 0x30 ? "ids"
+                                   : "word") +
+          "\n";
   yaml += std::string("label_type: ") + ((mode & 2) ? "auto" : "string") + "\n";
   if (mode & 4) yaml += "strip_html: true\nsplit_punct: true\n";
   if (mode & 8) yaml += "max_vocab: 5\nmin_freq: 2\n";

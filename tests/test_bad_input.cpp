@@ -39,7 +39,9 @@ using gf_test::TempDir;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 template <class F>
 std::string error_of(F&& f) {
@@ -141,8 +143,7 @@ TEST_CASE("checkpoint: a flipped bit anywhere is caught by the checksum") {
   write_text(d.file("edit.safetensors"), b);
   CHECK(has(error_of([&] { load_checkpoint(d.file("edit.safetensors")); }), "checksum"));
   // no checksum at all
-  write_text(d.file("none.safetensors"),
-             raw_checkpoint({{"__metadata__", json::object()}}, ""));
+  write_text(d.file("none.safetensors"), raw_checkpoint({{"__metadata__", json::object()}}, ""));
   CHECK(has(error_of([&] { load_checkpoint(d.file("none.safetensors")); }), "no checksum"));
 }
 
@@ -168,7 +169,8 @@ TEST_CASE("checkpoint: shapes whose element count overflows, gaps and trailing b
     return error_of([&] { load_checkpoint(path); });
   };
   // [2^62, 4] floats with no data: the element count wraps to 0
-  json big = {{"w", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}};
+  json big = {
+      {"w", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}};
   CHECK(has(with_sum(big, ""), "more elements than the file"));
   json neg = {{"w", {{"dtype", "F32"}, {"shape", {-1, 4}}, {"data_offsets", {0, 16}}}}};
   CHECK(has(with_sum(neg, std::string(16, '\0')), "not a size"));
@@ -192,7 +194,8 @@ TEST_CASE("checkpoint: NaN weights, a negative step and short optimizer state ar
   CHECK(e.status == 1);
   CHECK(has(e.output, "non-finite"));
 
-  for (auto [trainer_edit, message] : std::vector<std::pair<std::function<void(json&)>, std::string>>{
+  for (auto [trainer_edit, message] :
+       std::vector<std::pair<std::function<void(json&)>, std::string>>{
            {[](json& t) { t["step"] = -100; }, "trainer step -100"},
            {[](json& t) { t["best_step"] = 99; }, "best_step 99"},
            {[](json& t) { t["rng"] = json::array(); }, "corrupt trainer state"}}) {
@@ -228,8 +231,8 @@ TEST_CASE("optimizers: load_state checks every state entry against the parameter
   NamedParams params{{"w", parameter(Tensor({2, 3}, 1.0f))}};
   auto adamw = reg.create_optimizer(ConfigNode::load_string("plugin: adamw"));
   CHECK(has(error_of([&] {
-              adamw->load_state({{"m.w", Tensor({1}, 0.f)}, {"v.w", Tensor({1}, 0.f)}}, {{"t.w", 3}},
-                                params);
+              adamw->load_state({{"m.w", Tensor({1}, 0.f)}, {"v.w", Tensor({1}, 0.f)}},
+                                {{"t.w", 3}}, params);
             }),
             "has shape (1) but parameter `w` has shape (2, 3)"));
   CHECK(has(error_of([&] {
@@ -246,7 +249,9 @@ TEST_CASE("optimizers: load_state checks every state entry against the parameter
                     params);
   CHECK(adamw->state_tensors().size() == 2);
   auto sgd = reg.create_optimizer(ConfigNode::load_string("plugin: sgd"));
-  CHECK(has(error_of([&] { sgd->load_state({{"momentum.w", Tensor({6}, 0.f)}}, {}, params); }),
+  CHECK(has(error_of([&] {
+              sgd->load_state({{"momentum.w", Tensor({6}, 0.f)}}, {}, params);
+            }),
             "has shape (6)"));
 }
 
@@ -339,7 +344,8 @@ TEST_CASE("k-mer stride 1e12 is out of range, not a negative number") {
 // ------------------------------------------------------------------ YAML
 
 TEST_CASE("yaml: recursive aliases, alias bombs, deep nesting, second documents, BOM") {
-  CHECK(has(gf_test::error_of([] { ConfigNode::load_string("x: &a [*a]\n"); }), "nested more than"));
+  CHECK(
+      has(gf_test::error_of([] { ConfigNode::load_string("x: &a [*a]\n"); }), "nested more than"));
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string("x: &a {y: *a}\n"); }),
             "nested more than"));
   std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
@@ -468,7 +474,8 @@ TEST_CASE("cli: config --help and data --help succeed") {
   CHECK(run_cli("data --help").status == 0);
 }
 
-TEST_CASE("cli: bench reads the model's options through its table: a bad one is named, with its place") {
+TEST_CASE(
+    "cli: bench reads the model's options through its table: a bad one is named, with its place") {
   // before anything is timed, whether or not --batch and --seq stand in for the config's
   const std::string config = std::string(GF_SOURCE_DIR) + "/configs/bench_mha.yaml";
   TempDir d;
@@ -481,14 +488,17 @@ TEST_CASE("cli: bench reads the model's options through its table: a bad one is 
     Cli c = run_cli("bench " + d.file("typo.yaml") + shape + " --steps 1 --warmup 0");
     INFO(c.output);
     CHECK(c.status == 2);
-    CHECK(has(c.output, "typo.yaml:12:3: unknown key `model.dropuot` for model; did you mean `dropout`?"));
+    CHECK(has(c.output,
+              "typo.yaml:12:3: unknown key `model.dropuot` for model; did you mean `dropout`?"));
   }
   Cli range = run_cli("bench " + config + " --steps 1 --warmup 0 --set model.max_len=0");
   CHECK(range.status == 2);
   CHECK(has(range.output, "--set model.max_len: `model.max_len`: value 0 out of range"));
-  Cli attention = run_cli("bench " + config + " --batch 2 --seq 8 --steps 1 --warmup 0 --set model.attention.heds=2");
+  Cli attention = run_cli("bench " + config +
+                          " --batch 2 --seq 8 --steps 1 --warmup 0 --set model.attention.heds=2");
   CHECK(attention.status == 2);
-  CHECK(has(attention.output, "unknown key `model.attention.heds` for attention `mha`; did you mean `heads`?"));
+  CHECK(has(attention.output,
+            "unknown key `model.attention.heds` for attention `mha`; did you mean `heads`?"));
 }
 
 TEST_CASE("fast_exp: NaN gives NaN without an undefined integer conversion") {
@@ -540,7 +550,8 @@ TEST_CASE("run directory: a log that is a device, and a full disk, stop with a c
   fs::remove(full + "/checkpoints/best.safetensors");
   std::string out = d.file("full.txt");
   int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) +
-                        " resume " + full + " --quiet\" > " + out + " 2>&1").c_str());
+                        " resume " + full + " --quiet\" > " + out + " 2>&1")
+                           .c_str());
   Cli g{WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), read_text(out)};
   INFO(g.output);
   CHECK(g.status == 1);
@@ -597,7 +608,8 @@ struct Bounded {
 Bounded run_bounded(const std::string& args) {
   TempDir d;
   std::string out = d.file("out.txt");
-  std::string cmd = "exec timeout -s KILL 60 " + std::string(GF_BIN) + " " + args + " > " + out + " 2>&1";
+  std::string cmd =
+      "exec timeout -s KILL 60 " + std::string(GF_BIN) + " " + args + " > " + out + " 2>&1";
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
@@ -698,8 +710,9 @@ TEST_CASE("data files: a NUL byte and an endless line are named with their line"
             "long.txt:1: a line longer than 64 MiB"));
 }
 
-TEST_CASE("checkpoint: a structure that disagrees with the tensors, or is crafted, is refused "
-          "naming the block, before anything is allocated") {
+TEST_CASE(
+    "checkpoint: a structure that disagrees with the tensors, or is crafted, is refused "
+    "naming the block, before anything is allocated") {
   TempDir d;
   std::string run = d.file("run");
   std::string ck = tiny_run(run);
@@ -731,7 +744,9 @@ TEST_CASE("checkpoint: a structure that disagrees with the tensors, or is crafte
        },
        block + "the block structure names 100000000000 heads, more than max_heads = 256"},
       // the structure alone (the heads record agrees with the tensors): the structure's count
-      {[&](Checkpoint& c) { c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump(); },
+      {[&](Checkpoint& c) {
+         c.metadata["architecture"] = json::array({with_heads("100000000000")}).dump();
+       },
        block + "the block structure names 100000000000 heads, more than max_heads = 256"},
       // no heads record at all: the structure's bound still holds
       {[&](Checkpoint& c) {
@@ -740,7 +755,9 @@ TEST_CASE("checkpoint: a structure that disagrees with the tensors, or is crafte
        },
        block + "the block structure names 100000000000 heads, more than max_heads"},
       // the structure names other heads than the tensors hold: as many, or one more
-      {[&](Checkpoint& c) { c.metadata["architecture"] = with_ids({0, 5}); },
+      {[&](Checkpoint& c) {
+         c.metadata["architecture"] = with_ids({0, 5});
+       },
        block + "its structure names heads [0, 5] (2) but the tensors hold heads [0, 1] (2)"},
       {[&](Checkpoint& c) {
          c.metadata["architecture"] = with_ids({0, 1, 2});
@@ -748,14 +765,18 @@ TEST_CASE("checkpoint: a structure that disagrees with the tensors, or is crafte
        },
        block + "its structure names heads [0, 1, 2] (3) but the tensors hold heads [0, 1] (2)"},
       // the same head twice
-      {[&](Checkpoint& c) { c.metadata["architecture"] = with_ids({1, 1}); },
+      {[&](Checkpoint& c) {
+         c.metadata["architecture"] = with_ids({1, 1});
+       },
        block + "the block structure names head 1 twice"},
       // a heads record that disagrees with the structure (and the tensors)
       {[&](Checkpoint& c) { c.metadata["heads"] = "[3]"; },
        block + "the `heads` record says 3 heads but its structure names 2"},
       {[&](Checkpoint& c) { c.metadata["heads"] = "[2, 2]"; }, "not a list of 1 head counts"},
-      {[&](Checkpoint& c) { c.metadata["architecture"] = "[7]"; }, block + "its structure record is not a string"},
-      {[&](Checkpoint& c) { c.metadata["architecture"] = "[\"\"]"; }, block + "the checkpoint records no structure"},
+      {[&](Checkpoint& c) { c.metadata["architecture"] = "[7]"; },
+       block + "its structure record is not a string"},
+      {[&](Checkpoint& c) { c.metadata["architecture"] = "[\"\"]"; },
+       block + "the checkpoint records no structure"},
   };
   for (auto& cs : cases) {
     CAPTURE(cs.message);
@@ -770,7 +791,8 @@ TEST_CASE("checkpoint: a structure that disagrees with the tensors, or is crafte
     fs::remove_all(r);
     fs::copy(run, r, fs::copy_options::recursive);
     fs::copy_file(bad, r + "/checkpoints/last.safetensors", fs::copy_options::overwrite_existing);
-    std::string metrics = read_text(r + "/metrics.jsonl"), best = read_text(r + "/checkpoints/best.safetensors");
+    std::string metrics = read_text(r + "/metrics.jsonl"),
+                best = read_text(r + "/checkpoints/best.safetensors");
     check_refusal(run_bounded("resume " + r + " --quiet"), 1, cs.message);
     CHECK(read_text(r + "/metrics.jsonl") == metrics);
     CHECK(read_text(r + "/checkpoints/best.safetensors") == best);
@@ -813,11 +835,13 @@ TEST_CASE("checkpoint: a fractional step and an unknown format are refused") {
   std::string v99 = d.file("v99.safetensors");
   fs::copy_file(ck, v99);
   edit_and_save(v99, [](Checkpoint& c) { c.metadata["format"] = "growformer-checkpoint-99"; });
-  for (std::string cmd : {"eval " + v99, "inspect " + v99, "predict " + v99 + " " + v99, "analyze " + v99}) {
+  for (std::string cmd :
+       {"eval " + v99, "inspect " + v99, "predict " + v99 + " " + v99, "analyze " + v99}) {
     CAPTURE(cmd);
     Cli c = run_cli(cmd);
     CHECK(c.status == 1);
-    CHECK(has(c.output, "checkpoint format `growformer-checkpoint-99` is not the `growformer-checkpoint-1`"));
+    CHECK(has(c.output,
+              "checkpoint format `growformer-checkpoint-99` is not the `growformer-checkpoint-1`"));
   }
   std::string none = d.file("none.safetensors");
   fs::copy_file(ck, none);
@@ -830,8 +854,9 @@ TEST_CASE("checkpoint: a fractional step and an unknown format are refused") {
 TEST_CASE("sweep --only: the matching jobs run, the others wait for a later run") {
   TempDir d;
   write_text(d.file("tiny.yaml"), kTiny);
-  write_text(d.file("s.yaml"), "name: s\nbase: tiny.yaml\nseeds: [1, 2]\naxes:\n  train.steps:\n"
-                               "    short: 3\n    long: 6\n");
+  write_text(d.file("s.yaml"),
+             "name: s\nbase: tiny.yaml\nseeds: [1, 2]\naxes:\n  train.steps:\n"
+             "    short: 3\n    long: 6\n");
   const std::string cmd = "sweep " + d.file("s.yaml") + " --out " + d.file("out");
   auto a = run_bounded(cmd + " --only '^long__seed2$'");
   REQUIRE_MESSAGE(a.status == 0, a.output);
@@ -854,14 +879,18 @@ TEST_CASE("sweep --only: no pattern hangs, and ordinary patterns select the jobs
   TempDir d;
   // every job fails at once on its missing data file, so a run of the sweep shows what it
   // selected: "ran and FAILED" or "not selected by --only"
-  write_text(d.file("base.yaml"),
-             "name: b\nthreads: 1\ndata: {plugin: text_tsv, train: missing.tsv}\n"
-             "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}\n"
-             "optimizer: {plugin: adamw, lr: 0.003}\ntrain: {steps: 2, batch_size: 8, warmup: 1}\n");
+  write_text(
+      d.file("base.yaml"),
+      "name: b\nthreads: 1\ndata: {plugin: text_tsv, train: missing.tsv}\n"
+      "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}\n"
+      "optimizer: {plugin: adamw, lr: 0.003}\ntrain: {steps: 2, batch_size: 8, warmup: 1}\n");
   const std::string a40(40, 'a');  // backtracking tries 2^40 ways to split it for (a*)*b
-  write_text(d.file("s.yaml"), "name: s\nbase: base.yaml\nseeds: [1, 3]\naxes:\n"
-                               "  train.steps: {paired: 2, single: 3, " + a40 + ": 4}\n"
-                               "  optimizer.lr: {k1: 0.003, k2: 0.002}\n");
+  write_text(d.file("s.yaml"),
+             "name: s\nbase: base.yaml\nseeds: [1, 3]\naxes:\n"
+             "  train.steps: {paired: 2, single: 3, " +
+                 a40 +
+                 ": 4}\n"
+                 "  optimizer.lr: {k1: 0.003, k2: 0.002}\n");
   std::vector<std::string> names;
   for (std::string arm : {"paired", "single", a40.c_str()})
     for (std::string k : {"k1", "k2"})
@@ -908,7 +937,8 @@ TEST_CASE("sweep: repeated axis values or seeds, no seeds, too many jobs and abs
                 "`set`: entry `model.d_model` is not KEY=VALUE");
   check_refusal(sweep("seeds: [1, 2, 1]\n"), 2, "`seeds`: seed 1 is listed twice");
   std::string big = "axes:\n";
-  for (int i = 0; i < 12; ++i) big += "  k" + std::to_string(i) + ": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n";
+  for (int i = 0; i < 12; ++i)
+    big += "  k" + std::to_string(i) + ": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n";
   check_refusal(sweep(big), 2, "the sweep has more than 10000 jobs: 10 (k0) x 10 (k1)");
   check_refusal(sweep("seeds: [1, 2]\n", "--shard 1/1000000000000000000000"), 2,
                 "--shard 1/1000000000000000000000: expected I/N, whole numbers");
@@ -933,9 +963,11 @@ TEST_CASE("run directory: best but no last continues from the best") {
   Cli r = run_cli("resume " + run);
   INFO(r.output);
   CHECK(r.status == 0);
-  CHECK(has(r.output, run + ": no checkpoints/last.safetensors (the run stopped between writing its best and "
-                      "its last checkpoint); continuing from a copy of checkpoints/best.safetensors"));
-  CHECK(gf_test::metrics_without_timing(run) == metrics);  // the steps since the best, repeated alike
+  CHECK(has(r.output,
+            run + ": no checkpoints/last.safetensors (the run stopped between writing its best and "
+                  "its last checkpoint); continuing from a copy of checkpoints/best.safetensors"));
+  CHECK(gf_test::metrics_without_timing(run) ==
+        metrics);  // the steps since the best, repeated alike
   CHECK(read_text(run + "/checkpoints/best.safetensors") == best);
   CHECK(fs::exists(run + "/checkpoints/last.safetensors"));
 
@@ -955,7 +987,9 @@ TEST_CASE("run directory: best but no last continues from the best") {
   CHECK(gf_test::metrics_without_timing(job) == job_metrics);
 }
 
-TEST_CASE("run directory: kill -9 right after any checkpoint write leaves a run that resume finishes alike") {
+TEST_CASE(
+    "run directory: kill -9 right after any checkpoint write leaves a run that resume finishes "
+    "alike") {
 #if defined(__SANITIZE_ADDRESS__)
   MESSAGE("sanitizer build: the LD_PRELOAD shim cannot come before the sanitizer; skipped");
 #else
@@ -963,7 +997,8 @@ TEST_CASE("run directory: kill -9 right after any checkpoint write leaves a run 
   write_text(d.file("tiny.yaml"), kTiny);
   // checkpoint_every 0: checkpoints at the validations (steps 3 and 6), and the first validation
   // is always the best so far, so the first write is a best when no last is there yet
-  const std::string train = "train " + d.file("tiny.yaml") + " --set train.checkpoint_every=0 --quiet --run-dir ";
+  const std::string train =
+      "train " + d.file("tiny.yaml") + " --set train.checkpoint_every=0 --quiet --run-dir ";
   const std::string ref = d.file("ref");
   REQUIRE(run_cli(train + ref).status == 0);
   const std::vector<json> want = gf_test::metrics_without_timing(ref);
@@ -971,7 +1006,8 @@ TEST_CASE("run directory: kill -9 right after any checkpoint write leaves a run 
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
     const std::string run = d.file("kill" + std::to_string(n));
-    Cli k = run_cli(train + run, "GF_KILL_AFTER_CHECKPOINTS=" + std::to_string(n) + " LD_PRELOAD=" GF_KILL_SHIM);
+    Cli k = run_cli(train + run,
+                    "GF_KILL_AFTER_CHECKPOINTS=" + std::to_string(n) + " LD_PRELOAD=" GF_KILL_SHIM);
     INFO(k.output);
     if (k.status == 0) break;  // fewer than N writes
     ++writes;
@@ -992,9 +1028,11 @@ TEST_CASE("messages: a full disk at the first checkpoint claims no previous chec
   write_text(d.file("tiny.yaml"), kTiny);
   const std::string run = d.file("run"), out = d.file("full.txt");
   // a file-size limit stands in for a full disk: the logs fit, the checkpoint of step 1 does not
-  int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) + " train " +
-                        d.file("tiny.yaml") + " --set train.checkpoint_every=1 --run-dir " + run +
-                        " --quiet\" > " + out + " 2>&1").c_str());
+  int rc =
+      std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) + " train " +
+                   d.file("tiny.yaml") + " --set train.checkpoint_every=1 --run-dir " + run +
+                   " --quiet\" > " + out + " 2>&1")
+                      .c_str());
   const std::string msg = read_text(out);
   INFO(msg);
   CHECK(WEXITSTATUS(rc) == 1);
@@ -1004,15 +1042,20 @@ TEST_CASE("messages: a full disk at the first checkpoint claims no previous chec
   CHECK(fs::is_empty(run + "/checkpoints"));
 }
 
-TEST_CASE("messages: a log write with no checkpoint yet, a FASTA record's place once, a switch to another dataset") {
+TEST_CASE(
+    "messages: a log write with no checkpoint yet, a FASTA record's place once, a switch to "
+    "another dataset") {
   TempDir d;
   // a full disk before the first checkpoint: no "the last checkpoint is intact"
   write_text(d.file("tiny.yaml"), kTiny);
   std::string run = d.file("run");
   std::string out = d.file("full.txt");
-  int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) + " train " +
-                        d.file("tiny.yaml") + " --set train.steps=200 --set train.eval_every=0 --set "
-                        "train.log_every=1 --run-dir " + run + " --quiet\" > " + out + " 2>&1").c_str());
+  int rc = std::system(("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(GF_BIN) +
+                        " train " + d.file("tiny.yaml") +
+                        " --set train.steps=200 --set train.eval_every=0 --set "
+                        "train.log_every=1 --run-dir " +
+                        run + " --quiet\" > " + out + " 2>&1")
+                           .c_str());
   std::string msg = read_text(out);
   INFO(msg);
   CHECK(WEXITSTATUS(rc) == 1);
@@ -1038,9 +1081,12 @@ TEST_CASE("messages: a log write with no checkpoint yet, a FASTA record's place 
              "stride: 3, val_ratio: 0.25, test_ratio: 0.25}\n"
              "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}\n"
              "train: {steps: 4, batch_size: 4, warmup: 1, eval_every: 2, log_every: 2}\n");
-  REQUIRE(run_cli("train " + d.file("f.yaml") + " --run-dir " + d.file("frun") + " --quiet").status == 0);
+  REQUIRE(
+      run_cli("train " + d.file("f.yaml") + " --run-dir " + d.file("frun") + " --quiet").status ==
+      0);
   write_text(d.file("bad.fa"), ">ok\nACGTACGTACGT\n>bad\nACGTXACGT\n");
-  Cli p = run_cli("predict " + d.file("frun/checkpoints/last.safetensors") + " " + d.file("bad.fa"));
+  Cli p =
+      run_cli("predict " + d.file("frun/checkpoints/last.safetensors") + " " + d.file("bad.fa"));
   CHECK(p.status == 2);
   std::string where = d.file("bad.fa") + ":3: record `bad`";
   CHECK(has(p.output, where + ": unknown base 'X'"));
@@ -1071,15 +1117,18 @@ TEST_CASE("memory: a run that cannot fit is refused up front with the estimate a
   write_text(d.file("tiny.yaml"), kTiny);
   // 2^20 examples of up to 12 tokens, width 1024: about 1.5 TiB of activations, beyond any
   // machine these tests run on; a training set of 64 examples (the batch repeats them)
-  Bounded b = run_bounded("train " + d.file("tiny.yaml") + " --set train.batch_size=1048576 --set "
-                          "model.d_model=1024 --run-dir " + d.file("run"));
+  Bounded b = run_bounded("train " + d.file("tiny.yaml") +
+                          " --set train.batch_size=1048576 --set "
+                          "model.d_model=1024 --run-dir " +
+                          d.file("run"));
   check_refusal(b, 2, "train.batch_size: a training step needs about");
   CHECK(has(b.output, "batch 1048576 x "));
   CHECK(has(b.output, "more than the "));
   CHECK(!fs::exists(d.file("run")));
   // parameters alone: d_model 65536 with 2 layers is over a TiB of weights and optimizer state
-  Bounded p = run_bounded("train " + d.file("tiny.yaml") +
-                          " --set model.d_model=65536 --set model.layers=2 --run-dir " + d.file("run"));
+  Bounded p =
+      run_bounded("train " + d.file("tiny.yaml") +
+                  " --set model.d_model=65536 --set model.layers=2 --run-dir " + d.file("run"));
   check_refusal(p, 2, "model: the parameters with their gradients and optimizer state need about");
   CHECK(has(p.output, "lower model.d_model"));
   CHECK(!fs::exists(d.file("run")));
@@ -1096,7 +1145,8 @@ TEST_CASE("memory: a run that cannot fit is refused up front with the estimate a
 TEST_CASE("threads: more than the cores are capped with a warning") {
   TempDir d;
   write_text(d.file("tiny.yaml"), kTiny);
-  Bounded b = run_bounded("train " + d.file("tiny.yaml") + " --set threads=4096 --run-dir " + d.file("run"));
+  Bounded b = run_bounded("train " + d.file("tiny.yaml") + " --set threads=4096 --run-dir " +
+                          d.file("run"));
   INFO(b.output);
   CHECK(b.status == 0);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -1109,23 +1159,29 @@ TEST_CASE("threads: more than the cores are capped with a warning") {
   CHECK(has(p.output, "warning: --threads 4096 is more than the"));
 }
 
-TEST_CASE("eval on new files: a model of generated ListOps on a test file, and --data with only the test file") {
+TEST_CASE(
+    "eval on new files: a model of generated ListOps on a test file, and --data with only the test "
+    "file") {
   TempDir d;
   std::string ck = tiny_run(d.file("run"));  // source: generate, min_length 4 (not the default)
-  write_text(d.file("t.tsv"), "Source\tTarget\n[MAX 2 9 ]\t9\n( [MIN 3 4 ] )\t3\n[SM 1 2 ]\t3\n7\t7\n");
+  write_text(d.file("t.tsv"),
+             "Source\tTarget\n[MAX 2 9 ]\t9\n( [MIN 3 4 ] )\t3\n[SM 1 2 ]\t3\n7\t7\n");
   // switching to files from --set: the embedded generate options are dropped, not refused
-  Cli e = run_cli("eval " + ck + " --set data.source=files --set data.test_file=" + d.file("t.tsv") + " --json");
+  Cli e = run_cli("eval " + ck +
+                  " --set data.source=files --set data.test_file=" + d.file("t.tsv") + " --json");
   INFO(e.output);
   REQUIRE(e.status == 0);
   json j = json::parse(e.output.substr(e.output.find('{')));
   CHECK(j["examples"] == 4);
   // an option of the other mode given on the command line is still refused
-  Cli m = run_cli("eval " + ck + " --set data.source=files --set data.test_file=" + d.file("t.tsv") +
-                  " --set data.min_length=3");
+  Cli m =
+      run_cli("eval " + ck + " --set data.source=files --set data.test_file=" + d.file("t.tsv") +
+              " --set data.min_length=3");
   CHECK(m.status == 2);
   CHECK(has(m.output, "`data.min_length`: is only used with source: generate"));
   // --data with source: files needs only the file of the split evaluated
-  write_text(d.file("data.yaml"), "data: {plugin: listops, source: files, test_file: t.tsv, max_length: 12}\n");
+  write_text(d.file("data.yaml"),
+             "data: {plugin: listops, source: files, test_file: t.tsv, max_length: 12}\n");
   Cli f = run_cli("eval " + ck + " --data " + d.file("data.yaml") + " --json");
   INFO(f.output);
   REQUIRE(f.status == 0);
@@ -1137,7 +1193,8 @@ TEST_CASE("eval on new files: a model of generated ListOps on a test file, and -
   // a training run still needs all three
   ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
   cfg.apply_override("data={plugin: listops, source: files, test_file: " + d.file("t.tsv") + "}");
-  CHECK(has(error_of([&] { Experiment ex(cfg, {GF_PLUGIN_DIR}); }), "`data.train_file`: is required"));
+  CHECK(has(error_of([&] { Experiment ex(cfg, {GF_PLUGIN_DIR}); }),
+            "`data.train_file`: is required"));
 }
 
 TEST_CASE("json text: any bytes survive JSON, valid UTF-8 unchanged, and the form round-trips") {
@@ -1147,26 +1204,40 @@ TEST_CASE("json text: any bytes survive JSON, valid UTF-8 unchanged, and the for
     CHECK(json_text(s) == s);
     CHECK(json_bytes(s) == s);
   }
-  CHECK(json_text("caf\xe9") == "\xef\xbf\xbd" "caf\\xe9");
-  CHECK(json_text("a\\b\xff") == "\xef\xbf\xbd" "a\\\\b\\xff");
+  CHECK(json_text("caf\xe9") ==
+        "\xef\xbf\xbd"
+        "caf\\xe9");
+  CHECK(json_text("a\\b\xff") ==
+        "\xef\xbf\xbd"
+        "a\\\\b\\xff");
   // a leading U+FFFD is escaped too, so the form stays one to one
-  CHECK(json_text("\xef\xbf\xbd" "\\xff") == "\xef\xbf\xbd\xef\xbf\xbd\\\\xff");
+  CHECK(json_text("\xef\xbf\xbd"
+                  "\\xff") == "\xef\xbf\xbd\xef\xbf\xbd\\\\xff");
   // text json_text would not write is itself (an old checkpoint's U+FFFD from a lossy dump)
-  CHECK(json_bytes("\xef\xbf\xbd" "abc") == "\xef\xbf\xbd" "abc");
-  CHECK(json_bytes("\xef\xbf\xbd" "\\x41") == "\xef\xbf\xbd" "\\x41");
+  CHECK(json_bytes("\xef\xbf\xbd"
+                   "abc") ==
+        "\xef\xbf\xbd"
+        "abc");
+  CHECK(json_bytes("\xef\xbf\xbd"
+                   "\\x41") ==
+        "\xef\xbf\xbd"
+        "\\x41");
   // overlong forms, surrogates, code points past U+10FFFF and cut sequences are not UTF-8
   for (const char* bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80"})
     CHECK(!is_utf8(bad));
   gf::Rng rng(7, "json_text");
   for (int i = 0; i < 2000; ++i) {
     std::string s(rng.below(12), '\0');
-    for (char& c : s) c = "\\\xef\xbf\xbd" "a\xc3\xa9\xff\x80\x00"[rng.below(10)];
+    for (char& c : s)
+      c = "\\\xef\xbf\xbd"
+          "a\xc3\xa9\xff\x80\x00"[rng.below(10)];
     const std::string t = json_text(s);
     CHECK(is_utf8(t));
     CHECK(json_bytes(t) == s);
     // through nlohmann::json, as keys and as values (compared outside CHECK: printing the
     // expected JSON would need a dump that these bytes cannot have)
-    const bool same = json_bytes_tree(json::parse(dump_json(json{{s, {s, 1}}}))) == json{{s, {s, 1}}};
+    const bool same =
+        json_bytes_tree(json::parse(dump_json(json{{s, {s, 1}}}))) == json{{s, {s, 1}}};
     CHECK(same);
   }
 }
@@ -1178,7 +1249,9 @@ void write_non_utf8_fasta(const std::string& folder) {
   fs::create_directories(folder);
   gf::Rng rng(5, "fasta");
   const char* motif[] = {"AAAAAAAAA", "CCCCCCCCC", "GGGGGGGGG"};
-  const char* labels[] = {"caf\xe9", "\xff\xfe", "\xef\xbf\xbd" "ok\\"};
+  const char* labels[] = {"caf\xe9", "\xff\xfe",
+                          "\xef\xbf\xbd"
+                          "ok\\"};
   std::string fasta, meta = "strain\tv\n";
   for (int i = 0; i < 62; ++i) {
     std::string seq;
@@ -1202,7 +1275,9 @@ void write_non_utf8_fasta(const std::string& folder) {
 }
 }  // namespace
 
-TEST_CASE("json text: labels, ids and a config folder that are not UTF-8 train, evaluate, predict and resume") {
+TEST_CASE(
+    "json text: labels, ids and a config folder that are not UTF-8 train, evaluate, predict and "
+    "resume") {
   TempDir d;
   const std::string folder = d.file("data\xe9");
   write_non_utf8_fasta(folder);
@@ -1222,15 +1297,19 @@ TEST_CASE("json text: labels, ids and a config folder that are not UTF-8 train, 
   CHECK(ej["examples"] == 60);
   std::set<std::string> names;
   for (auto& c : ej["classes"]) names.insert(json_bytes(c["name"].get<std::string>()));
-  CHECK(names == std::set<std::string>{"caf\xe9", "\xff\xfe", "\xef\xbf\xbd" "ok\\"});
+  CHECK(names == std::set<std::string>{"caf\xe9", "\xff\xfe",
+                                       "\xef\xbf\xbd"
+                                       "ok\\"});
   // predictions name each record by its id, escaped in the documented form
-  Cli p = run_cli("predict " + best + " '" + folder + "/g.fa' --format jsonl --out " + d.file("p.jsonl") + " -q");
+  Cli p = run_cli("predict " + best + " '" + folder + "/g.fa' --format jsonl --out " +
+                  d.file("p.jsonl") + " -q");
   INFO(p.output);
   REQUIRE(p.status == 0);
   std::ifstream in(d.file("p.jsonl"));
   std::string line;
   std::set<std::string> ids;
-  while (std::getline(in, line)) ids.insert(json_bytes(json::parse(line).at("id").get<std::string>()));
+  while (std::getline(in, line))
+    ids.insert(json_bytes(json::parse(line).at("id").get<std::string>()));
   CHECK(ids.size() == 62);
   CHECK(ids.count("g7\xff") == 1);
   // statistics and inspection as JSON
@@ -1248,7 +1327,9 @@ TEST_CASE("json text: labels, ids and a config folder that are not UTF-8 train, 
   CHECK(r.status == 0);
 }
 
-TEST_CASE("messages: a symlink loop as the config, a 500-deep mapping, a ListOps file that is a directory or /dev/null") {
+TEST_CASE(
+    "messages: a symlink loop as the config, a 500-deep mapping, a ListOps file that is a "
+    "directory or /dev/null") {
   TempDir d;
   fs::create_symlink(d.file("b.yaml"), d.file("a.yaml"));
   fs::create_symlink(d.file("a.yaml"), d.file("b.yaml"));
@@ -1258,27 +1339,33 @@ TEST_CASE("messages: a symlink loop as the config, a 500-deep mapping, a ListOps
   CHECK(!has(loop.output, "no such configuration file"));
 
   std::string deep;
-  for (int i = 0; i < 500; ++i) deep += std::string(2 * static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
+  for (int i = 0; i < 500; ++i)
+    deep += std::string(2 * static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
   const std::string e = gf_test::error_of([&] { ConfigNode::load_string(deep, "deep.yaml"); });
   CHECK(has(e, "deep.yaml:65: mappings or lists nested more than 64 levels deep"));
   CHECK(!has(e, "bad file"));
   // lists in lists on one line count too; 60 levels are fine
   std::string dashes;
   for (int i = 0; i < 70; ++i) dashes += "- ";
-  CHECK(has(gf_test::error_of([&] { ConfigNode::load_string("a:\n" + dashes + "x\n"); }), "nested more than"));
+  CHECK(has(gf_test::error_of([&] { ConfigNode::load_string("a:\n" + dashes + "x\n"); }),
+            "nested more than"));
   std::string ok;
-  for (int i = 0; i < 60; ++i) ok += std::string(2 * static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
-  CHECK(ConfigNode::load_string(ok + std::string(120, ' ') + "v: |\n" + std::string(200, ' ') + "text\n").has("k0"));
+  for (int i = 0; i < 60; ++i)
+    ok += std::string(2 * static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
+  CHECK(ConfigNode::load_string(ok + std::string(120, ' ') + "v: |\n" + std::string(200, ' ') +
+                                "text\n")
+            .has("k0"));
 
   fs::create_directories(d.file("dir"));
   for (const std::string& f : {d.file("dir"), std::string("/dev/null")}) {
     ConfigNode cfg = ConfigNode::load_string(kTiny, "tiny.yaml");
-    cfg.apply_override("data={plugin: listops, source: files, train_file: " + f + ", val_file: " + f +
-                       ", test_file: " + f + "}");
+    cfg.apply_override("data={plugin: listops, source: files, train_file: " + f +
+                       ", val_file: " + f + ", test_file: " + f + "}");
     const std::string m = error_of([&] { Experiment ex(cfg, {GF_PLUGIN_DIR}); });
     INFO(m);
     CHECK(has(m, "`data.train_file`: " + f + ": is a " +
-                     (f == "/dev/null" ? "character device" : "directory") + ", expected a data file"));
+                     (f == "/dev/null" ? "character device" : "directory") +
+                     ", expected a data file"));
     CHECK(!has(m, "not found"));
   }
 }
@@ -1351,7 +1438,9 @@ TEST_CASE("messages: an option left out is placed at its component, not `default
   CHECK(o.where("options") == d.file("c.yaml") + ":3:3 (`growth.options` not set: its default)");
 }
 
-TEST_CASE("sweep: a job another process is running is skipped as running, not `finished earlier and FAILED`") {
+TEST_CASE(
+    "sweep: a job another process is running is skipped as running, not `finished earlier and "
+    "FAILED`") {
   TempDir d;
   write_text(d.file("base.yaml"), kTiny);
   write_text(d.file("sw.yaml"), "name: s\nbase: " + d.file("base.yaml") +
@@ -1364,7 +1453,8 @@ TEST_CASE("sweep: a job another process is running is skipped as running, not `f
   Cli s = run_cli("sweep " + d.file("sw.yaml") + " --out " + out + " --quiet");
   INFO(s.output);
   CHECK(s.status == 1);
-  CHECK(has(s.output, "1__seed1: running in another process now (pid " + std::to_string(getpid()) + ")"));
+  CHECK(has(s.output,
+            "1__seed1: running in another process now (pid " + std::to_string(getpid()) + ")"));
   CHECK(!has(s.output, "FAILED"));
   CHECK(!fs::exists(out + "/1__seed1/sweep_job.json"));  // its own process records it
   CHECK(fs::exists(out + "/2__seed1/sweep_job.json"));   // the other job ran

@@ -123,11 +123,15 @@ TEST_CASE("a NUL character in a value or a key is refused, naming the key") {
   e = config_error("sec: {}\n", specs, "sec.train=\"a\\0b\"");
   CHECK(has(e, "--set sec.train: `sec.train`: the value holds a NUL character"));
   ConfigNode n = ConfigNode::load_string("name: \"run\\0 and more\"\n", "c.yaml");
-  CHECK_THROWS_WITH_AS(n.child("name").as_string(), "c.yaml:1:7: `name`: the value holds a NUL character "
-                       "(a \\0 escape?); no option accepts one", ConfigError);
+  CHECK_THROWS_WITH_AS(n.child("name").as_string(),
+                       "c.yaml:1:7: `name`: the value holds a NUL character "
+                       "(a \\0 escape?); no option accepts one",
+                       ConfigError);
   CHECK_THROWS_WITH_AS(ConfigNode::load_string("sec:\n  \"tr\\0ain\": 1\n", "c.yaml"),
-                       doctest::Contains("c.yaml:2:3: a key under `sec` holds a NUL character"), ConfigError);
-  CHECK(config_error("sec:\n  train: \"train.tsv\"\n", specs).empty());  // an ordinary value still reads
+                       doctest::Contains("c.yaml:2:3: a key under `sec` holds a NUL character"),
+                       ConfigError);
+  CHECK(config_error("sec:\n  train: \"train.tsv\"\n", specs)
+            .empty());  // an ordinary value still reads
 }
 
 TEST_CASE("did_you_mean") {

@@ -17,8 +17,8 @@ std::shared_ptr<AttentionBlock> build(const std::string& attn, const std::string
                                       const std::string& extra = "") {
   static std::vector<std::unique_ptr<Rng>> keep;
   keep.push_back(std::make_unique<Rng>(11, "contract"));
-  std::string yaml = "plugin: " + attn + "\nheads: 2\nd_k: 3\n" + extra + "head: {plugin: " +
-                     head + "}\n";
+  std::string yaml =
+      "plugin: " + attn + "\nheads: 2\nd_k: 3\n" + extra + "head: {plugin: " + head + "}\n";
   AttentionBuild b{6, 0, &gf_test::registry(), keep.back().get()};
   return gf_test::registry().create_attention(ConfigNode::load_string(yaml, "contract.yaml"), b);
 }
@@ -143,14 +143,17 @@ class HeadlessBlock : public AttentionBlock {
 void add_bare_components(Registry& r) {
   r.add_head({"bare_head", "test head", {}},
              [](const Options&, const HeadBuild& b) { return std::make_unique<BareHead>(b); });
-  r.add_attention({"bare", "test block", MultiHeadBlock::common_options()},
-                  [](const Options& o, const AttentionBuild& b) { return std::make_unique<BareBlock>(o, b); });
-  r.add_attention({"headless", "test block", {}},
-                  [](const Options&, const AttentionBuild&) { return std::make_unique<HeadlessBlock>(); });
+  r.add_attention(
+      {"bare", "test block", MultiHeadBlock::common_options()},
+      [](const Options& o, const AttentionBuild& b) { return std::make_unique<BareBlock>(o, b); });
+  r.add_attention({"headless", "test block", {}}, [](const Options&, const AttentionBuild&) {
+    return std::make_unique<HeadlessBlock>();
+  });
 }
 }  // namespace
 
-TEST_CASE("contract: a block built through the factory has its starting heads without calling anything") {
+TEST_CASE(
+    "contract: a block built through the factory has its starting heads without calling anything") {
   Registry r;
   add_bare_components(r);
   Rng rng(5, "bare");
@@ -165,15 +168,17 @@ TEST_CASE("contract: a block built through the factory has its starting heads wi
   CHECK(dynamic_cast<BareBlock&>(*blk).heads_in_constructor == 3);
   CHECK(blk->structure()->ids() == ids);
   size_t w_o = 0;
-  for (auto& [n, v] : blk->named_parameters()) w_o += n.size() > 4 && n.substr(n.size() - 4) == ".w_o";
+  for (auto& [n, v] : blk->named_parameters())
+    w_o += n.size() > 4 && n.substr(n.size() - 4) == ".w_o";
   CHECK(w_o == 3);
   // the heads work: one forward
   Var y = blk->forward(constant(gf_test::randn({1, 4, 8}, 2)), ForwardContext{});
   CHECK(y.dim(2) == 8);
   clear_tape();
   // a block that can edit heads and has none is refused by the factory, naming the plugin
-  CHECK_THROWS_WITH_AS(r.create_attention(ConfigNode::load_string("plugin: headless\n", "h.yaml"), b),
-                       doctest::Contains("creating attention `headless` at h.yaml:1:1: the block was "
-                                         "built without heads"),
-                       RuntimeError);
+  CHECK_THROWS_WITH_AS(
+      r.create_attention(ConfigNode::load_string("plugin: headless\n", "h.yaml"), b),
+      doctest::Contains("creating attention `headless` at h.yaml:1:1: the block was "
+                        "built without heads"),
+      RuntimeError);
 }

@@ -223,7 +223,9 @@ std::vector<gf::Record> records(const std::string& yaml, const gf::DataSplits& s
   return out;
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // The words of an example, by the vocabulary.
 std::vector<std::string> words_of(const gf::DataSplits& d, const gf::Example& e) {
@@ -274,37 +276,39 @@ TEST_CASE("text_tsv: CSV with quoted fields (RFC 4180), sniffed or by extension"
   CHECK(d.train[0].label == 1);
   CHECK(d.train[1].label == 0);
   // the same rows as TSV (no quoting there) give the same tokens
-  gf::write_file(dir.file("train.tsv"), "id\ttext\tlabel\n1\tgood, very good\tpos\n2\the said \"bad\" twice\tneg\n"
-                                         "3\ttwo lines\tpos\n4\t5\" screen\tneg\n");
-  auto t = load("train: " + dir.file("train.tsv") + "\nval: " + dir.file("train.tsv") + "\ntest: " +
-                dir.file("train.tsv") + "\ntext_column: text\n");
+  gf::write_file(dir.file("train.tsv"),
+                 "id\ttext\tlabel\n1\tgood, very good\tpos\n2\the said \"bad\" twice\tneg\n"
+                 "3\ttwo lines\tpos\n4\t5\" screen\tneg\n");
+  auto t = load("train: " + dir.file("train.tsv") + "\nval: " + dir.file("train.tsv") +
+                "\ntest: " + dir.file("train.tsv") + "\ntext_column: text\n");
   CHECK(t.vocab == d.vocab);
   for (size_t i = 0; i < 4; ++i) CHECK(t.train[i].tokens == d.train[i].tokens);
 
   // no extension: sniffed from the header line (the delimiter whose split names the columns)
   gf::write_file(dir.file("semi"), "text;label\n\"a;b c\";1\nd;0\n");
-  auto s = load("train: " + dir.file("semi") + "\nval: " + dir.file("semi") + "\ntest: " +
-                dir.file("semi") + "\ntext_column: text\n");
+  auto s = load("train: " + dir.file("semi") + "\nval: " + dir.file("semi") +
+                "\ntest: " + dir.file("semi") + "\ntext_column: text\n");
   CHECK(words_of(s, s.train[0]) == Words{"a;b", "c"});
   CHECK(s.train.size() == 2);
   gf::write_file(dir.file("commas.data"), "label,text\n1,x\n0,y\n");
-  CHECK(load("train: " + dir.file("commas.data") + "\nval: " + dir.file("commas.data") + "\ntest: " +
-             dir.file("commas.data") + "\ntext_column: text\n").train.size() == 2);
+  CHECK(load("train: " + dir.file("commas.data") + "\nval: " + dir.file("commas.data") +
+             "\ntest: " + dir.file("commas.data") + "\ntext_column: text\n")
+            .train.size() == 2);
   // the delimiter option: a .txt file split at `|`, quoted as CSV
   gf::write_file(dir.file("pipes.txt"), "text|label\n\"x|y\"|1\nz|0\n");
-  auto p = load("train: " + dir.file("pipes.txt") + "\nval: " + dir.file("pipes.txt") + "\ntest: " +
-                dir.file("pipes.txt") + "\ntext_column: text\ndelimiter: \"|\"\n");
+  auto p = load("train: " + dir.file("pipes.txt") + "\nval: " + dir.file("pipes.txt") +
+                "\ntest: " + dir.file("pipes.txt") + "\ntext_column: text\ndelimiter: \"|\"\n");
   CHECK(words_of(p, p.train[0]) == Words{"x|y"});
   // format: csv on a .tsv name, and a tab delimiter given as `tab`
   gf::write_file(dir.file("q.tsv"), "text\tlabel\n\"a\tb\"\t1\nc\t0\n");
-  auto q = load("train: " + dir.file("q.tsv") + "\nval: " + dir.file("q.tsv") + "\ntest: " +
-                dir.file("q.tsv") + "\ntext_column: text\ndelimiter: tab\n");
+  auto q = load("train: " + dir.file("q.tsv") + "\nval: " + dir.file("q.tsv") +
+                "\ntest: " + dir.file("q.tsv") + "\ntext_column: text\ndelimiter: tab\n");
   CHECK(words_of(q, q.train[0]) == Words{"a", "b"});
   CHECK(q.train.size() == 2);
   // gzip'd CSV keeps its extension
   gf::write_file(dir.file("z.csv.gz"), "text,label\n\"p,q\",1\nr,0\n", true);
-  auto z = load("train: " + dir.file("z.csv.gz") + "\nval: " + dir.file("z.csv.gz") + "\ntest: " +
-                dir.file("z.csv.gz") + "\ntext_column: text\n");
+  auto z = load("train: " + dir.file("z.csv.gz") + "\nval: " + dir.file("z.csv.gz") +
+                "\ntest: " + dir.file("z.csv.gz") + "\ntext_column: text\n");
   CHECK(words_of(z, z.train[0]) == Words{"p,q"});
 }
 
@@ -366,18 +370,19 @@ TEST_CASE("text_tsv: JSON lines with text_column and label_column keys") {
   CHECK(words_of(d, d.train[2]) == Words{"caf\xc3\xa9"});
   CHECK(d.class_names == Words{"neg", "pos"});
   // integer labels (JSON numbers) as integer classes; sniffed without an extension
-  gf::write_file(dir.file("ints"), "{\"text\": \"a\", \"label\": 2}\n{\"text\": \"b\", \"label\": 10}\n"
-                                   "{\"text\": \"c\", \"label\": 2.0}\n");
-  auto n = load("train: " + dir.file("ints") + "\nval: " + dir.file("ints") + "\ntest: " + dir.file("ints") +
-                "\ntext_column: text\n");
+  gf::write_file(dir.file("ints"),
+                 "{\"text\": \"a\", \"label\": 2}\n{\"text\": \"b\", \"label\": 10}\n"
+                 "{\"text\": \"c\", \"label\": 2.0}\n");
+  auto n = load("train: " + dir.file("ints") + "\nval: " + dir.file("ints") +
+                "\ntest: " + dir.file("ints") + "\ntext_column: text\n");
   CHECK(n.class_names == Words{"2", "10"});
   CHECK(n.train[2].label == 0);
   // errors name the line and the key
   auto bad = [&](const std::string& body) {
     gf::write_file(dir.file("bad.jsonl"), "{\"text\": \"a\", \"label\": 1}\n" + body);
     return error_of([&] {
-      load("train: " + dir.file("bad.jsonl") + "\nval: " + dir.file("bad.jsonl") + "\ntest: " +
-           dir.file("bad.jsonl") + "\ntext_column: text\n");
+      load("train: " + dir.file("bad.jsonl") + "\nval: " + dir.file("bad.jsonl") +
+           "\ntest: " + dir.file("bad.jsonl") + "\ntext_column: text\n");
     });
   };
   std::string msg = bad("{\"txt\": \"b\", \"label\": 0}\n");
@@ -398,8 +403,8 @@ TEST_CASE("text_tsv: JSON lines with text_column and label_column keys") {
 TEST_CASE("text_tsv: predict reads plain text, CSV and JSON lines with the saved tokenizer") {
   TempDir dir;
   gf::write_file(dir.file("train.csv"), "text,label\ngood fun,1\nbad dull,0\ngood story,1\n");
-  std::string cfg = "train: " + dir.file("train.csv") + "\nval: " + dir.file("train.csv") + "\ntest: " +
-                    dir.file("train.csv") + "\ntext_column: text\n";
+  std::string cfg = "train: " + dir.file("train.csv") + "\nval: " + dir.file("train.csv") +
+                    "\ntest: " + dir.file("train.csv") + "\ntext_column: text\n";
   auto d = load(cfg);
   auto id = [&](const std::string& w) {
     for (size_t i = 0; i < d.vocab.size(); ++i)
@@ -425,7 +430,8 @@ TEST_CASE("text_tsv: predict reads plain text, CSV and JSON lines with the saved
   CHECK(has(r[1].error, "expected 2 comma-separated fields"));
   CHECK(r[2].tokens == std::vector<int32_t>{id("bad")});
   // JSON lines with ids; a line without the key is a bad record
-  gf::write_file(dir.file("in.jsonl"), "{\"id\": 7, \"text\": \"good\"}\n{\"sentence\": \"bad\"}\n");
+  gf::write_file(dir.file("in.jsonl"),
+                 "{\"id\": 7, \"text\": \"good\"}\n{\"sentence\": \"bad\"}\n");
   r = records(cfg, d, dir.file("in.jsonl"));
   REQUIRE(r.size() == 2);
   CHECK(r[0].id == "7");
@@ -450,8 +456,9 @@ TEST_CASE("text_tsv: tokenizer ids takes integer token ids, the padding one past
                  "{\"text\": [3, 1, 4], \"label\": 0}\n{\"text\": \"1 5 9 2\", \"label\": 1}\n"
                  "{\"text\": [0], \"label\": 1}\n");
   gf::write_file(dir.file("test.tsv"), "text\tlabel\n9 9 0\t0\n");
-  std::string cfg = "train: " + dir.file("train.jsonl") + "\nval: " + dir.file("train.jsonl") + "\ntest: " +
-                    dir.file("test.tsv") + "\ntext_column: text\ntokenizer: ids\nmax_len: 3\n";
+  std::string cfg = "train: " + dir.file("train.jsonl") + "\nval: " + dir.file("train.jsonl") +
+                    "\ntest: " + dir.file("test.tsv") +
+                    "\ntext_column: text\ntokenizer: ids\nmax_len: 3\n";
   auto d = load(cfg);
   CHECK(d.vocab_size == 10 + 1);  // ids 0..9 and the padding
   CHECK(d.pad_id == 10);
@@ -466,26 +473,25 @@ TEST_CASE("text_tsv: tokenizer ids takes integer token ids, the padding one past
   CHECK(msg.find(dir.file("train.jsonl") + ":2: token id 9 is not below 6") == 0);
   gf::write_file(dir.file("big.tsv"), "text\tlabel\n3 12\t0\n");
   msg = error_of([&] {
-    load("train: " + dir.file("train.jsonl") + "\nval: " + dir.file("train.jsonl") + "\ntest: " +
-         dir.file("big.tsv") + "\ntext_column: text\ntokenizer: ids\n");
+    load("train: " + dir.file("train.jsonl") + "\nval: " + dir.file("train.jsonl") +
+         "\ntest: " + dir.file("big.tsv") + "\ntext_column: text\ntokenizer: ids\n");
   });
   CHECK(msg.find(dir.file("big.tsv") + ":2: token id 12 is not below 10") == 0);
   CHECK(has(msg, "largest id + 1; set num_tokens"));
   gf::write_file(dir.file("huge.tsv"), "text\tlabel\n3 16777216\t0\n1\t1\n");
   msg = error_of([&] {
-    load("train: " + dir.file("huge.tsv") + "\nval: " + dir.file("huge.tsv") + "\ntest: " +
-         dir.file("huge.tsv") + "\ntext_column: text\ntokenizer: ids\n");
+    load("train: " + dir.file("huge.tsv") + "\nval: " + dir.file("huge.tsv") +
+         "\ntest: " + dir.file("huge.tsv") + "\ntext_column: text\ntokenizer: ids\n");
   });
   CHECK(msg.find(dir.file("huge.tsv") + ":2: token id 16777216 is not below 16777216") == 0);
   gf::write_file(dir.file("word.tsv"), "text\tlabel\n3 x\t0\n");
   msg = error_of([&] {
-    load("train: " + dir.file("word.tsv") + "\nval: " + dir.file("train.jsonl") + "\ntest: " +
-         dir.file("train.jsonl") + "\ntext_column: text\ntokenizer: ids\n");
+    load("train: " + dir.file("word.tsv") + "\nval: " + dir.file("train.jsonl") +
+         "\ntest: " + dir.file("train.jsonl") + "\ntext_column: text\ntokenizer: ids\n");
   });
   CHECK(msg.find(dir.file("word.tsv") + ":2: token `x` is not a token id") == 0);
-  msg = error_of([&] {
-    load("train: " + dir.file("test.tsv") + "\ntext_column: text\nnum_tokens: 5\n");
-  });
+  msg = error_of(
+      [&] { load("train: " + dir.file("test.tsv") + "\ntext_column: text\nnum_tokens: 5\n"); });
   CHECK(has(msg, "num_tokens"));
   CHECK(has(msg, "is an option of tokenizer: ids"));
   // predict with the saved tokenizer: ids past the saved count are a bad record
@@ -499,7 +505,8 @@ TEST_CASE("text_tsv: tokenizer ids takes integer token ids, the padding one past
 TEST_CASE("text_tsv: words and labels that are not UTF-8 survive the saved tokenizer") {
   TempDir dir;
   gf::write_file(dir.file("t.tsv"), "sentence\tlabel\ncaf\xe9 ok\tn\xe9g\nfine\tpos\n");
-  std::string cfg = "train: " + dir.file("t.tsv") + "\nval: " + dir.file("t.tsv") + "\ntest: " + dir.file("t.tsv") + "\n";
+  std::string cfg = "train: " + dir.file("t.tsv") + "\nval: " + dir.file("t.tsv") +
+                    "\ntest: " + dir.file("t.tsv") + "\n";
   auto d = load(cfg);
   CHECK(d.class_names == Words{"n\xe9g", "pos"});
   // the same data again through the saved tokenizer: the same vocabulary, classes and tokens
@@ -532,17 +539,20 @@ TEST_CASE("text_tsv: the program trains on CSV, evaluates JSON lines, predicts p
   const char* words[] = {"film", "plot", "story", "fun", "dull", "actor", "scene"};
   for (int i = 0; i < 120; ++i) {
     bool pos = i % 2 == 0;
-    std::string text = std::string(words[i % 7]) + ", " + (pos ? "good" : "bad") + " " + words[(i / 7) % 7];
+    std::string text =
+        std::string(words[i % 7]) + ", " + (pos ? "good" : "bad") + " " + words[(i / 7) % 7];
     csv += "\"" + text + "\"," + (pos ? "yes" : "no") + "\n";
   }
   gf::write_file(dir.file("train.csv"), csv);
-  gf::write_file(dir.file("test.jsonl"), "{\"text\": \"good, fun\", \"label\": \"yes\"}\n"
-                                         "{\"text\": \"bad plot\", \"label\": \"no\"}\n"
-                                         "{\"text\": \"scene, good\", \"label\": \"yes\"}\n");
+  gf::write_file(dir.file("test.jsonl"),
+                 "{\"text\": \"good, fun\", \"label\": \"yes\"}\n"
+                 "{\"text\": \"bad plot\", \"label\": \"no\"}\n"
+                 "{\"text\": \"scene, good\", \"label\": \"yes\"}\n");
   gf::write_file(dir.file("in.txt"), "good, fun\nbad plot\nscene, good\n");
   std::ofstream(dir.file("run.yaml"))
       << "name: t\nseed: 3\nthreads: 1\n"
-         "data: {plugin: text_tsv, train: train.csv, text_column: text, val_ratio: 0.1, test_ratio: 0.1}\n"
+         "data: {plugin: text_tsv, train: train.csv, text_column: text, val_ratio: 0.1, "
+         "test_ratio: 0.1}\n"
          "model: {d_model: 16, layers: 1, max_len: 8, attention: {plugin: mha, heads: 2}}\n"
          "optimizer: {plugin: adamw, lr: 0.01}\n"
          "train: {steps: 40, batch_size: 8, warmup: 2, eval_every: 20, log_every: 10}\n";
@@ -551,7 +561,8 @@ TEST_CASE("text_tsv: the program trains on CSV, evaluates JSON lines, predicts p
   REQUIRE_MESSAGE(stats.status == 0, stats.output);
   nlohmann::json sj = nlohmann::json::parse(stats.output);
   CHECK(sj.dump().find("\"no\"") != std::string::npos);
-  Cli t = run_cli("train " + dir.file("run.yaml") + " --run-dir " + dir.file("run") + " --quiet", out);
+  Cli t =
+      run_cli("train " + dir.file("run.yaml") + " --run-dir " + dir.file("run") + " --quiet", out);
   REQUIRE_MESSAGE(t.status == 0, t.output);
   const std::string best = dir.file("run/checkpoints/best.safetensors");
   Cli e = run_cli("eval " + best + " --set data.test=" + dir.file("test.jsonl") + " --json", out);
@@ -559,7 +570,9 @@ TEST_CASE("text_tsv: the program trains on CSV, evaluates JSON lines, predicts p
   nlohmann::json ej = nlohmann::json::parse(e.output);
   CHECK(ej["examples"] == 3);
   CHECK(ej["classes"][0]["name"] == "no");
-  Cli p = run_cli("predict " + best + " " + dir.file("in.txt") + " --out " + dir.file("p.tsv") + " --quiet", out);
+  Cli p = run_cli(
+      "predict " + best + " " + dir.file("in.txt") + " --out " + dir.file("p.tsv") + " --quiet",
+      out);
   REQUIRE_MESSAGE(p.status == 0, p.output);
   std::ifstream pin(dir.file("p.tsv"));
   std::string line;

@@ -90,7 +90,8 @@ TEST_CASE("classification report: figures of a hand-worked confusion matrix") {
 TEST_CASE("text_tsv: a saved tokenizer maps new words to <unk> and keeps the classes") {
   TempDir dir;
   gf::write_file(dir.file("train.tsv"), kTrain);
-  std::string base = "plugin: text_tsv\nval: " + dir.file("train.tsv") + "\nclass_names: [neg, pos]\n";
+  std::string base =
+      "plugin: text_tsv\nval: " + dir.file("train.tsv") + "\nclass_names: [neg, pos]\n";
   std::string own = "train: " + dir.file("train.tsv") + "\ntest: " + dir.file("train.tsv");
   gf::DataSplits first = dataset(base + own)->load();
   REQUIRE(!first.tokenizer.empty());
@@ -98,10 +99,10 @@ TEST_CASE("text_tsv: a saved tokenizer maps new words to <unk> and keeps the cla
   // other data: new words, and the classes appear in another order in the file
   gf::write_file(dir.file("other.tsv"),
                  "sentence\tlabel\nzebra good\t1\nbad unseen words\t0\nfilm\t1\n");
-  gf::DataSplits again = dataset(base + "train: " + dir.file("other.tsv") + "\ntest: " +
-                                     dir.file("other.tsv"),
-                                 first.tokenizer)
-                             ->load();
+  gf::DataSplits again =
+      dataset(base + "train: " + dir.file("other.tsv") + "\ntest: " + dir.file("other.tsv"),
+              first.tokenizer)
+          ->load();
   CHECK(again.vocab == first.vocab);
   CHECK(again.class_names == std::vector<std::string>{"neg", "pos"});
   auto id = [&](const std::string& w) {
@@ -125,9 +126,7 @@ TEST_CASE("text_tsv: a saved tokenizer maps new words to <unk> and keeps the cla
   CHECK(has(e, "three.tsv:3"));
   CHECK(has(e, "not one of the checkpoint's classes (0, 1)"));
   // another plugin's tokenizer is refused
-  e = gf_test::error_of([&] {
-    dataset(base + own, "{\"plugin\":\"listops\"}")->load();
-  });
+  e = gf_test::error_of([&] { dataset(base + own, "{\"plugin\":\"listops\"}")->load(); });
   CHECK(has(e, "belongs to dataset `listops`"));
 
   // predict records: the id column when present, tokens as in training
@@ -149,10 +148,11 @@ TEST_CASE("fasta_variants: predict reads records one by one; the checkpoint's cl
   std::string meta = "strain\tv\ns1\tA\ns2\tB\ns3\tA\ns4\tC\n";
   gf::write_file(dir.file("m.tsv"), meta);
   std::string state =
-      "{\"plugin\":\"fasta_variants\",\"k\":3,\"stride\":3,\"ambiguous\":\"token\",\"region\":[0,0],"
+      "{\"plugin\":\"fasta_variants\",\"k\":3,\"stride\":3,\"ambiguous\":\"token\",\"region\":[0,0]"
+      ","
       "\"max_len\":0,\"seed\":1,\"classes\":[\"A\",\"B\",\"other\"],\"other_name\":\"other\"}";
-  auto ds = dataset("plugin: fasta_variants\nfasta: " + dir.file("g.fa.gz") + "\nmetadata: " +
-                        dir.file("m.tsv") + "\nlabel_column: v\nk: 2\n",
+  auto ds = dataset("plugin: fasta_variants\nfasta: " + dir.file("g.fa.gz") +
+                        "\nmetadata: " + dir.file("m.tsv") + "\nlabel_column: v\nk: 2\n",
                     state);
   auto recs = read_all(*ds, dir.file("g.fa.gz"));
   REQUIRE(recs.size() == 4);
@@ -169,8 +169,9 @@ TEST_CASE("fasta_variants: predict reads records one by one; the checkpoint's cl
 TEST_CASE("listops: predict reads expressions, bare or in the dataset's TSV forms") {
   TempDir dir;
   gf::write_file(dir.file("e.txt"), "[MAX 2 9 ]\n\n( [MIN 3 4 ] )\t3\n[MAX 2 Q ]\n");
-  auto ds = dataset("plugin: listops\ntrain_size: 10\nval_size: 0\ntest_size: 0\nmin_length: 1\n"
-                    "max_length: 20\n");
+  auto ds = dataset(
+      "plugin: listops\ntrain_size: 10\nval_size: 0\ntest_size: 0\nmin_length: 1\n"
+      "max_length: 20\n");
   auto recs = read_all(*ds, dir.file("e.txt"));
   REQUIRE(recs.size() == 3);
   CHECK(recs[0].tokens == gf::listops::tokenize("[MAX 2 9 ]"));
@@ -191,8 +192,9 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
             "\t" + (pos ? "1" : "0") + "\n";
   }
   gf::write_file(dir.file("train.tsv"), rows);
-  gf::write_file(dir.file("test.tsv"),
-                 "sentence\tlabel\ngood unseen\t1\nbad\t0\nnovel good words\t1\nbad bad\t0\nfun\t1\n");
+  gf::write_file(
+      dir.file("test.tsv"),
+      "sentence\tlabel\ngood unseen\t1\nbad\t0\nnovel good words\t1\nbad bad\t0\nfun\t1\n");
   std::ofstream(dir.file("run.yaml"))
       << "name: t\nseed: 3\nthreads: 1\n"
          "data: {plugin: text_tsv, train: train.tsv, test: test.tsv, val_ratio: 0.1}\n"
@@ -201,7 +203,8 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
          "optimizer: {plugin: adamw, lr: 0.01}\n"
          "train: {steps: 30, batch_size: 8, warmup: 2, eval_every: 15, log_every: 10}\n";
   std::string out = dir.file("out.txt");
-  Cli t = run_cli("train " + dir.file("run.yaml") + " --run-dir " + dir.file("run") + " --quiet", out);
+  Cli t =
+      run_cli("train " + dir.file("run.yaml") + " --run-dir " + dir.file("run") + " --quiet", out);
   REQUIRE_MESSAGE(t.status == 0, t.output);
   json test_line;
   {
@@ -214,14 +217,16 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   std::string best = dir.file("run/checkpoints/best.safetensors");
 
   // the same file named on the command line, from another directory
-  gf::write_file(dir.file("copy.tsv"), "sentence\tlabel\ngood unseen\t1\nbad\t0\nnovel good "
-                                       "words\t1\nbad bad\t0\nfun\t1\n");
+  gf::write_file(dir.file("copy.tsv"),
+                 "sentence\tlabel\ngood unseen\t1\nbad\t0\nnovel good "
+                 "words\t1\nbad bad\t0\nfun\t1\n");
   Cli e = run_cli("eval " + best + " --set data.test=" + dir.file("copy.tsv") + " --json", out);
   REQUIRE_MESSAGE(e.status == 0, e.output);
   json ej = json::parse(e.output);
   CHECK(ej["examples"] == 5);
   CHECK(ej["accuracy"].get<double>() == test_line["accuracy"].get<double>());
-  CHECK(ej["loss"].get<double>() == doctest::Approx(test_line["loss"].get<double>()).epsilon(1e-12));
+  CHECK(ej["loss"].get<double>() ==
+        doctest::Approx(test_line["loss"].get<double>()).epsilon(1e-12));
   CHECK(ej["confusion"].size() == 2);
   size_t total = 0;
   for (auto& row : ej["confusion"])
@@ -238,9 +243,9 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   CHECK(json::parse(od.output)["confusion"] == ej["confusion"]);
 
   // predict: one row per record, probabilities summing to 1, the class names
-  Cli p = run_cli("predict " + best + " " + dir.file("copy.tsv") + " --out " + dir.file("p.tsv") +
-                      " --quiet",
-                  out);
+  Cli p = run_cli(
+      "predict " + best + " " + dir.file("copy.tsv") + " --out " + dir.file("p.tsv") + " --quiet",
+      out);
   REQUIRE_MESSAGE(p.status == 0, p.output);
   std::ifstream pin(dir.file("p.tsv"));
   std::string line;
@@ -262,15 +267,16 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   // and eval on a file reads only that file
   fs::rename(dir.file("train.tsv"), dir.file("train.moved"));
   fs::rename(dir.file("test.tsv"), dir.file("test.moved"));
-  Cli p2 = run_cli("predict " + best + " " + dir.file("copy.tsv") + " --out " + dir.file("p2.tsv") +
-                       " --quiet",
-                   out);
+  Cli p2 = run_cli(
+      "predict " + best + " " + dir.file("copy.tsv") + " --out " + dir.file("p2.tsv") + " --quiet",
+      out);
   REQUIRE_MESSAGE(p2.status == 0, p2.output);
   CHECK(text_of(dir.file("p2.tsv")) == text_of(dir.file("p.tsv")));
   Cli e2 = run_cli("eval " + best + " --set data.test=" + dir.file("copy.tsv") + " --json", out);
   REQUIRE_MESSAGE(e2.status == 0, e2.output);
   json e2j = json::parse(e2.output);
-  for (const char* k : {"examples", "accuracy", "loss", "confusion", "macro_f1"}) CHECK(e2j[k] == ej[k]);
+  for (const char* k : {"examples", "accuracy", "loss", "confusion", "macro_f1"})
+    CHECK(e2j[k] == ej[k]);
   Cli gone = run_cli("eval " + best + " --split val", out);  // val is carved from train.tsv
   CHECK(gone.status != 0);
   CHECK(has(gone.output, "train.tsv"));
@@ -279,7 +285,8 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   // file takes the rest of the checkpoint's options (text_tsv's required `train`, not read)
   Cli e3 = run_cli("eval " + best + " --data " + dir.file("copy.tsv") + " --json", out);
   REQUIRE_MESSAGE(e3.status == 0, e3.output);
-  std::ofstream(dir.file("test_only.yaml")) << "data: {plugin: text_tsv, test: " << dir.file("copy.tsv") << "}\n";
+  std::ofstream(dir.file("test_only.yaml"))
+      << "data: {plugin: text_tsv, test: " << dir.file("copy.tsv") << "}\n";
   Cli e4 = run_cli("eval " + best + " --data " + dir.file("test_only.yaml") + " --json", out);
   REQUIRE_MESSAGE(e4.status == 0, e4.output);
   for (const char* k : {"examples", "accuracy", "confusion"}) {
@@ -294,7 +301,9 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   Cli d1 = run_cli("eval " + run_dir + " --set data.test=" + dir.file("copy.tsv") + " --json", out);
   REQUIRE_MESSAGE(d1.status == 0, d1.output);
   CHECK(json::parse(d1.output)["checkpoint"] == best);
-  Cli d2 = run_cli("predict " + run_dir + " " + dir.file("copy.tsv") + " --out " + dir.file("p3.tsv") + " --quiet", out);
+  Cli d2 = run_cli("predict " + run_dir + " " + dir.file("copy.tsv") + " --out " +
+                       dir.file("p3.tsv") + " --quiet",
+                   out);
   REQUIRE_MESSAGE(d2.status == 0, d2.output);
   CHECK(text_of(dir.file("p3.tsv")) == text_of(dir.file("p.tsv")));
   fs::create_directories(dir.file("empty_run/checkpoints"));
@@ -310,7 +319,8 @@ TEST_CASE("cli: eval --set data.test=FILE gives the run's own test figures; pred
   Cli bad = run_cli("predict " + best + " " + dir.file("bad.tsv"), out);
   CHECK(bad.status == 2);
   CHECK(has(bad.output, "bad.tsv:3"));
-  Cli skip = run_cli("predict " + best + " " + dir.file("bad.tsv") + " --bad-records skip --format jsonl", out);
+  Cli skip = run_cli(
+      "predict " + best + " " + dir.file("bad.tsv") + " --bad-records skip --format jsonl", out);
   CHECK(skip.status == 0);
   CHECK(has(skip.output, "skipped: "));
   CHECK(has(skip.output, "\"predicted\""));
@@ -366,7 +376,8 @@ TEST_CASE("cli: predict on a FASTA agrees with eval on the same genomes") {
   REQUIRE_MESSAGE(e.status == 0, e.output);
   json ej = json::parse(e.output);
   REQUIRE(ej["examples"] == 60);
-  Cli p = run_cli("predict " + best + " " + dir.file("g.fa.gz") + " --out " + dir.file("p.tsv") + " -q", out);
+  Cli p = run_cli(
+      "predict " + best + " " + dir.file("g.fa.gz") + " --out " + dir.file("p.tsv") + " -q", out);
   REQUIRE_MESSAGE(p.status == 0, p.output);
   std::ifstream in(dir.file("p.tsv"));
   std::string line;
@@ -386,7 +397,9 @@ TEST_CASE("cli: predict on a FASTA agrees with eval on the same genomes") {
   fs::copy_file(dir.file("g.fa.gz"), dir.file("new.fa.gz"));
   fs::rename(dir.file("g.fa.gz"), dir.file("g.moved"));
   fs::rename(dir.file("m.tsv"), dir.file("m.moved"));
-  Cli p2 = run_cli("predict " + best + " " + dir.file("new.fa.gz") + " --out " + dir.file("p2.tsv") + " -q", out);
+  Cli p2 = run_cli(
+      "predict " + best + " " + dir.file("new.fa.gz") + " --out " + dir.file("p2.tsv") + " -q",
+      out);
   REQUIRE_MESSAGE(p2.status == 0, p2.output);
   CHECK(text_of(dir.file("p2.tsv")) == text_of(dir.file("p.tsv")));
 }

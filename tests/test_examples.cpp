@@ -36,11 +36,13 @@ growth: {plugin: grow_on_plateau, patience: 1, min_delta: 1.0, max_heads: 3}
 )";
 }  // namespace
 
-TEST_CASE("grow_on_plateau (C++ example): grows, resumes exactly through the lock, its signal plotted") {
+TEST_CASE(
+    "grow_on_plateau (C++ example): grows, resumes exactly through the lock, its signal plotted") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTiny;
   const std::string plug = " --plugin-path " GF_EXAMPLE_PLUGIN_DIR;
-  Cli whole = run_cli("train " + dir.file("tiny.yaml") + " --run-dir " + dir.file("whole") + plug + " -q", dir);
+  Cli whole = run_cli(
+      "train " + dir.file("tiny.yaml") + " --run-dir " + dir.file("whole") + plug + " -q", dir);
   REQUIRE_MESSAGE(whole.status == 0, whole.output);
   // it grew on plateaus (one head to every block at a time), logged with the loss
   std::string events = slurp(dir.file("whole/events.jsonl"));
@@ -56,7 +58,8 @@ TEST_CASE("grow_on_plateau (C++ example): grows, resumes exactly through the loc
   CHECK(last_train["heads"] == json::array({3, 3}));
   // stopped after step 10 and resumed without --plugin-path: the same metrics to the end
   Cli part = run_cli("train " + dir.file("tiny.yaml") + " --run-dir " + dir.file("part") + plug +
-                         " --stop-after 10 -q", dir);
+                         " --stop-after 10 -q",
+                     dir);
   REQUIRE_MESSAGE(part.status == 0, part.output);
   Cli res = run_cli("resume " + dir.file("part") + " -q", dir);
   REQUIRE_MESSAGE(res.status == 0, res.output);
@@ -79,11 +82,14 @@ TEST_CASE("sweep: the policies' summary columns, and no INCRT columns without IN
   std::ofstream(dir.file("tiny.yaml")) << kTiny;
   std::ofstream(dir.file("sweep.yaml"))
       << "name: t\nbase: tiny.yaml\nseeds: [1]\nset: [train.steps=8]\naxes:\n  growth:\n"
-         "    none: {plugin: none}\n    plateau: {plugin: grow_on_plateau, patience: 1, min_delta: 1.0}\n";
+         "    none: {plugin: none}\n    plateau: {plugin: grow_on_plateau, patience: 1, min_delta: "
+         "1.0}\n";
   Cli c = run_cli("sweep " + dir.file("sweep.yaml") + " --out " + dir.file("out") +
-                      " --plugin-path " GF_EXAMPLE_PLUGIN_DIR " -q", dir);
+                      " --plugin-path " GF_EXAMPLE_PLUGIN_DIR " -q",
+                  dir);
   REQUIRE_MESSAGE(c.status == 0, c.output);
-  std::istringstream jobs(slurp(dir.file("out/summary.csv"))), groups(slurp(dir.file("out/groups.csv")));
+  std::istringstream jobs(slurp(dir.file("out/summary.csv"))),
+      groups(slurp(dir.file("out/groups.csv")));
   std::string jh, none, plateau, gh;
   std::getline(jobs, jh);
   std::getline(jobs, none);
@@ -97,7 +103,8 @@ TEST_CASE("sweep: the policies' summary columns, and no INCRT columns without IN
   CHECK(has(none, ",,"));
 }
 
-TEST_CASE("temperature_dot (C++ head template): its option from its table, a bad value named, trains") {
+TEST_CASE(
+    "temperature_dot (C++ head template): its option from its table, a bad value named, trains") {
   gf_test::TempDir dir;
   const std::string plug = " --plugin-path " GF_EXAMPLE_HEAD_PLUGIN_DIR;
   const Cli described = run_cli("plugins describe temperature_dot" + plug, dir);
@@ -106,15 +113,17 @@ TEST_CASE("temperature_dot (C++ head template): its option from its table, a bad
   CHECK(has(described.output, "initial_temperature (float, default 1.0)"));
   CHECK(has(described.output, "starting temperature"));
   std::ofstream(dir.file("tiny.yaml")) << kTiny;
-  const std::string train = "train " + dir.file("tiny.yaml") + plug +
-                            " --set 'growth={plugin: none}' --set train.steps=4 --set train.eval_every=4 -q";
+  const std::string train =
+      "train " + dir.file("tiny.yaml") + plug +
+      " --set 'growth={plugin: none}' --set train.steps=4 --set train.eval_every=4 -q";
   const Cli bad = run_cli(train + " --run-dir " + dir.file("bad") +
                               " --set 'model.attention.head={plugin: temperature_dot, "
                               "initial_temperature: 0}'",
                           dir);
   INFO(bad.output);
   CHECK(bad.status == 2);
-  CHECK(has(bad.output, "`model.attention.head.initial_temperature`: value 0 out of range [0.01, 100]"));
+  CHECK(has(bad.output,
+            "`model.attention.head.initial_temperature`: value 0 out of range [0.01, 100]"));
   const Cli ok = run_cli(train + " --run-dir " + dir.file("ok") +
                              " --set 'model.attention.head={plugin: temperature_dot, "
                              "initial_temperature: 2}'",

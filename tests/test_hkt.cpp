@@ -239,7 +239,8 @@ TEST_CASE("hkt fused op: one level is plain scaled dot-product attention") {
 }
 
 // ---------------------------------------------------------------------------
-// The block's own row kernels (<growformer/hkt/kernels.hpp>), in every instruction set this CPU has.
+// The block's own row kernels (<growformer/hkt/kernels.hpp>), in every instruction set this CPU
+// has.
 
 namespace {
 
@@ -269,7 +270,8 @@ TEST_CASE("hkt row kernels: the core's instruction set, against double loops at 
       auto ea = y;
       gf_hkt::kernels::exp_add_shift(ea.data(), x.data(), n, 0.5f);
       for (size_t j = 0; j < n; ++j)
-        CHECK(ea[j] == doctest::Approx(std::exp(static_cast<double>(y[j] + x[j]) - 0.5)).epsilon(2e-6));
+        CHECK(ea[j] ==
+              doctest::Approx(std::exp(static_cast<double>(y[j] + x[j]) - 0.5)).epsilon(2e-6));
       auto am = y;
       const float amax = gf_hkt::kernels::add_max(am.data(), x.data(), n);
       float amax_ref = -INFINITY;
@@ -284,7 +286,8 @@ TEST_CASE("hkt row kernels: the core's instruction set, against double loops at 
   }
 }
 
-TEST_CASE("hkt stride-2 row kernels: the expanded row's results bit for bit, every instruction set") {
+TEST_CASE(
+    "hkt stride-2 row kernels: the expanded row's results bit for bit, every instruction set") {
   IsaSettings keep;
   for (const std::string& isa : gf::kernels::simd_available()) {
     REQUIRE(gf::kernels::set_simd(isa));
@@ -316,9 +319,9 @@ TEST_CASE("hkt stride-2 row kernels: the expanded row's results bit for bit, eve
       std::vector<float> out(nc + 1, -5.0f);
       gf_hkt::kernels::fold_pairs2(out.data(), r0.data(), r1.data(), n);
       for (size_t J = 0; J < nc; ++J) {
-        const float want = 2 * J + 1 < n ? (0.0f + (r0[2 * J] + r1[2 * J])) +
-                                               (r0[2 * J + 1] + r1[2 * J + 1])
-                                         : 0.0f + (r0[2 * J] + r1[2 * J]);
+        const float want = 2 * J + 1 < n
+                               ? (0.0f + (r0[2 * J] + r1[2 * J])) + (r0[2 * J + 1] + r1[2 * J + 1])
+                               : 0.0f + (r0[2 * J] + r1[2 * J]);
         REQUIRE(std::memcmp(&out[J], &want, sizeof want) == 0);
       }
       if (n >= 2) REQUIRE(!std::signbit(out[0]));  // the -0 block
@@ -798,7 +801,7 @@ TEST_CASE("hybrid_conv and dot_product share their projections: same names, same
   auto dot = make("plugin: dot_product\n");
   auto hyb = make("plugin: hybrid_conv\n");
   auto dp = dot->named_parameters(), hp = hyb->named_parameters();
-  REQUIRE(dp.size() == 10);  // w_q, b_q, w_k, b_k per level, w_v, b_v
+  REQUIRE(dp.size() == 10);             // w_q, b_q, w_k, b_k per level, w_v, b_v
   REQUIRE(hp.size() == dp.size() + 3);  // conv_w, conv_b, beta after them
   for (size_t i = 0; i < dp.size(); ++i) {
     CHECK(dp[i].first == hp[i].first);

@@ -334,8 +334,9 @@ TEST_CASE("incrt math: the coupled step adds the reference's cross terms (hand c
 
 // ---- growth: incrt_geometric ----------------------------------------------------------
 
-TEST_CASE("incrt stats: one head's ProbeStats is the gate's A_h bit for bit; the tracker stage steps as "
-          "the trackers") {
+TEST_CASE(
+    "incrt stats: one head's ProbeStats is the gate's A_h bit for bit; the tracker stage steps as "
+    "the trackers") {
   const size_t d = 8;
   gf::Tensor x = anisotropic_probe(3, 5, d, 31);
   std::vector<uint8_t> valid(15, 1);
@@ -354,7 +355,8 @@ TEST_CASE("incrt stats: one head's ProbeStats is the gate's A_h bit for bit; the
     CHECK(ps.tokens == (first ? 4u : 13u));
   }
   // a slot without a head object adds a zero motor
-  const gf::incrt::ProbeStats two = gf::incrt::ProbeStats::measure(x, nullptr, {h.get(), nullptr}, {});
+  const gf::incrt::ProbeStats two =
+      gf::incrt::ProbeStats::measure(x, nullptr, {h.get(), nullptr}, {});
   REQUIRE(two.motors.size() == 2);
   CHECK(two.has_head == std::vector<bool>{true, false});
   CHECK(two.present_motors().size() == 1);
@@ -412,9 +414,10 @@ TEST_CASE("incrt_geometric: growth mechanics on a fixed block; W_t falls at ever
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
-                    "calibration_checks: 4\ndwell_checks: 1\ntheta_w: 0.1\n"),
-             &block, anisotropic_probe(4, 6, d, 2)};
+  Driver drv{
+      growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
+             "calibration_checks: 4\ndwell_checks: 1\ntheta_w: 0.1\n"),
+      &block, anisotropic_probe(4, 6, d, 2)};
   drv.start();
   for (int i = 0; i < 40; ++i) drv.check();
   auto grows = drv.of_type("grow");
@@ -448,10 +451,9 @@ TEST_CASE("incrt_geometric: growth mechanics on a fixed block; W_t falls at ever
   FakeBlock one(d, 4);
   one.add(random_head(d, 4, 1));
   const Mat c = gf::incrt::gram_from_probe(anisotropic_probe(4, 6, d, 2), nullptr, false, true);
-  const Vec ev =
-      gf::incrt::jacobi_eigen(gf::incrt::sym_cm(c, gf::incrt::head_motor(*one.slots[0].head, d)),
-                              false)
-          .values;
+  const Vec ev = gf::incrt::jacobi_eigen(
+                     gf::incrt::sym_cm(c, gf::incrt::head_motor(*one.slots[0].head, d)), false)
+                     .values;
   double total = 0.0;
   for (double v : ev) total += std::fabs(v);
   const double kappa = total / (ev.back() - ev.front());
@@ -466,18 +468,22 @@ TEST_CASE("incrt_geometric: no directional energy (symmetric head) or high thres
   auto h = random_head(d, 4, 3);
   h->wk.value() = h->wq.value().clone();  // W_Q W_K^T symmetric: M_a = 0
   sym_block.add(h);
-  Driver a{growth("plugin: incrt_geometric\ncriterion: energy\ncalibration_checks: 2\ndwell_checks: 0\n"), &sym_block,
-           anisotropic_probe(4, 6, d, 2)};
+  Driver a{
+      growth(
+          "plugin: incrt_geometric\ncriterion: energy\ncalibration_checks: 2\ndwell_checks: 0\n"),
+      &sym_block, anisotropic_probe(4, 6, d, 2)};
   a.start();
   for (int i = 0; i < 10; ++i) CHECK(a.check().empty());
   CHECK(sym_block.slots.size() == 1);
 
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver b{growth("plugin: incrt_geometric\ncriterion: energy\ncalibration: fixed\ncalibration_checks: 2\n"
-                  "thresholds: absolute\n"
-                  "theta_w: 1e6\n"),
-           &block, anisotropic_probe(4, 6, d, 2)};
+  Driver b{
+      growth(
+          "plugin: incrt_geometric\ncriterion: energy\ncalibration: fixed\ncalibration_checks: 2\n"
+          "thresholds: absolute\n"
+          "theta_w: 1e6\n"),
+      &block, anisotropic_probe(4, 6, d, 2)};
   b.start();
   for (int i = 0; i < 10; ++i) CHECK(b.check().empty());
   auto checks = b.of_type("check");
@@ -515,7 +521,8 @@ TEST_CASE("incrt_geometric: calibration ends by a quarter of the run while E_t k
   // the bound can be switched off: no calibration end within this run then
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver off{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_max_fraction: 0\n"),
+  Driver off{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: "
+                    "exact\ncalibration_max_fraction: 0\n"),
              &block, anisotropic_probe(4, 6, d, 2)};
   off.total = 1000;
   off.start();
@@ -536,15 +543,15 @@ TEST_CASE("incrt_geometric: growth needs `patience` consecutive checks over the 
   ref.add(random_head(d, 4, 1));
   const gf::Tensor full = anisotropic_probe(4, 6, d, 2);
   const Mat c = gf::incrt::gram_from_probe(full, nullptr, false, true);
-  const Vec ev =
-      gf::incrt::jacobi_eigen(gf::incrt::sym_cm(c, gf::incrt::head_motor(*ref.slots[0].head, d)),
-                              false)
-          .values;
+  const Vec ev = gf::incrt::jacobi_eigen(
+                     gf::incrt::sym_cm(c, gf::incrt::head_motor(*ref.slots[0].head, d)), false)
+                     .values;
   const double lead = std::max(ev.back(), -ev.front());
   gf::Tensor weak = full.clone();
   for (size_t i = 0; i < weak.size(); ++i) weak[i] *= 0.3f;
   auto cfg = [&](int patience) {
-    return std::string("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n") +
+    return std::string(
+               "plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n") +
            "calibration_checks: 2\ndwell_checks: 0\nthresholds: absolute\ntheta_w: " +
            std::to_string(0.5 * lead) + "\npatience: " + std::to_string(patience) + "\n";
   };
@@ -598,9 +605,10 @@ TEST_CASE("incrt_geometric: max_heads caps growth") {
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
-                    "dwell_checks: 0\ntheta_w: 0.01\nmax_heads: 2\n"),
-             &block, anisotropic_probe(4, 6, d, 2)};
+  Driver drv{
+      growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
+             "dwell_checks: 0\ntheta_w: 0.01\nmax_heads: 2\n"),
+      &block, anisotropic_probe(4, 6, d, 2)};
   drv.start();
   for (int i = 0; i < 20; ++i) drv.check();
   CHECK(block.slots.size() == 2);
@@ -608,9 +616,10 @@ TEST_CASE("incrt_geometric: max_heads caps growth") {
   FakeBlock capped(d, 4);
   capped.cap = 3;
   capped.add(random_head(d, 4, 1));
-  Driver own{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
-                    "dwell_checks: 0\ntheta_w: 0.01\n"),
-             &capped, anisotropic_probe(4, 6, d, 2)};
+  Driver own{
+      growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
+             "dwell_checks: 0\ntheta_w: 0.01\n"),
+      &capped, anisotropic_probe(4, 6, d, 2)};
   own.start();
   for (int i = 0; i < 30; ++i) CHECK_NOTHROW(own.check());
   CHECK(capped.slots.size() == 3);
@@ -647,7 +656,8 @@ TEST_CASE("incrt_geometric: the online tracker converges to the exact one") {
 TEST_CASE("incrt_geometric: same seed, same decisions; save/load resumes the same run") {
   const size_t d = 8;
   const std::string cfg =
-      "plugin: incrt_geometric\ncriterion: energy\ncalibration: fixed\ncalibration_checks: 3\ndwell_checks: 1\n"
+      "plugin: incrt_geometric\ncriterion: energy\ncalibration: fixed\ncalibration_checks: "
+      "3\ndwell_checks: 1\n"
       "tracker_iters: 5\n"
       "eta_plus: 0.2\n";
   auto run = [&](int n_checks, const std::string* state, std::string* state_out, Sink* sink,
@@ -691,9 +701,10 @@ TEST_CASE("incrt_geometric: a pruned head's direction is released from Q") {
   const size_t d = 8;
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
-                    "dwell_checks: 0\nmax_heads: 2\n"),
-             &block, anisotropic_probe(4, 6, d, 2)};
+  Driver drv{
+      growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration_checks: 2\n"
+             "dwell_checks: 0\nmax_heads: 2\n"),
+      &block, anisotropic_probe(4, 6, d, 2)};
   drv.start();
   while (drv.grows == 0 && drv.step < 500) drv.check();
   REQUIRE(drv.grows == 1);
@@ -724,10 +735,13 @@ TEST_CASE("incrt_geometric: K_pred comes before growth and does not depend on th
   for (const char* theta : {"0.1", "0.3"}) {
     FakeBlock block(d, 4);
     block.add(random_head(d, 4, 1));
-    Driver drv{growth(std::string("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
-                                  "calibration_checks: 4\ndwell_checks: 1\ntheta_w: ") +
-                      theta + "\n"),
-               &block, anisotropic_probe(4, 6, d, 2)};
+    Driver drv{
+        growth(
+            std::string(
+                "plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
+                "calibration_checks: 4\ndwell_checks: 1\ntheta_w: ") +
+            theta + "\n"),
+        &block, anisotropic_probe(4, 6, d, 2)};
     drv.start();
     for (int i = 0; i < 30; ++i) drv.check();
     const auto cal = drv.of_type("calibrate");
@@ -752,9 +766,10 @@ TEST_CASE("incrt_geometric: both halves of the spectrum count (swapping W_Q and 
     auto h = random_head(d, 4, 1);
     if (flip) std::swap(h->wq, h->wk);
     block.add(h);
-    Driver drv{growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
-                      "calibration_checks: 4\ndwell_checks: 1\ntheta_w: 0.15\n"),
-               &block, anisotropic_probe(4, 6, d, 2)};
+    Driver drv{
+        growth("plugin: incrt_geometric\ncriterion: energy\ntracker: exact\ncalibration: fixed\n"
+               "calibration_checks: 4\ndwell_checks: 1\ntheta_w: 0.15\n"),
+        &block, anisotropic_probe(4, 6, d, 2)};
     drv.start();
     for (int i = 0; i < 30; ++i) drv.check();
     for (const auto& g : drv.of_type("grow")) grow_steps[flip].push_back(number(g, "step"));
@@ -764,9 +779,12 @@ TEST_CASE("incrt_geometric: both halves of the spectrum count (swapping W_Q and 
 }
 
 TEST_CASE("incrt_geometric: unknown option and bad choice are config errors") {
-  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nthetaw: 0.1\n"), gf::ConfigError);
-  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nmca_rule: oja\n"), gf::ConfigError);
-  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nthresholds: absolute\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nthetaw: 0.1\n"),
+                  gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nmca_rule: oja\n"),
+                  gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nthresholds: absolute\n"),
+                  gf::ConfigError);
 }
 
 // ---- pruning -----------------------------------------------------------------------------
@@ -836,8 +854,9 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
   CHECK(late.done);
 }
 
-TEST_CASE("gain rounds, paired: a solved task (probe loss under the floor) is settled, grows no "
-          "round, stops past the window; its rise is measured against the floor") {
+TEST_CASE(
+    "gain rounds, paired: a solved task (probe loss under the floor) is settled, grows no "
+    "round, stops past the window; its rise is measured against the floor") {
   gf::incrt::GainOptions o;  // paired (the default)
   o.settle_probes = 2;
   o.settle_tolerance = 0.01;
@@ -866,8 +885,9 @@ TEST_CASE("gain rounds, paired: a solved task (probe loss under the floor) is se
   CHECK(g.observe(1.1, step += 20, 1000, o).kind == K::Reopen);
 }
 
-TEST_CASE("gain rounds: a round is judged only after it trained as long as the first head took "
-          "to start learning") {
+TEST_CASE(
+    "gain rounds: a round is judged only after it trained as long as the first head took "
+    "to start learning") {
   gf::incrt::GainOptions o;
   o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
@@ -984,8 +1004,9 @@ TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's
   CHECK(d.share == doctest::Approx(0.5));
 }
 
-TEST_CASE("gain rounds, paired test: a small share pays when it is significant, waits while "
-          "the answer is open, and is judged again when the growth window ends") {
+TEST_CASE(
+    "gain rounds, paired test: a small share pays when it is significant, waits while "
+    "the answer is open, and is judged again when the growth window ends") {
   gf::incrt::GainOptions o;  // paired (the default), min_share 1 %, z 2, z_early 3
   REQUIRE(o.paired);
   o.settle_probes = 2;
@@ -1010,7 +1031,8 @@ TEST_CASE("gain rounds, paired test: a small share pays when it is significant, 
     size_t step = 0;
     started(g, step);
     gf::incrt::GainDecision d;
-    for (int i = 0; i < 6 && d.kind == K::None; ++i) d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.005);
+    for (int i = 0; i < 6 && d.kind == K::None; ++i)
+      d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.005);
     CHECK(d.kind == K::Grow);
     CHECK(d.share == doctest::Approx(0.02));
     CHECK(d.t == doctest::Approx(4.0));
@@ -1027,7 +1049,8 @@ TEST_CASE("gain rounds, paired test: a small share pays when it is significant, 
     }
     h.grown(1, 1.0, s2);
     gf::incrt::GainDecision e;
-    for (int i = 0; i < 20 && e.kind == K::None; ++i) e = h.observe(1.0, s2 += 10, 1000, rel, 1.02, 0.005);
+    for (int i = 0; i < 20 && e.kind == K::None; ++i)
+      e = h.observe(1.0, s2 += 10, 1000, rel, 1.02, 0.005);
     CHECK(e.kind == K::Reject);
   }
   // a round whose heads carry half the loss pays while the loss is still falling (no plateau
@@ -1058,7 +1081,8 @@ TEST_CASE("gain rounds, paired test: a small share pays when it is significant, 
       size_t step = 0;
       started(g, step);
       gf::incrt::GainDecision d;
-      while (step < 900 && d.kind == K::None) d = g.observe(0.001, step += 10, 1000, f, 0.003, 0.0001);
+      while (step < 900 && d.kind == K::None)
+        d = g.observe(0.001, step += 10, 1000, f, 0.003, 0.0001);
       CHECK(d.share == doctest::Approx(0.002 / floor));
       CHECK(d.t == doctest::Approx(20.0));
       CHECK(d.kind == (floor == 0.05 ? K::Grow : K::Reject));
@@ -1160,7 +1184,8 @@ TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
   CHECK(b.share_ses == a.share_ses);
   REQUIRE(b.share_ses.size() == 2);
   for (double l : {0.6, 0.55, 0.55, 0.55, 0.55, 0.55, 0.55}) {
-    const auto x = a.observe(l, 300, 1000, o, l * 1.03, 0.004), y = b.observe(l, 300, 1000, o, l * 1.03, 0.004);
+    const auto x = a.observe(l, 300, 1000, o, l * 1.03, 0.004),
+               y = b.observe(l, 300, 1000, o, l * 1.03, 0.004);
     CHECK(int(x.kind) == int(y.kind));
     CHECK(x.settled == y.settled);
     CHECK((x.t == y.t || (std::isnan(x.t) && std::isnan(y.t))));
@@ -1185,9 +1210,10 @@ TEST_CASE("gain rounds: plane_residual counts the planes no head carries as its 
   // plane (i, j) of strength s: sym(C M) has eigenvalues +-(c_j - c_i) s / 2 ... with C
   // diagonal the 2x2 block of (C M - M C) / 2 is [[0, (c_i - c_j) s / 2], [., 0]]
   CHECK(pr.head_strength.size() == 2);
-  CHECK(pr.head_strength[0] == doctest::Approx(std::fabs(c(0, 0) - c(1, 1)) * 2.0 / 2.0 *
-                                                std::max(1.0, 1.2 * std::fabs(c(4, 4) - c(5, 5)) /
-                                                                  (2.0 * std::fabs(c(0, 0) - c(1, 1))))));
+  CHECK(pr.head_strength[0] ==
+        doctest::Approx(std::fabs(c(0, 0) - c(1, 1)) * 2.0 / 2.0 *
+                        std::max(1.0, 1.2 * std::fabs(c(4, 4) - c(5, 5)) /
+                                          (2.0 * std::fabs(c(0, 0) - c(1, 1))))));
   const double third = 1.2 * std::fabs(c(4, 4) - c(5, 5)) / 2.0;
   CHECK(std::fabs(pr.values[0]) == doctest::Approx(third).epsilon(1e-9));
   CHECK(std::fabs(pr.values[1]) == doctest::Approx(third).epsilon(1e-9));
@@ -1199,15 +1225,17 @@ TEST_CASE("gain rounds: plane_residual counts the planes no head carries as its 
         doctest::Approx(1.0).epsilon(1e-9));
 }
 
-TEST_CASE("incrt_geometric criterion gain: rounds double the heads while they pay; a round that "
-          "does not is removed") {
+TEST_CASE(
+    "incrt_geometric criterion gain: rounds double the heads while they pay; a round that "
+    "does not is removed") {
   const size_t d = 8;
   FakeBlock block(d, 16);
   block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: relative\ncalibration: fixed\n"
-                    "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
-                    "settle_probes: 2\nprobe_examples: 64\n"),
-             &block, anisotropic_probe(4, 6, d, 2)};
+  Driver drv{
+      growth("plugin: incrt_geometric\ncriterion: gain\nround_test: relative\ncalibration: fixed\n"
+             "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
+             "settle_probes: 2\nprobe_examples: 64\n"),
+      &block, anisotropic_probe(4, 6, d, 2)};
   drv.total = 100000;
   drv.start();
   // the policy asks for its probe at every check (probe_every 1)
@@ -1254,17 +1282,20 @@ TEST_CASE("incrt_geometric criterion gain: rounds double the heads while they pa
   CHECK(growth("plugin: incrt_geometric\ncriterion: energy\n")->validation_probe(0) == 0);
 }
 
-TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paired spread decide; "
-          "without the spread it does not pay") {
+TEST_CASE(
+    "incrt_geometric round_test paired: the round's ablation and its paired spread decide; "
+    "without the spread it does not pay") {
   const size_t d = 8;
   for (bool spread : {true, false}) {
     CAPTURE(spread);
     FakeBlock block(d, 16);
     block.add(random_head(d, 4, 1));
-    Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
-                      "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
-                      "settle_probes: 2\nprobe_examples: 64\n"),
-               &block, anisotropic_probe(4, 6, d, 2)};
+    Driver drv{
+        growth(
+            "plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
+            "calibration_checks: 2\nprobe_every: 1\nround_probe_every: 1\nstopped_probe_every: 1\n"
+            "settle_probes: 2\nprobe_examples: 64\n"),
+        &block, anisotropic_probe(4, 6, d, 2)};
     drv.total = 400;  // growth window: 0.6 x 400 = 240 steps (a check every 10)
     drv.start();
     auto feed = [&](double l) {
@@ -1274,7 +1305,7 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
       for (const auto& set : drv.policy->probe_ablations(drv.view())) {
         gf::Ablation a;
         a.heads = set;
-        a.loss = 1.5 * l;  // muting the round's heads costs half the loss
+        a.loss = 1.5 * l;                 // muting the round's heads costs half the loss
         if (spread) a.diff_sd = 0.4 * l;  // t = 0.5 l / (0.4 l / sqrt(64)) = 10
         drv.metrics.ablations.push_back(a);
       }
@@ -1315,22 +1346,24 @@ TEST_CASE("incrt_geometric round_test paired: the round's ablation and its paire
   }
 }
 
-TEST_CASE("incrt_geometric criterion gain: the probe's schedule follows the phase: every "
-          "probe_every checks while settling, round_probe_every while a paired round waits, "
-          "stopped_probe_every once growth stopped") {
+TEST_CASE(
+    "incrt_geometric criterion gain: the probe's schedule follows the phase: every "
+    "probe_every checks while settling, round_probe_every while a paired round waits, "
+    "stopped_probe_every once growth stopped") {
   const size_t d = 8;
   FakeBlock block(d, 16);
   block.add(random_head(d, 4, 1));
   // probe_every and stopped_probe_every at their defaults (2, 8 checks), round_probe_every 4
-  Driver drv{growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
-                    "calibration_checks: 2\nsettle_probes: 2\nprobe_examples: 64\nround_probe_every: 4\n"),
-             &block, anisotropic_probe(4, 6, d, 2)};
+  Driver drv{
+      growth("plugin: incrt_geometric\ncriterion: gain\nround_test: paired\ncalibration: fixed\n"
+             "calibration_checks: 2\nsettle_probes: 2\nprobe_examples: 64\nround_probe_every: 4\n"),
+      &block, anisotropic_probe(4, 6, d, 2)};
   drv.total = 2000;  // growth window: 0.6 x 2000 = 1,200 steps (a check every 10)
   drv.start();
   const std::vector<double> settle = {2.7, 2.7, 2.0, 1.2, 0.9, 0.9, 0.9, 0.9};
-  std::vector<size_t> asked;           // the steps at which the policy asked for a probe
-  std::vector<bool> with_ablation;     // ... and for the round's ablation beside it
-  for (int i = 0; i < 200; ++i) {      // 2,000 steps: the whole run, as the trainer asks
+  std::vector<size_t> asked;        // the steps at which the policy asked for a probe
+  std::vector<bool> with_ablation;  // ... and for the round's ablation beside it
+  for (int i = 0; i < 200; ++i) {   // 2,000 steps: the whole run, as the trainer asks
     const size_t want = drv.policy->validation_probe(drv.step + drv.every);
     drv.metrics = gf::RunMetrics{};
     if (want > 0) {
@@ -1368,7 +1401,7 @@ TEST_CASE("incrt_geometric criterion gain: the probe's schedule follows the phas
       CHECK(!with_ablation[i]);
       ++settling;
     } else if (a > grown && b <= rejected) {  // (the first gap of a phase may be shorter)
-      CHECK(b - a == 40.0);  // round_probe_every 4
+      CHECK(b - a == 40.0);                   // round_probe_every 4
       CHECK(with_ablation[i]);  // each probe of a waiting round is paired with its ablation
       ++waiting;
     } else if (a > rejected) {
@@ -1417,7 +1450,8 @@ TEST_CASE("directional_energy: a duplicated head is caught by the residual energ
     block.add(dup);
     block.add(random_head(d, 4, 9));
     Driver drv{pruning("plugin: directional_energy\ncalibration_checks: 1\npatience: 1\n"
-                       "grace: 0\nenergy: " + energy + "\n"),
+                       "grace: 0\nenergy: " +
+                       energy + "\n"),
                &block, anisotropic_probe(4, 6, d, 2)};
     drv.start();
     for (int i = 0; i < 8; ++i) drv.check();
@@ -1431,8 +1465,8 @@ TEST_CASE("directional_energy: head energy on the threshold's footing, sym(C M_a
   FakeBlock block(d, 4);
   block.add(random_head(d, 4, 1));
   block.add(random_head(d, 4, 2));
-  Driver drv{pruning("plugin: directional_energy\ncalibration_checks: 1\nenergy: plain\n"),
-             &block, anisotropic_probe(4, 6, d, 2)};
+  Driver drv{pruning("plugin: directional_energy\ncalibration_checks: 1\nenergy: plain\n"), &block,
+             anisotropic_probe(4, 6, d, 2)};
   drv.start();
   drv.check();
   const gf::Event ev = drv.of_type("check").back();
@@ -1445,7 +1479,8 @@ TEST_CASE("directional_energy: head energy on the threshold's footing, sym(C M_a
   for (size_t h = 0; h < 2; ++h) {
     const Mat m = gf::incrt::head_motor(*block.slots[h].head, d);
     for (size_t i = 0; i < ma.a.size(); ++i) ma.a[i] += m.a[i];
-    CHECK(energy[h] == doctest::Approx(gf::incrt::frobenius(gf::incrt::sym_cm(c, m))).epsilon(1e-9));
+    CHECK(energy[h] ==
+          doctest::Approx(gf::incrt::frobenius(gf::incrt::sym_cm(c, m))).epsilon(1e-9));
     // the reference's ||C M_a,h||_F is larger: not the threshold's footing
     CHECK(gf::incrt::frobenius(gf::incrt::matmul(c, m)) > 1.5 * energy[h]);
   }
@@ -1492,7 +1527,7 @@ TEST_CASE("fixed_schedule and random growth: schedule, cap, determinism") {
   };
   const auto r1 = random_run(), r2 = random_run();
   CHECK(r1 == r2);
-  CHECK(r1.size() > 5);   // p = 0.3 over 50 checks: ~15
+  CHECK(r1.size() > 5);  // p = 0.3 over 50 checks: ~15
   CHECK(r1.size() < 30);
 }
 
@@ -1537,8 +1572,10 @@ TEST_CASE("mha: preserve_function keeps the block output identical across add_he
     const gf::Tensor y1 = block->forward(x, ctx).value();
     double diff = 0.0;
     for (size_t i = 0; i < y0.size(); ++i) diff = std::max(diff, double(std::fabs(y0[i] - y1[i])));
-    if (preserve) CHECK(diff == 0.0);
-    else CHECK(diff > 1e-4);
+    if (preserve)
+      CHECK(diff == 0.0);
+    else
+      CHECK(diff > 1e-4);
   }
 }
 
@@ -1618,7 +1655,8 @@ TEST_CASE("mha + directional_energy: a zeroed head is pruned, the trained ones s
   const std::vector<gf::HeadInfo> heads = block->heads();
   gf::Var wq = *heads[2].head->w_q(0);
   wq.value().zero();
-  auto policy = pruning("plugin: directional_energy\ncalibration_checks: 2\npatience: 2\ngrace: 0\n");
+  auto policy =
+      pruning("plugin: directional_energy\ncalibration_checks: 2\npatience: 2\ngrace: 0\n");
   gf::Probe probe{anisotropic_probe(3, 6, d, 5), {}};
   std::vector<int> removed;
   for (size_t step = 10; step <= 60; step += 10) {
@@ -1666,7 +1704,9 @@ TEST_CASE("incrt_gate: trackers follow A_h, gates get gradients, bad options fai
   // gradients w.r.t. the input (finite differences; eval forwards keep the trackers)
   gf::ForwardContext eval;
   gf_test::check_gradients(
-      [&](const std::vector<gf::Var>& in) { return gf_test::weighted_sum(block->forward(in[0], eval)); },
+      [&](const std::vector<gf::Var>& in) {
+        return gf_test::weighted_sum(block->forward(in[0], eval));
+      },
       {xt}, 1e-2, 2e-2, 32);
   // gradients w.r.t. the gate parameters
   gf::NamedParams params = block->named_parameters();
@@ -1693,16 +1733,17 @@ TEST_CASE("incrt_gate: trackers follow A_h, gates get gradients, bad options fai
     for (auto& q : params) q.second.zero_grad();
   }
   CHECK(gates == 4);
-  CHECK_THROWS_AS(make_block("plugin: mha\nheads: 1\nhead: {plugin: incrt_gate, gplus: 0.5}", d,
-                             rng),
-                  gf::ConfigError);
+  CHECK_THROWS_AS(
+      make_block("plugin: mha\nheads: 1\nhead: {plugin: incrt_gate, gplus: 0.5}", d, rng),
+      gf::ConfigError);
   CHECK_THROWS_AS(make_block("plugin: mha\nheads: 1\nhead: {plugin: incrt_gate, learn_gates: true, "
                              "g_plus: 1.0}",
                              d, rng),
                   gf::ConfigError);
 }
 
-TEST_CASE("incrt_gate: `inner` comes from the gate's table; a bad one names the key and its place") {
+TEST_CASE(
+    "incrt_gate: `inner` comes from the gate's table; a bad one names the key and its place") {
   if (!have_mha()) {
     MESSAGE("mha / dot_product plugins not built: skipped");
     return;
@@ -1730,8 +1771,9 @@ TEST_CASE("incrt_gate: `inner` comes from the gate's table; a bad one names the 
   CHECK(not_map.find("<string>:5:10: `head.inner`: expected a mapping") != std::string::npos);
   const std::string unknown = error("{plugin: dot_prodcut}");
   INFO(unknown);
-  CHECK(unknown.find("<string>:5:19: `head.inner.plugin`: unknown head plugin `dot_prodcut`; did you "
-                     "mean `dot_product`?") != std::string::npos);
+  CHECK(
+      unknown.find("<string>:5:19: `head.inner.plugin`: unknown head plugin `dot_prodcut`; did you "
+                   "mean `dot_product`?") != std::string::npos);
   const std::string extra = error("{plugin: dot_product, bogus: 1}");
   INFO(extra);
   CHECK(extra.find("unknown key `head.inner.bogus` for head `dot_product`") != std::string::npos);
@@ -1777,8 +1819,8 @@ TEST_CASE("incrt_gate: the head sees X (I + g+ u+u+^T - g- u-u-^T): signs by con
   gated->forward(gf::constant(xt), train);  // sets u+ / u- to the exact eigenvectors of A_h
   // u+ / u- by hand: extreme eigenvectors of sym(C M_a,h) (signs do not matter in u u^T)
   const Mat c = gf::incrt::gram_from_probe(xt, nullptr, false, true);
-  const gf::incrt::Eigen e =
-      gf::incrt::jacobi_eigen(gf::incrt::sym_cm(c, gf::incrt::head_motor(*gated->heads()[0].head, d)));
+  const gf::incrt::Eigen e = gf::incrt::jacobi_eigen(
+      gf::incrt::sym_cm(c, gf::incrt::head_motor(*gated->heads()[0].head, d)));
   const Vec& up = e.vectors.back();
   const Vec& um = e.vectors.front();
   auto gate_input = [&](double gp, double gm) {
@@ -1802,7 +1844,8 @@ TEST_CASE("incrt_gate: the head sees X (I + g+ u+u+^T - g- u-u-^T): signs by con
     return m;
   };
   const double right = max_diff(plain->forward(gf::constant(gate_input(0.7, 0.4)), eval).value());
-  const double flipped = max_diff(plain->forward(gf::constant(gate_input(-0.7, -0.4)), eval).value());
+  const double flipped =
+      max_diff(plain->forward(gf::constant(gate_input(-0.7, -0.4)), eval).value());
   const double swapped = max_diff(plain->forward(gf::constant(gate_input(0.4, 0.7)), eval).value());
   CHECK(right < 1e-4);
   CHECK(flipped > 100 * std::max(right, 1e-6));
@@ -1917,13 +1960,14 @@ struct Settings {
   Mode mode = Mode::Fast;
   Inner inner;
   static const gf::OptionTable<Settings>& table() {
-    static const auto t = gf::OptionTable<Settings>()
-                              .add("count", &Settings::count, "3", "a count", 0, 10)
-                              .add("rate", &Settings::rate, "~", "a rate", 0.0)
-                              .add("on", &Settings::on, "true", "a switch")
-                              .choice("mode", &Settings::mode, "fast", "a mode",
-                                      {{"fast", Mode::Fast}, {"exact", Mode::Exact}})
-                              .add("window", &Settings::inner, &Inner::window, "8", "a window", 1, 100);
+    static const auto t =
+        gf::OptionTable<Settings>()
+            .add("count", &Settings::count, "3", "a count", 0, 10)
+            .add("rate", &Settings::rate, "~", "a rate", 0.0)
+            .add("on", &Settings::on, "true", "a switch")
+            .choice("mode", &Settings::mode, "fast", "a mode",
+                    {{"fast", Mode::Fast}, {"exact", Mode::Exact}})
+            .add("window", &Settings::inner, &Inner::window, "8", "a window", 1, 100);
     return t;
   }
 };
@@ -1935,8 +1979,10 @@ struct State {
   long added_in_3 = 7;
   static const gf::StateFields<State>& state_fields() {
     static const auto f = gf::StateFields<State>()
-                              .add("n", &State::n).report("N")
-                              .add("x", &State::x).report("X")
+                              .add("n", &State::n)
+                              .report("N")
+                              .add("x", &State::x)
+                              .report("X")
                               .add("v", &State::v)
                               .add("m", &State::m)
                               .add("added_in_3", &State::added_in_3, 3);
@@ -1969,7 +2015,8 @@ TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and 
   CHECK(sum[0] == std::make_pair(std::string("count"), std::string("5")));
   CHECK(sum[3].second == "exact");
   // out of bounds is the config's error, naming the option
-  CHECK_THROWS_AS(gf::Options(gf::ConfigNode::load_string("{count: 11}"), specs, "t"), gf::ConfigError);
+  CHECK_THROWS_AS(gf::Options(gf::ConfigNode::load_string("{count: 11}"), specs, "t"),
+                  gf::ConfigError);
 
   using fields_test::State;
   State a;
@@ -1999,15 +2046,17 @@ TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and 
   State::state_fields().load(*r2, c, r2->version());
   r2->expect("end");
   CHECK(c.added_in_3 == 7);
-  CHECK(fields_test::has(fields_test::error_text([] { gf::state::Reader::open("state 4 end", "state", 1, 3); }),
-            "state: policy state: expected version '1' to '3', got '4'"));
+  CHECK(fields_test::has(
+      fields_test::error_text([] { gf::state::Reader::open("state 4 end", "state", 1, 3); }),
+      "state: policy state: expected version '1' to '3', got '4'"));
   // a corrupt list length is refused before any allocation
   CHECK(fields_test::has(fields_test::error_text([] {
-              auto r3 = gf::state::Reader::open("state 3 1 0 0 99999999999 end", "state", 1, 3);
-              State d;
-              State::state_fields().load(*r3, d, 3);
-            }),
-            "a list of"));
+                           auto r3 = gf::state::Reader::open("state 3 1 0 0 99999999999 end",
+                                                             "state", 1, 3);
+                           State d;
+                           State::state_fields().load(*r3, d, 3);
+                         }),
+                         "a list of"));
 }
 
 TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as version 9") {
@@ -2015,7 +2064,8 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as v
   // calibrated, Gamma0 and eleven more numbers, last growth, grown, heads, pending, [over],
   // pending directions
   auto block = [](int version) {
-    std::string s = "block 0 1 2 1 0 2 0 1 0.5 -0.5 0 4 0 0 1 2 0 0 0 0 0 0 0 0 0 0 0 -1000000 0 1 0 ";
+    std::string s =
+        "block 0 1 2 1 0 2 0 1 0.5 -0.5 0 4 0 0 1 2 0 0 0 0 0 0 0 0 0 0 0 -1000000 0 1 0 ";
     if (version >= 3) s += "2 ";
     return s + "0 0 ";
   };
@@ -2041,7 +2091,8 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as v
     auto q = growth("plugin: incrt_geometric\ncriterion: gain");
     q->load_state(out);
     CHECK(q->save_state() == out);  // version 9 is a fixed point
-    if (v == 8) CHECK(out == "incrt_geometric 9" + text.substr(std::string("incrt_geometric 8").size()));
+    if (v == 8)
+      CHECK(out == "incrt_geometric 9" + text.substr(std::string("incrt_geometric 8").size()));
     // the energy criterion reads and drops the gain state of older texts, and saves none
     auto e = growth("plugin: incrt_geometric\ncriterion: energy");
     e->load_state(text);
@@ -2049,14 +2100,15 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as v
     if (v >= 4) {
       // the learning rule (the default) refuses a gain rule's state, naming the fix
       auto l = growth("plugin: incrt_geometric");
-      CHECK(fields_test::has(fields_test::error_text([&] { l->load_state(text); }),
-                             "saved by criterion gain, the config says criterion learning: resume with "
-                             "--set growth.criterion=gain"));
+      CHECK(fields_test::has(
+          fields_test::error_text([&] { l->load_state(text); }),
+          "saved by criterion gain, the config says criterion learning: resume with "
+          "--set growth.criterion=gain"));
     }
   }
   auto p = growth("plugin: incrt_geometric");
   CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 10 end"); }),
-            "incrt: policy state: expected version '2' to '9', got '10'"));
+                         "incrt: policy state: expected version '2' to '9', got '10'"));
 }
 
 // ---- criterion learning: rounds while the model learns (the default) -------------------------
@@ -2066,8 +2118,8 @@ namespace learning_test {
 using gf::incrt::GainDecision;
 using gf::incrt::GainOptions;
 using gf::incrt::GainState;
-using gf::incrt::ProbeReading;
 using gf::incrt::LearningState;
+using gf::incrt::ProbeReading;
 using K = GainDecision::Kind;
 
 /// A loss that falls steadily for the whole run and never settles: 2.5 e^(-step / 800) (about
@@ -2088,8 +2140,9 @@ ProbeReading probe_at(size_t step, size_t total, double loss, double share = 0.0
 
 }  // namespace learning_test
 
-TEST_CASE("incrt learning rule: a round grows as soon as the probe shows learning and the next as soon "
-          "as it pays, on a loss that never settles; the gain rule grows nothing there") {
+TEST_CASE(
+    "incrt learning rule: a round grows as soon as the probe shows learning and the next as soon "
+    "as it pays, on a loss that never settles; the gain rule grows nothing there") {
   using namespace learning_test;
   const GainOptions o;  // min_share 1 %, z 2, z_early 3, grow_until 0.6, loss floor 0.05
   const size_t total = 1000;
@@ -2120,8 +2173,9 @@ TEST_CASE("incrt learning rule: a round grows as soon as the probe shows learnin
   }
 }
 
-TEST_CASE("incrt learning rule: flat at chance grows nothing; a round that does not pay waits for the "
-          "window's end, is taken back, and a rise reopens growth") {
+TEST_CASE(
+    "incrt learning rule: flat at chance grows nothing; a round that does not pay waits for the "
+    "window's end, is taken back, and a rise reopens growth") {
   using namespace learning_test;
   const GainOptions o;
   const size_t total = 1000;
@@ -2129,7 +2183,8 @@ TEST_CASE("incrt learning rule: flat at chance grows nothing; a round that does 
     LearningState s;
     std::vector<std::pair<size_t, K>> decisions;
     for (size_t step = 10; step <= 700; step += 10) {
-      const GainDecision d = s.observe(probe_at(step, total, 2.48 + 0.01 * std::sin(double(step))), o);
+      const GainDecision d =
+          s.observe(probe_at(step, total, 2.48 + 0.01 * std::sin(double(step))), o);
       if (d.kind != K::None) decisions.push_back({step, d.kind});
     }
     REQUIRE(decisions.size() == 1);
@@ -2180,18 +2235,19 @@ TEST_CASE("incrt learning rule: flat at chance grows nothing; a round that does 
   }
 }
 
-TEST_CASE("incrt learning rule: the probe interval keeps the probe at a quarter of the training work; "
-          "the state round-trips mid-round") {
+TEST_CASE(
+    "incrt learning rule: the probe interval keeps the probe at a quarter of the training work; "
+    "the state round-trips mid-round") {
   using namespace learning_test;
   LearningState s;
   // 60 examples (a small validation split), batch 16, 10 steps a check: 60 <= 0.25 x 3 x 160
   CHECK(s.probe_interval(16, 10, 60) == 1);
   CHECK(s.probe_interval(32, 10, 256) == 2);  // 256 / 240
-  s.phase = LearningState::Trial;              // a waiting round is evaluated twice
+  s.phase = LearningState::Trial;             // a waiting round is evaluated twice
   CHECK(s.probe_interval(16, 10, 60) == 1);   // 120 / 120
   CHECK(s.probe_interval(32, 10, 256) == 3);  // 512 / 240
   CHECK(s.probe_interval(16, 10, 256) == 5);  // 512 / 120
-  s.phase = LearningState::Stopped;            // the reopen watch: four times as sparse
+  s.phase = LearningState::Stopped;           // the reopen watch: four times as sparse
   CHECK(s.probe_interval(32, 10, 256) == 8);
 
   const GainOptions o;
@@ -2226,8 +2282,9 @@ TEST_CASE("incrt learning rule: the probe interval keeps the probe at a quarter 
   CHECK(b.rounds == a.rounds);
 }
 
-TEST_CASE("incrt_geometric defaults (criterion learning): a round at the learning onset, its heads "
-          "sit out every 2nd step, and a 60-example probe's paired t pays it; signals in the events") {
+TEST_CASE(
+    "incrt_geometric defaults (criterion learning): a round at the learning onset, its heads "
+    "sit out every 2nd step, and a 60-example probe's paired t pays it; signals in the events") {
   const size_t d = 8;
   FakeBlock block(d, 16);
   block.add(random_head(d, 4, 1));
@@ -2291,7 +2348,8 @@ TEST_CASE("incrt_geometric defaults (criterion learning): a round at the learnin
   for (const auto& e : ev)
     if (e.numbers.size() && std::isfinite(number(e, "examples")) && number(e, "examples") == 60.0) {
       for (const auto& kv : e.numbers)
-        if (kv.first == "round_t" && std::fabs(kv.second - 0.04 / (0.1 / std::sqrt(60.0))) < 1e-9) paid = true;
+        if (kv.first == "round_t" && std::fabs(kv.second - 0.04 / (0.1 / std::sqrt(60.0))) < 1e-9)
+          paid = true;
     }
   CHECK(paid);
   const std::string state = drv.policy->save_state();

@@ -54,10 +54,11 @@ std::string config(const fs::path& dir, const std::string& b = "b") {
          "model:\n  d_model: 16\n  layers: 1\n  max_len: 16\n"
          "  attention: {plugin: mha, heads: 1}\n"
          "optimizer: {plugin: adamw, lr: 0.01}\n"
-         "train:\n  steps: " + std::to_string(kSteps) +
+         "train:\n  steps: " +
+         std::to_string(kSteps) +
          "\n  batch_size: 32\n  warmup: 5\n  eval_every: 30\n  log_every: 1\n"
-         "  check_every: 10\n  test_on: last\n  switch:\n    at: " + std::to_string(kAt) +
-         "\n    data:\n" + data_section(dir, b, "      ");
+         "  check_every: 10\n  test_on: last\n  switch:\n    at: " +
+         std::to_string(kAt) + "\n    data:\n" + data_section(dir, b, "      ");
 }
 
 int train(const std::string& cfg_text, const std::string& run_dir, long stop_after = -1,
@@ -99,8 +100,9 @@ std::string config_error(const std::string& text, const std::vector<std::string>
 
 }  // namespace
 
-TEST_CASE("train.switch: the labelling rule flips after exactly step N, visible in events and "
-          "validation, and the final test is on the second task") {
+TEST_CASE(
+    "train.switch: the labelling rule flips after exactly step N, visible in events and "
+    "validation, and the final test is on the second task") {
   TempDir tmp;
   write_task(tmp.path, "a", false);
   write_task(tmp.path, "b", true);
@@ -137,7 +139,8 @@ TEST_CASE("train.switch: the labelling rule flips after exactly step N, visible 
   CHECK(a.accuracy < 0.5);  // task A's rule is now the wrong one
 }
 
-TEST_CASE("train.switch: a run stopped at or after the switch resumes to the uninterrupted result") {
+TEST_CASE(
+    "train.switch: a run stopped at or after the switch resumes to the uninterrupted result") {
   TempDir tmp;
   write_task(tmp.path, "a", false);
   write_task(tmp.path, "b", true);
@@ -190,8 +193,8 @@ TEST_CASE("train.switch: a second data with another class count is refused (synt
     return;
   }
   auto data = [&](const std::string& clades) {
-    return "{plugin: synthetic_variants, reference: " + dir + "/MN908947.fasta, clades_tsv: " + dir +
-           "/nextstrain_clades.tsv, clades: " + clades +
+    return "{plugin: synthetic_variants, reference: " + dir +
+           "/MN908947.fasta, clades_tsv: " + dir + "/nextstrain_clades.tsv, clades: " + clades +
            ", per_clade: 10, region_start: 21563, region_end: 23650}";
   };
   std::string text = "name: s\ndata: " + data("[19A, 20A, 20E]") +

@@ -82,7 +82,8 @@ TEST_CASE("incrt_geometric defaults settle with trained heads; the default Oja s
   // training, and W_t does not rise at growths.
   for (int seed : {1, 2, 3}) {
     const std::string dir = tmpdir("incrt_settle");
-    REQUIRE(train(dir, {"seed=" + std::to_string(seed), "growth={plugin: incrt_geometric, criterion: energy}",
+    REQUIRE(train(dir, {"seed=" + std::to_string(seed),
+                        "growth={plugin: incrt_geometric, criterion: energy}",
                         "pruning={plugin: directional_energy}"}) == 0);
     std::vector<double> grow_steps;
     size_t active = 0;
@@ -110,8 +111,9 @@ TEST_CASE("incrt_geometric defaults settle with trained heads; the default Oja s
   }
 }
 
-TEST_CASE("incrt_geometric defaults (criterion learning) grow while the probe loss still falls; the "
-          "plateau rule (gain) grows later or not at all") {
+TEST_CASE(
+    "incrt_geometric defaults (criterion learning) grow while the probe loss still falls; the "
+    "plateau rule (gain) grows later or not at all") {
   // A real run whose loss falls for the whole budget: the learning rule's first round comes at
   // the probe's learning onset, while the probe loss still has at least 5 % to fall; the plateau
   // rule waits for a settled loss that this budget shows late or never.

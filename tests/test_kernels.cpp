@@ -83,7 +83,8 @@ TEST_CASE("row kernels: every instruction set against double loops, odd lengths"
       }
     }
     // -inf gives exactly 0, NaN propagates, huge arguments do not overflow to NaN
-    std::vector<float> z{-INFINITY, 0.0f, -INFINITY, 1.0f, -200.0f, -INFINITY, 2.0f, 0.5f, -INFINITY};
+    std::vector<float> z{-INFINITY, 0.0f, -INFINITY, 1.0f,     -200.0f,
+                         -INFINITY, 2.0f, 0.5f,      -INFINITY};
     float s = kernels::exp_shift_sum(z.data(), z.size(), 2.0f);
     CHECK(z[0] == 0.0f);
     CHECK(z[5] == 0.0f);
@@ -100,7 +101,9 @@ TEST_CASE("row kernels: every instruction set against double loops, odd lengths"
   }
 }
 
-TEST_CASE("exp kernel: every set within 1.5 ulp over its whole range; limits; a value's bits do not depend on its place") {
+TEST_CASE(
+    "exp kernel: every set within 1.5 ulp over its whole range; limits; a value's bits do not "
+    "depend on its place") {
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {
     REQUIRE(kernels::set_simd(isa));
@@ -119,7 +122,8 @@ TEST_CASE("exp kernel: every set within 1.5 ulp over its whole range; limits; a 
         double ulp = std::ldexp(1.0, std::ilogb(ref) - 23);
         worst_ulp = std::max(worst_ulp, std::fabs(e[j] - ref) / ulp);
       } else {
-        worst_sub = std::max(worst_sub, std::fabs(e[j] - ref) / std::numeric_limits<float>::denorm_min());
+        worst_sub =
+            std::max(worst_sub, std::fabs(e[j] - ref) / std::numeric_limits<float>::denorm_min());
       }
     }
     CHECK(worst_ulp <= 1.5);  // 0.97..0.99 measured on each set
@@ -352,7 +356,8 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
           for (size_t i = 0; i < m; ++i)
             for (size_t j = 0; j < n; ++j) {
               double s = 0;
-              for (size_t p = 0; p < d; ++p) s += static_cast<double>(a[i * lda + p]) * bt[p * ldb + j];
+              for (size_t p = 0; p < d; ++p)
+                s += static_cast<double>(a[i * lda + p]) * bt[p * ldb + j];
               REQUIRE(c[i * ldc + j] == doctest::Approx(0.7 * s).epsilon(1e-5).scale(tol));
             }
           for (size_t i = 0; i < m; ++i)
@@ -361,17 +366,20 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
             for (size_t e = 0; e < ldcd; ++e) {
               double s = 0;
               if (e < d)
-                for (size_t j = 0; j < n; ++j) s += static_cast<double>(x[i * ldx + j]) * y[j * ldy + e];
+                for (size_t j = 0; j < n; ++j)
+                  s += static_cast<double>(x[i * ldx + j]) * y[j * ldy + e];
               REQUIRE(cnd[i * ldcd + e] ==
                       doctest::Approx(cn[i * ldcd + e] - 1.3 * s).epsilon(1e-5).scale(tol));
-              REQUIRE(cnr[i * ldcd + e] ==
-                      doctest::Approx(cn[i * ldcd + e] + alpha_rows[i] * s).epsilon(1e-5).scale(tol));
+              REQUIRE(
+                  cnr[i * ldcd + e] ==
+                  doctest::Approx(cn[i * ldcd + e] + alpha_rows[i] * s).epsilon(1e-5).scale(tol));
             }
           for (size_t j = 0; j < n; ++j)
             for (size_t e = 0; e < ldcd; ++e) {
               double s = 0;
               if (e < d)
-                for (size_t i = 0; i < m; ++i) s += static_cast<double>(x[i * ldx + j]) * y2[i * ldy + e];
+                for (size_t i = 0; i < m; ++i)
+                  s += static_cast<double>(x[i * ldx + j]) * y2[i * ldy + e];
               REQUIRE(ctd[j * ldcd + e] ==
                       doctest::Approx(ct[j * ldcd + e] + 0.4 * s).epsilon(1e-5).scale(tol));
             }
@@ -382,7 +390,8 @@ TEST_CASE("short-dimension products: every instruction set against double loops"
 // One output element as the products define it: a chain of multiply-adds over q from 0, fused
 // where the set has FMA (a float multiply and add on SSE2; this file is compiled without FMA, so
 // the compiler does not fuse them).
-float chain(const std::string& isa, size_t len, const float* x, size_t sx, const float* y, size_t sy) {
+float chain(const std::string& isa, size_t len, const float* x, size_t sx, const float* y,
+            size_t sy) {
   float s = 0.0f;
   for (size_t q = 0; q < len; ++q) {
     if (isa == "sse2") {
@@ -404,8 +413,8 @@ float fused(const std::string& isa, float a, float b, float c) {
 
 // C (n x k, ldo) += 0.45 X^T Y for X (m x n, ldx), Y (m x k, ldy): the chain runs over the m
 // rows; against the scalar chains, bit for bit
-void check_acc_tnd(const std::string& isa, size_t m, size_t n, size_t k, const float* x,
-                   size_t ldx, size_t ldy, size_t ldo, uint64_t seed) {
+void check_acc_tnd(const std::string& isa, size_t m, size_t n, size_t k, const float* x, size_t ldx,
+                   size_t ldy, size_t ldo, uint64_t seed) {
   auto y = values(m * ldy, seed), t0 = values(n * ldo, seed + 1);
   auto ct = t0;
   kernels::gemm_acc_tnd(m, n, k, 0.45f, x, ldx, y.data(), ldy, ct.data(), ldo);
@@ -468,7 +477,9 @@ TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the sca
   }
 }
 
-TEST_CASE("products in packed column panels (a long reduction, a wide output): bit for bit the scalar chains") {
+TEST_CASE(
+    "products in packed column panels (a long reduction, a wide output): bit for bit the scalar "
+    "chains") {
   // A reduction of 1,100 over 331 columns (1.4 MB of Y) is copied in panels of 64 columns
   // (512 KiB / (1,100 x 4 bytes), whole 4-vector tiles) that every row tile passes over in
   // turn; the last panel is narrow, with a tail. A leading dimension of 2,048 (8 KiB, the
@@ -523,7 +534,8 @@ TEST_CASE("gemm_bias: against double loops; a column's value does not depend on 
           std::vector<float> wp(k * wi), cp(m * wi), cz(m * wi);
           for (size_t p = 0; p < k; ++p)
             for (size_t j = 0; j < wi; ++j) wp[p * wi + j] = w[p * N + o + j];
-          kernels::gemm_bias(m, wi, k, x.data(), ldx, wp.data(), wi, bias.data() + o, cp.data(), wi);
+          kernels::gemm_bias(m, wi, k, x.data(), ldx, wp.data(), wi, bias.data() + o, cp.data(),
+                             wi);
           kernels::gemm_bias(m, wi, k, x.data(), ldx, wp.data(), wi, nullptr, cz.data(), wi);
           for (size_t i = 0; i < m; ++i)
             for (size_t j = 0; j < wi; ++j) {
@@ -541,9 +553,13 @@ TEST_CASE("gemm_bias_parts: each part equals gemm_bias's columns bit for bit") {
   // straddling widths with scalar tails; head-sized parts; 70 parts of 16 (1,120 columns:
   // more than one table chunk at every width); narrow heads' parts, several in one vector
   // (48 of width 4, 24 of 8), and widths 1, 2 and 3 mixed with wider ones
-  const std::vector<std::vector<size_t>> layouts{
-      {5, 16, 11, 3},  {16, 16, 16}, {8, 24, 32}, std::vector<size_t>(70, 16),
-      std::vector<size_t>(48, 4), std::vector<size_t>(24, 8), {1, 2, 3, 1, 9, 1, 1, 2, 17, 4, 3}};
+  const std::vector<std::vector<size_t>> layouts{{5, 16, 11, 3},
+                                                 {16, 16, 16},
+                                                 {8, 24, 32},
+                                                 std::vector<size_t>(70, 16),
+                                                 std::vector<size_t>(48, 4),
+                                                 std::vector<size_t>(24, 8),
+                                                 {1, 2, 3, 1, 9, 1, 1, 2, 17, 4, 3}};
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
     for (const auto& widths : layouts)
@@ -571,7 +587,8 @@ TEST_CASE("gemm_bias_parts: each part equals gemm_bias's columns bit for bit") {
           for (size_t p = 0; p < widths.size(); ++p) {
             const size_t wi = widths[p];
             for (size_t i = 0; i < m; ++i)
-              for (size_t j = 0; j < wi; ++j) REQUIRE(parts[p][i * wi + j] == c[i * N + off[p] + j]);
+              for (size_t j = 0; j < wi; ++j)
+                REQUIRE(parts[p][i * wi + j] == c[i * N + off[p] + j]);
             REQUIRE(parts[p][m * wi] == -9.0f);
           }
         }
@@ -601,7 +618,8 @@ TEST_CASE("convolution row kernels: every instruction set against double loops")
         CAPTURE(c);
         CAPTURE(rows);
         const size_t ldx = 2 * c + 1, ldy = c + 3;  // rows further apart than c
-        auto x = values(rows * ldx + c, c + 1), w = values(c, c + 2), y0 = values(rows * ldy + c, c + 3);
+        auto x = values(rows * ldx + c, c + 1), w = values(c, c + 2),
+             y0 = values(rows * ldy + c, c + 3);
         auto acc0 = values(c, c + 4);
         auto y = y0;
         kernels::mul_add_rows(y.data(), ldy, x.data(), ldx, w.data(), rows, c);
@@ -612,7 +630,8 @@ TEST_CASE("convolution row kernels: every instruction set against double loops")
           for (size_t r = 0; r < rows; ++r) {
             CHECK(y[r * ldy + j] ==
                   doctest::Approx(y0[r * ldy + j] + static_cast<double>(w[j]) * x[r * ldx + j])
-                      .epsilon(1e-5).scale(1.0));
+                      .epsilon(1e-5)
+                      .scale(1.0));
             a += static_cast<double>(y0[r * ldy + j]) * x[r * ldx + j];
           }
           CHECK(acc[j] == doctest::Approx(a).epsilon(1e-5).scale(1.0));
@@ -685,7 +704,7 @@ TEST_CASE("streaming attention: every head width 1..128 against double loops, ev
   const size_t B = 2, T = 37;
   std::vector<uint8_t> valid(B * T, 1);
   for (size_t t = 29; t < T; ++t) valid[T + t] = 0;  // sample 1 has 29 tokens
-  valid[5] = 0;                                     // sample 0: a padded key inside
+  valid[5] = 0;                                      // sample 0: a padded key inside
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
     for (size_t w : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 64, 128})
@@ -703,9 +722,9 @@ TEST_CASE("streaming attention: every head width 1..128 against double loops, ev
           Var y = ops::attention(q, k, v, scale, {&valid, causal});
           backward(weighted_sum(y, 99));
           const std::vector<float> g = randn({B, T, dv}, 99).to_vector();
-          AttnRef ref = attention_double_loops(q.value().to_vector(), k.value().to_vector(),
-                                               v.value().to_vector(), g, valid, B, T, dk, dv,
-                                               scale, causal);
+          AttnRef ref =
+              attention_double_loops(q.value().to_vector(), k.value().to_vector(),
+                                     v.value().to_vector(), g, valid, B, T, dk, dv, scale, causal);
           auto near = [](float got, double want) {
             return std::fabs(got - want) <= 2e-5 * (1.0 + std::fabs(want)) * 10;
           };
@@ -745,7 +764,8 @@ TEST_CASE("short-dimension products at narrow widths: each column's bits as a pr
             kernels::gemm_acc_nd(m, n, 1, 0.9f, x.data(), n, y.data() + c, d, cnd1.data() + c, d);
             kernels::gemm_acc_nd_rows(m, n, 1, rows.data(), x.data(), n, y.data() + c, d,
                                       cnr1.data() + c, d);
-            kernels::gemm_acc_tnd(m, n, 1, -0.6f, x.data(), n, y2.data() + c, d, ctd1.data() + c, d);
+            kernels::gemm_acc_tnd(m, n, 1, -0.6f, x.data(), n, y2.data() + c, d, ctd1.data() + c,
+                                  d);
           }
           if (d <= size_t(lanes(isa)) / 2) {
             for (size_t i = 0; i < cnd.size(); ++i) REQUIRE(cnd[i] == cnd1[i]);
@@ -785,8 +805,9 @@ TEST_CASE("GROWFORMER_ISA: a cap, capped to the CPU with a note, a bad value nam
   CHECK(kernels::fma_peak_gflops(1, 0.01) > 0.0);
 }
 
-TEST_CASE("pack_panels: a weight packed once, read by row blocks, equals the products that pack "
-          "their own, bit for bit") {
+TEST_CASE(
+    "pack_panels: a weight packed once, read by row blocks, equals the products that pack "
+    "their own, bit for bit") {
   // Sizes over the 256 KiB the kernels pack from: 600 x 331 (the last panel narrower, scalar
   // tail columns), 300 x 1,100 (several panels), and a long d of gemm_short_k (300 > 256);
   // the rows in blocks as a split product calls them (64, and a last block of 35).

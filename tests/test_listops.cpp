@@ -461,10 +461,13 @@ TEST_CASE("listops: dataset plugin reads files") {
   // a size equal to the generator's default still caps the rows of a file
   {
     std::string many = "Source\tTarget\n";
-    for (int i = 0; i < 2003; ++i) many += "[MAX 1 " + std::to_string(i % 10) + " ]\t" + std::to_string(std::max(1, i % 10)) + "\n";
+    for (int i = 0; i < 2003; ++i)
+      many +=
+          "[MAX 1 " + std::to_string(i % 10) + " ]\t" + std::to_string(std::max(1, i % 10)) + "\n";
     write_text(dir.file("many.tsv"), many);
     const std::string big = "plugin: listops\nsource: files\ntrain_file: " + dir.file("train.tsv") +
-                            "\nval_file: " + dir.file("many.tsv") + "\ntest_file: " + dir.file("many.tsv") + "\n";
+                            "\nval_file: " + dir.file("many.tsv") +
+                            "\ntest_file: " + dir.file("many.tsv") + "\n";
     gf::DataSplits capped = make(big + "test_size: 2000\n")->load();
     CHECK(capped.test.size() == 2000);
     CHECK(capped.val.size() == 2003);

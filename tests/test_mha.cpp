@@ -84,7 +84,8 @@ TEST_CASE("mha equals an independent naive implementation (with padding)") {
   ctx.key_valid = &valid;
   Var y = blk->forward(constant(x), ctx);
   auto ref = naive_mha(*blk, x, valid);
-  for (size_t i = 0; i < ref.size(); ++i) REQUIRE(y.value()[i] == doctest::Approx(ref[i]).epsilon(1e-4));
+  for (size_t i = 0; i < ref.size(); ++i)
+    REQUIRE(y.value()[i] == doctest::Approx(ref[i]).epsilon(1e-4));
 }
 
 TEST_CASE("mha: gradients of the input and every parameter against finite differences") {
@@ -137,8 +138,9 @@ TEST_CASE("mha: a padded batch equals its samples run one by one") {
   }
 }
 
-TEST_CASE("adamw: a large parameter's update split over threads has the bits of one thread "
-          "and of the hand formula") {
+TEST_CASE(
+    "adamw: a large parameter's update split over threads has the bits of one thread "
+    "and of the hand formula") {
   // 100,000 elements: over the 65,536 from which elementwise work is split over the pool
   const size_t n = 100000;
   Tensor w0 = gf_test::randn({n}, 21), g0 = gf_test::randn({n}, 22);
@@ -285,7 +287,8 @@ TEST_CASE("projections of all heads in one product equal each head's own") {
     REQUIRE(g == b.grads[n]);
   }
   REQUIRE(a.gx.size() == b.gx.size());
-  for (size_t i = 0; i < a.gx.size(); ++i) REQUIRE(a.gx[i] == doctest::Approx(b.gx[i]).epsilon(1e-5));
+  for (size_t i = 0; i < a.gx.size(); ++i)
+    REQUIRE(a.gx[i] == doctest::Approx(b.gx[i]).epsilon(1e-5));
   clear_tape();
 }
 
@@ -317,7 +320,8 @@ TEST_CASE("the heads' output maps as one product equal the per-head path") {
 TEST_CASE("a muted head: the block output equals the output with that head's W_O at zero") {
   for (const char* combine : {"sum", "mean"}) {
     INFO(combine);
-    auto blk = make_block(std::string("plugin: mha\nheads: 3\nd_k: 4\ncombine: ") + combine + "\n", 8);
+    auto blk =
+        make_block(std::string("plugin: mha\nheads: 3\nd_k: 4\ncombine: ") + combine + "\n", 8);
     Tensor x = gf_test::randn({2, 6, 8}, 9);
     const std::vector<HeadInfo> heads = blk->heads();
     REQUIRE(heads.size() == 3);
@@ -389,9 +393,12 @@ TEST_CASE("structure round trip recreates the same heads") {
   CHECK_THROWS_AS(fresh->restore_structure(none), RuntimeError);  // a block has a head
 }
 
-TEST_CASE("a block structure's text is the checkpoint format, read back exactly; a damaged one is "
-          "refused naming what is wrong") {
-  auto has = [](const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; };
+TEST_CASE(
+    "a block structure's text is the checkpoint format, read back exactly; a damaged one is "
+    "refused naming what is wrong") {
+  auto has = [](const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+  };
   // as checkpoints have held it since the format began: heads 1 (born at 0) and 4 (at 70, with
   // a state "hi" as hex); byte for byte, so old checkpoints load and new ones are identical
   const std::string text = "next_id 5 rng 123 457 heads 2 1 0 4 70 states 1 4 6869";
@@ -417,12 +424,14 @@ TEST_CASE("a block structure's text is the checkpoint format, read back exactly;
   CHECK(error("garbage") == "ck: block layers.0.attn: malformed block structure `garbage`");
   CHECK(has(error("next_id 2 rng 1 1 heads 0"), "malformed block structure"));
   CHECK(has(error("next_id 2 rng 1 1 heads 2 0 0"), "malformed block structure"));
-  CHECK(has(error("next_id 2 rng 1 1 heads 2 0 0 1 0", 1), "names 2 heads, more than max_heads = 1"));
+  CHECK(
+      has(error("next_id 2 rng 1 1 heads 2 0 0 1 0", 1), "names 2 heads, more than max_heads = 1"));
   CHECK(has(error("next_id 2 rng 1 1 heads 100000000000 0 0"), "more than max_heads = 256"));
   CHECK(has(error("next_id 2 rng 1 1 heads 1000 0 0", 4096), "more than its text holds"));
   CHECK(has(error("next_id 2 rng 1 1 heads 2 0 0 0 0"), "names head 0 twice"));
   CHECK(has(error("next_id 1 rng 1 1 heads 2 0 0 1 0"), "names head 1, not below its next id 1"));
-  CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 1 7 00"), "a state for head 7, which is not one of its heads"));
+  CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 1 7 00"),
+            "a state for head 7, which is not one of its heads"));
   CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 1 0 0g"), "malformed head state"));
   CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 states 2 0 00 0 00"), "malformed head states"));
   CHECK(has(error("next_id 2 rng 1 1 heads 1 0 0 extra"), "malformed head states"));
@@ -431,16 +440,16 @@ TEST_CASE("a block structure's text is the checkpoint format, read back exactly;
 TEST_CASE("unknown options of the block and of its head are config errors") {
   CHECK_THROWS_WITH_AS(make_block("plugin: mha\nhaeds: 2\n", 8),
                        doctest::Contains("did you mean `heads`?"), ConfigError);
-  CHECK_THROWS_WITH_AS(make_block("plugin: mha\nheads: 3\n", 8),
-                       doctest::Contains("not divisible"), ConfigError);
+  CHECK_THROWS_WITH_AS(make_block("plugin: mha\nheads: 3\n", 8), doctest::Contains("not divisible"),
+                       ConfigError);
   CHECK_THROWS_AS(make_block("plugin: mha\nhead: {plugin: dot_product, x: 1}\n", 8), ConfigError);
 }
 
 TEST_CASE("pool: cls with causal attention is refused (the CLS slot would see only itself)") {
   const std::string base = "d_model: 8\nlayers: 1\nmax_len: 16\n";
   auto model = [&](const std::string& pool, const std::string& attention) {
-    return gf::Model(gf::ConfigNode::load_string(base + "pool: " + pool + "\nattention: " + attention,
-                                                 "model.yaml"),
+    return gf::Model(gf::ConfigNode::load_string(
+                         base + "pool: " + pool + "\nattention: " + attention, "model.yaml"),
                      10, 3, gf_test::registry(), 1);
   };
   const std::string causal = "{plugin: mha, heads: 2, causal: true, head: {plugin: dot_product}}";
@@ -456,7 +465,8 @@ TEST_CASE("pool: cls with causal attention is refused (the CLS slot would see on
   refused(causal);
   if (gf_test::registry().find(gf::Kind::Attention, "hkt")) {
     refused("{plugin: hkt, heads: 2, causal: true, head: {plugin: dot_product}}");
-    CHECK_NOTHROW(model("mean", "{plugin: hkt, heads: 2, causal: true, head: {plugin: dot_product}}"));
+    CHECK_NOTHROW(
+        model("mean", "{plugin: hkt, heads: 2, causal: true, head: {plugin: dot_product}}"));
   }
   CHECK_NOTHROW(model("mean", causal));
   CHECK_NOTHROW(model("cls", "{plugin: mha, heads: 2, head: {plugin: dot_product}}"));

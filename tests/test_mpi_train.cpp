@@ -78,7 +78,8 @@ Run growformer(int procs, const std::string& args, const gf_test::TempDir& dir) 
   std::string out = dir.file("out.txt");
   // shared-memory transfers without cross-process memory access (ptrace), which containers
   // often forbid: the tests' messages are small either way
-  std::string launch = procs > 0 ? std::string(GF_MPIRUN) + " --oversubscribe --allow-run-as-root "
+  std::string launch = procs > 0 ? std::string(GF_MPIRUN) +
+                                       " --oversubscribe --allow-run-as-root "
                                        "--mca btl_vader_single_copy_mechanism none -np " +
                                        std::to_string(procs) + " "
                                  : "";
@@ -155,8 +156,9 @@ TEST_CASE("2 processes x 16 examples train as 1 process x 32: metrics and growth
   CHECK(grows == 3);  // 1 -> 4 heads: the run did grow
 }
 
-TEST_CASE("a 2-process run resumed from its checkpoint equals the uninterrupted run; resume "
-          "with 1 process continues it too") {
+TEST_CASE(
+    "a 2-process run resumed from its checkpoint equals the uninterrupted run; resume "
+    "with 1 process continues it too") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
   std::string full = dir.file("full"), cut = dir.file("cut"), cut1 = dir.file("cut1");
@@ -182,8 +184,10 @@ TEST_CASE("a 2-process run resumed from its checkpoint equals the uninterrupted 
 TEST_CASE("a batch smaller than the process count is refused with one message") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
-  Run r = growformer(2, "train " + dir.file("tiny.yaml") + " --set train.batch_size=1 --run-dir " +
-                            dir.file("run"), dir);
+  Run r = growformer(
+      2,
+      "train " + dir.file("tiny.yaml") + " --set train.batch_size=1 --run-dir " + dir.file("run"),
+      dir);
   CHECK(r.status == 2);
   CHECK(r.output.find("train.batch_size: 1 examples per step cannot be shared by 2 processes") !=
         std::string::npos);
@@ -195,8 +199,8 @@ TEST_CASE("processes given different run directories stop with one message, noth
   // one process per launch spec (MPMD): rank 0 gets A, rank 1 gets B
   std::string a = dir.file("A"), b = dir.file("B");
   std::string one = std::string(GF_BIN) + " train " + dir.file("tiny.yaml") + " --quiet --run-dir ";
-  Run r = growformer(1, "train " + dir.file("tiny.yaml") + " --quiet --run-dir " + a + " : -np 1 " +
-                            one + b, dir);
+  Run r = growformer(
+      1, "train " + dir.file("tiny.yaml") + " --quiet --run-dir " + a + " : -np 1 " + one + b, dir);
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(r.output.find("--run-dir: the processes of this run were given different ones") !=
@@ -214,9 +218,11 @@ TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job rec
   std::ofstream(dir.file("sweep.yaml"))
       << "name: t\nbase: " << dir.file("tiny.yaml")
       << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
-         "axes:\n  data:\n    plain: {plugin: listops, train_size: 320, val_size: 72, test_size: 71, "
+         "axes:\n  data:\n    plain: {plugin: listops, train_size: 320, val_size: 72, test_size: "
+         "71, "
          "min_length: 4, max_length: 24, max_depth: 3, max_args: 4}\n"
-         "    broken: {plugin: text_tsv, train: " << dir.file("bad.tsv") << "}\n";
+         "    broken: {plugin: text_tsv, train: "
+      << dir.file("bad.tsv") << "}\n";
   std::string out = dir.file("sweep");
   Run r = growformer(2, "sweep " + dir.file("sweep.yaml") + " --out " + out + " -q", dir);
   INFO(r.output);
@@ -239,8 +245,9 @@ TEST_CASE("mpirun -np 2 sweep: jobs spread over the processes, a failing job rec
   CHECK(fs::exists(out + "/plain__seed2/metrics.jsonl"));
 }
 
-TEST_CASE("2 processes: random growth and head-importance pruning (head-mask gradients summed "
-          "across processes) make the edits of 1 process") {
+TEST_CASE(
+    "2 processes: random growth and head-importance pruning (head-mask gradients summed "
+    "across processes) make the edits of 1 process") {
   gf_test::TempDir dir;
   std::ofstream(dir.file("hi.yaml")) << R"(name: hi
 seed: 5
@@ -273,9 +280,12 @@ TEST_CASE("processes whose growth diverges stop at that check with a message nam
   gf_test::TempDir dir;
   std::ofstream(dir.file("tiny.yaml")) << kTinyIncrt;
   std::string run = dir.file("run");
-  Run r = growformer(2, "train " + dir.file("tiny.yaml") + " --plugin-path " + GF_RANK_PLUGIN_DIR +
-                            " --set 'growth={plugin: rank_divergent}' --set 'pruning={plugin: none}'"
-                            " --run-dir " + run, dir);
+  Run r = growformer(2,
+                     "train " + dir.file("tiny.yaml") + " --plugin-path " + GF_RANK_PLUGIN_DIR +
+                         " --set 'growth={plugin: rank_divergent}' --set 'pruning={plugin: none}'"
+                         " --run-dir " +
+                         run,
+                     dir);
   INFO(r.output);
   CHECK(r.status == 1);
   CHECK(r.output.find("the 2 processes of this data-parallel run hold different models after the "

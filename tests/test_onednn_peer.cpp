@@ -18,7 +18,8 @@ namespace {
 
 // two layers, two heads of d_k 8, MLP hidden 64; T below max_len, so rows of the position
 // table past T get a zero gradient in both
-const char* kModel = "{d_model: 16, layers: 2, max_len: 12, pool: mean, attention: {plugin: mha, heads: 2}}";
+const char* kModel =
+    "{d_model: 16, layers: 2, max_len: 12, pool: mean, attention: {plugin: mha, heads: 2}}";
 const char* kAdamW = "{plugin: adamw, lr: 0.001, weight_decay: 0.01, decay: all}";
 constexpr size_t kVocab = 7, kClasses = 3, kBatch = 3, kSeq = 10;
 
@@ -80,14 +81,16 @@ TEST_CASE("onednn peer: the gate: loss, every gradient and AdamW's update agree 
     size_t threads, chunk_bytes, samples, heads;
   };
   const size_t pair = kSeq * kSeq * sizeof(float);
-  for (const Run& run : {Run{1, 1, 1, 1}, Run{2, 2 * pair, 1, 2}, Run{2, 0, kBatch, 2}, Run{1, 0, kBatch, 2}}) {
+  for (const Run& run :
+       {Run{1, 1, 1, 1}, Run{2, 2 * pair, 1, 2}, Run{2, 0, kBatch, 2}, Run{1, 0, kBatch, 2}}) {
     Setup s;
     s.build(run.threads, run.chunk_bytes);
     CHECK(s.peer->step().attention_chunk() == std::make_pair(run.samples, run.heads));
     const auto before = s.peer->values();
-    const gf_onednn::GateResult r =
-        gf_onednn::run_gate(s.model, gf_test::registry(), s.opt_node, *s.peer, random_batch(11), 1e-3f);
-    INFO("threads " << run.threads << ", chunk " << run.samples << " x " << run.heads << ": " << r.summary());
+    const gf_onednn::GateResult r = gf_onednn::run_gate(s.model, gf_test::registry(), s.opt_node,
+                                                        *s.peer, random_batch(11), 1e-3f);
+    INFO("threads " << run.threads << ", chunk " << run.samples << " x " << run.heads << ": "
+                    << r.summary());
     CHECK(r.passed);
     CHECK(r.loss_error <= 1e-4);
     CHECK(std::isfinite(r.loss_growformer));
@@ -118,15 +121,15 @@ TEST_CASE("onednn peer: a perturbed weight fails the gate") {
     size_t element;
     const char* changed;  // a gradient the perturbation must move
   };
-  for (const Case& c : {Case{"layers.1.mlp.fc1.w", 5, "layers.1.mlp.fc1.w"},
-                        Case{"layers.0.attn.w_k", 17, "layers.0.attn.heads.0.w_q"},
-                        Case{"embed", 3, "embed"}}) {
+  for (const Case& c :
+       {Case{"layers.1.mlp.fc1.w", 5, "layers.1.mlp.fc1.w"},
+        Case{"layers.0.attn.w_k", 17, "layers.0.attn.heads.0.w_q"}, Case{"embed", 3, "embed"}}) {
     Setup s;
     s.build();
     float* w = peer_param(*s.peer, c.param);
     w[c.element] += 0.01f * std::max(1.0f, std::fabs(w[c.element]));
-    const gf_onednn::GateResult r =
-        gf_onednn::run_gate(s.model, gf_test::registry(), s.opt_node, *s.peer, random_batch(11), 1e-3f);
+    const gf_onednn::GateResult r = gf_onednn::run_gate(s.model, gf_test::registry(), s.opt_node,
+                                                        *s.peer, random_batch(11), 1e-3f);
     INFO(c.param << ": " << r.summary());
     CHECK_FALSE(r.passed);
     CHECK(r.worst_gradient.error > 1e-4);
@@ -175,23 +178,37 @@ TEST_CASE("onednn peer: models and batches it does not compute are refused, nami
   auto refused = [](const char* model, const char* opt) {
     return gf_test::error_of([&] { Setup(model, opt).build(); });
   };
-  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, causal: true}}",
-                kAdamW).find("causal") != std::string::npos);
-  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, pool: cls, attention: {plugin: mha, heads: 2}}",
-                kAdamW).find("pool") != std::string::npos);
-  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, dropout: 0.1, attention: {plugin: mha, heads: 2}}",
-                kAdamW).find("dropout") != std::string::npos);
-  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, combine: mean}}",
-                kAdamW).find("combine must be sum") != std::string::npos);
-  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, head: {plugin: "
-                "hybrid_conv}}}",
-                kAdamW).find("not hybrid_conv") != std::string::npos);
+  CHECK(
+      refused(
+          "{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, causal: true}}",
+          kAdamW)
+          .find("causal") != std::string::npos);
+  CHECK(refused(
+            "{d_model: 16, layers: 1, max_len: 12, pool: cls, attention: {plugin: mha, heads: 2}}",
+            kAdamW)
+            .find("pool") != std::string::npos);
+  CHECK(
+      refused(
+          "{d_model: 16, layers: 1, max_len: 12, dropout: 0.1, attention: {plugin: mha, heads: 2}}",
+          kAdamW)
+          .find("dropout") != std::string::npos);
+  CHECK(refused("{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, combine: "
+                "mean}}",
+                kAdamW)
+            .find("combine must be sum") != std::string::npos);
+  CHECK(
+      refused(
+          "{d_model: 16, layers: 1, max_len: 12, attention: {plugin: mha, heads: 2, head: {plugin: "
+          "hybrid_conv}}}",
+          kAdamW)
+          .find("not hybrid_conv") != std::string::npos);
   CHECK(refused(kModel, "{plugin: sgd, lr: 0.1}").find("sgd") != std::string::npos);
   Setup s;
   s.build();
   gf::Batch padded = random_batch(3);
   padded.valid[4] = 0;
-  CHECK_THROWS_WITH_AS(s.peer->forward_backward(padded), doctest::Contains("padded"), gf::RuntimeError);
+  CHECK_THROWS_WITH_AS(s.peer->forward_backward(padded), doctest::Contains("padded"),
+                       gf::RuntimeError);
 }
 
 TEST_CASE("onednn peer: growformer bench --peer onednn runs both steps, gate first") {
@@ -212,7 +229,8 @@ TEST_CASE("onednn peer: growformer bench --peer onednn runs both steps, gate fir
   CHECK(out["onednn_primitives"].get<std::string>().find("matmul") != std::string::npos);
   CHECK(out.contains("ms_per_step_median"));  // the bench's own figures are still there
   // the final losses of the interleaved runs: both trained from the same weights and batches
-  CHECK(std::fabs(out["onednn_final_loss"].get<double>() - out["onednn_growformer_final_loss"].get<double>()) <=
+  CHECK(std::fabs(out["onednn_final_loss"].get<double>() -
+                  out["onednn_growformer_final_loss"].get<double>()) <=
         1e-3 * out["onednn_growformer_final_loss"].get<double>());
   const gf_test::Shell bad = gf_test::run_shell(std::string(GF_BIN) + " bench " + GF_SOURCE_DIR +
                                                 "/configs/bench_mha.yaml --peer mkl");

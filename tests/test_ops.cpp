@@ -51,7 +51,8 @@ void check_linear_split(size_t in, size_t out) {
   };
   const Result r1 = run(1), r2 = run(2);
   set_num_threads(0);
-  for (auto [a, c] : {std::pair{&r1.y, &r2.y}, {&r1.gx, &r2.gx}, {&r1.gw, &r2.gw}, {&r1.gb, &r2.gb}})
+  for (auto [a, c] :
+       {std::pair{&r1.y, &r2.y}, {&r1.gx, &r2.gx}, {&r1.gw, &r2.gw}, {&r1.gb, &r2.gb}})
     for (size_t i = 0; i < a->size(); ++i) REQUIRE((*a)[i] == (*c)[i]);
   // double loops: y = x w + b; with upstream gradient G: dx = G w^T, dw = x^T G, db = sum G
   Var probe = parameter(Tensor(Shape{m, out}, 0.0f));
@@ -163,9 +164,8 @@ TEST_CASE("matmul with transposes and batches") {
           {randn(sa, 10 + ta), randn(sb, 20 + tb)});
     }
   // a shared 2-D right operand
-  check_gradients(
-      [](const std::vector<Var>& v) { return weighted_sum(ops::matmul(v[0], v[1])); },
-      {randn({3, 2, 4}, 7), randn({4, 3}, 8)});
+  check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::matmul(v[0], v[1])); },
+                  {randn({3, 2, 4}, 7), randn({4, 3}, 8)});
 }
 
 TEST_CASE("elementwise ops") {
@@ -189,7 +189,8 @@ TEST_CASE("elementwise ops") {
   check_gradients([](const std::vector<Var>& v) { return weighted_sum(ops::mul(v[0], v[1])); },
                   {randn({3, 4}, 1), randn({1}, 2)});  // scalar factor
   // GELU(1) = 0.5 (1 + erf(1/sqrt 2)) = 0.841345
-  CHECK(ops::gelu(constant(Tensor::scalar(1.0f))).value()[0] == doctest::Approx(0.841345).epsilon(1e-5));
+  CHECK(ops::gelu(constant(Tensor::scalar(1.0f))).value()[0] ==
+        doctest::Approx(0.841345).epsilon(1e-5));
   // relu's kink: check away from zero
   Tensor r = randn({10}, 3);
   for (size_t i = 0; i < r.size(); ++i) r[i] += r[i] > 0 ? 0.2f : -0.2f;
@@ -321,7 +322,8 @@ TEST_CASE("depthwise causal convolution with stride") {
                          parameter(randn({19}, 9))};
       for (int rep = 0; rep < 2; ++rep)
         backward(weighted_sum(ops::depthwise_conv1d_causal(v[0], v[1], &v[2], 1)));
-      std::vector<float> all = ops::depthwise_conv1d_causal(v[0], v[1], &v[2], 2).value().to_vector();
+      std::vector<float> all =
+          ops::depthwise_conv1d_causal(v[0], v[1], &v[2], 2).value().to_vector();
       for (auto& t : v)
         for (float g : t.grad().to_vector()) all.push_back(g);
       runs.push_back(all);
@@ -334,8 +336,8 @@ TEST_CASE("depthwise causal convolution with stride") {
   Tensor x = Tensor::from({1, 4, 1}, {1, 2, 3, 4});
   Tensor w = Tensor::from({1, 3}, {0.5f, -1, 2});
   Var y = ops::depthwise_conv1d_causal(constant(x), constant(w), nullptr, 2);
-  REQUIRE(y.dim(1) == 2);  // ceil(4 / 2)
-  CHECK(y.value()[0] == doctest::Approx(2 * 1));              // t = 0
+  REQUIRE(y.dim(1) == 2);                                       // ceil(4 / 2)
+  CHECK(y.value()[0] == doctest::Approx(2 * 1));                // t = 0
   CHECK(y.value()[1] == doctest::Approx(0.5 * 1 - 2 + 2 * 3));  // t = 2
 }
 
@@ -347,13 +349,19 @@ TEST_CASE("shape ops") {
       [](const std::vector<Var>& v) { return weighted_sum(ops::slice_last(v[0], 1, 3)); },
       {randn({2, 5}, 1)});
   check_gradients(
-      [](const std::vector<Var>& v) { return weighted_sum(ops::concat_last({v[0], v[1]})); },
+      [](const std::vector<Var>& v) {
+        return weighted_sum(ops::concat_last({v[0], v[1]}));
+      },
       {randn({2, 3}, 1), randn({2, 2}, 2)});
   check_gradients(
-      [](const std::vector<Var>& v) { return weighted_sum(ops::reshape(v[0], {3, 2})); },
+      [](const std::vector<Var>& v) {
+        return weighted_sum(ops::reshape(v[0], {3, 2}));
+      },
       {randn({2, 3}, 1)});
   check_gradients(
-      [](const std::vector<Var>& v) { return weighted_sum(ops::sum_all({v[0], v[1], v[0]})); },
+      [](const std::vector<Var>& v) {
+        return weighted_sum(ops::sum_all({v[0], v[1], v[0]}));
+      },
       {randn({2, 3}, 1), randn({2, 3}, 2)});
 }
 
@@ -397,7 +405,9 @@ TEST_CASE("fused attention: against an unfused composition and finite difference
     REQUIRE(fused.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
 }
 
-TEST_CASE("fused attention backward at small batches: tile groups against the unfused ops, any thread count") {
+TEST_CASE(
+    "fused attention backward at small batches: tile groups against the unfused ops, any thread "
+    "count") {
   // 2-row tiles at T 9 give 5 tiles a sample: batch 1 splits them into 5 groups of one tile,
   // batch 3 into 3 groups (2, 2, 1), batch 8 keeps one group a sample (the per-sample pass)
   const size_t keep_rows = gf::kernels::attention_block_rows(), keep_threads = gf::num_threads();
@@ -460,9 +470,7 @@ TEST_CASE("BLAS: sgemm against a naive product, self-test, kernel name") {
 }
 
 TEST_CASE("the tensor pool reuses buffers of repeated shapes") {
-  {
-    Tensor warm({123457});
-  }
+  { Tensor warm({123457}); }
   PoolStats before = pool_stats();
   for (int i = 0; i < 10; ++i) Tensor t({123457});
   PoolStats after = pool_stats();
@@ -502,7 +510,9 @@ TEST_CASE("rng: streams are reproducible and distinct") {
   CHECK(v / 20000 == doctest::Approx(1).epsilon(0.03));
 }
 
-TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row blocks, any thread count") {
+TEST_CASE(
+    "layer norm parameters and a broadcast bias: gradients over many row blocks, any thread "
+    "count") {
   // 1,000 rows: four blocks of the fixed row split, the last one short
   const size_t rows = 1000, d = 24, keep = gf::num_threads();
   Tensor x = randn({rows, d}, 1), w = randn({rows, d}, 2), gam = randn({d}, 3), bet = randn({d}, 4);
@@ -543,7 +553,8 @@ TEST_CASE("layer norm parameters and a broadcast bias: gradients over many row b
   for (size_t i = 0; i < runs[0].size(); ++i) REQUIRE(runs[0][i] == runs[1][i]);
 }
 
-TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add, lerp, sum_all, unary)") {
+TEST_CASE(
+    "first gradients written as 0 + g: the bits of adding onto zeros (add, lerp, sum_all, unary)") {
   // each graph gives x and y one gradient each, so the first write is what is seen
   Tensor x = randn({300, 7}, 31), y = randn({300, 7}, 32), wt = randn({300, 7}, 33);
   for (size_t i = 0; i < wt.size(); i += 3) wt[i] = -0.0f;
@@ -564,7 +575,9 @@ TEST_CASE("first gradients written as 0 + g: the bits of adding onto zeros (add,
   const std::vector<std::function<Var(const Var&, const Var&)>> graphs{
       [](const Var& a, const Var& b) { return ops::add(a, b); },
       [&](const Var& a, const Var& b) { return ops::lerp(a, b, t); },
-      [](const Var& a, const Var& b) { return ops::sum_all({a, ops::reshape(b, {300, 7})}); },
+      [](const Var& a, const Var& b) {
+        return ops::sum_all({a, ops::reshape(b, {300, 7})});
+      },
       [](const Var& a, const Var& b) { return ops::add(ops::sigmoid(a), ops::scale(b, 0.5f)); }};
   for (size_t k = 0; k < graphs.size(); ++k) {
     CAPTURE(k);
@@ -628,8 +641,7 @@ TEST_CASE("linear_sum: against double loops and finite differences; threads chan
       [](const std::vector<Var>& v) {
         return weighted_sum(ops::linear_sum({v[0], v[1]}, {v[2], v[3]}, &v[4]), 5);
       },
-      {randn({4, 3}, 61), randn({4, 2}, 62), randn({3, 5}, 63), randn({2, 5}, 64),
-       randn({5}, 65)});
+      {randn({4, 3}, 61), randn({4, 2}, 62), randn({3, 5}, 63), randn({2, 5}, 64), randn({5}, 65)});
   // a fresh input gradient equals one added to zeros, bit for bit
   Var xf = parameter(xt[1].clone()), xz = parameter(xt[1].clone());
   xz.grad_buf();
@@ -647,8 +659,7 @@ TEST_CASE("linear_parts: a weight passed twice, an unused part, against finite d
         std::vector<Var> parts = ops::linear_parts(v[0], {v[1], v[1], v[2]}, {v[3], v[3], v[4]});
         return ops::add(weighted_sum(parts[0], 4), weighted_sum(parts[1], 5));
       },
-      {randn({130, 6}, 16), randn({6, 5}, 17), randn({6, 3}, 18), randn({5}, 19),
-       randn({3}, 20)});
+      {randn({130, 6}, 16), randn({6, 5}, 17), randn({6, 3}, 18), randn({5}, 19), randn({3}, 20)});
 }
 
 TEST_CASE("a fresh input gradient is written, a later one added (linear, linear_parts, gelu)") {
@@ -658,9 +669,9 @@ TEST_CASE("a fresh input gradient is written, a later one added (linear, linear_
   Var wv = parameter(w.clone()), w2v = parameter(w2.clone());
   auto loss = [&](const Var& xv) {
     std::vector<Var> parts = ops::linear_parts(xv, {wv, w2v}, {});
-    return ops::add(ops::add(weighted_sum(ops::gelu(ops::linear(xv, wv)), 3),
-                             weighted_sum(parts[0], 4)),
-                    weighted_sum(parts[1], 5));
+    return ops::add(
+        ops::add(weighted_sum(ops::gelu(ops::linear(xv, wv)), 3), weighted_sum(parts[0], 4)),
+        weighted_sum(parts[1], 5));
   };
   Var fresh = parameter(x.clone()), zeroed = parameter(x.clone());
   zeroed.grad_buf();

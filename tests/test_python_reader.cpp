@@ -22,7 +22,8 @@ namespace {
 
 std::string python_with_numpy() {
   for (const char* py : {"python3", "/usr/bin/python3"})
-    if (std::system((std::string(py) + " -c 'import numpy' > /dev/null 2>&1").c_str()) == 0) return py;
+    if (std::system((std::string(py) + " -c 'import numpy' > /dev/null 2>&1").c_str()) == 0)
+      return py;
   return "";
 }
 
@@ -116,7 +117,8 @@ TEST_CASE("python reader: verifies the checksum as the C++ reader does") {
   gf_test::TempDir dir;
   std::string script = std::string(GF_SOURCE_DIR) + "/examples/python/read_checkpoint.py";
   auto status = [&](const std::string& path, std::string* out) {
-    int rc = std::system((py + " " + script + " " + path + " > " + dir.file("o.txt") + " 2>&1").c_str());
+    int rc =
+        std::system((py + " " + script + " " + path + " > " + dir.file("o.txt") + " 2>&1").c_str());
     std::ifstream in(dir.file("o.txt"));
     std::stringstream ss;
     ss << in.rdbuf();
@@ -153,7 +155,8 @@ TEST_CASE("python reader: verifies the checksum as the C++ reader does") {
       INFO("byte " << at);
       CHECK(status(copy, &out) == 1);
       CHECK(out.find("checksum mismatch") != std::string::npos);
-      CHECK_THROWS_WITH_AS(gf::load_checkpoint(copy), doctest::Contains("checksum mismatch"), gf::RuntimeError);
+      CHECK_THROWS_WITH_AS(gf::load_checkpoint(copy), doctest::Contains("checksum mismatch"),
+                           gf::RuntimeError);
     }
   }
 }

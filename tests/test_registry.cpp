@@ -21,16 +21,21 @@ std::string error_of(F&& f) {
   }
   return "";
 }
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 }  // namespace
 
 TEST_CASE("the build tree's plugins load and register every built-in component") {
   Registry& r = gf_test::registry();
   CHECK(r.failures().empty());
-  for (auto [k, n] : std::vector<std::pair<Kind, std::string>>{
-           {Kind::Attention, "mha"}, {Kind::Head, "dot_product"}, {Kind::Optimizer, "sgd"},
-           {Kind::Optimizer, "adamw"}, {Kind::Growth, "none"}, {Kind::Pruning, "none"},
-           {Kind::Dataset, "listops"}}) {
+  for (auto [k, n] : std::vector<std::pair<Kind, std::string>>{{Kind::Attention, "mha"},
+                                                               {Kind::Head, "dot_product"},
+                                                               {Kind::Optimizer, "sgd"},
+                                                               {Kind::Optimizer, "adamw"},
+                                                               {Kind::Growth, "none"},
+                                                               {Kind::Pruning, "none"},
+                                                               {Kind::Dataset, "listops"}}) {
     INFO(n);
     const ComponentInfo* c = r.find(k, n);
     REQUIRE(c != nullptr);
@@ -144,7 +149,8 @@ Cli run_cli(const std::string& env, const std::string& args) {
 }
 }  // namespace
 
-TEST_CASE("a static initialiser that throws or aborts is isolated: refused naming the file and why") {
+TEST_CASE(
+    "a static initialiser that throws or aborts is isolated: refused naming the file and why") {
   Registry r;
   // its exception leaves dlopen in a child process only (the loader's lock would stay held here)
   std::string e = error_of([&] { r.load_library(broken("throwing_static")); });
@@ -165,7 +171,9 @@ TEST_CASE("a static initialiser that throws or aborts is isolated: refused namin
   CHECK(r.find(Kind::Optimizer, "adamw") != nullptr);
 }
 
-TEST_CASE("load_directories records every broken library and goes on; a failed register names its components") {
+TEST_CASE(
+    "load_directories records every broken library and goes on; a failed register names its "
+    "components") {
   Registry r;
   r.load_directories({GF_BROKEN_PLUGIN_DIR, GF_PLUGIN_DIR});
   const FailedLibrary *stat = nullptr, *reg = nullptr, *aborts = nullptr;
@@ -186,7 +194,8 @@ TEST_CASE("load_directories records every broken library and goes on; a failed r
   CHECK(r.find(Kind::Attention, "mha") != nullptr);
 }
 
-TEST_CASE("cli: a broken plugin beside unrelated ones stops no run; describe names its library and why") {
+TEST_CASE(
+    "cli: a broken plugin beside unrelated ones stops no run; describe names its library and why") {
   namespace fs = std::filesystem;
   fs::path dir = fs::path(GF_BROKEN_PLUGIN_DIR) / ("isolated_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -194,12 +203,14 @@ TEST_CASE("cli: a broken plugin beside unrelated ones stops no run; describe nam
     fs::copy_file(broken(n), dir / ("libgf_broken_" + std::string(n) + ".so"),
                   fs::copy_options::overwrite_existing);
   std::ofstream(dir / "tiny.yaml")
-      << "name: tiny\nthreads: 1\ndata: {plugin: listops, train_size: 32, val_size: 8, test_size: 8, "
+      << "name: tiny\nthreads: 1\ndata: {plugin: listops, train_size: 32, val_size: 8, test_size: "
+         "8, "
          "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
          "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 1}}\n"
          "train: {steps: 2, batch_size: 8, warmup: 1, eval_every: 2}\n";
   std::string env = "GROWFORMER_PLUGIN_PATH=" + dir.string();
-  Cli t = run_cli(env, "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / "run").string() + " -q");
+  Cli t = run_cli(env, "train " + (dir / "tiny.yaml").string() + " --run-dir " +
+                           (dir / "run").string() + " -q");
   INFO(t.output);
   CHECK(t.status == 0);
   CHECK(fs::exists(dir / "run/checkpoints/last.safetensors"));
@@ -236,17 +247,20 @@ TEST_CASE("cli: resume finds a plugin through the run's plugins.lock; a missing 
   fs::create_directories(lib.parent_path());
   fs::copy_file(std::string(GF_ELSEWHERE_PLUGIN_DIR) + "/libgf_elsewhere.so", lib);
   std::ofstream(dir / "tiny.yaml")
-      << "name: tiny\nthreads: 1\ndata: {plugin: listops, train_size: 32, val_size: 8, test_size: 8, "
+      << "name: tiny\nthreads: 1\ndata: {plugin: listops, train_size: 32, val_size: 8, test_size: "
+         "8, "
          "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
          "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 1}}\n"
          "train: {steps: 4, batch_size: 8, warmup: 1, eval_every: 2, check_every: 1}\n"
          "growth: {plugin: elsewhere_none}\n";
   auto start = [&](const std::string& run) {
-    return run_cli("", "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / run).string() +
-                           " --plugin-path " + lib.parent_path().string() + " --stop-after 2 -q");
+    return run_cli("", "train " + (dir / "tiny.yaml").string() + " --run-dir " +
+                           (dir / run).string() + " --plugin-path " + lib.parent_path().string() +
+                           " --stop-after 2 -q");
   };
   // without the flag the component is unknown: the lock is what finds it on resume
-  Cli plain = run_cli("", "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / "x").string() + " -q");
+  Cli plain = run_cli(
+      "", "train " + (dir / "tiny.yaml").string() + " --run-dir " + (dir / "x").string() + " -q");
   CHECK(plain.status == 2);
   CHECK(contains(plain.output, "unknown growth plugin `elsewhere_none`"));
   REQUIRE(start("a").status == 0);
@@ -267,7 +281,8 @@ TEST_CASE("cli: resume finds a plugin through the run's plugins.lock; a missing 
   CHECK(contains(gone.output, "plugin `elsewhere` 1.0.0 from " + lib.string()));
   CHECK(contains(gone.output, "--plugin-path"));
   // given its new folder, it resumes
-  Cli moved = run_cli("", "resume " + (dir / "b").string() + " --plugin-path " + (dir / "moved").string() + " -q");
+  Cli moved = run_cli(
+      "", "resume " + (dir / "b").string() + " --plugin-path " + (dir / "moved").string() + " -q");
   INFO(moved.output);
   CHECK(moved.status == 0);
   fs::remove_all(dir);

@@ -51,8 +51,10 @@ const char* kIncrt =
     "model: {d_model: 32, layers: 1, max_len: 40, attention: {plugin: mha, heads: 1, d_k: 8, "
     "max_heads: 6, head: {plugin: dot_product}}}\n"
     "optimizer: {plugin: adamw, lr: 0.003}\n"
-    "train: {steps: 80, batch_size: 16, warmup: 10, check_every: 2, eval_every: 40, log_every: 10}\n"
-    "growth: {plugin: incrt_geometric, criterion: energy, probe: batch, tracker: online, eta_plus: 0.3, tracker_iters: "
+    "train: {steps: 80, batch_size: 16, warmup: 10, check_every: 2, eval_every: 40, log_every: "
+    "10}\n"
+    "growth: {plugin: incrt_geometric, criterion: energy, probe: batch, tracker: online, eta_plus: "
+    "0.3, tracker_iters: "
     "20, calibration_checks: 5, theta_w: 0.1, dwell_checks: 2, init: directed, max_heads: 6}\n";
 const char* kHkt =
     "name: hkt_tiny\nseed: 1\nthreads: 1\n"
@@ -110,9 +112,12 @@ Image read_png(const std::string& path) {
       int a = i >= size_t(channels) ? cur[i - channels] : 0, b = prev[i],
           c = i >= size_t(channels) ? prev[i - channels] : 0, x = line[1 + i];
       int pred = 0;
-      if (filter == 1) pred = a;
-      else if (filter == 2) pred = b;
-      else if (filter == 3) pred = (a + b) / 2;
+      if (filter == 1)
+        pred = a;
+      else if (filter == 2)
+        pred = b;
+      else if (filter == 3)
+        pred = (a + b) / 2;
       else if (filter == 4) {
         int pp = a + b - c, pa = std::abs(pp - a), pb = std::abs(pp - b), pc = std::abs(pp - c);
         pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
@@ -128,20 +133,24 @@ Image read_png(const std::string& path) {
 
 // Opens REPORT in headless Chromium: the page's own count of laid-out charts, and a screenshot
 // that must show drawn figures (coloured curve pixels, not a blank page).
-void check_in_browser(const fs::path& report, size_t charts, const fs::path& shot, const std::string& tmp) {
+void check_in_browser(const fs::path& report, size_t charts, const fs::path& shot,
+                      const std::string& tmp) {
   std::string url = "file://" + fs::absolute(report).string();
   // no sandbox (CI runs as root), no /dev/shm (small in containers), a profile of its own
-  std::string flags = " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-                      "--hide-scrollbars --no-first-run --user-data-dir=" +
-                      (shot.parent_path() / "chromium-profile").string() + " ";
+  std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+      "--hide-scrollbars --no-first-run --user-data-dir=" +
+      (shot.parent_path() / "chromium-profile").string() + " ";
   Cli dom = run("timeout 120 chromium" + flags + "--dump-dom " + url, tmp);
   REQUIRE_MESSAGE(dom.status == 0, dom.output);
   std::string want = "data-charts=\"" + std::to_string(charts) + "\" data-rendered=\"" +
                      std::to_string(charts) + "\"";
-  INFO(dom.output.substr(dom.output.find("render-check") == std::string::npos ? 0 : dom.output.find("render-check"), 120));
+  INFO(dom.output.substr(
+      dom.output.find("render-check") == std::string::npos ? 0 : dom.output.find("render-check"),
+      120));
   CHECK(has(dom.output, want));
-  Cli s = run("timeout 120 chromium" + flags + "--window-size=1320,1600 --screenshot=" +
-                  fs::absolute(shot).string() + " " + url,
+  Cli s = run("timeout 120 chromium" + flags +
+                  "--window-size=1320,1600 --screenshot=" + fs::absolute(shot).string() + " " + url,
               tmp);
   REQUIRE_MESSAGE(s.status == 0, s.output);
   Image img = read_png(shot.string());
@@ -176,12 +185,14 @@ TEST_CASE("report: INCRT, HKT and sweep reports draw their figures and render in
   Cli a = run(bin + " train " + dir.file("incrt.yaml") + " --run-dir " + dir.file("incrt"), tmp);
   REQUIRE_MESSAGE(a.status == 0, a.output);
   CHECK(has(a.output, "growformer report " + dir.file("incrt")));  // train ends with the command
-  Cli b = run(bin + " train " + dir.file("hkt.yaml") + " --run-dir " + dir.file("hkt") + " -q", tmp);
+  Cli b =
+      run(bin + " train " + dir.file("hkt.yaml") + " --run-dir " + dir.file("hkt") + " -q", tmp);
   REQUIRE_MESSAGE(b.status == 0, b.output);
   std::ofstream(dir.file("sweep.yaml"))
       << "name: tiny\nbase: hkt.yaml\nseeds: [1, 2]\nset: [train.steps=20, train.eval_every=10]\n"
          "axes:\n  model.attention.heads: [1, 2]\n";
-  Cli c = run(bin + " sweep " + dir.file("sweep.yaml") + " --out " + dir.file("sweep") + " -q", tmp);
+  Cli c =
+      run(bin + " sweep " + dir.file("sweep.yaml") + " --out " + dir.file("sweep") + " -q", tmp);
   REQUIRE_MESSAGE(c.status == 0, c.output);
 
   // the INCRT run grew: the heads figure, the eigenvalue figure and the edit table
@@ -248,11 +259,12 @@ TEST_CASE("report: a report that fails on a full disk keeps the previous report.
   }
   gf_test::TempDir dir;
   std::string tmp = dir.file("out.txt"), bin = GF_BIN;
-  std::ofstream(dir.file("tiny.yaml"))
-      << "name: tiny\nseed: 1\nthreads: 1\nmodel: {d_model: 8, layers: 1, max_len: 40, attention: {plugin: mha, "
-         "heads: 2}}\noptimizer: {plugin: adamw, lr: 0.003}\ntrain: {steps: 20, batch_size: 8, warmup: 2, "
-         "eval_every: 10, log_every: 5}\n"
-      << kData;
+  std::ofstream(dir.file("tiny.yaml")) << "name: tiny\nseed: 1\nthreads: 1\nmodel: {d_model: 8, "
+                                          "layers: 1, max_len: 40, attention: {plugin: mha, "
+                                          "heads: 2}}\noptimizer: {plugin: adamw, lr: "
+                                          "0.003}\ntrain: {steps: 20, batch_size: 8, warmup: 2, "
+                                          "eval_every: 10, log_every: 5}\n"
+                                       << kData;
   const std::string run_dir = dir.file("run");
   Cli t = run(bin + " train " + dir.file("tiny.yaml") + " --run-dir " + run_dir + " -q", tmp);
   REQUIRE_MESSAGE(t.status == 0, t.output);
@@ -263,11 +275,12 @@ TEST_CASE("report: a report that fails on a full disk keeps the previous report.
   uintmax_t largest_figure = 0;
   for (auto& e : fs::directory_iterator(fs::path(run_dir) / "report" / "figures"))
     largest_figure = std::max(largest_figure, fs::file_size(e.path()));
-  // a file-size limit stands in for a full disk: the figures fit, the page (which holds them) does not
+  // a file-size limit stands in for a full disk: the figures fit, the page (which holds them) does
+  // not
   const uintmax_t kib = largest_figure / 1024 + 2;
   REQUIRE(kib * 1024 < page.size());
-  Cli full = run("bash -c \"trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec " + bin + " report " +
-                     run_dir + "\"",
+  Cli full = run("bash -c \"trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec " + bin +
+                     " report " + run_dir + "\"",
                  tmp);
   INFO(full.output);
   CHECK(full.status == 1);

@@ -151,7 +151,8 @@ TEST_CASE("read_metrics: corrupt, torn, over-long and malformed lines are refuse
   refused("{\"step\":1,\"split\":\"dev\"}\n", m + ":1: corrupt line (`split` is not train");
   // a float step no integer can hold (casting it would be undefined behaviour; found by fuzzing)
   refused("{\"step\":1e300,\"split\":\"val\"}\n", m + ":1: corrupt line (`step` is out of range)");
-  refused(ok + "{\"step\":-2e19,\"split\":\"val\"}\n", m + ":2: corrupt line (`step` is out of range)");
+  refused(ok + "{\"step\":-2e19,\"split\":\"val\"}\n",
+          m + ":2: corrupt line (`step` is out of range)");
   refused("{\"step\":1,\"split\":\"val\",\"x\":{\"a\":1}}\n", m + ":1: field `x` is no number");
   refused("{\"step\":1,\"split\":\"train\",\"blocks\":[{\"heads\":{\"h\":{\"beta\":1}}}]}\n",
           m + ":1: `blocks` names head `h`");

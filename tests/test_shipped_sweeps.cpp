@@ -12,7 +12,9 @@
 namespace fs = std::filesystem;
 
 namespace {
-gf_test::Shell run_cli(const std::string& args) { return gf_test::run_shell(std::string(GF_BIN) + " " + args); }
+gf_test::Shell run_cli(const std::string& args) {
+  return gf_test::run_shell(std::string(GF_BIN) + " " + args);
+}
 bool has(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
 
 // the sweep files (a top-level `base:`) of a folder; base configs are checked through them
@@ -55,7 +57,8 @@ TEST_CASE("every shipped sweep file's jobs have valid configs") {
   CHECK(checked > 0);
 }
 
-TEST_CASE("sweep --check refuses a typo in one axis value naming the job and key, running nothing") {
+TEST_CASE(
+    "sweep --check refuses a typo in one axis value naming the job and key, running nothing") {
   fs::path dir = fs::temp_directory_path() / ("gf_sweep_check_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "base.yaml")
@@ -71,7 +74,8 @@ TEST_CASE("sweep --check refuses a typo in one axis value naming the job and key
   for (std::string extra : {" --check", ""}) {
     INFO(extra);
     fs::path out = dir / "out";
-    gf_test::Shell c = run_cli("sweep " + (dir / "sweep.yaml").string() + " --out " + out.string() + extra);
+    gf_test::Shell c =
+        run_cli("sweep " + (dir / "sweep.yaml").string() + " --out " + out.string() + extra);
     INFO(c.output);
     CHECK(c.status == 2);
     CHECK(has(c.output, "sweep job 3/3 `typo__seed1`"));

@@ -26,7 +26,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -108,23 +110,26 @@ std::string tiny_config(const std::string& train, const std::string& extra = "")
          "max_length: 12, max_depth: 2, max_args: 3}\n"
          "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 2}}\n"
          "optimizer: {plugin: adamw, lr: 0.003}\n"
-         "train: {" + train + "}\n" + extra;
+         "train: {" +
+         train + "}\n" + extra;
 }
 
 const std::string kHangPlugins = GF_SIGNAL_PLUGIN_DIR;
 
 }  // namespace
 
-TEST_CASE("signals: SIGTERM while a growth policy hangs in its check ends the run in about a second, "
-          "exit 130, the last checkpoint kept") {
+TEST_CASE(
+    "signals: SIGTERM while a growth policy hangs in its check ends the run in about a second, "
+    "exit 130, the last checkpoint kept") {
   gf_test::TempDir d;
   std::ofstream(d.file("hang.yaml")) << tiny_config(
       "steps: 50, batch_size: 8, warmup: 1, eval_every: 0, log_every: 1, check_every: 1, "
       "checkpoint_every: 1",
       "growth: {plugin: hang, at_step: 4}\n");
   const std::string run = d.file("run"), last = run + "/checkpoints/last.safetensors";
-  pid_t pid = spawn({"train", d.file("hang.yaml"), "--run-dir", run, "--plugin-path", kHangPlugins, "-q"},
-                    d.file("out.txt"));
+  pid_t pid =
+      spawn({"train", d.file("hang.yaml"), "--run-dir", run, "--plugin-path", kHangPlugins, "-q"},
+            d.file("out.txt"));
   // steps 1..3 checkpointed, then the check of step 4 never returns
   const bool stuck = wait_for([&] { return checkpoint_step(last) == 3; }, 60);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -137,18 +142,22 @@ TEST_CASE("signals: SIGTERM while a growth policy hangs in its check ends the ru
   CHECK(e.status == 130);
   CHECK(e.seconds < 3.0);  // the grace of a second, not the policy's pleasure
   CHECK(has(out, "interrupted: the growth policy `hang` in check() at step 4 did not return"));
-  CHECK(has(out, "the last checkpoint " + last + " (step 3) is kept: continue with `growformer resume " + run + "`"));
+  CHECK(has(out, "the last checkpoint " + last +
+                     " (step 3) is kept: continue with `growformer resume " + run + "`"));
   CHECK(checkpoint_step(last) == 3);  // whole: it loads and its checksum holds
-  for (auto& f : fs::directory_iterator(run + "/checkpoints")) CHECK(!has(f.path().string(), ".tmp-"));
+  for (auto& f : fs::directory_iterator(run + "/checkpoints"))
+    CHECK(!has(f.path().string(), ".tmp-"));
 }
 
-TEST_CASE("signals: Ctrl-C while a policy hangs as it is made (a module stuck at import) exits 130") {
+TEST_CASE(
+    "signals: Ctrl-C while a policy hangs as it is made (a module stuck at import) exits 130") {
   gf_test::TempDir d;
-  std::ofstream(d.file("hang.yaml")) << tiny_config(
-      "steps: 5, batch_size: 8, warmup: 1", "growth: {plugin: hang, in: construct}\n");
+  std::ofstream(d.file("hang.yaml")) << tiny_config("steps: 5, batch_size: 8, warmup: 1",
+                                                    "growth: {plugin: hang, in: construct}\n");
   const std::string run = d.file("run");
-  pid_t pid = spawn({"train", d.file("hang.yaml"), "--run-dir", run, "--plugin-path", kHangPlugins, "-q"},
-                    d.file("out.txt"));
+  pid_t pid =
+      spawn({"train", d.file("hang.yaml"), "--run-dir", run, "--plugin-path", kHangPlugins, "-q"},
+            d.file("out.txt"));
   // the plugins are probed and loaded first (a second or so); the handler is installed before
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   ::kill(pid, SIGINT);
@@ -158,20 +167,24 @@ TEST_CASE("signals: Ctrl-C while a policy hangs as it is made (a module stuck at
   CHECK(!e.killed_by_signal);
   CHECK(e.status == 130);
   CHECK(e.seconds < 3.0);
-  CHECK(has(out, "interrupted: the run's setup (its plugins, policies, data and model) did not return"));
+  CHECK(has(out,
+            "interrupted: the run's setup (its plugins, policies, data and model) did not return"));
   CHECK(!fs::exists(run));  // nothing was written
 }
 
-TEST_CASE("signals: SIGTERM while a policy hangs saving its state for the first checkpoint exits 130") {
+TEST_CASE(
+    "signals: SIGTERM while a policy hangs saving its state for the first checkpoint exits 130") {
   gf_test::TempDir d;
   std::ofstream(d.file("hang.yaml")) << tiny_config(
       "steps: 50, batch_size: 8, warmup: 1, eval_every: 0, log_every: 1, checkpoint_every: 2",
       "growth: {plugin: hang, in: save_state}\n");
   const std::string run = d.file("run");
-  pid_t pid = spawn({"train", d.file("hang.yaml"), "--run-dir", run, "--plugin-path", kHangPlugins, "-q"},
-                    d.file("out.txt"));
+  pid_t pid =
+      spawn({"train", d.file("hang.yaml"), "--run-dir", run, "--plugin-path", kHangPlugins, "-q"},
+            d.file("out.txt"));
   // steps 1 and 2 are logged, then the checkpoint of step 2 waits for the policy's state
-  const bool stuck = wait_for([&] { return has(read_text(run + "/metrics.jsonl"), "\"step\":2,"); }, 60);
+  const bool stuck =
+      wait_for([&] { return has(read_text(run + "/metrics.jsonl"), "\"step\":2,"); }, 60);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ::kill(pid, SIGTERM);
   const End e = wait_end(pid, 20);
@@ -190,7 +203,8 @@ TEST_CASE("signals: SIGTERM during the final test exits 130, and resume runs the
   gf_test::TempDir d;
   // two short steps, then a final test of 200000 examples (20000 under ASan): seconds of
   // evaluation to interrupt
-  const char* rows[] = {"[MAX 2 9 ]\t9", "( [MIN 3 4 ] )\t3", "[SM 1 2 ]\t3", "7\t7", "[MED 1 5 9 ]\t5"};
+  const char* rows[] = {"[MAX 2 9 ]\t9", "( [MIN 3 4 ] )\t3", "[SM 1 2 ]\t3", "7\t7",
+                        "[MED 1 5 9 ]\t5"};
   std::ofstream train(d.file("train.tsv")), test(d.file("test.tsv"));
   train << "Source\tTarget\n";
   test << "Source\tTarget\n";
@@ -232,18 +246,22 @@ TEST_CASE("signals: SIGTERM during the final test exits 130, and resume runs the
   CHECK(has(read_text(run + "/metrics.jsonl"), "\"split\":\"test\""));
 }
 
-TEST_CASE("signals: SIGTERM to a sweep stops its running job with a checkpoint; the sweep exits 130") {
+TEST_CASE(
+    "signals: SIGTERM to a sweep stops its running job with a checkpoint; the sweep exits 130") {
   gf_test::TempDir d;
-  std::ofstream(d.file("base.yaml")) << tiny_config(
-      "steps: 1000000, batch_size: 8, warmup: 1, eval_every: 0, log_every: 50");
+  std::ofstream(d.file("base.yaml"))
+      << tiny_config("steps: 1000000, batch_size: 8, warmup: 1, eval_every: 0, log_every: 50");
   std::ofstream(d.file("sw.yaml")) << "name: s\nbase: " << d.file("base.yaml")
                                    << "\nseeds: [1]\naxes:\n  model.attention.heads: [1, 2]\n";
   const std::string out = d.file("sweep"), job = out + "/1__seed1";
   pid_t pid = spawn({"sweep", d.file("sw.yaml"), "--out", out, "--quiet"}, d.file("out.txt"));
-  const bool running = wait_for([&] {
-    std::error_code ec;
-    return fs::exists(job + "/metrics.jsonl", ec) && fs::file_size(job + "/metrics.jsonl", ec) > 0;
-  }, 120);
+  const bool running = wait_for(
+      [&] {
+        std::error_code ec;
+        return fs::exists(job + "/metrics.jsonl", ec) &&
+               fs::file_size(job + "/metrics.jsonl", ec) > 0;
+      },
+      120);
   ::kill(pid, SIGTERM);
   const End e = wait_end(pid, 60);
   const std::string text = read_text(d.file("out.txt"));
@@ -252,11 +270,12 @@ TEST_CASE("signals: SIGTERM to a sweep stops its running job with a checkpoint; 
   CHECK(!e.killed_by_signal);  // not 143
   CHECK(e.status == 130);
   CHECK(e.seconds < 10);
-  CHECK(has(text, "[1/2] 1__seed1: interrupted (its last checkpoint is kept); run the same command "
-                 "again to continue"));
+  CHECK(has(text,
+            "[1/2] 1__seed1: interrupted (its last checkpoint is kept); run the same command "
+            "again to continue"));
   CHECK(!has(text, "growformer resume"));  // a sweep continues by running it again
   CHECK(checkpoint_step(job + "/checkpoints/last.safetensors") > 0);  // the job's checkpoint
-  CHECK(!fs::exists(job + "/sweep_job.json"));                       // not recorded as failed
+  CHECK(!fs::exists(job + "/sweep_job.json"));                        // not recorded as failed
   CHECK(!fs::exists(out + "/2__seed1"));                              // the next job never began
   CHECK(!fs::exists(out + "/summary.csv"));
 }

@@ -126,8 +126,9 @@ TEST_CASE("an interrupted and resumed run ends with the same metrics as an unint
   fs::remove_all(cut);
 }
 
-TEST_CASE("train.stop_patience ends the run at the validation P after the best, with its test; "
-          "a resume before or after the stop gives the same run") {
+TEST_CASE(
+    "train.stop_patience ends the run at the validation P after the best, with its test; "
+    "a resume before or after the stop gives the same run") {
   // the full run's validations say where a patience of 2 must stop
   std::string full = tmpdir("es_full");
   REQUIRE(train(full, {"train.steps=200"}) == 0);
@@ -184,8 +185,9 @@ TEST_CASE("train.stop_patience ends the run at the validation P after the best, 
   for (auto& d : {full, es, cut}) fs::remove_all(d);
 }
 
-TEST_CASE("policies see the training window, the latest validation and a validation probe; "
-          "a resumed run sees the same") {
+TEST_CASE(
+    "policies see the training window, the latest validation and a validation probe; "
+    "a resumed run sees the same") {
   // criterion: gain asks for a probe at every check (probe_every 1); with log_every equal to
   // check_every the window a check sees is the one the train line reports
   const std::vector<std::string> sets = {
@@ -222,7 +224,8 @@ TEST_CASE("policies see the training window, the latest validation and a validat
     CHECK(std::isfinite(e["probe_loss"].get<double>()));
     const long step = std::lround(e["step"].get<double>());
     REQUIRE(train_lines.count(step));
-    CHECK(e["train_loss"].get<double>() == doctest::Approx(train_lines[step]["loss"].get<double>()));
+    CHECK(e["train_loss"].get<double>() ==
+          doctest::Approx(train_lines[step]["loss"].get<double>()));
     CHECK(e["train_steps"].get<double>() == 5.0);
   }
   CHECK(probes == 8);
@@ -230,8 +233,9 @@ TEST_CASE("policies see the training window, the latest validation and a validat
   fs::remove_all(cut);
 }
 
-TEST_CASE("training-time muting: a paired round's heads sit out every 2nd step while it waits; the "
-          "run is the same as without up to the round, differs after, and resumes exactly") {
+TEST_CASE(
+    "training-time muting: a paired round's heads sit out every 2nd step while it waits; the "
+    "run is the same as without up to the round, differs after, and resumes exactly") {
   auto lines = [](const std::string& dir) {
     std::vector<json> out;
     std::ifstream in(dir + "/events.jsonl");
@@ -242,7 +246,8 @@ TEST_CASE("training-time muting: a paired round's heads sit out every 2nd step w
   // longer than the run (grow_until 1), so the round waits to the end
   auto sets = [](int every) {
     return std::vector<std::string>{
-        "model.attention.heads=1", "model.attention.d_k=4", "train.check_every=5", "model.dropout=0",
+        "model.attention.heads=1", "model.attention.d_k=4", "train.check_every=5",
+        "model.dropout=0",
         "growth={plugin: incrt_geometric, criterion: gain, round_test: paired, calibration: fixed, "
         "calibration_checks: 1, probe_every: 1, round_probe_every: 1, settle_probes: 1, "
         "settle_tolerance: 1, min_gain: 0, "
@@ -278,8 +283,9 @@ TEST_CASE("training-time muting: a paired round's heads sit out every 2nd step w
   fs::remove_all(cut);
 }
 
-TEST_CASE("pruning: ablation measures each head's removal on the validation probe, prunes the "
-          "cheapest, and a resumed run does the same") {
+TEST_CASE(
+    "pruning: ablation measures each head's removal on the validation probe, prunes the "
+    "cheapest, and a resumed run does the same") {
   auto lines = [](const std::string& dir) {
     std::vector<json> out;
     std::ifstream in(dir + "/events.jsonl");
@@ -332,7 +338,8 @@ TEST_CASE("pruning: ablation measures each head's removal on the validation prob
       REQUIRE(muted.example_losses.size() == base_r.example_losses.size());
       const size_t n = muted.example_losses.size();
       double mean = 0, ss = 0;
-      for (size_t k = 0; k < n; ++k) mean += (muted.example_losses[k] - base_r.example_losses[k]) / double(n);
+      for (size_t k = 0; k < n; ++k)
+        mean += (muted.example_losses[k] - base_r.example_losses[k]) / double(n);
       for (size_t k = 0; k < n; ++k) {
         const double dev = muted.example_losses[k] - base_r.example_losses[k] - mean;
         ss += dev * dev;
@@ -387,9 +394,10 @@ TEST_CASE("pruning: ablation measures each head's removal on the validation prob
   // heads in their grace are not judged: the same run with a grace longer than the run prunes
   // nothing, although every head's removal would be under max_cost
   std::string graced = tmpdir("abl_grace");
-  REQUIRE(train(graced, {"model.attention.heads=3", "model.attention.d_k=4", "train.check_every=5",
-                         "pruning={plugin: ablation, probe_every: 1, probe_examples: 16, grace: 1000, "
-                         "patience: 1, max_cost: 1000}"}) == 0);
+  REQUIRE(
+      train(graced, {"model.attention.heads=3", "model.attention.d_k=4", "train.check_every=5",
+                     "pruning={plugin: ablation, probe_every: 1, probe_examples: 16, grace: 1000, "
+                     "patience: 1, max_cost: 1000}"}) == 0);
   for (const json& e : lines(graced)) CHECK(e["type"] != "prune");
   CHECK(ablation_checks(lines(graced)).empty());
   fs::remove_all(graced);
@@ -476,7 +484,8 @@ TEST_CASE("cli: exit codes and messages") {
     size_t line = std::count(t.begin(), t.begin() + at, '\n') + 1;
     std::string path = tmpdir("typo") + ".yaml";
     std::ofstream(path) << t;
-    for (std::string cmd : {"config check " + path, "train " + path + " --run-dir " + tmpdir("typo_run")}) {
+    for (std::string cmd :
+         {"config check " + path, "train " + path + " --run-dir " + tmpdir("typo_run")}) {
       Cli c = run_cli(cmd);
       INFO(cmd << from << "\n" << c.output);
       CHECK(c.status == 2);
@@ -553,15 +562,16 @@ std::string id_list(const std::vector<int>& ids) {
 }
 }  // namespace
 
-TEST_CASE("cli: a grown run's config.resolved.yaml names its final heads; the file still trains as "
-          "its configuration, the run resumes exactly and eval reads it") {
+TEST_CASE(
+    "cli: a grown run's config.resolved.yaml names its final heads; the file still trains as "
+    "its configuration, the run resumes exactly and eval reads it") {
   // INCRT on a small ListOps from the shipped config: the energy criterion grows at step 70
   const std::string cfg = std::string(GF_SOURCE_DIR) + "/configs/incrt_listops.yaml";
   std::string sets;
-  for (const char* s : {"threads=1", "data.train_size=400", "data.val_size=100", "data.test_size=100",
-                        "data.min_length=8", "data.max_length=32", "model.max_len=32",
-                        "train.steps=100", "train.eval_every=20", "train.warmup=5",
-                        "train.batch_size=16", "growth.criterion=energy"})
+  for (const char* s :
+       {"threads=1", "data.train_size=400", "data.val_size=100", "data.test_size=100",
+        "data.min_length=8", "data.max_length=32", "model.max_len=32", "train.steps=100",
+        "train.eval_every=20", "train.warmup=5", "train.batch_size=16", "growth.criterion=energy"})
     sets += std::string(" --set ") + s;
   const std::string full = tmpdir("grown_full"), cut = tmpdir("grown_cut");
   REQUIRE(run_cli("train " + cfg + " --run-dir " + full + sets + " -q").status == 0);
@@ -587,7 +597,11 @@ TEST_CASE("cli: a grown run's config.resolved.yaml names its final heads; the fi
   CHECK(st.child("step").as_int() == 100);
   CHECK(st.child("head_ids").child("layers.0.attn").items().size() == ids.size());
   // above it the configuration as it started: one head, read as before
-  CHECK(ConfigNode::load_string(text, "resolved").child("model").child("attention").child("heads").as_int() == 1);
+  CHECK(ConfigNode::load_string(text, "resolved")
+            .child("model")
+            .child("attention")
+            .child("heads")
+            .as_int() == 1);
   CHECK(run_cli("config check " + full + "/config.resolved.yaml").status == 0);
   // stopped after the growth and resumed: the record of step 80, then the same run and files
   REQUIRE(run_cli("train " + cfg + " --run-dir " + cut + sets + " --stop-after 80 -q").status == 0);
@@ -595,7 +609,8 @@ TEST_CASE("cli: a grown run's config.resolved.yaml names its final heads; the fi
   REQUIRE(run_cli("resume " + cut + " -q").status == 0);
   CHECK(metrics_without_timing(cut) == metrics_without_timing(full));
   CHECK(slurp(cut + "/config.resolved.yaml") == text);
-  CHECK(slurp(cut + "/checkpoints/last.safetensors") == slurp(full + "/checkpoints/last.safetensors"));
+  CHECK(slurp(cut + "/checkpoints/last.safetensors") ==
+        slurp(full + "/checkpoints/last.safetensors"));
   // eval of the run directory
   Cli e = run_cli("eval " + full + " --json");
   REQUIRE(e.status == 0);
@@ -612,15 +627,19 @@ TEST_CASE("cli: BLAS kernel selection re-executes with the matching kernels, and
   std::string all((std::istreambuf_iterator<char>(cpu)), std::istreambuf_iterator<char>());
   bool avx512 = has(all, " avx512f") && has(all, " avx512bw") && has(all, " avx512vl");
   bool avx2 = has(all, " avx2") && has(all, " fma");
-  std::string env = "env -u OPENBLAS_CORETYPE -u GROWFORMER_BLAS_STAGE GROWFORMER_BLAS_ASSUME_GENERIC=1 ";
+  std::string env =
+      "env -u OPENBLAS_CORETYPE -u GROWFORMER_BLAS_STAGE GROWFORMER_BLAS_ASSUME_GENERIC=1 ";
   std::string cmd = env + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream in("/tmp/gf_blas.txt");
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   INFO(out);
-  if (avx512) CHECK(has(out, "SkylakeX (selected automatically; GEMM self-test"));
-  else if (avx2) CHECK(has(out, "Haswell (selected automatically"));
-  else CHECK(has(out, "OpenBLAS default"));
+  if (avx512)
+    CHECK(has(out, "SkylakeX (selected automatically; GEMM self-test"));
+  else if (avx2)
+    CHECK(has(out, "Haswell (selected automatically"));
+  else
+    CHECK(has(out, "OpenBLAS default"));
   if (avx512 || avx2) {
     cmd = env + "GROWFORMER_BLAS_SELFTEST_FAIL=1 " + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
     REQUIRE(std::system(cmd.c_str()) == 0);
@@ -630,7 +649,8 @@ TEST_CASE("cli: BLAS kernel selection re-executes with the matching kernels, and
     CHECK(has(out2, "OpenBLAS default; automatic selection failed"));
   }
   // a kernel set chosen by the user is left alone
-  cmd = std::string("env OPENBLAS_CORETYPE=Haswell ") + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
+  cmd =
+      std::string("env OPENBLAS_CORETYPE=Haswell ") + GF_BIN + " --version > /tmp/gf_blas.txt 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream in3("/tmp/gf_blas.txt");
   std::string out3((std::istreambuf_iterator<char>(in3)), std::istreambuf_iterator<char>());
@@ -638,7 +658,8 @@ TEST_CASE("cli: BLAS kernel selection re-executes with the matching kernels, and
 }
 
 TEST_CASE("cli: sweep runs every combination and writes one table") {
-  std::string base = tmpdir("sw_base") + ".yaml", sw = tmpdir("sw") + ".yaml", out = tmpdir("sw_out");
+  std::string base = tmpdir("sw_base") + ".yaml", sw = tmpdir("sw") + ".yaml",
+              out = tmpdir("sw_out");
   std::ofstream(base) << kTiny;
   std::ofstream(sw) << "name: t\nbase: " << base
                     << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
@@ -662,14 +683,16 @@ TEST_CASE("cli: sweep runs every combination and writes one table") {
 }
 
 TEST_CASE("cli: a sweep's `set` axis gives each arm several overrides; a bad arm is named") {
-  std::string base = tmpdir("sws_base") + ".yaml", sw = tmpdir("sws") + ".yaml", out = tmpdir("sws_out");
+  std::string base = tmpdir("sws_base") + ".yaml", sw = tmpdir("sws") + ".yaml",
+              out = tmpdir("sws_out");
   std::ofstream(base) << kTiny;
-  std::ofstream(sw) << "name: t\nbase: " << base
-                    << "\nseeds: [1]\nset: [train.steps=4, train.eval_every=2]\n"
-                       "axes:\n  set:\n"
-                       "    fixed2: [model.attention.heads=2, \"growth={plugin: none}\"]\n"
-                       "    grown: [model.attention.heads=1, \"growth={plugin: fixed_schedule, every: 2, "
-                       "max_heads: 3}\"]\n";
+  std::ofstream(sw)
+      << "name: t\nbase: " << base
+      << "\nseeds: [1]\nset: [train.steps=4, train.eval_every=2]\n"
+         "axes:\n  set:\n"
+         "    fixed2: [model.attention.heads=2, \"growth={plugin: none}\"]\n"
+         "    grown: [model.attention.heads=1, \"growth={plugin: fixed_schedule, every: 2, "
+         "max_heads: 3}\"]\n";
   Cli c = run_cli("sweep " + sw + " --out " + out + " --quiet");
   INFO(c.output);
   REQUIRE(c.status == 0);
@@ -690,7 +713,8 @@ TEST_CASE("cli: a sweep's `set` axis gives each arm several overrides; a bad arm
   CHECK(has(slurp(out + "/summary.csv"), "job,set,seed"));
   fs::remove_all(out);
   // an arm that is not a list of KEY=VALUE is a config error naming it
-  std::ofstream(sw) << "name: t\nbase: " << base << "\naxes:\n  set:\n    a: [model.attention.heads]\n";
+  std::ofstream(sw) << "name: t\nbase: " << base
+                    << "\naxes:\n  set:\n    a: [model.attention.heads]\n";
   Cli bad = run_cli("sweep " + sw + " --out " + out + " --quiet");
   CHECK(bad.status != 0);
   CHECK(has(bad.output, "expected KEY=VALUE, got 'model.attention.heads'"));
@@ -699,18 +723,22 @@ TEST_CASE("cli: a sweep's `set` axis gives each arm several overrides; a bad arm
   fs::remove(sw);
 }
 
-TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues without redoing jobs") {
-  std::string base = tmpdir("swr_base") + ".yaml", sw = tmpdir("swr") + ".yaml", out = tmpdir("swr_out");
+TEST_CASE(
+    "cli: a sweep records a failed job, goes on, and a rerun continues without redoing jobs") {
+  std::string base = tmpdir("swr_base") + ".yaml", sw = tmpdir("swr") + ".yaml",
+              out = tmpdir("swr_out");
   std::ofstream(base) << kTiny;
   // labelled axis values; the `broken` data's file is malformed: its config holds (the sweep
   // checks every job's config before the first runs), its jobs fail when they read the data
   std::string bad_tsv = tmpdir("swr_bad") + ".tsv";
   std::ofstream(bad_tsv) << "no header here\n";
-  std::ofstream(sw) << "name: t\nbase: " << base
-                    << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
-                       "axes:\n  data:\n    plain: {plugin: listops, train_size: 256, val_size: 64, "
-                       "test_size: 64, min_length: 4, max_length: 24, max_depth: 3, max_args: 4}\n"
-                       "    broken: {plugin: text_tsv, train: " << bad_tsv << "}\n";
+  std::ofstream(sw)
+      << "name: t\nbase: " << base
+      << "\nseeds: [1, 2]\nset: [train.steps=6, train.eval_every=3]\n"
+         "axes:\n  data:\n    plain: {plugin: listops, train_size: 256, val_size: 64, "
+         "test_size: 64, min_length: 4, max_length: 24, max_depth: 3, max_args: 4}\n"
+         "    broken: {plugin: text_tsv, train: "
+      << bad_tsv << "}\n";
   Cli c = run_cli("sweep " + sw + " --out " + out + " --quiet");
   INFO(c.output);
   CHECK(c.status == 1);
@@ -762,7 +790,8 @@ TEST_CASE("cli: a sweep records a failed job, goes on, and a rerun continues wit
 }
 
 TEST_CASE("cli: sweep shards split the jobs between processes and the last one's table holds all") {
-  std::string base = tmpdir("sws_base") + ".yaml", sw = tmpdir("sws") + ".yaml", out = tmpdir("sws_out");
+  std::string base = tmpdir("sws_base") + ".yaml", sw = tmpdir("sws") + ".yaml",
+              out = tmpdir("sws_out");
   std::ofstream(base) << kTiny;
   std::ofstream(sw) << "name: t\nbase: " << base
                     << "\nseeds: [1, 2, 3]\nset: [train.steps=4, train.eval_every=2]\n"
@@ -793,26 +822,28 @@ TEST_CASE("memory: a head that would not fit is refused as an event, and trainin
   const std::string dir = tmpdir("grow_oom"), cfg = dir + ".yaml", run = dir + "/run";
   // every step asks for a head of d_k 1024 (some 18 MiB of activations at this batch): under a
   // 350 MB address space the heads soon stop fitting, which the up-front estimate cannot know
-  std::ofstream(cfg) << "name: grow\nseed: 3\nthreads: 1\n"
-                        "data: {plugin: listops, train_size: 64, val_size: 16, test_size: 16, "
-                        "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
-                        "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, "
-                        "heads: 4, d_k: 1024, max_heads: 64}}\n"
-                        "optimizer: {plugin: adamw, lr: 0.003}\n"
-                        "train: {steps: 40, batch_size: 64, warmup: 1, eval_every: 0, log_every: 1, "
-                        "check_every: 1}\n"
-                        "growth: {plugin: random, probability: 1, max_heads: 64}\n";
+  std::ofstream(cfg)
+      << "name: grow\nseed: 3\nthreads: 1\n"
+         "data: {plugin: listops, train_size: 64, val_size: 16, test_size: 16, "
+         "min_length: 4, max_length: 12, max_depth: 2, max_args: 3}\n"
+         "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, "
+         "heads: 4, d_k: 1024, max_heads: 64}}\n"
+         "optimizer: {plugin: adamw, lr: 0.003}\n"
+         "train: {steps: 40, batch_size: 64, warmup: 1, eval_every: 0, log_every: 1, "
+         "check_every: 1}\n"
+         "growth: {plugin: random, probability: 1, max_heads: 64}\n";
   const std::string out = dir + ".out";
-  int rc = std::system(("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v 350000; exec " +
-                        std::string(GF_BIN) + " train " + cfg + " --run-dir " + run + "' > " + out +
-                        " 2>&1")
-                           .c_str());
+  int rc = std::system(
+      ("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v 350000; exec " +
+       std::string(GF_BIN) + " train " + cfg + " --run-dir " + run + "' > " + out + " 2>&1")
+          .c_str());
   std::ifstream in(out);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   INFO(text);
   CHECK(WIFEXITED(rc));
   CHECK(WEXITSTATUS(rc) == 0);  // not 1 (out of memory at a step) nor 134
-  CHECK(has(text, ": a head is refused: a training step with one more head in block 0 would need about"));
+  CHECK(has(text,
+            ": a head is refused: a training step with one more head in block 0 would need about"));
   CHECK(has(text, "the address-space limit (ulimit -v); training goes on with "));
   size_t refused = 0, grown = 0;
   std::ifstream ev(run + "/events.jsonl");

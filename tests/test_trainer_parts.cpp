@@ -55,10 +55,14 @@ TEST_CASE("run directory: one layout, fresh names, refuses a used --run-dir, rew
 
   {
     std::ofstream m(a.metrics());
-    m << R"({"step":10,"split":"train"})" << "\n"
-      << R"({"step":20,"split":"val"})" << "\n"
-      << R"({"step":30,"split":"train"})" << "\n"
-      << R"({"step":20,"split":"test"})" << "\n"
+    m << R"({"step":10,"split":"train"})"
+      << "\n"
+      << R"({"step":20,"split":"val"})"
+      << "\n"
+      << R"({"step":30,"split":"train"})"
+      << "\n"
+      << R"({"step":20,"split":"test"})"
+      << "\n"
       << R"({"step":20,"spl)";
   }
   a.rewind_logs(20);
@@ -69,7 +73,8 @@ TEST_CASE("run directory: one layout, fresh names, refuses a used --run-dir, rew
   CHECK(read_lines(a.events()).empty());
 }
 
-TEST_CASE("batch sampler: each epoch visits every example once; a step's batch is a pure function") {
+TEST_CASE(
+    "batch sampler: each epoch visits every example once; a step's batch is a pure function") {
   const size_t n = 12, batch = 4;
   gf::BatchSampler walk(7, n, batch);
   for (long epoch = 0; epoch < 3; ++epoch) {
@@ -85,7 +90,9 @@ TEST_CASE("batch sampler: each epoch visits every example once; a step's batch i
   CHECK(fresh.indices(1) != other_seed.indices(1));
 }
 
-TEST_CASE("batch sampler with length bucketing: same windows, batches cut from the sorted window, shuffled") {
+TEST_CASE(
+    "batch sampler with length bucketing: same windows, batches cut from the sorted window, "
+    "shuffled") {
   const size_t n = 64, batch = 4, bucket = 4, window = batch * bucket;
   std::vector<size_t> len(n);
   for (size_t i = 0; i < n; ++i) len[i] = (i * 37) % n + 1;  // distinct lengths 1..64
@@ -277,7 +284,8 @@ TEST_CASE("structure editor: applies edits, logs them, tells every policy, forge
   build.registry = &gf_test::registry();
   build.rng = &init;
   auto block = gf_test::registry().create_attention(
-      gf::ConfigNode::load_string("plugin: mha\nheads: 2\nmax_heads: 4\nhead: {plugin: dot_product}"),
+      gf::ConfigNode::load_string(
+          "plugin: mha\nheads: 2\nmax_heads: 4\nhead: {plugin: dot_product}"),
       build);
   const int first = block->heads().front().id;
   gf::Module model;
@@ -297,7 +305,8 @@ TEST_CASE("structure editor: applies edits, logs them, tells every policy, forge
   CHECK(block->num_heads() == 2);  // one added, one removed
   REQUIRE(sink.events.size() == 2);
   CHECK(sink.events[0].type == "grow");
-  CHECK(sink.events[0].strings == std::vector<std::pair<std::string, std::string>>{{"policy", "growth"}});
+  CHECK(sink.events[0].strings ==
+        std::vector<std::pair<std::string, std::string>>{{"policy", "growth"}});
   CHECK(sink.events[0].lists[0].second == std::vector<double>{3});
   CHECK(sink.events[1].type == "prune");
   CHECK(sink.events[1].head == first);
@@ -322,7 +331,9 @@ struct MutingPolicy : gf::GrowthPolicy {
   std::vector<gf::HeadRef> heads;
   std::vector<gf::Edit> check(const gf::TrainView&) override { return {}; }
   std::vector<gf::HeadRef> muted_in_training(size_t) const override { return heads; }
-  std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView&) const override { return {heads}; }
+  std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView&) const override {
+    return {heads};
+  }
 };
 
 TEST_CASE("structure editor: a head a policy mutes or ablates must exist, named in the refusal") {
@@ -354,11 +365,13 @@ TEST_CASE("structure editor: a head a policy mutes or ablates must exist, named 
     return std::string("(no error)");
   };
   policy.heads = {{0, ids[0]}, {0, 99}};  // head 99 was never there
-  const std::string in_block = " head 99 of block 0, which has no such head (its heads: " +
-                               std::to_string(ids[0]) + ", " + std::to_string(ids[1]) + ")";
+  const std::string in_block =
+      " head 99 of block 0, which has no such head (its heads: " + std::to_string(ids[0]) + ", " +
+      std::to_string(ids[1]) + ")";
   CHECK(refusal([&] { ed.muted_in_training(5); }) ==
         "the pruning policy `my_rule` asked to mute in training" + in_block);
-  CHECK(refusal([&] { ed.probe_ablations(5); }) == "the pruning policy `my_rule` asked to ablate" + in_block);
+  CHECK(refusal([&] { ed.probe_ablations(5); }) ==
+        "the pruning policy `my_rule` asked to ablate" + in_block);
   policy.heads = {{3, ids[0]}};
   CHECK(refusal([&] { ed.probe_ablations(5); }) ==
         "the pruning policy `my_rule` asked to ablate head " + std::to_string(ids[0]) +
@@ -407,7 +420,9 @@ TEST_CASE("reporter: metrics lines, events stamped with the step, summary only w
   CHECK(e1["growth.heads"] == 2);
 }
 
-TEST_CASE("parameter places follow the model's naming; a checkpoint's model is read without building it") {
+TEST_CASE(
+    "parameter places follow the model's naming; a checkpoint's model is read without building "
+    "it") {
   auto place = [](const std::string& n) {
     gf::ParamPlace p = gf::Model::place_of(n);
     return p.block + "|" + p.head;
@@ -440,7 +455,8 @@ TEST_CASE("parameter places follow the model's naming; a checkpoint's model is r
   size_t total = 0;
   for (auto& [n, v] : model.named_parameters()) {
     auto at = n.find(".attn.heads.");
-    if (at != std::string::npos) heads_direct[n.substr(0, n.find('.', at + 12))] += v.value().size();
+    if (at != std::string::npos)
+      heads_direct[n.substr(0, n.find('.', at + 12))] += v.value().size();
   }
   for (auto& p : m.parameters) {
     total += p.size;
@@ -451,10 +467,12 @@ TEST_CASE("parameter places follow the model's naming; a checkpoint's model is r
   CHECK(heads_read.size() == 6);
   ck.metadata["heads"] = "[3, oops";
   CHECK_THROWS_WITH_AS(gf::read_checkpoint_model(ck, "ck.safetensors"),
-                       doctest::Contains("ck.safetensors: corrupt `heads` record"), gf::RuntimeError);
+                       doctest::Contains("ck.safetensors: corrupt `heads` record"),
+                       gf::RuntimeError);
 }
 
-TEST_CASE("run events: what the reporter logs reads back typed; a damaged line names the file and line") {
+TEST_CASE(
+    "run events: what the reporter logs reads back typed; a damaged line names the file and line") {
   gf_test::TempDir tmp;
   gf::RunDir dir((tmp.path / "run").string());
   fs::create_directories(dir.root());

@@ -35,15 +35,16 @@ inline gf::Tensor randn(gf::Shape shape, uint64_t seed, float std = 1.0f) {
 /// f must build a scalar from the inputs (it is called many times).
 /// Compares max |analytic - numeric| / max(1, |numeric|) <= tol on every input.
 inline void check_gradients(const std::function<gf::Var(const std::vector<gf::Var>&)>& f,
-                            std::vector<gf::Tensor> inputs, double eps = 1e-2,
-                            double tol = 2e-2, size_t max_checks_per_input = 64) {
+                            std::vector<gf::Tensor> inputs, double eps = 1e-2, double tol = 2e-2,
+                            size_t max_checks_per_input = 64) {
   std::vector<gf::Var> vars;
   for (auto& t : inputs) vars.push_back(gf::parameter(t.clone()));
   gf::Var out = f(vars);
   REQUIRE(out.size() == 1);
   gf::backward(out);
   for (size_t i = 0; i < vars.size(); ++i) {
-    gf::Tensor g = vars[i].grad().defined() ? vars[i].grad().clone() : gf::Tensor(inputs[i].shape());
+    gf::Tensor g =
+        vars[i].grad().defined() ? vars[i].grad().clone() : gf::Tensor(inputs[i].shape());
     size_t n = inputs[i].size();
     size_t step = n > max_checks_per_input ? n / max_checks_per_input : 1;
     for (size_t j = 0; j < n; j += step) {
@@ -118,8 +119,9 @@ struct Shell {
 /// Runs COMMAND with sh, its output captured through a temporary file.
 inline Shell run_shell(const std::string& command) {
   static int counter = 0;
-  std::filesystem::path out = std::filesystem::temp_directory_path() /
-                              ("gf_shell_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::path out =
+      std::filesystem::temp_directory_path() /
+      ("gf_shell_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   int rc = std::system((command + " > " + out.string() + " 2>&1").c_str());
   std::ifstream in(out);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   gf::Communicator& comm = gf::world();
   size_t bucket_kib = argc > 2 ? std::max(1, std::atoi(argv[2])) : 0;
-  gf::GradientSync sync = bucket_kib ? gf::GradientSync(comm, bucket_kib << 10) : gf::GradientSync(comm);
+  gf::GradientSync sync =
+      bucket_kib ? gf::GradientSync(comm, bucket_kib << 10) : gf::GradientSync(comm);
   if (comm.root())
     std::printf("%d processes (%s), %d repeats, buckets of %s\nfloats,MiB,median_ms,ns_per_float\n",
                 comm.size(), comm.backend().c_str(), repeats,
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
       comm.barrier();
       auto t0 = std::chrono::steady_clock::now();
       sync.reduce(params, {}, 1.0, sums);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (r > 0) times.push_back(ms);  // the first is a warm-up
       if (params[0].second.grad()[n - 1] != static_cast<float>(comm.size())) {
         std::fprintf(stderr, "wrong sum\n");

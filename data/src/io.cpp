@@ -10,7 +10,6 @@
 #include <cstring>
 #include <sstream>
 
-
 namespace gf {
 
 void data_error(const std::string& path, size_t line, const std::string& msg) {
@@ -28,7 +27,8 @@ bool file_exists(const std::string& path) {
 
 std::string data_file_problem(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return path + ": cannot open data file: " + std::strerror(errno);
+  if (::stat(path.c_str(), &st) != 0)
+    return path + ": cannot open data file: " + std::strerror(errno);
   if (S_ISDIR(st.st_mode)) return path + ": is a directory, expected a data file";
   // a device has no end (/dev/zero, /dev/urandom) or no data (/dev/null); a pipe (a FIFO,
   // /dev/stdin) is read as a file
@@ -100,7 +100,9 @@ bool LineReader::next(std::string& line) {
       m.len = static_cast<size_t>(n);
       // text has no NUL byte: a binary file is named at once, not read as one endless line
       if (const char* nul = static_cast<const char*>(std::memchr(m.buf.data(), '\0', m.len))) {
-        size_t at = line_no_ + 1 + static_cast<size_t>(std::count(static_cast<const char*>(m.buf.data()), nul, '\n'));
+        size_t at =
+            line_no_ + 1 +
+            static_cast<size_t>(std::count(static_cast<const char*>(m.buf.data()), nul, '\n'));
         data_error(path_, at, "a NUL byte: binary data, not a text file");
       }
     }

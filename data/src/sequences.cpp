@@ -70,8 +70,7 @@ std::pair<size_t, size_t> gff_gene_region(const std::string& path, const std::st
         size_t start = 0, end = 0;
         // plain decimal positions only: stoul would read "-1" as 2^64 - 1
         auto position = [&](const std::string& t, size_t& out) {
-          if (t.empty() || t.size() > 15 ||
-              t.find_first_not_of("0123456789") != std::string::npos)
+          if (t.empty() || t.size() > 15 || t.find_first_not_of("0123456789") != std::string::npos)
             data_error(path, in.line_number(),
                        "gene `" + gene + "`: start/end `" + t.substr(0, 20) +
                            "` is not a position (a number from 1)");

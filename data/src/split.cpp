@@ -81,7 +81,8 @@ HeldOut held_out(size_t n, const GenomeSettings& s) {
   return {ratio_count(n, s.test_ratio), ratio_count(n, s.val_ratio)};
 }
 
-void require_nonempty_splits(const DataSplits& d, const std::string& plugin, const std::string& hint) {
+void require_nonempty_splits(const DataSplits& d, const std::string& plugin,
+                             const std::string& hint) {
   const char* names[] = {"train", "val", "test"};
   const std::vector<Example>* splits[] = {&d.train, &d.val, &d.test};
   for (int i = 0; i < 3; ++i)

@@ -21,9 +21,12 @@ struct Settings {
   double min_delta = 0.01;
   static const gf::OptionTable<Settings>& table() {
     static const auto t = gf::OptionTable<Settings>()
-        .add("patience", &Settings::patience, "3", "checks without improvement before growing", 1, 1e6)
-        .add("min_delta", &Settings::min_delta, "0.01", "an improvement smaller than this is none", 0, 1e9)
-        .add("max_heads", &Settings::max_heads, "8", "stop growing a block at this many heads", 1, 1e6);
+                              .add("patience", &Settings::patience, "3",
+                                   "checks without improvement before growing", 1, 1e6)
+                              .add("min_delta", &Settings::min_delta, "0.01",
+                                   "an improvement smaller than this is none", 0, 1e9)
+                              .add("max_heads", &Settings::max_heads, "8",
+                                   "stop growing a block at this many heads", 1, 1e6);
     return t;
   }
 };
@@ -37,8 +40,10 @@ struct GrowOnPlateau : gf::GrowthPolicy {
   std::vector<gf::Edit> check(const gf::TrainView& view) override {
     double loss = view.metrics.train_loss;
     std::vector<gf::Edit> edits;
-    if (std::isnan(best) || loss < best - set.min_delta) best = loss, waited = 0;
-    else ++waited;
+    if (std::isnan(best) || loss < best - set.min_delta)
+      best = loss, waited = 0;
+    else
+      ++waited;
     if (waited >= set.patience) {
       best = NAN, waited = 0;
       char reason[64];
@@ -54,8 +59,12 @@ struct GrowOnPlateau : gf::GrowthPolicy {
       grown += long(edits.size());
     }
     if (view.events)
-      view.events->emit({"check", -1, -1, {{"train_loss", loss}, {"waited", double(waited)}},
-                         {{"policy", "grow_on_plateau"}, {"plot", "train_loss waited"}}, {}});
+      view.events->emit({"check",
+                         -1,
+                         -1,
+                         {{"train_loss", loss}, {"waited", double(waited)}},
+                         {{"policy", "grow_on_plateau"}, {"plot", "train_loss waited"}},
+                         {}});
     return edits;
   }
   // Each state field once: saved, loaded and (grown) summarised from this one list.
@@ -87,7 +96,9 @@ struct GrowOnPlateau : gf::GrowthPolicy {
 void reg(gf::Registry& r) {
   r.add_growth({"grow_on_plateau", "add a head to every block when the training loss plateaus",
                 Settings::table().specs()},
-               [](const gf::Options& o) { return std::make_unique<GrowOnPlateau>(Settings::table().read(o)); });
+               [](const gf::Options& o) {
+                 return std::make_unique<GrowOnPlateau>(Settings::table().read(o));
+               });
 }
 }  // namespace
 GROWFORMER_PLUGIN("grow_on_plateau", "1.0.0", reg)

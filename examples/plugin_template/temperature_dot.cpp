@@ -19,9 +19,9 @@ using namespace gf;
 struct Settings {
   double initial_temperature = 1.0;
   static const OptionTable<Settings>& table() {
-    static const auto t = OptionTable<Settings>().add(
-        "initial_temperature", &Settings::initial_temperature, "1.0", "starting temperature",
-        0.01, 100);
+    static const auto t =
+        OptionTable<Settings>().add("initial_temperature", &Settings::initial_temperature, "1.0",
+                                    "starting temperature", 0.01, 100);
     return t;
   }
 };
@@ -62,12 +62,12 @@ class TemperatureDot : public Head {
 };
 
 void register_components(Registry& r) {
-  r.add_head({"temperature_dot",
-              "dot-product head with a learned score temperature (example plugin)",
-              Settings::table().specs()},
-             [](const Options& o, const HeadBuild& b) {
-               return std::make_unique<TemperatureDot>(Settings::table().read(o), b);
-             });
+  r.add_head(
+      {"temperature_dot", "dot-product head with a learned score temperature (example plugin)",
+       Settings::table().specs()},
+      [](const Options& o, const HeadBuild& b) {
+        return std::make_unique<TemperatureDot>(Settings::table().read(o), b);
+      });
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ using namespace gf;
 
 class DotProductHead : public Head {
  public:
-  DotProductHead(const Options&, const HeadBuild& b) : Head(b.shape), proj_(*this, b.shape, *b.rng) {}
+  DotProductHead(const Options&, const HeadBuild& b)
+      : Head(b.shape), proj_(*this, b.shape, *b.rng) {}
 
   Var forward(const HeadInput& in) override {
     QkvProjections::Projected p = proj_.project(in);
@@ -102,10 +103,9 @@ void register_components(Registry& r) {
   r.add_attention(
       {"mha", "standard multi-head scaled dot-product attention", MhaSettings::table().specs()},
       [](const Options& o, const AttentionBuild& b) { return std::make_unique<MhaBlock>(o, b); });
-  r.add_head({"dot_product", "query/key projections per level and a value projection", {}},
-             [](const Options& o, const HeadBuild& b) {
-               return std::make_unique<DotProductHead>(o, b);
-             });
+  r.add_head(
+      {"dot_product", "query/key projections per level and a value projection", {}},
+      [](const Options& o, const HeadBuild& b) { return std::make_unique<DotProductHead>(o, b); });
 }
 
 }  // namespace

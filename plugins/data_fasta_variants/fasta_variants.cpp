@@ -123,8 +123,9 @@ class FastaRecordReader : public gf::RecordReader {
       return true;
     }
     if (r.tokens.empty())
-      r.error = "no k-mer in the region (record length " + std::to_string(seq.size()) + ", region " +
-                std::to_string(start + 1) + ".." + std::to_string(end_ ? end_ : seq.size()) + ")";
+      r.error = "no k-mer in the region (record length " + std::to_string(seq.size()) +
+                ", region " + std::to_string(start + 1) + ".." +
+                std::to_string(end_ ? end_ : seq.size()) + ")";
     return true;
   }
 
@@ -324,8 +325,8 @@ class FastaVariants : public gf::Dataset {
     }
     std::vector<std::string> names;
     if (s_.restored) {  // the checkpoint's classes; an unknown label joins `other` if it exists
-      bool has_other = std::find(s_.classes.begin(), s_.classes.end(), s_.other_name) !=
-                       s_.classes.end();
+      bool has_other =
+          std::find(s_.classes.begin(), s_.classes.end(), s_.other_name) != s_.classes.end();
       std::string known;
       for (const auto& c : s_.classes) known += (known.empty() ? "" : ", ") + c;
       for (auto& kv : maps_to) {

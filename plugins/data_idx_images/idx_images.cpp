@@ -92,10 +92,11 @@ Idx read_idx(const std::string& path, uint8_t want_ndim) {
     idx.dims.push_back(d);
     // checked product: dimensions whose product exceeds the file can never match it
     if (d != 0 && total > (b.size() - header) / d) {
-      gf::data_error(path, 0,
-                     "IDX size mismatch: the header promises more data than the file holds (dimension " +
-                         std::to_string(i + 1) + " is " + std::to_string(d) + ", the file has " +
-                         std::to_string(b.size() - header) + " data bytes; truncated or corrupt)");
+      gf::data_error(
+          path, 0,
+          "IDX size mismatch: the header promises more data than the file holds (dimension " +
+              std::to_string(i + 1) + " is " + std::to_string(d) + ", the file has " +
+              std::to_string(b.size() - header) + " data bytes; truncated or corrupt)");
     }
     total *= d;
   }

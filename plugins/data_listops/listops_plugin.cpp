@@ -276,7 +276,7 @@ class ListOpsDataset : public gf::Dataset {
   std::string paths_[3];
   size_t limits_[3] = {0, 0, 0};
   bool read_[3] = {true, true, true};  // files mode: the splits whose file is read
-  size_t changed_[3] = {0, 0, 0};  // rows dropped or truncated per split
+  size_t changed_[3] = {0, 0, 0};      // rows dropped or truncated per split
   bool loaded_ = false;
 };
 

@@ -168,7 +168,8 @@ class SyntheticVariants : public gf::Dataset {
     const std::vector<std::string> chosen = chosen_clades(defs);
     std::vector<std::map<size_t, char>> states;
     for (const auto& c : chosen) states.push_back(defs.resolve(c, s_.clades_tsv));
-    const std::vector<std::string> seq_in_region = region_sequences(ref, chosen, states, start, end);
+    const std::vector<std::string> seq_in_region =
+        region_sequences(ref, chosen, states, start, end);
 
     const gf::KmerTokenizer tok = gf::genome_tokenizer(s_);
     gf::DataSplits d = gf::genome_splits(tok, chosen);
@@ -243,7 +244,8 @@ class SyntheticVariants : public gf::Dataset {
 
   /// Each clade's sequence in the region (the reference with its defining states); two clades
   /// with the same states inside the region cannot be told apart.
-  std::vector<std::string> region_sequences(const std::string& ref, const std::vector<std::string>& chosen,
+  std::vector<std::string> region_sequences(const std::string& ref,
+                                            const std::vector<std::string>& chosen,
                                             const std::vector<std::map<size_t, char>>& states,
                                             size_t start, size_t end) const {
     std::vector<std::string> seq_in_region(chosen.size());

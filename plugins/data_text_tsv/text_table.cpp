@@ -14,11 +14,16 @@ namespace gf_text {
 
 const char* format_name(Format f) {
   switch (f) {
-    case Format::Auto: return "auto";
-    case Format::Tsv: return "tsv";
-    case Format::Csv: return "csv";
-    case Format::Jsonl: return "jsonl";
-    case Format::Lines: return "lines";
+    case Format::Auto:
+      return "auto";
+    case Format::Tsv:
+      return "tsv";
+    case Format::Csv:
+      return "csv";
+    case Format::Jsonl:
+      return "jsonl";
+    case Format::Lines:
+      return "lines";
   }
   return "?";
 }
@@ -31,10 +36,14 @@ Format parse_format(const std::string& name) {
 
 std::string delimiter_name(char delim) {
   switch (delim) {
-    case '\t': return "tab";
-    case ',': return "comma";
-    case ';': return "semicolon";
-    default: return std::string("`") + delim + "`";
+    case '\t':
+      return "tab";
+    case ',':
+      return "comma";
+    case ';':
+      return "semicolon";
+    default:
+      return std::string("`") + delim + "`";
   }
 }
 
@@ -61,17 +70,24 @@ class QuotedSplitter {
     for (char c : line) {
       switch (state_) {
         case State::Start:
-          if (c == '"') state_ = State::Quoted;
-          else if (c == delim_) fields.push_back(std::move(cur_)), cur_.clear();
-          else cur_.push_back(c), state_ = State::Plain;
+          if (c == '"')
+            state_ = State::Quoted;
+          else if (c == delim_)
+            fields.push_back(std::move(cur_)), cur_.clear();
+          else
+            cur_.push_back(c), state_ = State::Plain;
           break;
         case State::Plain:
-          if (c == delim_) fields.push_back(std::move(cur_)), cur_.clear(), state_ = State::Start;
-          else cur_.push_back(c);
+          if (c == delim_)
+            fields.push_back(std::move(cur_)), cur_.clear(), state_ = State::Start;
+          else
+            cur_.push_back(c);
           break;
         case State::Quoted:
-          if (c == '"') state_ = State::QuoteSeen;
-          else cur_.push_back(c);
+          if (c == '"')
+            state_ = State::QuoteSeen;
+          else
+            cur_.push_back(c);
           break;
         case State::QuoteSeen:
           if (c == '"') {
@@ -79,8 +95,9 @@ class QuotedSplitter {
           } else if (c == delim_) {
             fields.push_back(std::move(cur_)), cur_.clear(), state_ = State::Start;
           } else if (error.empty()) {
-            error = "field " + std::to_string(fields.size() + 1) + ": the closing quote is followed by `" +
-                    std::string(1, c) + "`, not by the delimiter (" + delimiter_name(delim_) +
+            error = "field " + std::to_string(fields.size() + 1) +
+                    ": the closing quote is followed by `" + std::string(1, c) +
+                    "`, not by the delimiter (" + delimiter_name(delim_) +
                     ") or the line's end (a quote inside a quoted field is written \"\")";
           }
           break;
@@ -122,11 +139,13 @@ bool has_column(const std::vector<std::string>& cols, const std::string& name) {
 // A JSON value of a JSON line as the text of a label or id; "" with WHY set when it is none.
 std::string scalar_text(const nlohmann::json& v, std::string& why) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_integer()) return v.is_number_unsigned() ? std::to_string(v.get<unsigned long long>())
-                                                           : std::to_string(v.get<long long>());
+  if (v.is_number_integer())
+    return v.is_number_unsigned() ? std::to_string(v.get<unsigned long long>())
+                                  : std::to_string(v.get<long long>());
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return std::to_string(static_cast<long long>(d));
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15)
+      return std::to_string(static_cast<long long>(d));
   }
   why = v.is_null() ? "null" : v.dump();
   return "";
@@ -151,7 +170,8 @@ TextTable::TextTable(const std::string& path, const TableSpec& spec, bool want_l
     : path_(path), spec_(spec), in_(path), want_label_(want_label) {
   std::string first;
   bool any = in_.next(first);
-  if (any && first.compare(0, 3, "\xEF\xBB\xBF") == 0) first.erase(0, 3);  // a UTF-8 byte order mark
+  if (any && first.compare(0, 3, "\xEF\xBB\xBF") == 0)
+    first.erase(0, 3);  // a UTF-8 byte order mark
   if (!any && (spec.format == Format::Jsonl || spec.format == Format::Lines)) {
     format_ = spec.format;
     return;  // no records
@@ -172,11 +192,13 @@ void TextTable::choose_format(const std::string& first, bool want_label) {
   auto set = [&](Format f, char d, const std::string& reason) {
     format_ = f;
     delim_ = d;
-    how_ = (f == Format::Tsv || f == Format::Csv) ? delimiter_name(d) + " as the delimiter, " + reason
-                                                  : std::string(format_name(f)) + ", " + reason;
+    how_ = (f == Format::Tsv || f == Format::Csv)
+               ? delimiter_name(d) + " as the delimiter, " + reason
+               : std::string(format_name(f)) + ", " + reason;
   };
   if (spec_.format == Format::Lines && want_label)
-    throw gf::ConfigError(path_ + ": format `lines` (one text per line) has no labels: it is for "
+    throw gf::ConfigError(path_ +
+                          ": format `lines` (one text per line) has no labels: it is for "
                           "inputs to predict on; labelled data is tsv, csv or jsonl");
   const bool has_delim = !spec_.delimiter.empty();
   const char csv_delim = has_delim ? spec_.delimiter[0] : ',';
@@ -185,26 +207,35 @@ void TextTable::choose_format(const std::string& first, bool want_label) {
   const std::string ext = extension(path_);
   auto by_extension = [&]() {
     const std::string from = "from the " + ext + " extension";
-    if (ext == ".csv") set(Format::Csv, csv_delim, has_delim ? "the delimiter option, a .csv file" : from);
-    else if (ext == ".tsv" || ext == ".tab") set(Format::Tsv, '\t', from);
-    else if (ext == ".jsonl" || ext == ".ndjson" || ext == ".json") set(Format::Jsonl, '\t', from);
-    else if (ext == ".txt" && !want_label) set(Format::Lines, '\t', from);
-    else return false;
+    if (ext == ".csv")
+      set(Format::Csv, csv_delim, has_delim ? "the delimiter option, a .csv file" : from);
+    else if (ext == ".tsv" || ext == ".tab")
+      set(Format::Tsv, '\t', from);
+    else if (ext == ".jsonl" || ext == ".ndjson" || ext == ".json")
+      set(Format::Jsonl, '\t', from);
+    else if (ext == ".txt" && !want_label)
+      set(Format::Lines, '\t', from);
+    else
+      return false;
     return true;
   };
   if (!want_label && by_extension()) return;
-  if (spec_.format == Format::Csv) return set(Format::Csv, csv_delim, has_delim ? "the delimiter option" : "format: csv");
-  if (spec_.format != Format::Auto) return set(spec_.format, '\t', std::string("format: ") + format_name(spec_.format));
+  if (spec_.format == Format::Csv)
+    return set(Format::Csv, csv_delim, has_delim ? "the delimiter option" : "format: csv");
+  if (spec_.format != Format::Auto)
+    return set(spec_.format, '\t', std::string("format: ") + format_name(spec_.format));
   if (has_delim) return set(Format::Csv, csv_delim, "the delimiter option");
   if (by_extension()) return;
   // sniffed: a JSON object, else the delimiter whose split of the header names the columns
   size_t lead = first.find_first_not_of(" \t");
-  if (lead != std::string::npos && first[lead] == '{') return set(Format::Jsonl, '\t', "sniffed: the first line is a JSON object");
+  if (lead != std::string::npos && first[lead] == '{')
+    return set(Format::Jsonl, '\t', "sniffed: the first line is a JSON object");
   const char candidates[] = {'\t', ',', ';', '|'};
   for (char c : candidates) {
     if (first.find(c) == std::string::npos) continue;
     auto cols = split_line(first, c, c != '\t');
-    if (has_column(cols, spec_.text_column) && (!want_label || has_column(cols, spec_.label_column)))
+    if (has_column(cols, spec_.text_column) &&
+        (!want_label || has_column(cols, spec_.label_column)))
       return set(c == '\t' ? Format::Tsv : Format::Csv, c, "sniffed from the header line");
   }
   char best = '\t';
@@ -228,8 +259,9 @@ void TextTable::read_header(const std::string& line) {
       std::string hint = std::string(e.what()) + " (the header was split with " + how_ +
                          "; set data.delimiter or data.format when the file is split otherwise";
       if (!want_label_ && columns_.size() == 1)
-        hint += "; a file of one text per line is read as such when named .txt or with "
-                "data.format: lines";
+        hint +=
+            "; a file of one text per line is read as such when named .txt or with "
+            "data.format: lines";
       throw gf::ConfigError(hint + ")");
     }
   };
@@ -242,16 +274,19 @@ void TextTable::read_header(const std::string& line) {
 std::string TextTable::fields_message(size_t found) const {
   std::string sep = delimiter_name(delim_);
   if (sep[0] == '`') sep = "`" + std::string(1, delim_) + "`";
-  return "expected " + std::to_string(columns_.size()) + " " + sep + "-separated fields (as the header), found " +
-         std::to_string(found) + " (" + how_ + ")";
+  return "expected " + std::to_string(columns_.size()) + " " + sep +
+         "-separated fields (as the header), found " + std::to_string(found) + " (" + how_ + ")";
 }
 
 bool TextTable::next(TextRow& r) {
   r = TextRow();
   switch (format_) {
-    case Format::Jsonl: return next_jsonl(r);
-    case Format::Lines: return next_line(r);
-    default: return next_delimited(r);
+    case Format::Jsonl:
+      return next_jsonl(r);
+    case Format::Lines:
+      return next_line(r);
+    default:
+      return next_delimited(r);
   }
 }
 
@@ -261,11 +296,13 @@ std::vector<std::string> TextTable::split_record(std::string line, TextRow& r) {
   std::vector<std::string> fields;
   while (!s.feed(line, fields, r.error)) {
     if (s.open_bytes() > gf::LineReader::kMaxLineBytes)
-      gf::data_error(path_, r.line, "a quoted field opened on this line is still open after 64 MiB (a "
-                                    "closing quote is missing)");
+      gf::data_error(path_, r.line,
+                     "a quoted field opened on this line is still open after 64 MiB (a "
+                     "closing quote is missing)");
     if (!in_.next(line)) {
-      r.error = "a quoted field opened on this line never closes (the file ends inside it; a quote "
-                "inside a quoted field is written \"\")";
+      r.error =
+          "a quoted field opened on this line never closes (the file ends inside it; a quote "
+          "inside a quoted field is written \"\")";
       return fields;
     }
   }
@@ -301,7 +338,8 @@ bool TextTable::next_kept_line(std::string& line, bool skip_whitespace_only) {
     } else if (!in_.next(line)) {
       return false;
     }
-  } while (skip_whitespace_only ? line.find_first_not_of(" \t\r") == std::string::npos : line.empty());
+  } while (skip_whitespace_only ? line.find_first_not_of(" \t\r") == std::string::npos
+                                : line.empty());
   return true;
 }
 
@@ -325,7 +363,8 @@ bool TextTable::next_jsonl(TextRow& r) {
     return true;
   }
   if (!j.is_object()) {
-    r.error = "a JSON line holds one object ({\"" + spec_.text_column + "\": ..., ...}), not " + j.dump().substr(0, 40);
+    r.error = "a JSON line holds one object ({\"" + spec_.text_column + "\": ..., ...}), not " +
+              j.dump().substr(0, 40);
     return true;
   }
   auto key = [&](const std::string& name, const char* option) -> const nlohmann::json* {
@@ -345,14 +384,15 @@ bool TextTable::next_jsonl(TextRow& r) {
   } else if (spec_.ids_as_text && text->is_array()) {
     for (const auto& t : *text) {
       if (!t.is_number_integer()) {
-        r.error = "key `" + spec_.text_column + "`: token ids are integers, not " + t.dump().substr(0, 40);
+        r.error = "key `" + spec_.text_column + "`: token ids are integers, not " +
+                  t.dump().substr(0, 40);
         return true;
       }
       r.text += (r.text.empty() ? "" : " ") + t.dump();
     }
   } else {
-    r.error = "key `" + spec_.text_column + "` holds " + text->dump().substr(0, 40) + ", not a string" +
-              (spec_.ids_as_text ? " or a list of token ids" : "");
+    r.error = "key `" + spec_.text_column + "` holds " + text->dump().substr(0, 40) +
+              ", not a string" + (spec_.ids_as_text ? " or a list of token ids" : "");
     return true;
   }
   if (want_label_) {
@@ -361,7 +401,8 @@ bool TextTable::next_jsonl(TextRow& r) {
     std::string why;
     r.label = scalar_text(*label, why);
     if (!why.empty()) {
-      r.error = "key `" + spec_.label_column + "` holds " + why.substr(0, 40) + "; a label is a string or an integer";
+      r.error = "key `" + spec_.label_column + "` holds " + why.substr(0, 40) +
+                "; a label is a string or an integer";
       return true;
     }
   }

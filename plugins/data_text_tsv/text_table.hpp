@@ -31,10 +31,10 @@ struct TableSpec {
 
 /// One record of a file.
 struct TextRow {
-  size_t line = 0;         // 1-based line where the record starts
+  size_t line = 0;  // 1-based line where the record starts
   std::string text, label, id;
   bool has_id = false;
-  std::string error;       // non-empty: the record is bad (what is wrong, without file and line)
+  std::string error;  // non-empty: the record is bad (what is wrong, without file and line)
 };
 
 /// The delimiter DELIM in words: "tab", "comma", "semicolon", else "`c`".

@@ -171,7 +171,9 @@ std::string check_id(int32_t id, int64_t num_tokens, bool from_option) {
   if (id < num_tokens) return "";
   return "token id " + std::to_string(id) + " is not below " + std::to_string(num_tokens) +
          ", the number of token ids (" +
-         (from_option ? std::string("the num_tokens option") : "the training split's largest id + 1; set num_tokens for more") + ")";
+         (from_option ? std::string("the num_tokens option")
+                      : "the training split's largest id + 1; set num_tokens for more") +
+         ")";
 }
 
 gf_text::TableSpec table_spec(const Settings& s) {
@@ -202,7 +204,9 @@ class TextTsv : public gf::Dataset {
     // With a saved tokenizer the vocabulary and classes need no training rows, so when one
     // split is wanted only its file is read (the training file too when the split is carved
     // from it).
-    auto wanted = [&](const char* split) { return !s_.restored || s_.only.empty() || s_.only == split; };
+    auto wanted = [&](const char* split) {
+      return !s_.restored || s_.only.empty() || s_.only == split;
+    };
     bool read_train = wanted("train") || (s_.only == "val" && s_.val.empty()) ||
                       (s_.only == "test" && s_.test.empty());
     FileRows train, val, test;
@@ -246,10 +250,10 @@ class TextTsv : public gf::Dataset {
     emit(train, d.train, index, d);
     emit(val, d.val, index, d);
     emit(test, d.test, index, d);
-    nlohmann::json state = {{"plugin", "text_tsv"},          {"tokenizer", s_.tokenizer},
-                            {"lowercase", s_.lowercase},     {"split_punct", s_.split_punct},
-                            {"strip_html", s_.strip_html},   {"max_len", s_.max_len},
-                            {"label_int", label_int_},       {"labels", labels_},
+    nlohmann::json state = {{"plugin", "text_tsv"},        {"tokenizer", s_.tokenizer},
+                            {"lowercase", s_.lowercase},   {"split_punct", s_.split_punct},
+                            {"strip_html", s_.strip_html}, {"max_len", s_.max_len},
+                            {"label_int", label_int_},     {"labels", labels_},
                             {"class_names", d.class_names}};
     if (s_.tokenizer == "word") state["vocab"] = d.vocab;
     if (s_.tokenizer == "ids") state["num_tokens"] = num_tokens_;
@@ -267,12 +271,14 @@ class TextTsv : public gf::Dataset {
   // present, else the line number. Other columns (a label, say) are ignored.
   std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
     if (!s_.restored && !loaded_ && s_.tokenizer != "char")
-      throw gf::ConfigError("text_tsv: " + s_.tokenizer + " tokens need the vocabulary of the "
+      throw gf::ConfigError("text_tsv: " + s_.tokenizer +
+                            " tokens need the vocabulary of the "
                             "training data (load the data first, or a checkpoint)");
     class Reader : public gf::RecordReader {
      public:
       Reader(const Settings& s, const std::string& path) : s_(s), in_(path, table_spec(s), false) {
-        for (size_t i = 2; i < s_.vocab.size(); ++i) index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
+        for (size_t i = 2; i < s_.vocab.size(); ++i)
+          index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
       }
       bool next(gf::Record& r) override {
         gf_text::TextRow row;
@@ -291,7 +297,8 @@ class TextTsv : public gf::Dataset {
         size_t max_len = static_cast<size_t>(s_.max_len);
         if (s_.tokenizer == "ids") {
           std::string e = parse_ids(text, max_len, out);
-          for (size_t i = 0; e.empty() && i < out.size(); ++i) e = check_id(out[i], s_.num_tokens, false);
+          for (size_t i = 0; e.empty() && i < out.size(); ++i)
+            e = check_id(out[i], s_.num_tokens, false);
           return e;
         }
         text = preprocess(std::move(text), s_);
@@ -427,7 +434,8 @@ class TextTsv : public gf::Dataset {
       }
     }
     if (s_.restored) {  // the checkpoint's classes, in its order
-      for (size_t i = 0; i < s_.labels.size(); ++i) class_of_[s_.labels[i]] = static_cast<int32_t>(i);
+      for (size_t i = 0; i < s_.labels.size(); ++i)
+        class_of_[s_.labels[i]] = static_cast<int32_t>(i);
       labels_ = s_.labels;
       d.class_names = s_.class_names;
       d.num_classes = s_.labels.size();
@@ -606,17 +614,23 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   }
   if (o.has_value("delimiter")) {
     if (s.delimiter == "tab") s.delimiter = "\t";
-    if (s.delimiter.size() != 1 || s.delimiter == "\"" || s.delimiter == "\n" || s.delimiter == "\r")
-      o.fail("delimiter", "is one character (`,`, `;`, `|`, or tab as \"\\t\" or `tab`), not a quote or "
-                          "a line break; got `" + s.delimiter + "`");
+    if (s.delimiter.size() != 1 || s.delimiter == "\"" || s.delimiter == "\n" ||
+        s.delimiter == "\r")
+      o.fail("delimiter",
+             "is one character (`,`, `;`, `|`, or tab as \"\\t\" or `tab`), not a quote or "
+             "a line break; got `" +
+                 s.delimiter + "`");
     if (s.format == gf_text::Format::Tsv && s.delimiter != "\t")
-      o.fail("delimiter", "format tsv is split at tabs; for another delimiter use format: csv (or auto)");
+      o.fail("delimiter",
+             "format tsv is split at tabs; for another delimiter use format: csv (or auto)");
     if (s.format == gf_text::Format::Jsonl || s.format == gf_text::Format::Lines)
-      o.fail("delimiter", std::string("format ") + gf_text::format_name(s.format) + " has no delimiter");
+      o.fail("delimiter",
+             std::string("format ") + gf_text::format_name(s.format) + " has no delimiter");
   }
   if (s.max_vocab > 0 && s.max_vocab < 3) o.fail("max_vocab", "must be 0 (no limit) or >= 3");
   if (s.text_column == s.label_column) o.fail("label_column", "must differ from text_column");
-  if (s.num_tokens > 0 && s.tokenizer != "ids") o.fail("num_tokens", "is an option of tokenizer: ids");
+  if (s.num_tokens > 0 && s.tokenizer != "ids")
+    o.fail("num_tokens", "is an option of tokenizer: ids");
   if (!b.tokenizer.empty()) {
     restore(s, b.tokenizer);
     s.only = b.only;

@@ -38,7 +38,9 @@ void check_state_tensor(const char* opt, const std::string& key, const Tensor& t
 template <class S>
 void add_decay(OptionTable<S>& t) {
   t.choice("decay", &S::decay, "matrices", "which parameters weight decay applies to",
-           {{"matrices", std::string("matrices")}, {"all", std::string("all")}, {"none", std::string("none")}});
+           {{"matrices", std::string("matrices")},
+            {"all", std::string("all")},
+            {"none", std::string("none")}});
 }
 
 /// The options of `sgd`, each declared once.

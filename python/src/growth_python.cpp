@@ -61,9 +61,11 @@ gfpy::MakePolicyFn load_bridge() {
   if (!dlsym(RTLD_DEFAULT, "Py_IsInitialized")) {
     if (!dlopen(GF_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL)) {
       const char* e = dlerror();
-      throw gf::RuntimeError(std::string("the `python` policy plugin cannot load the Python runtime " GF_LIBPYTHON
-                                         ": ") + (e ? e : "unknown error") +
-                             " (install the libpython package of the Python it was built for)");
+      throw gf::RuntimeError(
+          std::string("the `python` policy plugin cannot load the Python runtime " GF_LIBPYTHON
+                      ": ") +
+          (e ? e : "unknown error") +
+          " (install the libpython package of the Python it was built for)");
     }
   }
   std::string path = bridge_path();
@@ -83,8 +85,13 @@ gfpy::MakePolicyFn load_bridge() {
 gf::OptionSpecs python_options() {
   using gf::OptType;
   return {
-      {"class", OptType::String, "",
-       "the policy class, module.Class (the module on sys.path, `path` or PYTHONPATH)", 0, 0, {},
+      {"class",
+       OptType::String,
+       "",
+       "the policy class, module.Class (the module on sys.path, `path` or PYTHONPATH)",
+       0,
+       0,
+       {},
        true},
       {"path", OptType::StringList, "[]",
        "folders put in front of sys.path, relative to the config's folder"},
@@ -109,12 +116,12 @@ std::unique_ptr<gf::GrowthPolicy> make(const gf::Options& o, const std::string& 
 }
 
 void register_python(gf::Registry& r) {
-  r.add_growth({"python", "a growth policy class written in Python (class: module.Class)",
-                python_options()},
-               [](const gf::Options& o) { return make(o, "growth"); });
-  r.add_pruning({"python", "a pruning rule class written in Python (class: module.Class)",
-                 python_options()},
-                [](const gf::Options& o) { return make(o, "pruning"); });
+  r.add_growth(
+      {"python", "a growth policy class written in Python (class: module.Class)", python_options()},
+      [](const gf::Options& o) { return make(o, "growth"); });
+  r.add_pruning(
+      {"python", "a pruning rule class written in Python (class: module.Class)", python_options()},
+      [](const gf::Options& o) { return make(o, "pruning"); });
 }
 
 }  // namespace

@@ -53,8 +53,8 @@ namespace {
 // A config as its source (a file or YAML text) plus overrides: every Experiment gets a fresh
 // parse, since building one marks keys consumed and writes defaults into the document.
 struct Config {
-  std::string path;      // a file, or
-  std::string text;      // YAML text (a dict arrives as JSON, which is YAML)
+  std::string path;  // a file, or
+  std::string text;  // YAML text (a dict arrives as JSON, which is YAML)
   std::string name = "<config>";
   std::string base_dir;  // relative paths of a text config resolve against it
   std::vector<std::string> overrides;
@@ -148,8 +148,8 @@ struct PyExperiment {
   // "none": built from a checkpoint alone (no splits); "lazy": the same, a split read from the
   // config's data files when first asked for (into `lazy`)
   std::string data_need = "all";
-  std::string source;             // the checkpoint it was loaded from, if any
-  std::string record;             // that checkpoint's data record (its tokenizer)
+  std::string source;  // the checkpoint it was loaded from, if any
+  std::string record;  // that checkpoint's data record (its tokenizer)
   std::map<std::string, std::vector<gf::Example>> lazy;
   std::vector<std::string> lazy_vocab;  // the vocabulary of the data read lazily
   bool trained = false;
@@ -200,7 +200,8 @@ gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long eve
   if (gf::launcher_size() > 1)
     throw gf::ConfigError("the growformer module trains in one process, but this is one of " +
                           std::to_string(gf::launcher_size()) + " processes a launcher started (" +
-                          gf::launcher_variable() + "); for a data-parallel run use `mpirun -np N "
+                          gf::launcher_variable() +
+                          "); for a data-parallel run use `mpirun -np N "
                           "growformer train CONFIG` (Python policies run there as well)");
   gf::RunFlags f;
   f.run_dir = run_dir;
@@ -234,8 +235,10 @@ gf::RunFlags run_flags(const std::string& run_dir, py::object callback, long eve
       py::dict m("step"_a = r.step, "total_steps"_a = r.total_steps,
                  "loss"_a = acc->loss / acc->steps, "accuracy"_a = acc->correct / acc->steps,
                  "steps"_a = static_cast<long>(acc->steps), "lr"_a = r.lr, "heads"_a = heads,
-                 "val_step"_a = r.val_step >= 0 ? py::object(py::int_(r.val_step)) : py::object(py::none()),
-                 "val_loss"_a = r.val_step >= 0 ? py::object(py::float_(r.val_loss)) : py::object(py::none()),
+                 "val_step"_a =
+                     r.val_step >= 0 ? py::object(py::int_(r.val_step)) : py::object(py::none()),
+                 "val_loss"_a =
+                     r.val_step >= 0 ? py::object(py::float_(r.val_loss)) : py::object(py::none()),
                  "val_accuracy"_a = r.val_step >= 0 ? py::object(py::float_(r.val_accuracy))
                                                     : py::object(py::none()));
       *acc = Acc{};
@@ -277,8 +280,9 @@ RunStand stand_of(const std::string& run_dir) {
   // the run's steps through the table of `train:` (the embedded config is the resolved one)
   const gf::ConfigNode train =
       gf::ConfigNode::load_string(config->second, ck + " (embedded config)").child("train");
-  const long steps =
-      gf::TrainSettings::table().read(gf::Options(train, gf::TrainSettings::options(), "train")).steps;
+  const long steps = gf::TrainSettings::table()
+                         .read(gf::Options(train, gf::TrainSettings::options(), "train"))
+                         .steps;
   s.step = st.step;
   s.best_val = st.best_val;
   s.ended = st.stopped_early || st.step >= steps;
@@ -304,8 +308,10 @@ py::dict run_result(int status, const std::string& run_dir) {
   RunStand st = stand_of(run_dir);
   bool finished = status == 0 && st.ended;
   py::dict d("status"_a = status, "run_dir"_a = run_dir, "finished"_a = finished,
-             "stopped_at"_a = finished || st.step < 0 ? py::object(py::none()) : py::object(py::int_(st.step)),
-             "best_val"_a = st.best_val >= 0 ? py::object(py::float_(st.best_val)) : py::object(py::none()));
+             "stopped_at"_a =
+                 finished || st.step < 0 ? py::object(py::none()) : py::object(py::int_(st.step)),
+             "best_val"_a =
+                 st.best_val >= 0 ? py::object(py::float_(st.best_val)) : py::object(py::none()));
   d["test"] = py::none();
   d["growth_summary"] = py::none();
   d["pruning_summary"] = py::none();
@@ -376,10 +382,14 @@ const std::vector<gf::Example>& lazy_split(PyExperiment& p, const std::string& s
   gf::ConfigNode node = gf::ConfigNode::load_string(p.ex->config().child("data").dump(), "<data>",
                                                     p.ex->config().base_dir());
   auto unreadable = [&](const char* what) {
-    return gf::ConfigError("the " + split + " split of " + p.source + " is read from the data "
-                           "files the model trained on, which cannot be read now: " + what +
+    return gf::ConfigError("the " + split + " split of " + p.source +
+                           " is read from the data "
+                           "files the model trained on, which cannot be read now: " +
+                           what +
                            "\n  the checkpoint holds the model, its tokenizer and classes, but no "
-                           "data: " + other_data_hint(plugin) + "; predict() needs no data "
+                           "data: " +
+                           other_data_hint(plugin) +
+                           "; predict() needs no data "
                            "(growformer.load(checkpoint, data='none') reads none)");
   };
   gf::DataSplits d;
@@ -396,10 +406,10 @@ const std::vector<gf::Example>& lazy_split(PyExperiment& p, const std::string& s
   }
   const gf::DataSplits& mine = p.ex->data();
   if (d.num_classes != mine.num_classes || d.vocab_size != mine.vocab_size)
-    throw gf::RuntimeError(p.source + ": its " + split + " split, read now, has " +
-                           std::to_string(d.num_classes) + " classes and " + std::to_string(d.vocab_size) +
-                           " token ids, the model " + std::to_string(mine.num_classes) + " and " +
-                           std::to_string(mine.vocab_size));
+    throw gf::RuntimeError(
+        p.source + ": its " + split + " split, read now, has " + std::to_string(d.num_classes) +
+        " classes and " + std::to_string(d.vocab_size) + " token ids, the model " +
+        std::to_string(mine.num_classes) + " and " + std::to_string(mine.vocab_size));
   if (p.lazy_vocab.empty()) p.lazy_vocab = d.vocab;
   std::vector<gf::Example>& rows = split == "train" ? d.train : split == "val" ? d.val : d.test;
   return p.lazy[split] = std::move(rows);
@@ -426,7 +436,8 @@ std::vector<std::string> vocab_of(PyExperiment& p) {
   if (p.lazy_vocab.empty()) {
     nlohmann::json r = nlohmann::json::parse(p.record, nullptr, false);
     if (r.is_object()) r = gf::json_bytes_tree(r);
-    nlohmann::json tok = r.is_object() && r.contains("tokenizer") ? r["tokenizer"] : nlohmann::json();
+    nlohmann::json tok =
+        r.is_object() && r.contains("tokenizer") ? r["tokenizer"] : nlohmann::json();
     if (tok.is_string()) tok = nlohmann::json::parse(tok.get<std::string>(), nullptr, false);
     if (tok.is_object() && tok.contains("vocab") && tok["vocab"].is_array()) {
       for (const auto& v : tok["vocab"])
@@ -491,13 +502,15 @@ py::dict eval_report(gf::Experiment& ex, const std::vector<gf::Example>& rows, l
     py::gil_scoped_release nogil;
     Busy busy;
     gf::NoGradGuard ng;
-    for (const auto& idx : gf::sequential_batches(rows.size(), ex.settings().batch_size, max_batches)) {
+    for (const auto& idx :
+         gf::sequential_batches(rows.size(), ex.settings().batch_size, max_batches)) {
       gf::Batch b = ex.make_batch(rows, idx);
       gf::Var logits = ex.model().forward(b, false, nullptr);
       loss += static_cast<double>(gf::ops::cross_entropy(logits, b.labels).value()[0]) * b.batch;
       for (size_t i = 0; i < b.batch; ++i) {
         const float* row = logits.value().data() + i * C;
-        confusion[static_cast<size_t>(b.labels[i])][static_cast<size_t>(std::max_element(row, row + C) - row)]++;
+        confusion[static_cast<size_t>(b.labels[i])]
+                 [static_cast<size_t>(std::max_element(row, row + C) - row)]++;
       }
       n += b.batch;
       gf::clear_tape();
@@ -522,7 +535,8 @@ std::string rows_not_lines(std::string msg, const std::string& file, const std::
   for (size_t at; (at = msg.find(file)) != std::string::npos;) {
     size_t end = at + file.size(), digits = end + 1;
     while (digits < msg.size() && std::isdigit(static_cast<unsigned char>(msg[digits]))) ++digits;
-    if (end < msg.size() && msg[end] == ':' && digits > end + 1 && digits < msg.size() && msg[digits] == ':') {
+    if (end < msg.size() && msg[end] == ':' && digits > end + 1 && digits < msg.size() &&
+        msg[digits] == ':') {
       long line = std::stol(msg.substr(end + 1, digits - end - 1));
       msg.replace(at, digits - at, what + " row " + std::to_string(line - 1));
     } else {
@@ -537,14 +551,16 @@ std::string rows_not_lines(std::string msg, const std::string& file, const std::
 std::string saved_tokenizer(const PyExperiment& p) {
   const std::string record = p.record.empty() ? p.ex->data_record() : p.record;
   nlohmann::json r = nlohmann::json::parse(record, nullptr, false);
-  if (r.is_discarded() || !r.is_object()) throw gf::RuntimeError("the model's data record is corrupt");
+  if (r.is_discarded() || !r.is_object())
+    throw gf::RuntimeError("the model's data record is corrupt");
   r = gf::json_bytes_tree(r);
   const nlohmann::json& tok = r.contains("tokenizer") ? r["tokenizer"] : nlohmann::json();
   if (tok.is_null()) return "";
   return tok.is_string() ? tok.get<std::string>() : tok.dump();
 }
 
-std::string data_option(const gf::Experiment& ex, const std::string& key, const std::string& fallback) {
+std::string data_option(const gf::Experiment& ex, const std::string& key,
+                        const std::string& fallback) {
   gf::ConfigNode d = ex.config().child("data");
   gf::ConfigNode v = d.valid() ? d.child(key) : gf::ConfigNode();
   return v.valid() ? v.as_string() : fallback;
@@ -567,10 +583,12 @@ std::vector<gf::Example> test_rows_with(PyExperiment& p, const std::vector<std::
 // P's model: written as IDX files and read by its dataset with its options (levels, downsample),
 // so they are tokenised as its training images were.
 std::vector<gf::Example> image_rows(PyExperiment& p, py::object pixels, py::object labels) {
-  py::object tmp = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-images-");
-  std::vector<std::string> options = py::module_::import("growformer._data")
-                                         .attr("stage_images_for_eval")(pixels, labels, tmp.attr("name"))
-                                         .cast<std::vector<std::string>>();
+  py::object tmp =
+      py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-images-");
+  std::vector<std::string> options =
+      py::module_::import("growformer._data")
+          .attr("stage_images_for_eval")(pixels, labels, tmp.attr("name"))
+          .cast<std::vector<std::string>>();
   std::vector<gf::Example> rows = test_rows_with(p, options);
   tmp.attr("cleanup")();
   return rows;
@@ -584,23 +602,30 @@ std::vector<gf::Example> other_data(PyExperiment& p, py::object data) {
   const std::string plugin = data_option(*p.ex, "plugin", "");
   const bool file = py::isinstance<py::str>(data) || py::hasattr(data, "__fspath__");
   if (plugin != "text_tsv" && !(plugin == "idx_images" && !file))
-    throw gf::ConfigError("evaluate: other data than the splits is read for models of text_tsv data "
-                          "(files and data in memory) and of idx_images data (images in memory); "
-                          "this model's dataset is `" + plugin + "` (evaluate a file of it with "
-                          "`growformer eval CHECKPOINT --set data.KEY=FILE`)");
+    throw gf::ConfigError(
+        "evaluate: other data than the splits is read for models of text_tsv data "
+        "(files and data in memory) and of idx_images data (images in memory); "
+        "this model's dataset is `" +
+        plugin +
+        "` (evaluate a file of it with "
+        "`growformer eval CHECKPOINT --set data.KEY=FILE`)");
   std::vector<std::string> options;
   py::object tmp = py::none();
   if (file) {
     const std::string path = path_arg(data, "evaluate: data");
     if (!fs::exists(path))
-      throw gf::ConfigError("evaluate: `" + path + "` is neither a split ('train', 'val' or 'test') "
+      throw gf::ConfigError("evaluate: `" + path +
+                            "` is neither a split ('train', 'val' or 'test') "
                             "nor a data file");
     options = {"format=auto", "test=" + nlohmann::json(fs::absolute(path).string()).dump()};
   } else {
-    tmp = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-eval-");
-    py::object staged = py::module_::import("growformer._data").attr("stage_for_eval")(
-        data, tmp.attr("name"), data_option(*p.ex, "text_column", "sentence"),
-        data_option(*p.ex, "label_column", "label"), plugin);
+    tmp =
+        py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-eval-");
+    py::object staged =
+        py::module_::import("growformer._data")
+            .attr("stage_for_eval")(data, tmp.attr("name"),
+                                    data_option(*p.ex, "text_column", "sentence"),
+                                    data_option(*p.ex, "label_column", "label"), plugin);
     if (plugin == "idx_images")
       options = staged.cast<std::vector<std::string>>();
     else
@@ -611,8 +636,9 @@ std::vector<gf::Example> other_data(PyExperiment& p, py::object data) {
     rows = test_rows_with(p, options);
   } catch (const gf::ConfigError& e) {
     if (tmp.is_none() || plugin != "text_tsv") throw;
-    throw gf::ConfigError("evaluate: " + rows_not_lines(e.what(), tmp.attr("name").cast<std::string>() +
-                                                                  "/test.jsonl", "data"));
+    throw gf::ConfigError(
+        "evaluate: " +
+        rows_not_lines(e.what(), tmp.attr("name").cast<std::string>() + "/test.jsonl", "data"));
   }
   const size_t C = p.ex->data().num_classes;
   for (size_t i = 0; i < rows.size(); ++i)
@@ -653,7 +679,9 @@ struct TempFile {
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     int fd = mkstemps(buf.data(), static_cast<int>(suffix.size()));
-    if (fd < 0) throw gf::RuntimeError("predict: cannot create a temporary file in " + fs::temp_directory_path().string());
+    if (fd < 0)
+      throw gf::RuntimeError("predict: cannot create a temporary file in " +
+                             fs::temp_directory_path().string());
     close(fd);
     path = buf.data();
   }
@@ -664,10 +692,11 @@ struct TempFile {
 // record reader, so they are tokenised exactly as `growformer predict` does: text_tsv's as JSON
 // lines (any text), listops' one per line. Errors name the input's index.
 std::vector<gf::Example> tokenize_strings(gf::Experiment& ex, const std::vector<std::string>& texts,
-                                         const std::string& what = "predict") {
+                                          const std::string& what = "predict") {
   const std::string plugin = data_plugin(ex);
   if (plugin != "text_tsv" && plugin != "listops")
-    throw gf::ConfigError(what + ": strings need a one-line record format, which dataset `" + plugin +
+    throw gf::ConfigError(what + ": strings need a one-line record format, which dataset `" +
+                          plugin +
                           "` has not here (listops and text_tsv have); pass token id sequences, or "
                           "a file of records to predict_file");
   const bool jsonl = plugin == "text_tsv";
@@ -677,8 +706,8 @@ std::vector<gf::Example> tokenize_strings(gf::Experiment& ex, const std::vector<
     std::ofstream f(tmp.path, std::ios::binary);
     for (size_t i = 0; i < texts.size(); ++i) {
       if (!jsonl && texts[i].find_first_of("\n\r") != std::string::npos)
-        throw py::value_error(what + ": input " + std::to_string(i) +
-                              " holds a line break; a " + plugin + " record is one line");
+        throw py::value_error(what + ": input " + std::to_string(i) + " holds a line break; a " +
+                              plugin + " record is one line");
       if (texts[i].find_first_not_of(" \t\n\r") == std::string::npos)
         throw py::value_error(what + ": input " + std::to_string(i) + " is empty");
       f << (jsonl ? gf::dump_json(nlohmann::json{{key, texts[i]}}) : texts[i]) << "\n";
@@ -723,16 +752,17 @@ std::vector<gf::Example> token_rows(const gf::Experiment& ex, py::handle inputs)
     for (py::ssize_t k = 0; k < a.size(); ++k) {
       long long t = a.at(k);
       if (as_f && as_f.at(k) != static_cast<double>(t))
-        throw py::value_error("predict: input " + std::to_string(i) + ": token " + std::to_string(k) +
-                              " is not an integer");
+        throw py::value_error("predict: input " + std::to_string(i) + ": token " +
+                              std::to_string(k) + " is not an integer");
       if (t < 0 || static_cast<size_t>(t) >= d.vocab_size || t == d.pad_id)
-        throw py::value_error("predict: input " + std::to_string(i) + ": token " + std::to_string(k) +
-                              " = " + std::to_string(t) + " is not a token id (0 <= id < " +
-                              std::to_string(d.vocab_size) + ", not the pad id " +
-                              std::to_string(d.pad_id) + ")");
+        throw py::value_error("predict: input " + std::to_string(i) + ": token " +
+                              std::to_string(k) + " = " + std::to_string(t) +
+                              " is not a token id (0 <= id < " + std::to_string(d.vocab_size) +
+                              ", not the pad id " + std::to_string(d.pad_id) + ")");
       e.tokens.push_back(static_cast<int32_t>(t));
     }
-    if (e.tokens.empty()) throw py::value_error("predict: input " + std::to_string(i) + " is empty");
+    if (e.tokens.empty())
+      throw py::value_error("predict: input " + std::to_string(i) + " is empty");
     rows.push_back(std::move(e));
     ++i;
   }
@@ -743,18 +773,21 @@ std::vector<gf::Example> token_rows(const gf::Experiment& ex, py::handle inputs)
 // a DataFrame's text column, a Series' values, and refuses a string with a lone surrogate.
 py::object predict(PyExperiment& p, py::object inputs, long batch_size, bool logits) {
   if (py::isinstance<py::str>(inputs) || py::isinstance<py::bytes>(inputs))
-    throw py::type_error("predict takes a list of inputs (strings or token id sequences); "
-                         "wrap one string in a list");
+    throw py::type_error(
+        "predict takes a list of inputs (strings or token id sequences); "
+        "wrap one string in a list");
   size_t B = batch_size > 0 ? size_t(batch_size) : size_t(p.ex->settings().batch_size);
   py::object images = py::module_::import("growformer._data").attr("as_images")(inputs);
   if (!images.is_none()) {
     if (data_plugin(*p.ex) != "idx_images")
-      throw gf::ConfigError("predict: images are read for models of idx_images data; this model's "
-                            "dataset is `" + data_plugin(*p.ex) + "`");
+      throw gf::ConfigError(
+          "predict: images are read for models of idx_images data; this model's "
+          "dataset is `" +
+          data_plugin(*p.ex) + "`");
     return probabilities(*p.ex, image_rows(p, images, py::none()), B, logits);
   }
-  py::list rows = py::module_::import("growformer._data").attr("predict_texts")(
-      inputs, data_option(*p.ex, "text_column", "sentence"));
+  py::list rows = py::module_::import("growformer._data")
+                      .attr("predict_texts")(inputs, data_option(*p.ex, "text_column", "sentence"));
   const size_t C = p.ex->data().num_classes;
   if (rows.empty()) return py::array_t<double>(std::vector<py::ssize_t>{0, py::ssize_t(C)});
   bool strings = true;
@@ -780,7 +813,8 @@ py::tuple predict_file(PyExperiment& p, py::object path_obj, long batch_size) {
   gf::Record r;
   while (reader->next(r)) {
     if (!r.error.empty())
-      throw gf::ConfigError(path + ":" + std::to_string(r.line) + ": record `" + r.id + "`: " + r.error);
+      throw gf::ConfigError(path + ":" + std::to_string(r.line) + ": record `" + r.id +
+                            "`: " + r.error);
     ids.append(r.id);
     gf::Example e;
     e.tokens = std::move(r.tokens);
@@ -828,10 +862,15 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_ob
   const std::string checkpoint = gf::checkpoint_in(path_arg(checkpoint_obj, "load: checkpoint"));
   const std::vector<std::string> given = path_list(plugin_paths_obj, "load: plugin_paths");
   forget_policy_error();
-  std::string data = data_obj.is_none() ? "lazy" : py::isinstance<py::str>(data_obj) ? data_obj.cast<std::string>() : "?";
-  if (data != "lazy" && data != "all" && data != "none" && data != "train" && data != "val" && data != "test")
-    throw py::value_error("load: data must be None (a split read when asked for), 'all', 'none', "
-                          "'train', 'val' or 'test', not " + py::repr(data_obj).cast<std::string>());
+  std::string data = data_obj.is_none()                  ? "lazy"
+                     : py::isinstance<py::str>(data_obj) ? data_obj.cast<std::string>()
+                                                         : "?";
+  if (data != "lazy" && data != "all" && data != "none" && data != "train" && data != "val" &&
+      data != "test")
+    throw py::value_error(
+        "load: data must be None (a split read when asked for), 'all', 'none', "
+        "'train', 'val' or 'test', not " +
+        py::repr(data_obj).cast<std::string>());
   auto p = std::make_unique<PyExperiment>();
   py::gil_scoped_release nogil;  // a policy class of the checkpoint's config takes the GIL
   Busy busy;
@@ -840,9 +879,11 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_ob
   if (cfg == ck.metadata.end())
     throw gf::RuntimeError(checkpoint + ": not a growformer checkpoint (no embedded config)");
   auto record = ck.metadata.find("data");
-  if (record == ck.metadata.end() && data == "lazy") data = "all";  // no saved tokenizer: read it all
+  if (record == ck.metadata.end() && data == "lazy")
+    data = "all";  // no saved tokenizer: read it all
   if (data != "all" && record == ck.metadata.end())
-    throw gf::ConfigError(checkpoint + ": the checkpoint has no saved tokenizer; load it with data='all'");
+    throw gf::ConfigError(checkpoint +
+                          ": the checkpoint has no saved tokenizer; load it with data='all'");
   auto dir = ck.metadata.find("config_dir");
   gf::ConfigNode node = gf::ConfigNode::load_string(cfg->second, checkpoint + " (embedded config)",
                                                     dir == ck.metadata.end() ? "" : dir->second);
@@ -885,7 +926,8 @@ py::list metrics_list(const std::string& path) {
   py::list out;
   for (const gf::MetricsLine& l : lines) {
     py::dict d("step"_a = l.step, "split"_a = l.split);
-    for (const auto& [k, v] : l.numbers) d[py::str(k)] = is_count(k) ? whole_or_float(v) : number_or_none(v);
+    for (const auto& [k, v] : l.numbers)
+      d[py::str(k)] = is_count(k) ? whole_or_float(v) : number_or_none(v);
     for (const auto& [k, v] : l.strings) d[py::str(k)] = v;
     for (const auto& [k, v] : l.lists) {
       py::list xs;
@@ -908,59 +950,71 @@ py::list metrics_list(const std::string& path) {
 
 /// growformer.Config: a YAML file or a dict, plus overrides.
 void bind_config(py::module_& m) {
-  py::class_<Config>(m, "Config", R"doc(A configuration: a YAML file, YAML text or a dict, plus KEY=VALUE overrides.
+  py::class_<Config>(
+      m, "Config",
+      R"doc(A configuration: a YAML file, YAML text or a dict, plus KEY=VALUE overrides.
 
 Experiment() takes one (or a path or a dict directly). Each Experiment parses it afresh, so one
 Config can build several. Errors are ConfigError naming the file, line and key.)doc")
-      .def_static("load",
-                  [](py::object path, const std::vector<std::string>& overrides) {
-                    return config_from(py::str(path_arg(path, "Config.load: path")), overrides, "");
-                  },
-                  "path"_a, "overrides"_a = std::vector<std::string>{},
-                  "A YAML config file (a str or pathlib.Path) with OVERRIDES (\"train.steps=300\", "
-                  "...); relative data paths resolve against the file's folder.")
-      .def_static("from_dict",
-                  [](py::dict d, const std::vector<std::string>& overrides, py::object base_dir) {
-                    return config_from(d, overrides, base_dir.is_none() ? std::string()
-                                                                        : path_arg(base_dir, "Config.from_dict: base_dir"));
-                  },
-                  "config"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
-                  "A config as nested dicts (values: str, numbers, bools, None, lists, dicts; also "
-                  "numpy numbers, paths, and a policy class given as the class object, recorded as "
-                  "module.Class with its module's folder in `path`); relative paths resolve "
-                  "against BASE_DIR (default the current folder).")
-      .def_static("from_yaml",
-                  [](const std::string& text, const std::vector<std::string>& overrides,
-                     py::object base_dir) {
-                    Config c;
-                    c.text = text;
-                    c.name = "<yaml>";
-                    std::string dir = base_dir.is_none() ? std::string() : path_arg(base_dir, "Config.from_yaml: base_dir");
-                    c.base_dir = dir.empty() ? fs::current_path().string() : dir;
-                    return config_from(py::cast(c), overrides, "");
-                  },
-                  "text"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
-                  "A config from YAML TEXT; relative paths resolve against BASE_DIR (default the "
-                  "current folder).")
-      .def("set",
-           [](Config& c, const std::string& assignment) {
-             Config next = c;
-             next.overrides.push_back(assignment);
-             next.node();
-             c = next;
-             return c;
-           },
-           "assignment"_a,
-           "Adds a KEY=VALUE override (dotted key, YAML value), checked now; returns the config.")
-      .def_readonly("overrides", &Config::overrides, "The KEY=VALUE overrides, in order (list of str).")
-      .def("yaml", [](const Config& c) { return c.node().dump(); },
-           "The document with the overrides applied, as YAML text.")
-      .def("to_dict", [](const Config& c) { return config_to_py(c.node()); },
-           "The document with the overrides applied, as nested dicts and lists (scalars as int, "
-           "float, bool, None or str).")
+      .def_static(
+          "load",
+          [](py::object path, const std::vector<std::string>& overrides) {
+            return config_from(py::str(path_arg(path, "Config.load: path")), overrides, "");
+          },
+          "path"_a, "overrides"_a = std::vector<std::string>{},
+          "A YAML config file (a str or pathlib.Path) with OVERRIDES (\"train.steps=300\", "
+          "...); relative data paths resolve against the file's folder.")
+      .def_static(
+          "from_dict",
+          [](py::dict d, const std::vector<std::string>& overrides, py::object base_dir) {
+            return config_from(d, overrides,
+                               base_dir.is_none()
+                                   ? std::string()
+                                   : path_arg(base_dir, "Config.from_dict: base_dir"));
+          },
+          "config"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
+          "A config as nested dicts (values: str, numbers, bools, None, lists, dicts; also "
+          "numpy numbers, paths, and a policy class given as the class object, recorded as "
+          "module.Class with its module's folder in `path`); relative paths resolve "
+          "against BASE_DIR (default the current folder).")
+      .def_static(
+          "from_yaml",
+          [](const std::string& text, const std::vector<std::string>& overrides,
+             py::object base_dir) {
+            Config c;
+            c.text = text;
+            c.name = "<yaml>";
+            std::string dir = base_dir.is_none() ? std::string()
+                                                 : path_arg(base_dir, "Config.from_yaml: base_dir");
+            c.base_dir = dir.empty() ? fs::current_path().string() : dir;
+            return config_from(py::cast(c), overrides, "");
+          },
+          "text"_a, "overrides"_a = std::vector<std::string>{}, "base_dir"_a = "",
+          "A config from YAML TEXT; relative paths resolve against BASE_DIR (default the "
+          "current folder).")
+      .def(
+          "set",
+          [](Config& c, const std::string& assignment) {
+            Config next = c;
+            next.overrides.push_back(assignment);
+            next.node();
+            c = next;
+            return c;
+          },
+          "assignment"_a,
+          "Adds a KEY=VALUE override (dotted key, YAML value), checked now; returns the config.")
+      .def_readonly("overrides", &Config::overrides,
+                    "The KEY=VALUE overrides, in order (list of str).")
+      .def(
+          "yaml", [](const Config& c) { return c.node().dump(); },
+          "The document with the overrides applied, as YAML text.")
+      .def(
+          "to_dict", [](const Config& c) { return config_to_py(c.node()); },
+          "The document with the overrides applied, as nested dicts and lists (scalars as int, "
+          "float, bool, None or str).")
       .def("__repr__", [](const Config& c) {
-        return "growformer.Config(" + (c.path.empty() ? c.name : c.path) + ", overrides=" +
-               py::repr(py::cast(c.overrides)).cast<std::string>() + ")";
+        return "growformer.Config(" + (c.path.empty() ? c.name : c.path) +
+               ", overrides=" + py::repr(py::cast(c.overrides)).cast<std::string>() + ")";
       });
 }
 
@@ -972,7 +1026,8 @@ void build_experiment(PyExperiment& p, const std::string& folder) {
   Config c = p.config;
   std::vector<std::string> splits;
   if (!p.plan.is_none()) {
-    for (const std::string& o : py::module_::import("growformer._data").attr("overrides")(p.plan, folder)
+    for (const std::string& o : py::module_::import("growformer._data")
+                                    .attr("overrides")(p.plan, folder)
                                     .cast<std::vector<std::string>>())
       c.overrides.push_back(o);
     splits = p.plan["splits"].cast<std::vector<std::string>>();
@@ -988,7 +1043,8 @@ void build_experiment(PyExperiment& p, const std::string& folder) {
     if (splits.empty()) throw;
     std::string msg = e.what();
     for (const std::string& split : splits)
-      msg = rows_not_lines(msg, (fs::absolute(folder) / (split + ".jsonl")).lexically_normal().string(),
+      msg = rows_not_lines(msg,
+                           (fs::absolute(folder) / (split + ".jsonl")).lexically_normal().string(),
                            "data['" + split + "']");
     throw gf::ConfigError(msg);
   }
@@ -1000,8 +1056,10 @@ void stage_data(PyExperiment& p, py::object data) {
                                                    : py::object(py::dict());
   if (!py::isinstance<py::dict>(section))
     throw gf::ConfigError("data: the config's `data` is not a mapping");
-  p.staged = py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-data-");
-  p.plan = py::module_::import("growformer._data").attr("prepare")(section, data, p.staged.attr("name"));
+  p.staged =
+      py::module_::import("tempfile").attr("TemporaryDirectory")("prefix"_a = "growformer-data-");
+  p.plan =
+      py::module_::import("growformer._data").attr("prepare")(section, data, p.staged.attr("name"));
 }
 
 // Replaces P's data by DATA (train(data=...)): staged and the experiment built (its data checked)
@@ -1029,9 +1087,12 @@ void data_into_run_dir(PyExperiment& p, const std::string& run_dir) {
     for (const auto& e : fs::directory_iterator(run_dir, ec)) {
       const std::string n = e.path().filename().string();
       bool empty_dir = e.is_directory(ec) && fs::is_empty(e.path(), ec);
-      if (n == ".lock" || (n == "checkpoints" && empty_dir) || (n == "data" && e.is_directory(ec))) continue;
-      throw gf::ConfigError(run_dir + ": the run directory exists and is not empty (choose another "
-                            "run_dir, or growformer.resume(\"" + run_dir + "\"))");
+      if (n == ".lock" || (n == "checkpoints" && empty_dir) || (n == "data" && e.is_directory(ec)))
+        continue;
+      throw gf::ConfigError(run_dir +
+                            ": the run directory exists and is not empty (choose another "
+                            "run_dir, or growformer.resume(\"" +
+                            run_dir + "\"))");
     }
   const fs::path target = fs::absolute(fs::path(run_dir) / "data").lexically_normal();
   fs::create_directories(target);
@@ -1041,7 +1102,8 @@ void data_into_run_dir(PyExperiment& p, const std::string& run_dir) {
   build_experiment(p, target.string());
 }
 
-const char* kTrainDoc = R"doc(Trains into RUN_DIR (a str or pathlib.Path; new or empty) and returns the run's result.
+const char* kTrainDoc =
+    R"doc(Trains into RUN_DIR (a str or pathlib.Path; new or empty) and returns the run's result.
 
 callback(metrics) runs every EVERY steps and at the last, with a dict: step, total_steps, loss and
 accuracy (means over the steps since its previous call), steps (how many), lr, heads (per block,
@@ -1061,7 +1123,8 @@ validation split), growth_summary and pruning_summary (once finished: the polici
 DATA: data in memory, as Experiment's DATA (it replaces what the experiment was built with);
 with data in memory, RUN_DIR/data/ receives it before the run starts.)doc";
 
-const char* kInitDoc = R"doc(Builds everything CONFIG names (a Config, a path to a YAML file, or a dict) with OVERRIDES ("train.steps=300", ...): data, model, optimizer, growth and pruning policies; PLUGIN_PATHS: more plugin folders. Nothing is written until train().
+const char* kInitDoc =
+    R"doc(Builds everything CONFIG names (a Config, a path to a YAML file, or a dict) with OVERRIDES ("train.steps=300", ...): data, model, optimizer, growth and pruning policies; PLUGIN_PATHS: more plugin folders. Nothing is written until train().
 
 DATA (optional) is data in memory, read by the text_tsv dataset with the config's data options
 (tokenizer, max_len, val_ratio, ...; the config names no data files then):
@@ -1081,21 +1144,25 @@ train() copies it into RUN_DIR/data/ before the run starts: the run's config nam
 so growformer.resume, `growformer resume`, `eval` and growformer.load read them as any data file.
 Errors name the split and the row (data['train'] row 7).)doc";
 
-const char* kEvaluateDoc = R"doc(Evaluates the model as `growformer eval` does, on DATA: a split ('train', 'val' or 'test'), a file (a str or pathlib.Path that is not a split's name: TSV, CSV or JSON lines with the model's text and label columns; the format from its extension or sniffed), or labelled data in memory, as Experiment's DATA takes one split ((inputs, labels), a DataFrame). Other data than the splits is tokenised with the model's saved tokenizer and mapped to its classes (a label it does not know is refused with its row); models of text_tsv data (files, data in memory) and of idx_images data (images in memory: (images, labels)). A model loaded with growformer.load reads a split's files when first evaluated (a file that is gone is an error naming it).
+const char* kEvaluateDoc =
+    R"doc(Evaluates the model as `growformer eval` does, on DATA: a split ('train', 'val' or 'test'), a file (a str or pathlib.Path that is not a split's name: TSV, CSV or JSON lines with the model's text and label columns; the format from its extension or sniffed), or labelled data in memory, as Experiment's DATA takes one split ((inputs, labels), a DataFrame). Other data than the splits is tokenised with the model's saved tokenizer and mapped to its classes (a label it does not know is refused with its row); models of text_tsv data (files, data in memory) and of idx_images data (images in memory: (images, labels)). A model loaded with growformer.load reads a split's files when first evaluated (a file that is gone is an error naming it).
 
 Returns {loss, accuracy, macro_f1, examples, classes: [{name, precision, recall, f1, support}] in
 class order, confusion: [[count]] (rows: true class, columns: predicted class), split: the
 split's name or 'data'}; over the first MAX_BATCHES batches of train.batch_size (0: all).)doc";
 
-const char* kPredictDoc = R"doc(Class probabilities, an (N, classes) float64 numpy array, of INPUTS: a list (any iterable, read once: a generator works) of strings or of token id sequences (lists or 1-D arrays of ints), a 2-D int numpy array, a pandas Series of strings, a DataFrame (its text column), or images for an idx_images model (a uint8 array (N, H, W), or growformer.Images). Strings are tokenised as `growformer predict` does (datasets with one-line records: text_tsv, listops); a string that cannot be one (a lone surrogate, empty) is a ValueError naming its index. In batches of BATCH_SIZE (0: train.batch_size). LOGITS=True gives the model's outputs before the softmax instead (its float32 values).)doc";
+const char* kPredictDoc =
+    R"doc(Class probabilities, an (N, classes) float64 numpy array, of INPUTS: a list (any iterable, read once: a generator works) of strings or of token id sequences (lists or 1-D arrays of ints), a 2-D int numpy array, a pandas Series of strings, a DataFrame (its text column), or images for an idx_images model (a uint8 array (N, H, W), or growformer.Images). Strings are tokenised as `growformer predict` does (datasets with one-line records: text_tsv, listops); a string that cannot be one (a lone surrogate, empty) is a ValueError naming its index. In batches of BATCH_SIZE (0: train.batch_size). LOGITS=True gives the model's outputs before the softmax instead (its float32 values).)doc";
 
-const char* kResumeDoc = R"doc(Continues the run in RUN_DIR (a str or pathlib.Path) from its last checkpoint, as `growformer resume`.
+const char* kResumeDoc =
+    R"doc(Continues the run in RUN_DIR (a str or pathlib.Path) from its last checkpoint, as `growformer resume`.
 
 A run that has finished is tested again, as the program does. callback, every, stop_after and
 quiet as in Experiment.train; plugin_paths: more plugin folders (the run's plugins.lock names
 those it used). Returns the result dict of Experiment.train (the same keys).)doc";
 
-const char* kLoadDoc = R"doc(An Experiment from CHECKPOINT (a str or pathlib.Path): its embedded config, saved tokenizer, classes and weights.
+const char* kLoadDoc =
+    R"doc(An Experiment from CHECKPOINT (a str or pathlib.Path): its embedded config, saved tokenizer, classes and weights.
 
 CHECKPOINT is a checkpoint file, or a run directory: its checkpoints/best.safetensors, else
 checkpoints/last.safetensors. The checkpoint stands alone: predict() needs no data files.
@@ -1109,60 +1176,67 @@ recorded plugin that is gone and its folder).)doc";
 /// growformer.Experiment: building, training, evaluation and prediction.
 void bind_experiment_runs(py::class_<PyExperiment>& cls) {
   cls.def(py::init([](py::object config, const std::vector<std::string>& overrides,
-                       py::object plugin_paths, py::object data) {
-             auto p = std::make_unique<PyExperiment>();
-             p->config = config_from(config, overrides, "");
-             p->plugin_paths = path_list(plugin_paths, "Experiment: plugin_paths");
-             if (!data.is_none()) stage_data(*p, data);
-             build_experiment(*p, p->staged.is_none() ? "" : p->staged.attr("name").cast<std::string>());
-             return p;
-           }),
-           "config"_a, "overrides"_a = std::vector<std::string>{},
-           "plugin_paths"_a = std::vector<std::string>{}, "data"_a = py::none(), kInitDoc)
-      .def("train",
-           [](PyExperiment& p, py::object run_dir_obj, py::object callback, long every,
-              long stop_after, bool quiet, py::object data) {
-             const std::string run_dir = path_arg(run_dir_obj, "train: run_dir");
-             if (p.data_need != "all")
-               throw gf::ConfigError("an experiment loaded from a checkpoint trains with "
-                                     "growformer.resume(run_dir), not train");
-             if (p.trained)
-               throw gf::ConfigError("this experiment has trained already; build a new Experiment "
-                                     "for another run");
-             if (run_dir.empty()) throw py::value_error("train needs a run directory");
-             if (!data.is_none()) restage(p, data);
-             if (!p.plan.is_none()) data_into_run_dir(p, run_dir);
-             RunWatch w;
-             gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, {}, w);
-             p.trained = true;
-             forget_policy_error();
-             int status = run_released(w, [&] { return p.ex->train(f); });
-             return run_result(status, run_dir);
-           },
-           "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1,
-           "quiet"_a = true, "data"_a = py::none(), kTrainDoc)
+                      py::object plugin_paths, py::object data) {
+            auto p = std::make_unique<PyExperiment>();
+            p->config = config_from(config, overrides, "");
+            p->plugin_paths = path_list(plugin_paths, "Experiment: plugin_paths");
+            if (!data.is_none()) stage_data(*p, data);
+            build_experiment(*p,
+                             p->staged.is_none() ? "" : p->staged.attr("name").cast<std::string>());
+            return p;
+          }),
+          "config"_a, "overrides"_a = std::vector<std::string>{},
+          "plugin_paths"_a = std::vector<std::string>{}, "data"_a = py::none(), kInitDoc)
+      .def(
+          "train",
+          [](PyExperiment& p, py::object run_dir_obj, py::object callback, long every,
+             long stop_after, bool quiet, py::object data) {
+            const std::string run_dir = path_arg(run_dir_obj, "train: run_dir");
+            if (p.data_need != "all")
+              throw gf::ConfigError(
+                  "an experiment loaded from a checkpoint trains with "
+                  "growformer.resume(run_dir), not train");
+            if (p.trained)
+              throw gf::ConfigError(
+                  "this experiment has trained already; build a new Experiment "
+                  "for another run");
+            if (run_dir.empty()) throw py::value_error("train needs a run directory");
+            if (!data.is_none()) restage(p, data);
+            if (!p.plan.is_none()) data_into_run_dir(p, run_dir);
+            RunWatch w;
+            gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, {}, w);
+            p.trained = true;
+            forget_policy_error();
+            int status = run_released(w, [&] { return p.ex->train(f); });
+            return run_result(status, run_dir);
+          },
+          "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1,
+          "quiet"_a = true, "data"_a = py::none(), kTrainDoc)
       .def("evaluate", &evaluate, "data"_a = "val", "max_batches"_a = 0, kEvaluateDoc)
       .def("predict", &predict, "inputs"_a, "batch_size"_a = 0, "logits"_a = false, kPredictDoc)
-      .def("tokenize",
-           [](PyExperiment& p, py::object texts) {
-             py::list rows = py::module_::import("growformer._data").attr("predict_texts")(
-                 texts, data_option(*p.ex, "text_column", "sentence"));
-             std::vector<std::string> strs;
-             size_t i = 0;
-             for (auto x : rows) {
-               if (!py::isinstance<py::str>(x))
-                 throw py::type_error("tokenize: input " + std::to_string(i) + " is not a str");
-               strs.push_back(x.cast<std::string>());
-               ++i;
-             }
-             py::list out;
-             for (gf::Example& e : tokenize_strings(*p.ex, strs, "tokenize")) out.append(py::cast(e.tokens));
-             return out;
-           },
-           "texts"_a,
-           "The token ids of TEXTS (strings, read once), as predict tokenises them (before "
-           "truncation to the model's positions): a list of int lists, the inputs of to_torch's "
-           "module (its encode pads them).")
+      .def(
+          "tokenize",
+          [](PyExperiment& p, py::object texts) {
+            py::list rows =
+                py::module_::import("growformer._data")
+                    .attr("predict_texts")(texts, data_option(*p.ex, "text_column", "sentence"));
+            std::vector<std::string> strs;
+            size_t i = 0;
+            for (auto x : rows) {
+              if (!py::isinstance<py::str>(x))
+                throw py::type_error("tokenize: input " + std::to_string(i) + " is not a str");
+              strs.push_back(x.cast<std::string>());
+              ++i;
+            }
+            py::list out;
+            for (gf::Example& e : tokenize_strings(*p.ex, strs, "tokenize"))
+              out.append(py::cast(e.tokens));
+            return out;
+          },
+          "texts"_a,
+          "The token ids of TEXTS (strings, read once), as predict tokenises them (before "
+          "truncation to the model's positions): a list of int lists, the inputs of to_torch's "
+          "module (its encode pads them).")
       .def("predict_file", &predict_file, "path"_a, "batch_size"_a = 0,
            "(ids, probabilities) of a file of records (a str or pathlib.Path), as `growformer "
            "predict` reads it: the records' ids and an (N, classes) float64 array.")
@@ -1176,81 +1250,99 @@ void bind_experiment_runs(py::class_<PyExperiment>& cls) {
 
 /// growformer.Experiment: what it holds (names, sizes, the resolved config, token splits).
 void bind_experiment_properties(py::class_<PyExperiment>& cls) {
-  cls.def_property_readonly("name", [](const PyExperiment& p) { return p.ex->name(); },
-                            "The config's `name` (str).")
-      .def_property_readonly("classes", [](const PyExperiment& p) {
-        std::vector<std::string> n = p.ex->data().class_names;
-        for (size_t c = n.size(); c < p.ex->data().num_classes; ++c) n.push_back(std::to_string(c));
-        return n;
-      }, "The class names by class index (list of str; the index as text where the data names none).")
-      .def_property_readonly("vocab", [](PyExperiment& p) { return vocab_of(p); },
-                             "Token text by id (list of str): the data's; loaded with data=None, the "
-                             "saved tokenizer's (else the test split's, read now); empty with "
-                             "data='none' and for tokenizer: ids (strings are still tokenised).")
-      .def_property_readonly("vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; },
-                             "How many token ids there are (int).")
-      .def_property_readonly("pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; },
-                             "The padding token's id (int), which is no input token.")
-      .def_property_readonly("heads_per_block",
-                             [](const PyExperiment& p) { return p.ex->model().heads_per_block(); },
-                             "The model's head count per block now (list of int).")
-      .def_property_readonly("num_parameters",
-                             [](const PyExperiment& p) { return p.ex->model().num_parameters(); },
-                             "How many scalar parameters the model has now (int).")
-      .def_property_readonly("config", [](const PyExperiment& p) { return p.ex->config().dump(); },
-                             "The resolved config (every default spelled out) as YAML text.")
-      .def_property_readonly("data_sizes", [](const PyExperiment& p) {
-        const gf::DataSplits& d = p.ex->data();
-        auto size = [&](const char* split, const std::vector<gf::Example>& rows) {
-          auto it = p.lazy.find(split);
-          return it == p.lazy.end() ? rows.size() : it->second.size();
-        };
-        return py::dict("train"_a = size("train", d.train), "val"_a = size("val", d.val),
-                        "test"_a = size("test", d.test));
-      }, "Examples per split: {train, val, test} (ints; 0 for a split not read: a model loaded "
-         "with data=None reads a split when asked for).")
-      .def("split_tokens",
-           [](PyExperiment& p, const std::string& split) {
-             py::list toks, labels;
-             for (const gf::Example& e : split_of(p, split)) {
-               toks.append(py::cast(e.tokens));
-               labels.append(e.label);
-             }
-             return py::make_tuple(toks, labels);
-           },
-           "split"_a,
-           "(token id lists, labels) of SPLIT ('train', 'val' or 'test'), as the model reads it.");
+  cls.def_property_readonly(
+         "name", [](const PyExperiment& p) { return p.ex->name(); }, "The config's `name` (str).")
+      .def_property_readonly(
+          "classes",
+          [](const PyExperiment& p) {
+            std::vector<std::string> n = p.ex->data().class_names;
+            for (size_t c = n.size(); c < p.ex->data().num_classes; ++c)
+              n.push_back(std::to_string(c));
+            return n;
+          },
+          "The class names by class index (list of str; the index as text where the data names "
+          "none).")
+      .def_property_readonly(
+          "vocab", [](PyExperiment& p) { return vocab_of(p); },
+          "Token text by id (list of str): the data's; loaded with data=None, the "
+          "saved tokenizer's (else the test split's, read now); empty with "
+          "data='none' and for tokenizer: ids (strings are still tokenised).")
+      .def_property_readonly(
+          "vocab_size", [](const PyExperiment& p) { return p.ex->data().vocab_size; },
+          "How many token ids there are (int).")
+      .def_property_readonly(
+          "pad_id", [](const PyExperiment& p) { return p.ex->data().pad_id; },
+          "The padding token's id (int), which is no input token.")
+      .def_property_readonly(
+          "heads_per_block", [](const PyExperiment& p) { return p.ex->model().heads_per_block(); },
+          "The model's head count per block now (list of int).")
+      .def_property_readonly(
+          "num_parameters", [](const PyExperiment& p) { return p.ex->model().num_parameters(); },
+          "How many scalar parameters the model has now (int).")
+      .def_property_readonly(
+          "config", [](const PyExperiment& p) { return p.ex->config().dump(); },
+          "The resolved config (every default spelled out) as YAML text.")
+      .def_property_readonly(
+          "data_sizes",
+          [](const PyExperiment& p) {
+            const gf::DataSplits& d = p.ex->data();
+            auto size = [&](const char* split, const std::vector<gf::Example>& rows) {
+              auto it = p.lazy.find(split);
+              return it == p.lazy.end() ? rows.size() : it->second.size();
+            };
+            return py::dict("train"_a = size("train", d.train), "val"_a = size("val", d.val),
+                            "test"_a = size("test", d.test));
+          },
+          "Examples per split: {train, val, test} (ints; 0 for a split not read: a model loaded "
+          "with data=None reads a split when asked for).")
+      .def(
+          "split_tokens",
+          [](PyExperiment& p, const std::string& split) {
+            py::list toks, labels;
+            for (const gf::Example& e : split_of(p, split)) {
+              toks.append(py::cast(e.tokens));
+              labels.append(e.label);
+            }
+            return py::make_tuple(toks, labels);
+          },
+          "split"_a,
+          "(token id lists, labels) of SPLIT ('train', 'val' or 'test'), as the model reads it.");
 }
 
 /// load, resume and the run-log readers.
 void bind_functions(py::module_& m) {
   m.def("load", &load, "checkpoint"_a, "data"_a = py::none(),
         "plugin_paths"_a = std::vector<std::string>{}, kLoadDoc);
-  m.def("resume",
-        [](py::object run_dir_obj, py::object callback, long every, long stop_after, bool quiet,
-           py::object plugin_paths) {
-          const std::string run_dir = path_arg(run_dir_obj, "resume: run_dir");
-          std::vector<std::string> paths = path_list(plugin_paths, "resume: plugin_paths");
-          RunWatch w;
-          gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, paths, w);
-          forget_policy_error();
-          int status = run_released(w, [&] { return gf::resume_run(run_dir, f); });
-          return run_result(status, run_dir);
-        },
-        "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1, "quiet"_a = true,
-        "plugin_paths"_a = std::vector<std::string>{}, kResumeDoc);
-  m.def("read_events", [](py::object path) { return events_list(path_arg(path, "read_events: run_dir")); },
-        "run_dir"_a,
-        "events.jsonl of a run directory (or the file; a str or pathlib.Path) as a list of "
-        "dicts: step, type, block, head, then the event's numbers, strings and lists by name. "
-        "Events store every number as a double: whole numbers come back as int (head counts, "
-        "steps), the others as float, null as None.");
-  m.def("read_metrics", [](py::object path) { return metrics_list(path_arg(path, "read_metrics: run_dir")); },
-        "run_dir"_a,
-        "metrics.jsonl of a run directory (or the file; a str or pathlib.Path) as a list of "
-        "dicts: step, split ('train', 'val' or 'test'), loss, accuracy, lr, heads (per block, "
-        "ints), examples (int), timing, the test line's model, evaluated_on and "
-        "majority_class_accuracy, and blocks (per-block diagnostics) where logged; null as None.");
+  m.def(
+      "resume",
+      [](py::object run_dir_obj, py::object callback, long every, long stop_after, bool quiet,
+         py::object plugin_paths) {
+        const std::string run_dir = path_arg(run_dir_obj, "resume: run_dir");
+        std::vector<std::string> paths = path_list(plugin_paths, "resume: plugin_paths");
+        RunWatch w;
+        gf::RunFlags f = run_flags(run_dir, callback, every, stop_after, quiet, paths, w);
+        forget_policy_error();
+        int status = run_released(w, [&] { return gf::resume_run(run_dir, f); });
+        return run_result(status, run_dir);
+      },
+      "run_dir"_a, "callback"_a = py::none(), "every"_a = 1, "stop_after"_a = -1, "quiet"_a = true,
+      "plugin_paths"_a = std::vector<std::string>{}, kResumeDoc);
+  m.def(
+      "read_events",
+      [](py::object path) { return events_list(path_arg(path, "read_events: run_dir")); },
+      "run_dir"_a,
+      "events.jsonl of a run directory (or the file; a str or pathlib.Path) as a list of "
+      "dicts: step, type, block, head, then the event's numbers, strings and lists by name. "
+      "Events store every number as a double: whole numbers come back as int (head counts, "
+      "steps), the others as float, null as None.");
+  m.def(
+      "read_metrics",
+      [](py::object path) { return metrics_list(path_arg(path, "read_metrics: run_dir")); },
+      "run_dir"_a,
+      "metrics.jsonl of a run directory (or the file; a str or pathlib.Path) as a list of "
+      "dicts: step, split ('train', 'val' or 'test'), loss, accuracy, lr, heads (per block, "
+      "ints), examples (int), timing, the test line's model, evaluated_on and "
+      "majority_class_accuracy, and blocks (per-block diagnostics) where logged; null as None.");
 }
 
 // ConfigError and RunError from the C++ exceptions; a policy's Python exception, kept by the
@@ -1260,7 +1352,8 @@ py::handle g_config_error, g_run_error;
 // WHAT as a Python str: bytes that are not UTF-8 (a corrupt line quoted from a binary file, a
 // file name) as \xHH escapes, so the message is never lost.
 py::str message_text(const char* what) {
-  PyObject* s = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+  PyObject* s =
+      PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
   if (!s) {
     PyErr_Clear();
     return py::str("(an error message that could not be decoded)");
@@ -1308,11 +1401,13 @@ void bind_errors(py::module_& m) {
 
 PYBIND11_MODULE(_core, m) {
   using namespace gfpy;
-  m.doc() = "growformer: attention models that grow and prune their own heads (the C++ core; "
-            "use it through the package growformer)";
+  m.doc() =
+      "growformer: attention models that grow and prune their own heads (the C++ core; "
+      "use it through the package growformer)";
   bind_errors(m);
   bind_config(m);
-  py::class_<PyExperiment> experiment(m, "Experiment", R"doc(Everything a config builds: data, model, optimizer, growth and pruning.
+  py::class_<PyExperiment> experiment(
+      m, "Experiment", R"doc(Everything a config builds: data, model, optimizer, growth and pruning.
 
 Experiment(config, overrides=[], plugin_paths=[]) builds one to train (train() once, into a new
 run directory); growformer.load(checkpoint) builds one from a checkpoint to evaluate and

@@ -6,8 +6,8 @@
 //                                      {"op": "remove_head", "block": b, "head": id, ...}
 //   optional: on_start(self, view), edited(self, edit, view), summary(self) -> {name: number},
 //             save_state(self) -> str and load_state(self, str) (without them the instance's
-//             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) -> int,
-//             probe_ablations(self, view) -> [[(block, head), ...], ...],
+//             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) ->
+//             int, probe_ablations(self, view) -> [[(block, head), ...], ...],
 //             muted_in_training(self, step) -> [(block, head), ...], on_trial(self, step) -> bool,
 //             summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
@@ -121,7 +121,8 @@ struct ViewState {
   std::string label;
   void check(const char* what) const {
     if (!alive)
-      throw py::value_error(label + ": view." + what + "() called after the call that got the "
+      throw py::value_error(label + ": view." + what +
+                            "() called after the call that got the "
                             "view returned (keep numbers, not the view)");
   }
 };
@@ -173,8 +174,8 @@ class PythonPolicy : public gf::GrowthPolicy {
       py::module_ mod = py::module_::import(mod_name.c_str());
       if (!py::hasattr(mod, cls_name.c_str()))
         throw gf::ConfigError(where + "module `" + mod_name + "` (" +
-                              py::str(mod.attr("__file__")).cast<std::string>() +
-                              ") has no `" + cls_name + "`");
+                              py::str(mod.attr("__file__")).cast<std::string>() + ") has no `" +
+                              cls_name + "`");
       cls = mod.attr(cls_name.c_str());
     } catch (py::error_already_set& e) {
       std::string search;
@@ -183,19 +184,22 @@ class PythonPolicy : public gf::GrowthPolicy {
       } catch (...) {
         PyErr_Clear();
       }
-      std::string msg = where + "cannot import module `" + mod_name + "`: " +
-                        describe_python_error(e) + "\n  sys.path: " + search +
+      std::string msg = where + "cannot import module `" + mod_name +
+                        "`: " + describe_python_error(e) + "\n  sys.path: " + search +
                         "\n  (add its folder to `" + a.role + ".path` or PYTHONPATH)";
       remember_policy_error(msg, e);
       throw gf::ConfigError(msg);
     }
     if (!PyCallable_Check(cls.ptr()))
-      throw gf::ConfigError(where + "`" + a.class_path + "` is " + short_repr(cls) + ", not a class");
+      throw gf::ConfigError(where + "`" + a.class_path + "` is " + short_repr(cls) +
+                            ", not a class");
     py::object opts = config_to_py(a.options);
     if (opts.is_none()) opts = py::dict();
     if (!py::isinstance<py::dict>(opts))
-      throw gf::ConfigError(a.options_where + ": `" + a.role + ".options`: expected a mapping of "
-                            "keyword arguments for " + a.class_path + ", got " + short_repr(opts));
+      throw gf::ConfigError(a.options_where + ": `" + a.role +
+                            ".options`: expected a mapping of "
+                            "keyword arguments for " +
+                            a.class_path + ", got " + short_repr(opts));
     py::object obj;
     try {
       obj = cls(**py::reinterpret_borrow<py::dict>(opts));
@@ -203,14 +207,14 @@ class PythonPolicy : public gf::GrowthPolicy {
       // A TypeError before any line of the class ran (no traceback): the options do not fit
       // its constructor's keyword arguments. Anything else the constructor itself raised.
       const bool options_misfit = e.matches(PyExc_TypeError) && (!e.trace() || e.trace().is_none());
-      std::string msg =
-          options_misfit
-              ? a.options_where + ": `" + a.role + ".options`: " + a.class_path +
-                    "(**options) with options " + short_repr(opts) + " raised " +
-                    describe_python_error(e)
-              : where + a.class_path + " raised in its constructor (called with options " +
-                    short_repr(opts) + "; see `" + a.role + ".options` and the class): " +
-                    describe_python_error(e);
+      std::string msg = options_misfit
+                            ? a.options_where + ": `" + a.role + ".options`: " + a.class_path +
+                                  "(**options) with options " + short_repr(opts) + " raised " +
+                                  describe_python_error(e)
+                            : where + a.class_path +
+                                  " raised in its constructor (called with options " +
+                                  short_repr(opts) + "; see `" + a.role +
+                                  ".options` and the class): " + describe_python_error(e);
       remember_policy_error(msg, e);
       if (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError)) throw gf::ConfigError(msg);
       throw gf::RuntimeError(msg);
@@ -222,10 +226,12 @@ class PythonPolicy : public gf::GrowthPolicy {
       py::object v = obj.attr("needs_probe");
       if (PyCallable_Check(v.ptr())) v = v();
       if (!py::isinstance<py::bool_>(v))
-        throw gf::RuntimeError(label_ + ": needs_probe is " + short_repr(v) + ", not True or False");
+        throw gf::RuntimeError(label_ + ": needs_probe is " + short_repr(v) +
+                               ", not True or False");
       return v.cast<bool>();
     });
-    has_muted_ = py::hasattr(obj, "muted_in_training") && PyCallable_Check(obj.attr("muted_in_training").ptr());
+    has_muted_ = py::hasattr(obj, "muted_in_training") &&
+                 PyCallable_Check(obj.attr("muted_in_training").ptr());
     has_on_trial_ = py::hasattr(obj, "on_trial") && PyCallable_Check(obj.attr("on_trial").ptr());
     obj_ = std::move(obj);  // last: a member destroyed by a throw here would lack the GIL
   }
@@ -250,7 +256,8 @@ class PythonPolicy : public gf::GrowthPolicy {
       auto n = integer_value(v);
       if (!n || *n < 0)
         throw gf::RuntimeError(label_ + ".validation_probe at step " + std::to_string(step) +
-                               " returned " + short_repr(v) + "; expected a count of examples >= 0");
+                               " returned " + short_repr(v) +
+                               "; expected a count of examples >= 0");
       return static_cast<size_t>(*n);
     });
   }
@@ -261,7 +268,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     const std::string where = label_ + ".probe_ablations at step " + std::to_string(view.step);
     auto st = std::make_shared<ViewState>();
     py::object pv = make_view(view, st, false);
-    py::object ret = call("probe_ablations", long(view.step), [&] { return obj_.attr("probe_ablations")(pv); });
+    py::object ret =
+        call("probe_ablations", long(view.step), [&] { return obj_.attr("probe_ablations")(pv); });
     st->alive = false;
     std::vector<std::vector<gf::HeadRef>> out;
     if (!py::isinstance<py::list>(ret) && !py::isinstance<py::tuple>(ret))
@@ -277,7 +285,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     if (!has_muted_) return {};
     py::gil_scoped_acquire gil;
     const std::string where = label_ + ".muted_in_training at step " + std::to_string(step);
-    py::object ret = call("muted_in_training", long(step), [&] { return obj_.attr("muted_in_training")(long(step)); });
+    py::object ret = call("muted_in_training", long(step),
+                          [&] { return obj_.attr("muted_in_training")(long(step)); });
     return head_set(ret, std::numeric_limits<size_t>::max(), where);
   }
 
@@ -285,7 +294,8 @@ class PythonPolicy : public gf::GrowthPolicy {
   bool on_trial(size_t step) const override {
     if (!has_on_trial_) return false;
     py::gil_scoped_acquire gil;
-    py::object ret = call("on_trial", long(step), [&] { return obj_.attr("on_trial")(long(step)); });
+    py::object ret =
+        call("on_trial", long(step), [&] { return obj_.attr("on_trial")(long(step)); });
     if (!py::isinstance<py::bool_>(ret))
       throw gf::RuntimeError(label_ + ".on_trial at step " + std::to_string(step) + " returned " +
                              short_repr(ret) + "; expected True or False");
@@ -293,7 +303,8 @@ class PythonPolicy : public gf::GrowthPolicy {
   }
 
   // A list of (block, head) pairs, blocks under BLOCKS; else one RuntimeError naming WHERE.
-  static std::vector<gf::HeadRef> head_set(py::handle set, size_t blocks, const std::string& where) {
+  static std::vector<gf::HeadRef> head_set(py::handle set, size_t blocks,
+                                           const std::string& where) {
     std::vector<gf::HeadRef> s;
     bool ok = py::isinstance<py::list>(set) || py::isinstance<py::tuple>(set);
     for (auto pair : ok ? py::reinterpret_borrow<py::object>(set) : py::list()) {
@@ -305,14 +316,16 @@ class PythonPolicy : public gf::GrowthPolicy {
         auto pb = integer_value(p[0]), ph = integer_value(p[1]);
         if (pb && ph) b = *pb, h = *ph;
       }
-      if (b < 0 || static_cast<size_t>(b) >= blocks || h < 0 || h > std::numeric_limits<int>::max()) {
+      if (b < 0 || static_cast<size_t>(b) >= blocks || h < 0 ||
+          h > std::numeric_limits<int>::max()) {
         ok = false;
         break;
       }
       s.push_back({static_cast<size_t>(b), static_cast<int>(h)});
     }
     if (!ok)
-      throw gf::RuntimeError(where + ": the head set " + short_repr(py::reinterpret_borrow<py::object>(set)) +
+      throw gf::RuntimeError(where + ": the head set " +
+                             short_repr(py::reinterpret_borrow<py::object>(set)) +
                              " is not a list of (block, head) pairs" +
                              (blocks == std::numeric_limits<size_t>::max()
                                   ? std::string()
@@ -383,8 +396,7 @@ class PythonPolicy : public gf::GrowthPolicy {
                                "; expected a list of names of summary() keys");
       for (auto k : r) {
         if (!py::isinstance<py::str>(k))
-          throw gf::RuntimeError(label_ + ".summary_columns: " + short_repr(k) +
-                                 " is not a name");
+          throw gf::RuntimeError(label_ + ".summary_columns: " + short_repr(k) + " is not a name");
         out.push_back(k.cast<std::string>());
       }
       return out;
@@ -400,14 +412,15 @@ class PythonPolicy : public gf::GrowthPolicy {
       if (user) {
         s = obj_.attr("save_state")();
         if (!py::isinstance<py::str>(s))
-          throw gf::RuntimeError(label_ + ".save_state returned " + short_repr(s) + "; expected a str");
+          throw gf::RuntimeError(label_ + ".save_state returned " + short_repr(s) +
+                                 "; expected a str");
       } else {
         try {
           s = helpers().attr("dump_vars")(obj_);
         } catch (py::error_already_set& e) {
-          std::string msg = label_ + ": its state cannot be saved for resuming: " +
-                            describe_python_error(e) +
-                            "\n  define save_state(self) -> str and load_state(self, text)";
+          std::string msg =
+              label_ + ": its state cannot be saved for resuming: " + describe_python_error(e) +
+              "\n  define save_state(self) -> str and load_state(self, text)";
           remember_policy_error(msg, e);
           throw gf::RuntimeError(msg);
         }
@@ -428,7 +441,8 @@ class PythonPolicy : public gf::GrowthPolicy {
       try {
         rec = py::module_::import("json").attr("loads")(text);
       } catch (py::error_already_set&) {
-        throw gf::RuntimeError(label_ + ": the checkpoint's policy state is not this bridge's JSON");
+        throw gf::RuntimeError(label_ +
+                               ": the checkpoint's policy state is not this bridge's JSON");
       }
       std::string cls = rec.contains("class") ? py::str(rec["class"]).cast<std::string>() : "";
       if (cls != class_path_)
@@ -438,7 +452,8 @@ class PythonPolicy : public gf::GrowthPolicy {
       py::object s = rec.contains("state") ? py::object(rec["state"]) : py::object(py::none());
       if (format == "user") {
         if (!has("load_state"))
-          throw gf::RuntimeError(label_ + ": the checkpoint holds the state its save_state wrote, "
+          throw gf::RuntimeError(label_ +
+                                 ": the checkpoint holds the state its save_state wrote, "
                                  "but the class has no load_state(self, text)");
         obj_.attr("load_state")(s);
       } else if (format == "attributes") {
@@ -486,7 +501,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     py::cpp_function emit(
         [s](const std::string& type, long block, long head, py::kwargs fields) {
           s->check("emit");
-          if (type.empty()) throw py::value_error(s->label + ": view.emit: the event type is empty");
+          if (type.empty())
+            throw py::value_error(s->label + ": view.emit: the event type is empty");
           gf::Event e;
           e.type = type;
           e.block = block;
@@ -561,16 +577,15 @@ class PythonPolicy : public gf::GrowthPolicy {
       abl.append(ns("heads"_a = heads, "loss"_a = number_or_none(a.loss),
                     "diff_sd"_a = number_or_none(a.diff_sd),
                     "accuracy"_a = number_or_none(a.accuracy)));
-      }
-      return ns("train_loss"_a = number_or_none(m.train_loss),
-                   "train_accuracy"_a = number_or_none(m.train_accuracy),
-                   "train_steps"_a = m.train_steps,
-                   "val_step"_a = m.val_step >= 0 ? py::object(py::int_(m.val_step)) : py::object(py::none()),
-                   "val_loss"_a = number_or_none(m.val_loss),
-                   "val_accuracy"_a = number_or_none(m.val_accuracy),
-                   "probe_examples"_a = m.probe_examples,
-                   "probe_loss"_a = number_or_none(m.probe_loss),
-                   "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
+    }
+    return ns(
+        "train_loss"_a = number_or_none(m.train_loss),
+        "train_accuracy"_a = number_or_none(m.train_accuracy), "train_steps"_a = m.train_steps,
+        "val_step"_a = m.val_step >= 0 ? py::object(py::int_(m.val_step)) : py::object(py::none()),
+        "val_loss"_a = number_or_none(m.val_loss),
+        "val_accuracy"_a = number_or_none(m.val_accuracy), "probe_examples"_a = m.probe_examples,
+        "probe_loss"_a = number_or_none(m.probe_loss),
+        "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
   }
 
   // The edits a check returned, checked against the blocks as they will be when each applies
@@ -638,7 +653,8 @@ class PythonPolicy : public gf::GrowthPolicy {
   // A str's UTF-8 text; lone surrogates (which UTF-8 cannot hold) as \udcxx escapes.
   static std::string str_text(py::handle h) {
     Py_ssize_t n = 0;
-    if (const char* s = PyUnicode_AsUTF8AndSize(h.ptr(), &n)) return std::string(s, static_cast<size_t>(n));
+    if (const char* s = PyUnicode_AsUTF8AndSize(h.ptr(), &n))
+      return std::string(s, static_cast<size_t>(n));
     PyErr_Clear();
     PyObject* b = PyUnicode_AsEncodedString(h.ptr(), "utf-8", "backslashreplace");
     if (!b) {
@@ -653,7 +669,7 @@ class PythonPolicy : public gf::GrowthPolicy {
   std::string role_, class_path_, label_;
   py::object obj_;
   bool needs_probe_ = false;
-  bool has_muted_ = false;  // the class defines muted_in_training
+  bool has_muted_ = false;     // the class defines muted_in_training
   bool has_on_trial_ = false;  // the class defines on_trial
 };
 

@@ -42,9 +42,9 @@ struct PolicyValue {
 
 /// What a check's edits are checked against: one block of the model.
 struct BlockShape {
-  bool present = false;    // the block exists
-  bool editable = false;   // it can add and remove heads
-  std::string describe;    // for messages
+  bool present = false;   // the block exists
+  bool editable = false;  // it can add and remove heads
+  std::string describe;   // for messages
   size_t max_heads = 0;
   std::vector<int> heads;  // its head ids
 };
@@ -95,21 +95,25 @@ inline void add_fields(gf::Event& e, const PolicyValue& fields, const std::strin
 
 inline void parse_init(const PolicyValue& init, const std::string& at, gf::HeadInit& out) {
   if (init.kind != PolicyValue::Kind::Dict)
-    throw gf::RuntimeError(at + ": `init` must be a dict (mode, value_variance, preserve_function)");
+    throw gf::RuntimeError(at +
+                           ": `init` must be a dict (mode, value_variance, preserve_function)");
   for (const auto& kv : init.entries) {
     const std::string key = kv.first.is_str() ? kv.first.text : "";
     const PolicyValue& v = kv.second;
     if (key == "mode") {
       if (!v.is_str() || v.text != "random")
-        throw gf::RuntimeError(at + ": init `mode` must be \"random\" (directed heads need a "
+        throw gf::RuntimeError(at +
+                               ": init `mode` must be \"random\" (directed heads need a "
                                "direction only C++ policies give)");
       out.mode = "random";
     } else if (key == "value_variance") {
       // NaN and infinity would give the new head's values NaN or infinite weights
       if (v.kind != PolicyValue::Kind::None &&
           (!v.is_real() || !v.number || !std::isfinite(*v.number) || *v.number < 0))
-        throw gf::RuntimeError(at + ": init `value_variance` must be a finite number >= 0 or None, "
-                               "not " + v.repr);
+        throw gf::RuntimeError(at +
+                               ": init `value_variance` must be a finite number >= 0 or None, "
+                               "not " +
+                               v.repr);
       out.value_variance = v.kind == PolicyValue::Kind::None ? -1.0 : *v.number;
     } else if (key == "preserve_function") {
       if (v.kind != PolicyValue::Kind::Bool)
@@ -169,7 +173,7 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
                            std::vector<std::vector<int>>& heads, const std::string& class_path) {
   if (d.kind != PolicyValue::Kind::Dict)
     throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
-  static const char* const known[] = {"op", "block", "head", "reason", "init", "release_direction",
+  static const char* const known[] = {"op",  "block", "head", "reason", "init", "release_direction",
                                       "info"};
   for (const auto& kv : d.entries) {
     const std::string key = kv.first.is_str() ? kv.first.text : "";
@@ -202,7 +206,8 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
   e.cause.strings.push_back({"class", class_path});
   if (const PolicyValue* info = d.get("info")) {
     if (info->kind != PolicyValue::Kind::Dict)
-      throw gf::RuntimeError(at + ": `info` must be a dict of name -> number, str or list of numbers");
+      throw gf::RuntimeError(at +
+                             ": `info` must be a dict of name -> number, str or list of numbers");
     add_fields(e.cause, *info, at + ": `info`");
   }
   if (ops == "add_head")

@@ -157,7 +157,8 @@ py::object take_policy_error(const std::string& what) {
 
 void forget_policy_error() {
   PyObject* d = state_dict();
-  if (d && PyDict_GetItemString(d, kPolicyErrorKey) && PyDict_DelItemString(d, kPolicyErrorKey) != 0)
+  if (d && PyDict_GetItemString(d, kPolicyErrorKey) &&
+      PyDict_DelItemString(d, kPolicyErrorKey) != 0)
     PyErr_Clear();
 }
 

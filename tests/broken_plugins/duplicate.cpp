@@ -7,8 +7,8 @@ struct Dummy : gf::Optimizer {
   void forget(const std::vector<std::string>&) override {}
   std::map<std::string, gf::Tensor> state_tensors() const override { return {}; }
   std::map<std::string, double> state_scalars() const override { return {}; }
-  void load_state(const std::map<std::string, gf::Tensor>&,
-                  const std::map<std::string, double>&, const gf::NamedParams&) override {}
+  void load_state(const std::map<std::string, gf::Tensor>&, const std::map<std::string, double>&,
+                  const gf::NamedParams&) override {}
 };
 void reg(gf::Registry& r) {
   r.add_optimizer({"adamw", "a second adamw", {}},

@@ -25,6 +25,7 @@ extern "C" void* aligned_alloc(size_t alignment, size_t size) {
   using Alloc = void* (*)(size_t, size_t);
   static Alloc real = reinterpret_cast<Alloc>(dlsym(RTLD_NEXT, "aligned_alloc"));
   const char* after = std::getenv("GF_FAIL_ALLOC_AFTER_CHECKPOINTS");
-  if (after && size >= (size_t(1) << 20) && g_checkpoints.load() >= std::atoi(after)) return nullptr;
+  if (after && size >= (size_t(1) << 20) && g_checkpoints.load() >= std::atoi(after))
+    return nullptr;
   return real(alignment, size);
 }

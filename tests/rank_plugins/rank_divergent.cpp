@@ -33,8 +33,9 @@ class RankDivergent : public gf::GrowthPolicy {
 };
 
 void reg(gf::Registry& r) {
-  r.add_growth({"rank_divergent", "grows a head on rank 1 only (a test of the divergence check)", {}},
-               [](const gf::Options&) { return std::make_unique<RankDivergent>(); });
+  r.add_growth(
+      {"rank_divergent", "grows a head on rank 1 only (a test of the divergence check)", {}},
+      [](const gf::Options&) { return std::make_unique<RankDivergent>(); });
 }
 
 }  // namespace

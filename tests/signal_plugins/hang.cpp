@@ -43,7 +43,12 @@ void reg(gf::Registry& r) {
   r.add_growth({"hang",
                 "never returns from check() at step `at_step` (or while made, or in save_state)",
                 {{"at_step", gf::OptType::Int, "1", "the step whose check hangs", 0, 1e9},
-                 {"in", gf::OptType::String, "check", "where it hangs", -INFINITY, INFINITY,
+                 {"in",
+                  gf::OptType::String,
+                  "check",
+                  "where it hangs",
+                  -INFINITY,
+                  INFINITY,
                   {"check", "construct", "save_state"}}}},
                [](const gf::Options& o) {
                  return std::make_unique<Hang>(o.get_int("at_step"), o.get_string("in"));

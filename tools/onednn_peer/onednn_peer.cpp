@@ -104,7 +104,8 @@ StepShape shape_of(const gf::Model& model, const gf::ModelSettings& settings, si
   }
   for (size_t i = 0; i < s.layers; ++i) {
     const size_t h = heads[i].size();
-    if (h == 0 || (s.heads != 0 && h != s.heads)) unsupported("every block must have the same heads");
+    if (h == 0 || (s.heads != 0 && h != s.heads))
+      unsupported("every block must have the same heads");
     s.heads = h;
   }
   return s;
@@ -119,7 +120,8 @@ size_t numel(const std::vector<size_t>& shape) {
 /// Refuses a step whose buffers would take more than 3/4 of the machine's memory.
 void check_memory(const StepShape& s, size_t threads) {
   const double need = static_cast<double>(MhaStep::bytes_needed(s, threads));
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double have =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (have > 0 && need > 0.75 * have) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
@@ -151,7 +153,7 @@ ModelPeer::ModelPeer(const gf::ConfigNode& model_node, const gf::ConfigNode& opt
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < peer_.size(); ++i) index[peer_[i].name] = i;
   std::map<std::pair<size_t, std::string>, size_t> head_index;  // (layer, id) -> position
-  std::map<size_t, size_t> heads_seen;                               // layer -> heads so far
+  std::map<size_t, size_t> heads_seen;                          // layer -> heads so far
   std::vector<size_t> covered(peer_.size(), 0);
   for (const auto& [name, p] : model.named_parameters()) {
     Place pl;
@@ -166,11 +168,14 @@ ModelPeer::ModelPeer(const gf::ConfigNode& model_node, const gf::ConfigNode& opt
       if (!head_index.count(key)) head_index[key] = heads_seen[layer]++;
       const size_t h = head_index[key];
       peer_name = "layers." + std::to_string(layer) + ".attn." + part;
-      if (part == "w_o") pl.row0 = h * shape.d_v;
-      else pl.col0 = h * (part == "w_v" || part == "b_v" ? shape.d_v : shape.d_k);
+      if (part == "w_o")
+        pl.row0 = h * shape.d_v;
+      else
+        pl.col0 = h * (part == "w_v" || part == "b_v" ? shape.d_v : shape.d_k);
     }
     auto it = index.find(peer_name);
-    if (it == index.end()) unsupported("the model's parameter " + name + " has no place in the peer");
+    if (it == index.end())
+      unsupported("the model's parameter " + name + " has no place in the peer");
     pl.peer = it->second;
     const StepParam& sp = peer_[pl.peer];
     const size_t pcols = sp.shape.size() >= 2 ? sp.shape[1] : sp.shape[0];
@@ -289,7 +294,8 @@ Compared compare(const std::map<std::string, gf::Tensor>& peer,
       const double e = static_cast<double>(p[i]) - r[i];
       diff += e * e;
     }
-    const double share = std::sqrt(total * static_cast<double>(r.size()) / std::max<size_t>(count, 1));
+    const double share =
+        std::sqrt(total * static_cast<double>(r.size()) / std::max<size_t>(count, 1));
     const double denom = std::max(std::sqrt(norm2(r)), kNoiseFloor * share);
     const double err = denom > 0 ? std::sqrt(diff) / denom : (diff > 0 ? INFINITY : 0.0);
     c.entries.push_back({n, err});

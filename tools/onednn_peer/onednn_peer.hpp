@@ -89,8 +89,7 @@ struct GateResult {
 /// fresh OPTIMIZER_NODE optimizer and of the peer's AdamW, both from growformer's gradients:
 /// every parameter's update must agree too. MODEL's parameters are left as they were, its
 /// gradients cleared; the peer holds MODEL's parameters after, its AdamW state reset.
-GateResult run_gate(gf::Model& model, gf::Registry& registry,
-                    const gf::ConfigNode& optimizer_node, ModelPeer& peer,
-                    const gf::Batch& batch, float lr, double tolerance = 1e-4);
+GateResult run_gate(gf::Model& model, gf::Registry& registry, const gf::ConfigNode& optimizer_node,
+                    ModelPeer& peer, const gf::Batch& batch, float lr, double tolerance = 1e-4);
 
 }  // namespace gf_onednn

@@ -110,15 +110,24 @@ struct FreeFloat {
 
 std::string isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "isa " + std::to_string(static_cast<int>(isa));
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "isa " + std::to_string(static_cast<int>(isa));
   }
 }
 
@@ -128,10 +137,14 @@ void cap_isa(const std::string& max_isa) {
   if (done || max_isa.empty()) return;
   done = true;
   dnnl::cpu_isa isa = dnnl::cpu_isa::all;
-  if (max_isa == "avx512") isa = dnnl::cpu_isa::avx512_core;
-  else if (max_isa == "avx2") isa = dnnl::cpu_isa::avx2;
-  else if (max_isa == "sse2") isa = dnnl::cpu_isa::sse41;  // oneDNN's narrowest set
-  else throw std::invalid_argument("onednn peer: unknown instruction set `" + max_isa + "`");
+  if (max_isa == "avx512")
+    isa = dnnl::cpu_isa::avx512_core;
+  else if (max_isa == "avx2")
+    isa = dnnl::cpu_isa::avx2;
+  else if (max_isa == "sse2")
+    isa = dnnl::cpu_isa::sse41;  // oneDNN's narrowest set
+  else
+    throw std::invalid_argument("onednn peer: unknown instruction set `" + max_isa + "`");
   // fails (and changes nothing) once oneDNN has dispatched: the effective set is reported
   (void)dnnl::set_max_cpu_isa(isa);
 }
@@ -154,7 +167,8 @@ struct MhaStep::Impl {
   };
   /// A layer's parameters and the activations its backward pass reads.
   struct Layer {
-    Param *ln1_g, *ln1_b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+    Param *ln1_g, *ln1_b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2,
+        *b2;
     float *x, *h1, *mean1, *var1, *q, *k, *v, *p, *o, *x1, *h2, *mean2, *var2, *u, *act, *out;
   };
   /// One matmul: dst = scale * src x wei [+ bias] [+ dst (accumulate)] [+ residual].
@@ -182,8 +196,8 @@ struct MhaStep::Impl {
         *logits = nullptr, *dlogits = nullptr, *dpooled = nullptr, *ones = nullptr,
         *partial = nullptr, *lnf_shift_scratch = nullptr;
   size_t partial_size = 0;
-  float *gx = nullptr, *gtmp = nullptr, *gh = nullptr, *gF = nullptr, *gz = nullptr,
-        *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dP = nullptr;
+  float *gx = nullptr, *gtmp = nullptr, *gh = nullptr, *gF = nullptr, *gz = nullptr, *dO = nullptr,
+        *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dP = nullptr;
   std::vector<Op> fwd, bwd;
   std::map<std::string, std::set<std::string>> impls;
   // the attention runs on chunks of CB samples x CH heads (one block of the probabilities)
@@ -247,8 +261,8 @@ struct MhaStep::Impl {
   void attention_backward(const Layer& l);
   void column_sums(std::vector<Op>& list, float* src, memory::dim rows, memory::dim cols,
                    float* dst, float scale = 1.0f);
-  void add_into(std::vector<Op>& list, const memory::desc& a_md, float* a,
-                const memory::desc& b_md, float* b);
+  void add_into(std::vector<Op>& list, const memory::desc& a_md, float* a, const memory::desc& b_md,
+                float* b);
   void linear_fwd(float* x, memory::dim rows, Param* w, Param* b, float* y, float* residual);
   void linear_bwd(float* x, float* dy, memory::dim rows, Param* w, Param* b, float* dx,
                   bool accumulate_dx);
@@ -326,8 +340,8 @@ size_t MhaStep::bytes_needed(const StepShape& s, size_t threads) {
   const size_t F = s.hidden, probs = s.batch * H * s.seq * s.seq, C = s.classes;
   auto b = [](size_t floats) { return aligned_bytes(floats); };
   auto par = [&](size_t floats) { return 4 * b(floats); };  // value, gradient, m, v
-  size_t layer = 2 * par(d) + 2 * par(d * qw) + 2 * par(qw) + par(d * vw) + par(vw) +
-                 par(vw * d) + par(d) + 2 * par(d) + par(d * F) + par(F) + par(F * d) + par(d);
+  size_t layer = 2 * par(d) + 2 * par(d * qw) + 2 * par(qw) + par(d * vw) + par(vw) + par(vw * d) +
+                 par(d) + 2 * par(d) + par(d * F) + par(F) + par(F * d) + par(d);
   layer += 4 * b(n * d) + 4 * b(n) + 2 * b(n * qw) + 2 * b(n * vw) + b(probs) + 2 * b(n * F);
   size_t total = par(s.vocab * d) + par(s.max_len * d) + b(n * d) + s.layers * layer;
   if (s.final_norm) total += 2 * par(d) + 2 * b(n * d) + 2 * b(n);
@@ -351,23 +365,27 @@ dnnl::primitive MhaStep::Impl::matmul_prim(const MM& m) {
   if (m.residual) po.append_binary(dnnl::algorithm::binary_add, m.dst);
   attr.set_post_ops(po);
   dnnl::matmul::primitive_desc pd =
-      m.bias ? dnnl::matmul::primitive_desc(
-                   dnnl::matmul::desc(m.src, m.wei, dense({1, m.dst.dims().back()}), m.dst), attr, eng)
-             : dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.src, m.wei, m.dst), attr, eng);
+      m.bias
+          ? dnnl::matmul::primitive_desc(
+                dnnl::matmul::desc(m.src, m.wei, dense({1, m.dst.dims().back()}), m.dst), attr, eng)
+          : dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.src, m.wei, m.dst), attr, eng);
   note("matmul", pd);
   return dnnl::matmul(pd);
 }
 
 // P (made by matmul_prim from an MM of the same descriptors) on M's buffers
 void MhaStep::Impl::matmul_bind(std::vector<Op>& list, const dnnl::primitive& p, const MM& m) {
-  Args args{{DNNL_ARG_SRC, mem(m.src, m.a)}, {DNNL_ARG_WEIGHTS, mem(m.wei, m.b)},
+  Args args{{DNNL_ARG_SRC, mem(m.src, m.a)},
+            {DNNL_ARG_WEIGHTS, mem(m.wei, m.b)},
             {DNNL_ARG_DST, mem(m.dst, m.c)}};
   if (m.bias) args[DNNL_ARG_BIAS] = mem(dense({1, m.dst.dims().back()}), m.bias);
   if (m.residual) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = mem(m.dst, m.residual);
   add(list, p, std::move(args));
 }
 
-void MhaStep::Impl::matmul(std::vector<Op>& list, const MM& m) { matmul_bind(list, matmul_prim(m), m); }
+void MhaStep::Impl::matmul(std::vector<Op>& list, const MM& m) {
+  matmul_bind(list, matmul_prim(m), m);
+}
 
 // dst (1 x cols) = scale * the column sums of src (rows x cols), as growformer sums them: in
 // blocks of (at most) 256 rows, then the blocks' sums; each a product with a row of ones (oneDNN
@@ -386,7 +404,8 @@ void MhaStep::Impl::column_sums(std::vector<Op>& list, float* src, memory::dim r
   }
   if (static_cast<size_t>(nb * cols) > partial_size)
     throw std::logic_error("onednn peer: the column sums' partial buffer is too small");
-  matmul(list, MM{dense({nb, 1, rb}), dense({nb, rb, cols}), dense({nb, 1, cols}), ones, src, partial});
+  matmul(list,
+         MM{dense({nb, 1, rb}), dense({nb, rb, cols}), dense({nb, 1, cols}), ones, src, partial});
   MM m{dense({1, nb}), dense({nb, cols}), dense({1, cols}), ones, partial, dst};
   m.scale = scale;
   matmul(list, m);
@@ -395,17 +414,20 @@ void MhaStep::Impl::column_sums(std::vector<Op>& list, float* src, memory::dim r
 // a += b (b broadcast where its dimensions are 1)
 void MhaStep::Impl::add_into(std::vector<Op>& list, const memory::desc& a_md, float* a,
                              const memory::desc& b_md, float* b) {
-  dnnl::binary::primitive_desc pd(
-      dnnl::binary::desc(dnnl::algorithm::binary_add, a_md, b_md, a_md), eng);
+  dnnl::binary::primitive_desc pd(dnnl::binary::desc(dnnl::algorithm::binary_add, a_md, b_md, a_md),
+                                  eng);
   note("binary", pd);
   add(list, dnnl::binary(pd),
-      {{DNNL_ARG_SRC_0, mem(a_md, a)}, {DNNL_ARG_SRC_1, mem(b_md, b)}, {DNNL_ARG_DST, mem(a_md, a)}});
+      {{DNNL_ARG_SRC_0, mem(a_md, a)},
+       {DNNL_ARG_SRC_1, mem(b_md, b)},
+       {DNNL_ARG_DST, mem(a_md, a)}});
 }
 
 // y = x W + b [+ residual]: x (rows, in), W (in, out)
 void MhaStep::Impl::linear_fwd(float* x, memory::dim rows, Param* w, Param* b, float* y,
                                float* residual) {
-  const auto in = static_cast<memory::dim>(w->shape[0]), out = static_cast<memory::dim>(w->shape[1]);
+  const auto in = static_cast<memory::dim>(w->shape[0]),
+             out = static_cast<memory::dim>(w->shape[1]);
   MM m{dense({rows, in}), dense({in, out}), dense({rows, out}), x, w->w, y};
   m.bias = b->w;
   m.residual = residual;
@@ -413,9 +435,10 @@ void MhaStep::Impl::linear_fwd(float* x, memory::dim rows, Param* w, Param* b, f
 }
 
 // dW = x^T dy, db = column sums of dy, dx (=|+=) dy W^T (skipped when DX is null)
-void MhaStep::Impl::linear_bwd(float* x, float* dy, memory::dim rows, Param* w, Param* b,
-                               float* dx, bool accumulate_dx) {
-  const auto in = static_cast<memory::dim>(w->shape[0]), out = static_cast<memory::dim>(w->shape[1]);
+void MhaStep::Impl::linear_bwd(float* x, float* dy, memory::dim rows, Param* w, Param* b, float* dx,
+                               bool accumulate_dx) {
+  const auto in = static_cast<memory::dim>(w->shape[0]),
+             out = static_cast<memory::dim>(w->shape[1]);
   matmul(bwd, MM{view({in, rows}, {1, in}), dense({rows, out}), dense({in, out}), x, dy, w->g});
   column_sums(bwd, dy, rows, out, b->g);
   if (!dx) return;
@@ -427,8 +450,8 @@ void MhaStep::Impl::linear_bwd(float* x, float* dy, memory::dim rows, Param* w, 
 dnnl::layer_normalization_forward::primitive_desc MhaStep::Impl::ln_pd() const {
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   return dnnl::layer_normalization_forward::primitive_desc(
-      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training,
-                                              dense({N(), D()}), s.ln_eps, flags),
+      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, dense({N(), D()}),
+                                              s.ln_eps, flags),
       eng);
 }
 
@@ -520,7 +543,8 @@ void MhaStep::Impl::build_layer_forward(const Layer& l) {
                                   dnnl::algorithm::eltwise_gelu_erf, hid, 0.0f, 0.0f),
       eng);
   note("eltwise", epd);
-  add(fwd, dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, mem(hid, l.u)}, {DNNL_ARG_DST, mem(hid, l.act)}});
+  add(fwd, dnnl::eltwise_forward(epd),
+      {{DNNL_ARG_SRC, mem(hid, l.u)}, {DNNL_ARG_DST, mem(hid, l.act)}});
   linear_fwd(l.act, N(), l.w2, l.b2, l.out, l.x1);  // out = x1 + mlp
 }
 
@@ -554,16 +578,19 @@ void MhaStep::Impl::attention_backward(const Layer& l) {
   auto at = [&](float* buf, memory::dim w, memory::dim b0, memory::dim h0) {
     return buf + (b0 * T * H + h0) * w;
   };
-  const memory::desc probs = dense({cb, ch, T, T}), probs_t = view({cb, ch, T, T}, {ch * T * T, T * T, 1, T});
+  const memory::desc probs = dense({cb, ch, T, T}),
+                     probs_t = view({cb, ch, T, T}, {ch * T * T, T * T, 1, T});
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d_k));
-  MM dp{heads(dv), heads_t(dv), probs, dO, l.v, dP}, dv_{probs_t, heads(dv), heads(dv), l.p, dO, dV};
+  MM dp{heads(dv), heads_t(dv), probs, dO, l.v, dP},
+      dv_{probs_t, heads(dv), heads(dv), l.p, dO, dV};
   MM dq{probs, heads(dk), heads(dk), dP, l.k, dQ}, dk_{probs_t, heads(dk), heads(dk), dP, l.q, dK};
   dq.scale = dk_.scale = scale;
   const dnnl::primitive dp_p = matmul_prim(dp), dv_p = matmul_prim(dv_), dq_p = matmul_prim(dq),
                         dk_p = matmul_prim(dk_);
   dnnl::softmax_forward::primitive_desc sfd(
       dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, probs, 3), eng);
-  dnnl::softmax_backward::primitive_desc sbd(dnnl::softmax_backward::desc(probs, probs, 3), eng, sfd);
+  dnnl::softmax_backward::primitive_desc sbd(dnnl::softmax_backward::desc(probs, probs, 3), eng,
+                                             sfd);
   note("softmax", sbd);
   const dnnl::softmax_backward softmax(sbd);
   for (memory::dim b0 = 0; b0 < B; b0 += cb)
@@ -574,7 +601,9 @@ void MhaStep::Impl::attention_backward(const Layer& l) {
       dv_.a = P, dv_.b = at(dO, dv, b0, h0), dv_.c = at(dV, dv, b0, h0);
       matmul_bind(bwd, dv_p, dv_);
       add(bwd, softmax,
-          {{DNNL_ARG_DST, mem(probs, P)}, {DNNL_ARG_DIFF_DST, mem(probs, dP)}, {DNNL_ARG_DIFF_SRC, mem(probs, dP)}});
+          {{DNNL_ARG_DST, mem(probs, P)},
+           {DNNL_ARG_DIFF_DST, mem(probs, dP)},
+           {DNNL_ARG_DIFF_SRC, mem(probs, dP)}});
       dq.b = at(l.k, dk, b0, h0), dq.c = at(dQ, dk, b0, h0);
       matmul_bind(bwd, dq_p, dq);
       dk_.b = at(l.q, dk, b0, h0), dk_.c = at(dK, dk, b0, h0);
@@ -592,10 +621,13 @@ void MhaStep::Impl::build_layer_backward(const Layer& l) {
                                   dnnl::algorithm::eltwise_gelu_erf, hid, 0.0f, 0.0f),
       eng);
   dnnl::eltwise_backward::primitive_desc ebd(
-      dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_erf, hid, hid, 0.0f, 0.0f), eng, epd);
+      dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_erf, hid, hid, 0.0f, 0.0f), eng,
+      epd);
   note("eltwise", ebd);
   add(bwd, dnnl::eltwise_backward(ebd),
-      {{DNNL_ARG_SRC, mem(hid, l.u)}, {DNNL_ARG_DIFF_DST, mem(hid, gF)}, {DNNL_ARG_DIFF_SRC, mem(hid, gF)}});
+      {{DNNL_ARG_SRC, mem(hid, l.u)},
+       {DNNL_ARG_DIFF_DST, mem(hid, gF)},
+       {DNNL_ARG_DIFF_SRC, mem(hid, gF)}});
   linear_bwd(l.h2, gF, N(), l.w1, l.b1, gh, false);
   ln_bwd(l.x1, l.mean2, l.var2, l.ln2_g, l.ln2_b, gh, gtmp);
   add_into(bwd, md, gx, md, gtmp);  // gx = d loss / d x1
@@ -639,7 +671,8 @@ void MhaStep::Impl::gather() {
   const int32_t* id = ids;
 #pragma omp parallel for schedule(static)
   for (long i = 0; i < n; ++i)
-    std::memcpy(X + static_cast<size_t>(i) * d, E + static_cast<size_t>(id[i]) * d, d * sizeof(float));
+    std::memcpy(X + static_cast<size_t>(i) * d, E + static_cast<size_t>(id[i]) * d,
+                d * sizeof(float));
 }
 
 // d embed[id] += d x[token], tokens in order; each thread owns a slice of the columns

@@ -166,8 +166,8 @@ std::vector<HeadInfo> MultiHeadBlock::heads() const {
 
 int MultiHeadBlock::add_head(const HeadInit& init, Rng& rng, size_t step) {
   if (slots_.size() >= max_heads_)
-    throw RuntimeError(block_name() + ": cannot add a head beyond max_heads = " +
-                       std::to_string(max_heads_));
+    throw RuntimeError(block_name() +
+                       ": cannot add a head beyond max_heads = " + std::to_string(max_heads_));
   auto s = make_slot(next_id_++);
   s->born = step;
   s->head->initialize(init, rng);

@@ -57,7 +57,8 @@ void read_states(std::istream& in, BlockStructure& s, const std::string& what) {
                          std::to_string(id) + ", which is not one of its heads");
     h->state = std::move(raw);
   }
-  if (in >> key) throw RuntimeError(what + ": malformed block structure (text after the head states)");
+  if (in >> key)
+    throw RuntimeError(what + ": malformed block structure (text after the head states)");
 }
 
 // Ids once each and below next_id (the id a new head gets: never one in use).
@@ -65,9 +66,11 @@ void check_ids(const BlockStructure& s, const std::string& what) {
   std::set<int> seen;
   for (auto& h : s.heads) {
     if (!seen.insert(h.id).second)
-      throw RuntimeError(what + ": the block structure names head " + std::to_string(h.id) + " twice");
+      throw RuntimeError(what + ": the block structure names head " + std::to_string(h.id) +
+                         " twice");
     if (h.id < 0)
-      throw RuntimeError(what + ": the block structure names a negative head id " + std::to_string(h.id));
+      throw RuntimeError(what + ": the block structure names a negative head id " +
+                         std::to_string(h.id));
     if (h.id >= s.next_id)
       throw RuntimeError(what + ": the block structure names head " + std::to_string(h.id) +
                          ", not below its next id " + std::to_string(s.next_id) +
@@ -88,7 +91,8 @@ std::string BlockStructure::text() const {
   o << "next_id " << next_id << " rng " << rng_state << " " << rng_increment << " heads "
     << heads.size();
   for (auto& h : heads) o << " " << h.id << " " << h.born;
-  const size_t states = std::count_if(heads.begin(), heads.end(), [](auto& h) { return !h.state.empty(); });
+  const size_t states =
+      std::count_if(heads.begin(), heads.end(), [](auto& h) { return !h.state.empty(); });
   if (states > 0) {
     o << " states " << states;
     for (auto& h : heads)
@@ -105,7 +109,8 @@ BlockStructure BlockStructure::parse(const std::string& text, const std::string&
   size_t n = 0;
   in >> k1 >> s.next_id >> k2 >> s.rng_state >> s.rng_increment >> k3 >> n;
   if (!in || k1 != "next_id" || k2 != "rng" || k3 != "heads" || n == 0)
-    throw RuntimeError(what + ": malformed block structure `" + printable(text.substr(0, 200)) + "`");
+    throw RuntimeError(what + ": malformed block structure `" + printable(text.substr(0, 200)) +
+                       "`");
   // bounded before anything is allocated: a crafted structure may claim any count
   if (n > max_heads || n > text.size() / 4)  // each head is written as " ID BORN"
     throw RuntimeError(what + ": the block structure names " + std::to_string(n) +
@@ -116,7 +121,8 @@ BlockStructure BlockStructure::parse(const std::string& text, const std::string&
   s.heads.resize(n);
   for (auto& h : s.heads) in >> h.id >> h.born;
   if (!in)
-    throw RuntimeError(what + ": malformed block structure `" + printable(text.substr(0, 200)) + "`");
+    throw RuntimeError(what + ": malformed block structure `" + printable(text.substr(0, 200)) +
+                       "`");
   read_states(in, s, what);
   check_ids(s, what);
   return s;

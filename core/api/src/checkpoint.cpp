@@ -74,7 +74,8 @@ void fsync_directory(const std::string& dir) {
     throw RuntimeError(dir + ": cannot sync the directory: " + std::strerror(err));
 }
 
-void write_file_durably(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts) {
+void write_file_durably(const std::string& path,
+                        const std::vector<std::pair<const void*, size_t>>& parts) {
   namespace fs = std::filesystem;
   fs::path target(path);
   std::string dir = target.parent_path().string();
@@ -83,7 +84,8 @@ void write_file_durably(const std::string& path, const std::vector<std::pair<con
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   int fd = ::mkstemp(name.data());
-  if (fd < 0) throw RuntimeError(path + ": cannot create a temporary file beside it: " + errno_text());
+  if (fd < 0)
+    throw RuntimeError(path + ": cannot create a temporary file beside it: " + errno_text());
   std::string tmp(name.data());
   auto fail = [&](const std::string& what) {
     std::string msg = tmp + ": " + what + ": " + errno_text();
@@ -91,9 +93,9 @@ void write_file_durably(const std::string& path, const std::vector<std::pair<con
     ::unlink(tmp.c_str());  // never leave a partial file behind
     std::error_code ec;
     const std::string name = target.filename().string();
-    throw RuntimeError(msg + (fs::exists(target, ec)
-                                  ? " (the previous " + name + " is untouched)"
-                                  : " (there was no " + name + " before; no partial file is left)"));
+    throw RuntimeError(msg + (fs::exists(target, ec) ? " (the previous " + name + " is untouched)"
+                                                     : " (there was no " + name +
+                                                           " before; no partial file is left)"));
   };
   ::fchmod(fd, 0644);
   for (const auto& [p, n] : parts)
@@ -111,7 +113,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   size_t offset = 0;
   for (const auto& [name, t] : ck.tensors) {
     size_t bytes = t.size() * sizeof(float);
-    header[json_text(name)] = {{"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    header[json_text(name)] = {
+        {"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   json meta = json::object();
@@ -173,8 +176,9 @@ void verify_checksum(RawCheckpoint& raw) {
     throw std::runtime_error("no `__metadata__` object in the header");
   auto sum_it = meta_it->find(kChecksumKey);
   if (sum_it == meta_it->end() || !sum_it->is_string())
-    throw std::runtime_error("no checksum in the header (written by an older growformer, or not "
-                             "by growformer at all)");
+    throw std::runtime_error(
+        "no checksum in the header (written by an older growformer, or not "
+        "by growformer at all)");
   std::string stored = sum_it->get<std::string>();
   meta_it->erase(kChecksumKey);
   std::string actual = crc_text(content_crc(raw.header.dump(), raw.data, raw.data_size));
@@ -252,7 +256,8 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t fsize, const std::strin
   for (auto it = raw.header.begin(); it != raw.header.end(); ++it) {
     if (it.key() == "__metadata__") {
       for (auto m = it->begin(); m != it->end(); ++m)
-        ck.metadata[json_bytes(m.key())] = m->is_string() ? json_bytes(m->get<std::string>()) : m->dump();
+        ck.metadata[json_bytes(m.key())] =
+            m->is_string() ? json_bytes(m->get<std::string>()) : m->dump();
       continue;
     }
     try {
@@ -274,8 +279,7 @@ Checkpoint parse_checkpoint(const uint8_t* bytes, size_t fsize, const std::strin
 
 Checkpoint load_checkpoint(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw RuntimeError(path + ": no such checkpoint (or not readable): " + errno_text());
+  if (fd < 0) throw RuntimeError(path + ": no such checkpoint (or not readable): " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

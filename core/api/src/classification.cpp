@@ -9,7 +9,8 @@ ClassificationReport classification_report(const std::vector<std::vector<size_t>
   r.confusion = confusion;
   size_t C = confusion.size();
   for (auto& row : confusion)
-    if (row.size() != C) throw RuntimeError("classification_report: the confusion matrix is not square");
+    if (row.size() != C)
+      throw RuntimeError("classification_report: the confusion matrix is not square");
   r.classes.resize(C);
   size_t correct = 0;
   for (size_t t = 0; t < C; ++t)

@@ -67,12 +67,13 @@ void check_duplicates(const Doc& doc, const YAML::Node& n, const std::string& pa
                           "` is a list or mapping; keys must be plain names");
       std::string key = it->first.Scalar();
       if (key.find('\0') != std::string::npos)
-        throw ConfigError(mark_str(doc, it->first.Mark()) + ": " +
-                          (path.empty() ? std::string("a top-level key") : "a key under `" + path + "`") +
-                          " holds a NUL character (a \\0 escape?); keys must be plain names");
+        throw ConfigError(
+            mark_str(doc, it->first.Mark()) + ": " +
+            (path.empty() ? std::string("a top-level key") : "a key under `" + path + "`") +
+            " holds a NUL character (a \\0 escape?); keys must be plain names");
       if (!seen.insert(key).second)
-        throw ConfigError(mark_str(doc, it->first.Mark()) + ": duplicate key `" +
-                          join(path, key) + "` (each key may appear once in a mapping)");
+        throw ConfigError(mark_str(doc, it->first.Mark()) + ": duplicate key `" + join(path, key) +
+                          "` (each key may appear once in a mapping)");
       check_duplicates(doc, it->second, join(path, key), depth + 1, visited);
     }
   } else if (n.IsSequence()) {
@@ -138,8 +139,10 @@ void check_nesting(const std::string& text, const std::string& file) {
       if (c == quote) quote = 0;
       continue;
     }
-    if (c == '"' || c == '\'') quote = c;
-    else if (c == '#') comment = true;
+    if (c == '"' || c == '\'')
+      quote = c;
+    else if (c == '#')
+      comment = true;
     else if (c == '[' || c == '{') {
       if (++depth > kMaxConfigDepth)
         throw ConfigError(file + ":" + std::to_string(line) + ": brackets nested more than " +
@@ -153,7 +156,7 @@ void check_nesting(const std::string& text, const std::string& file) {
 // Block mappings and lists nest by indentation (and by `- ` items on one line); yaml-cpp fails
 // on deep ones with an unrelated message ("bad file"), so their depth is bounded before parsing.
 void check_block_nesting(const std::string& text, const std::string& file) {
-  std::vector<size_t> open;  // the columns of the levels open at this line
+  std::vector<size_t> open;               // the columns of the levels open at this line
   size_t text_block = std::string::npos;  // a block scalar's indentation: its lines are text
   std::istringstream lines(text);
   std::string l;
@@ -180,14 +183,11 @@ void check_block_nesting(const std::string& text, const std::string& file) {
   }
 }
 
-
 }  // namespace
 
 using config_detail::Doc;
 
-ConfigNode::ConfigNode() : impl_(std::make_shared<Impl>()) {
-  impl_->doc = std::make_shared<Doc>();
-}
+ConfigNode::ConfigNode() : impl_(std::make_shared<Impl>()) { impl_->doc = std::make_shared<Doc>(); }
 ConfigNode::ConfigNode(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name,
@@ -208,10 +208,12 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
     std::string l;
     bool content = false;
     for (size_t no = 1; std::getline(lines, l); ++no) {
-      bool marker = l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+      bool marker =
+          l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
       if (marker && content)
-        throw ConfigError(doc->file + ":" + std::to_string(no) +
-                          ":1: a second YAML document (after `---`); a configuration is one document");
+        throw ConfigError(
+            doc->file + ":" + std::to_string(no) +
+            ":1: a second YAML document (after `---`); a configuration is one document");
       size_t b = l.find_first_not_of(" \t\r");
       if (!marker && b != std::string::npos && l[b] != '#' && l[b] != '%') content = true;
     }

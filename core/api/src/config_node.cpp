@@ -114,8 +114,9 @@ void ConfigNode::fail(const std::string& msg) const {
 
 std::string ConfigNode::as_string() const {
   if (!valid() || impl_->node.IsNull()) fail("missing value");
-  if (!impl_->node.IsScalar()) fail("expected a single value, found a " +
-                                    std::string(impl_->node.IsMap() ? "mapping" : "list"));
+  if (!impl_->node.IsScalar())
+    fail("expected a single value, found a " +
+         std::string(impl_->node.IsMap() ? "mapping" : "list"));
   mark_consumed();
   // a NUL (a "\0" escape in a quoted string) would silently cut a path or a name where the
   // text reaches the system or a message
@@ -132,7 +133,8 @@ int64_t ConfigNode::as_int() const {
     if (pos == s.size()) return v;
     // accept integral floats written like 1e3
     double d = std::stod(s, &pos);
-    if (pos == s.size() && std::floor(d) == d && std::fabs(d) < 9e18) return static_cast<int64_t>(d);
+    if (pos == s.size() && std::floor(d) == d && std::fabs(d) < 9e18)
+      return static_cast<int64_t>(d);
   } catch (...) {
   }
   fail("expected an integer, found `" + s + "`");

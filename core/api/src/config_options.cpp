@@ -31,15 +31,24 @@ OptionSpec make_option(std::string name, OptType type, std::string default_value
 
 const char* opt_type_name(OptType t) {
   switch (t) {
-    case OptType::Int: return "int";
-    case OptType::Float: return "float";
-    case OptType::Bool: return "bool";
-    case OptType::String: return "string";
-    case OptType::IntList: return "list of int";
-    case OptType::FloatList: return "list of float";
-    case OptType::StringList: return "list of string";
-    case OptType::Component: return "mapping";
-    case OptType::Any: return "any";
+    case OptType::Int:
+      return "int";
+    case OptType::Float:
+      return "float";
+    case OptType::Bool:
+      return "bool";
+    case OptType::String:
+      return "string";
+    case OptType::IntList:
+      return "list of int";
+    case OptType::FloatList:
+      return "list of float";
+    case OptType::StringList:
+      return "list of string";
+    case OptType::Component:
+      return "mapping";
+    case OptType::Any:
+      return "any";
   }
   return "?";
 }
@@ -54,14 +63,18 @@ void check_value(const ConfigNode& n, const OptionSpec& s) {
     }
   };
   switch (s.type) {
-    case OptType::Int: range(static_cast<double>(n.as_int())); break;
+    case OptType::Int:
+      range(static_cast<double>(n.as_int()));
+      break;
     case OptType::Float: {
       double v = n.as_float();
       if (!std::isfinite(v)) n.fail("value must be finite");
       range(v);
       break;
     }
-    case OptType::Bool: n.as_bool(); break;
+    case OptType::Bool:
+      n.as_bool();
+      break;
     case OptType::String: {
       std::string v = n.as_string();
       if (!s.choices.empty() &&
@@ -77,9 +90,12 @@ void check_value(const ConfigNode& n, const OptionSpec& s) {
     case OptType::StringList: {
       if (!n.is_sequence()) n.fail(std::string("expected a ") + opt_type_name(s.type));
       for (auto& it : n.items()) {
-        if (s.type == OptType::IntList) range(static_cast<double>(it.as_int()));
-        else if (s.type == OptType::FloatList) range(it.as_float());
-        else it.as_string();
+        if (s.type == OptType::IntList)
+          range(static_cast<double>(it.as_int()));
+        else if (s.type == OptType::FloatList)
+          range(it.as_float());
+        else
+          it.as_string();
       }
       n.mark_consumed();
       break;
@@ -88,7 +104,9 @@ void check_value(const ConfigNode& n, const OptionSpec& s) {
       if (!n.is_map() && !(n.is_scalar() && n.as_string().empty()))
         n.fail("expected a mapping (with a `plugin:` key where it names a component)");
       break;
-    case OptType::Any: n.mark_consumed(); break;
+    case OptType::Any:
+      n.mark_consumed();
+      break;
   }
 }
 }  // namespace
@@ -108,8 +126,8 @@ Options::Options(const ConfigNode& node, const OptionSpecs& specs, const std::st
       if (std::find(names.begin(), names.end(), key) == names.end()) {
         std::string dym = did_you_mean(key, names);
         ConfigNode c = node.child(key);
-        throw ConfigError(node.key_location(key) + ": unknown key `" + c.path() + "` for " + component +
-                          (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
+        throw ConfigError(node.key_location(key) + ": unknown key `" + c.path() + "` for " +
+                          component + (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
                           " (valid keys: " + (names.empty() ? "none" : join_list(names)) + ")");
       }
     }
@@ -128,8 +146,8 @@ Options::Options(const ConfigNode& node, const OptionSpecs& specs, const std::st
       if (c.is_scalar()) v.text = c.as_string();
     } else {
       if (s.required) {
-        node.fail("missing required key `" + s.name + "` (" + opt_type_name(s.type) + ": " +
-                  s.doc + ")");
+        node.fail("missing required key `" + s.name + "` (" + opt_type_name(s.type) + ": " + s.doc +
+                  ")");
       }
       v.text = s.default_value;
       if (c.valid()) c.mark_consumed();
@@ -208,12 +226,14 @@ std::vector<T> list_value(bool given, const ConfigNode& node, const std::string&
 
 std::vector<int64_t> Options::get_int_list(const std::string& name) const {
   const Value& v = find(name);
-  return list_value<int64_t>(v.given, v.node, v.text, [](const ConfigNode& n) { return n.as_int(); });
+  return list_value<int64_t>(v.given, v.node, v.text,
+                             [](const ConfigNode& n) { return n.as_int(); });
 }
 
 std::vector<double> Options::get_float_list(const std::string& name) const {
   const Value& v = find(name);
-  return list_value<double>(v.given, v.node, v.text, [](const ConfigNode& n) { return n.as_float(); });
+  return list_value<double>(v.given, v.node, v.text,
+                            [](const ConfigNode& n) { return n.as_float(); });
 }
 
 std::vector<std::string> Options::get_string_list(const std::string& name) const {
@@ -274,6 +294,5 @@ std::string Options::resolve_path(const std::string& p) const {
   if (p.empty() || fs::path(p).is_absolute() || base_dir_.empty()) return p;
   return (fs::path(base_dir_) / p).lexically_normal().string();
 }
-
 
 }  // namespace gf

@@ -192,8 +192,8 @@ WorkCount Model::step_work(size_t batch, size_t seq) const {
 std::string Model::describe() const {
   std::ostringstream o;
   o << "classifier: vocab " << vocab_ << ", d_model " << d_ << ", " << layers_.size()
-    << " layers, max_len " << max_len_ << ", pool " << (cls_ ? "cls" : "mean") << ", "
-    << classes_ << " classes, " << num_parameters() << " parameters\n";
+    << " layers, max_len " << max_len_ << ", pool " << (cls_ ? "cls" : "mean") << ", " << classes_
+    << " classes, " << num_parameters() << " parameters\n";
   for (size_t i = 0; i < layers_.size(); ++i)
     o << "  layers." << i << ".attn  " << layers_[i]->attn->describe() << "\n";
   return o.str();

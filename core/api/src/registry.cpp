@@ -50,12 +50,18 @@ struct LrSettings {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Attention: return "attention";
-    case Kind::Head: return "head";
-    case Kind::Growth: return "growth";
-    case Kind::Pruning: return "pruning";
-    case Kind::Dataset: return "dataset";
-    case Kind::Optimizer: return "optimizer";
+    case Kind::Attention:
+      return "attention";
+    case Kind::Head:
+      return "head";
+    case Kind::Growth:
+      return "growth";
+    case Kind::Pruning:
+      return "pruning";
+    case Kind::Dataset:
+      return "dataset";
+    case Kind::Optimizer:
+      return "optimizer";
   }
   return "?";
 }
@@ -66,7 +72,9 @@ Registry::~Registry() = default;
 void Registry::add_attention(ComponentSpec spec, AttentionFactory f) {
   add(Kind::Attention, std::move(spec), std::move(f));
 }
-void Registry::add_head(ComponentSpec spec, HeadFactory f) { add(Kind::Head, std::move(spec), std::move(f)); }
+void Registry::add_head(ComponentSpec spec, HeadFactory f) {
+  add(Kind::Head, std::move(spec), std::move(f));
+}
 void Registry::add_growth(ComponentSpec spec, GrowthFactory f) {
   add(Kind::Growth, std::move(spec), std::move(f));
 }
@@ -136,7 +144,8 @@ std::shared_ptr<AttentionBlock> Registry::create_attention(const ConfigNode& nod
   if (block->can_edit_heads() && block->num_heads() == 0)
     throw RuntimeError("creating attention `" + node.child("plugin").as_string() + "` at " +
                        node.location() + ": the block was built without heads (" +
-                       block->describe() + "); a block whose heads can be edited starts with at "
+                       block->describe() +
+                       "); a block whose heads can be edited starts with at "
                        "least one");
   return block;
 }

@@ -60,10 +60,11 @@ std::string Registry::check_library_image(const uint8_t* bytes, size_t size) {
     return "not an ELF shared library (" + std::to_string(size) + " bytes, no ELF header)";
   auto eh = read_at<Elf64_Ehdr>(bytes, 0);
   if (eh.e_ident[EI_CLASS] != ELFCLASS64) return "not a 64-bit ELF library";
-  if (eh.e_ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB))
+  if (eh.e_ident[EI_DATA] !=
+      (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB))
     return "ELF byte order differs from this machine's";
-  if (eh.e_type != ET_DYN) return "an ELF file but not a shared library (e_type " +
-                                  std::to_string(eh.e_type) + ")";
+  if (eh.e_type != ET_DYN)
+    return "an ELF file but not a shared library (e_type " + std::to_string(eh.e_type) + ")";
   if (kHostMachine != 0 && eh.e_machine != kHostMachine)
     return "built for another processor (ELF machine " + std::to_string(eh.e_machine) + ")";
   if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 ||
@@ -110,7 +111,8 @@ std::string Registry::check_library_image(const uint8_t* bytes, size_t size) {
       if (std::memcmp(name, want, want_len + 1) != 0) continue;
       if (sym.st_shndx == SHN_UNDEF) continue;
       if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC)
-        return std::string("the entry point `") + want + "` is not a function (declare it with "
+        return std::string("the entry point `") + want +
+               "` is not a function (declare it with "
                "GROWFORMER_PLUGIN(...))";
       return "";
     }

@@ -30,8 +30,8 @@ struct Registry::Impl {
   std::vector<Entry> entries;
   std::vector<LoadedLibrary> loaded;
   std::vector<FailedLibrary> failed;
-  std::set<std::string> loaded_names;  // file names already loaded (first on the path wins)
-  std::set<std::string> tried;         // canonical paths of the files tried
+  std::set<std::string> loaded_names;          // file names already loaded (first on the path wins)
+  std::set<std::string> tried;                 // canonical paths of the files tried
   std::vector<std::string> failed_components;  // of the last register callback that failed
   // while a library's register callback runs:
   std::shared_ptr<boost::dll::shared_library> current_lib;
@@ -72,15 +72,16 @@ struct Registry::Impl {
     // the key's path too: a `plugin:` nested in an option (incrt_gate's `inner`) is named
     std::string msg = p.location() + ": `" + p.path() + "`: unknown " + kind_name(kind) +
                       " plugin `" + name + "`" +
-                      (dym.empty() ? "" : "; did you mean `" + dym + "`?") +
-                      "\n  known " + kind_name(kind) + " components: " + known(kind);
+                      (dym.empty() ? "" : "; did you mean `" + dym + "`?") + "\n  known " +
+                      kind_name(kind) + " components: " + known(kind);
     if (!failed.empty()) {
       msg += "\n  libraries that failed to load:";
       for (const auto& f : failed) msg += "\n    " + f.path + ": " + f.error;
     }
     if (loaded.empty())
-      msg += "\n  no plugin library was found on the search path; set --plugin-path or "
-             "GROWFORMER_PLUGIN_PATH";
+      msg +=
+          "\n  no plugin library was found on the search path; set --plugin-path or "
+          "GROWFORMER_PLUGIN_PATH";
     throw ConfigError(msg);
   }
 
@@ -102,7 +103,6 @@ namespace registry_detail {
 struct StaticInitError : RuntimeError {
   using RuntimeError::RuntimeError;
 };
-
 
 /// True in a probe's child process: libraries are loaded directly there.
 bool in_probe_child();

@@ -38,7 +38,6 @@ namespace {
 
 using registry_detail::StaticInitError;
 
-
 // Simple content checksum for plugins.lock (FNV-1a 64 over the file, hex).
 std::string file_checksum(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -55,7 +54,6 @@ std::string file_checksum(const std::string& path) {
   o << "fnv1a64:" << std::hex << h;
   return o.str();
 }
-
 
 // Checks the file before dlopen: a truncated or foreign file can crash the loader itself.
 void check_library_file(const std::string& path) {
@@ -90,7 +88,8 @@ const PluginInfo* open_plugin(boost::dll::shared_library& lib, const std::string
   } catch (const std::exception& e) {  // thrown by the library's code while it was mapped
     throw StaticInitError(path + ": a static initialiser threw: " + e.what());
   } catch (...) {
-    throw StaticInitError(path + ": a static initialiser threw something that is not a std::exception");
+    throw StaticInitError(path +
+                          ": a static initialiser threw something that is not a std::exception");
   }
   if (!lib.has(GROWFORMER_ENTRY_POINT_NAME))
     throw RuntimeError(path + ": not a growformer plugin: no `" GROWFORMER_ENTRY_POINT_NAME
@@ -117,11 +116,11 @@ const PluginInfo* open_plugin(boost::dll::shared_library& lib, const std::string
   return info;
 }
 
-
 }  // namespace
 
 void Registry::load_library(const std::string& path) {
-  if (!registry_detail::in_probe_child()) {  // a library that would end this process is refused instead
+  if (!registry_detail::in_probe_child()) {  // a library that would end this process is refused
+                                             // instead
     auto fatal = registry_detail::probe_in_child({path});
     if (!fatal.empty()) throw RuntimeError(path + ": " + fatal.begin()->second);
   }
@@ -144,7 +143,8 @@ void Registry::load_library(const std::string& path) {
   };
   auto fail = [&](const std::string& why) {
     std::vector<std::string> names;
-    for (size_t i = before; i < impl_->entries.size(); ++i) names.push_back(impl_->entries[i].info.spec.name);
+    for (size_t i = before; i < impl_->entries.size(); ++i)
+      names.push_back(impl_->entries[i].info.spec.name);
     impl_->entries.resize(before);  // all or nothing
     done();
     impl_->failed_components = names;
@@ -240,7 +240,8 @@ std::vector<std::string> Registry::search_path(const std::vector<std::string>& c
   Dl_info self{};
   if (dladdr(reinterpret_cast<void*>(&kind_name), &self) && self.dli_fname) {
     fs::path beside = fs::path(self.dli_fname).parent_path() / "growformer" / "plugins";
-    if (fs::is_directory(beside, ec)) out.push_back(fs::absolute(beside, ec).lexically_normal().string());
+    if (fs::is_directory(beside, ec))
+      out.push_back(fs::absolute(beside, ec).lexically_normal().string());
   }
   out.push_back(GROWFORMER_BUILD_PLUGIN_DIR);
   out.push_back(GROWFORMER_INSTALL_PLUGIN_DIR);

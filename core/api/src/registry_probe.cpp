@@ -36,10 +36,8 @@ namespace registry_detail {
 
 namespace {
 
-
-bool g_probe_child = false;  // this process is a probe's child: load directly
+bool g_probe_child = false;           // this process is a probe's child: load directly
 constexpr int kStaticInitThrew = 86;  // a probe child's exit status: see StaticInitError
-
 
 // The key a probe's result is kept under: the path, size and modification time of F.
 std::string probe_key(const std::string& f) {
@@ -95,7 +93,8 @@ ProbeReport watch_probe(pid_t pid, int progress_fd, int err_fd) {
   while (open_p || open_e) {
     pollfd fds[2] = {{open_p ? progress_fd : -1, POLLIN, 0}, {open_e ? err_fd : -1, POLLIN, 0}};
     int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       deadline - std::chrono::steady_clock::now()).count());
+                                       deadline - std::chrono::steady_clock::now())
+                                       .count());
     if (wait_ms <= 0) {
       rep.timed_out = true;
       break;
@@ -116,8 +115,10 @@ ProbeReport watch_probe(pid_t pid, int progress_fd, int err_fd) {
     }
     if (open_e && (fds[1].revents & (POLLIN | POLLHUP))) {
       ssize_t n = ::read(err_fd, buf, sizeof buf);
-      if (n > 0) rep.err_text.append(buf, static_cast<size_t>(n));
-      else if (n == 0 || errno != EINTR) open_e = false;
+      if (n > 0)
+        rep.err_text.append(buf, static_cast<size_t>(n));
+      else if (n == 0 || errno != EINTR)
+        open_e = false;
       if (rep.err_text.size() > 8192) rep.err_text.erase(0, rep.err_text.size() - 8192);
     }
   }
@@ -131,15 +132,19 @@ ProbeReport watch_probe(pid_t pid, int progress_fd, int err_fd) {
 std::string probe_failure(ProbeReport rep) {
   std::string& err_text = rep.err_text;
   const int status = rep.status;
-  while (!err_text.empty() && std::isspace(static_cast<unsigned char>(err_text.back()))) err_text.pop_back();
+  while (!err_text.empty() && std::isspace(static_cast<unsigned char>(err_text.back())))
+    err_text.pop_back();
   std::string why;
   if (rep.timed_out)
-    why = "loading it did not finish within 30 s (a static initialiser or the register callback hangs?)";
+    why =
+        "loading it did not finish within 30 s (a static initialiser or the register callback "
+        "hangs?)";
   else if (WIFEXITED(status) && WEXITSTATUS(status) == kStaticInitThrew)
     why = printable(err_text.substr(0, 600)), err_text.clear();
   else if (WIFSIGNALED(status))
     why = std::string("loading it ends the process (signal ") + std::to_string(WTERMSIG(status)) +
-          ", " + strsignal(WTERMSIG(status)) + "): a static initialiser or the register callback "
+          ", " + strsignal(WTERMSIG(status)) +
+          "): a static initialiser or the register callback "
           "threw an exception nothing catches, or crashed";
   else
     why = "loading it ends the process (exit status " + std::to_string(WEXITSTATUS(status)) +
@@ -147,7 +152,8 @@ std::string probe_failure(ProbeReport rep) {
   if (!err_text.empty()) {
     for (auto& ch : err_text)
       if (ch == '\n') ch = ' ';
-    why += " [its message: " + printable(err_text.substr(err_text.size() > 600 ? err_text.size() - 600 : 0)) + "]";
+    why += " [its message: " +
+           printable(err_text.substr(err_text.size() > 600 ? err_text.size() - 600 : 0)) + "]";
   }
   return why + "; the library was not loaded (rebuild or remove it)";
 }
@@ -189,7 +195,8 @@ std::map<std::string, std::string> probe_in_child(const std::vector<std::string>
     const ProbeReport rep = watch_probe(pid, progress[0], errs[0]);
     ::close(progress[0]);
     ::close(errs[0]);
-    for (size_t i = next; i < next + rep.done && i < todo.size(); ++i) cache[probe_key(todo[i])] = "";
+    for (size_t i = next; i < next + rep.done && i < todo.size(); ++i)
+      cache[probe_key(todo[i])] = "";
     next += rep.done;
     if (next >= todo.size()) break;
     // A child that stopped making progress is given one more try in a fresh child before its

@@ -61,8 +61,7 @@ void sgemm_rows(bool ta, bool tb, int m, int n, int k, float alpha, const float*
   size_t grain = std::max<size_t>(16, (m + threads * 4 - 1) / (threads * 4));
   parallel_chunks(m, grain, [&](size_t r0, size_t r1) {
     const float* ap = ta ? a + r0 : a + r0 * lda;
-    sgemm(ta, tb, static_cast<int>(r1 - r0), n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc,
-          ldc);
+    sgemm(ta, tb, static_cast<int>(r1 - r0), n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
   });
 }
 
@@ -152,9 +151,9 @@ bool cpu_has(const std::string& flag) {
 }
 
 bool generic_kernel(const std::string& name) {
-  static const char* generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
-                                  "Atom", "Katmai", "Coppermine", "Northwood", "Banias",
-                                  "Opteron", "Barcelona", "unknown"};
+  static const char* generic[] = {"Prescott", "Core2",     "Penryn",     "Dunnington", "Nehalem",
+                                  "Atom",     "Katmai",    "Coppermine", "Northwood",  "Banias",
+                                  "Opteron",  "Barcelona", "unknown"};
   for (const char* g : generic)
     if (strcasecmp(name.c_str(), g) == 0) return true;
   return false;
@@ -185,14 +184,15 @@ std::string select_blas_kernels(int, char** argv) {
              1);
       reexec(argv);
     }
-    g_note = kernel + " (selected automatically; GEMM self-test max error " +
-             std::to_string(err) + ")";
+    g_note =
+        kernel + " (selected automatically; GEMM self-test max error " + std::to_string(err) + ")";
     return g_note;
   }
   if (stage && std::string(stage) == "fallback") {
     const char* why = std::getenv("GROWFORMER_BLAS_FAILED");
-    g_note = kernel + " (OpenBLAS default; automatic selection failed: " +
-             std::string(why ? why : "?") + ")";
+    g_note = kernel +
+             " (OpenBLAS default; automatic selection failed: " + std::string(why ? why : "?") +
+             ")";
     return g_note;
   }
   if (std::getenv("OPENBLAS_CORETYPE")) {

@@ -174,7 +174,8 @@ double fma_peak_gflops(size_t threads, double seconds) {
         el = thread_cpu_seconds() - t0;
       } while (el < seconds / 10);
       best = std::max(best, static_cast<double>(calls) * chunk * k.fma_loop_flops / el);
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 2 * seconds)
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+          2 * seconds)
         break;
     }
     rate[t] = best;
@@ -192,7 +193,9 @@ double fma_peak_gflops(size_t threads, double seconds) {
 }
 
 size_t attention_block_rows() { return g_block_rows; }
-void set_attention_block_rows(size_t rows) { g_block_rows = rows == 0 ? default_block_rows() : rows; }
+void set_attention_block_rows(size_t rows) {
+  g_block_rows = rows == 0 ? default_block_rows() : rows;
+}
 
 float row_max(const float* x, size_t n) { return active().max(x, n); }
 float exp_shift_sum(float* x, size_t n, float shift) { return active().exp_shift_sum(x, n, shift); }
@@ -202,12 +205,12 @@ void softmax_grad_row(float* ds, const float* p, size_t n, float dot, float s) {
   active().softmax_grad(ds, p, n, dot, s);
 }
 float dot(const float* a, const float* b, size_t n) { return active().dot(a, b, n); }
-void layer_norm_rows(const float* x, size_t rows, size_t d, const float* gamma,
-                     const float* beta, float eps, float* y, float* stats) {
+void layer_norm_rows(const float* x, size_t rows, size_t d, const float* gamma, const float* beta,
+                     float eps, float* y, float* stats) {
   active().layer_norm(x, rows, d, gamma, beta, eps, y, stats);
 }
-void layer_norm_grad_rows(const float* x, const float* g, const float* stats, size_t rows,
-                          size_t d, const float* gamma, float* gx) {
+void layer_norm_grad_rows(const float* x, const float* g, const float* stats, size_t rows, size_t d,
+                          const float* gamma, float* gx) {
   active().layer_norm_grad(x, g, stats, rows, d, gamma, gx);
 }
 void layer_norm_param_grad(const float* x, const float* g, const float* stats, size_t rows,
@@ -277,8 +280,8 @@ void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, siz
   simd::PanelView v;
   active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, view_of(panels, v));
 }
-void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
-                      size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
+void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x, size_t ldx,
+                      const float* y, size_t ldy, float* c, size_t ldc) {
   add_matmul_flops(2ull * m * n * d);
   active().gemm_acc_nd_rows(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
@@ -294,8 +297,8 @@ void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, siz
   active().gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 
-void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
-               size_t ldw, const float* bias, float* c, size_t ldc, const Panels* panels) {
+void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w, size_t ldw,
+               const float* bias, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * k);
   simd::PanelView v;
   active().gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc, view_of(panels, v));

@@ -62,8 +62,8 @@ StepWork model_work(const ModelShape& s) {
 Roofline roofline(const StepWork& w, const ElementRates& r, double fma_gflops) {
   Roofline out;
   out.products_s = w.product_flops / (fma_gflops * 1e9);
-  out.exp_gelu_s = w.exp_elements / r.exp + w.gelu_elements / r.gelu +
-                   w.gelu_grad_elements / r.gelu_grad;
+  out.exp_gelu_s =
+      w.exp_elements / r.exp + w.gelu_elements / r.gelu + w.gelu_grad_elements / r.gelu_grad;
   out.in_cache_s = w.max_elements / r.max + w.softmax_grad_elements / r.softmax_grad;
   if (w.add_elements > 0) out.in_cache_s += w.add_elements / r.add;
   out.memory_s = w.memory_bytes / r.memory_bytes;
@@ -90,7 +90,8 @@ double best_rate(double elems, double seconds, size_t burst, F&& f) {
       el = thread_cpu_seconds() - t0;
     } while (el < seconds / 5);
     best = std::max(best, static_cast<double>(calls) * elems / el);
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 2 * seconds)
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        2 * seconds)
       break;
   }
   return best;
@@ -99,7 +100,7 @@ double best_rate(double elems, double seconds, size_t burst, F&& f) {
 // One thread's rate of measurement KIND (0 exp, 1 GELU, 2 its derivative, 3 row max, 4 the
 // softmax backward row pass, 5 y += a x: elements/s on a row in L1; 6 memory: bytes/s).
 double thread_rate(int kind, double seconds, float* sink) {
-  constexpr size_t kRow = 512;  // an attention tile's row at T 512: in L1
+  constexpr size_t kRow = 512;    // an attention tile's row at T 512: in L1
   constexpr size_t kBurst = 256;  // calls between clock reads: tens of microseconds
   std::vector<float> x(kRow), y(kRow, 0.5f), g(kRow);
   for (size_t j = 0; j < kRow; ++j) {
@@ -108,14 +109,22 @@ double thread_rate(int kind, double seconds, float* sink) {
   }
   double r = 0;
   switch (kind) {
-    case 0: r = best_rate(kRow, seconds, kBurst, [&] { exp_shift(x.data(), kRow, 1.0f); }); break;
-    case 1: r = best_rate(kRow, seconds, kBurst, [&] { gelu(g.data(), y.data(), kRow); }); break;
-    case 2:
-      r = best_rate(kRow, seconds, kBurst, [&] { gelu_grad(g.data(), x.data(), y.data(), kRow, false); });
+    case 0:
+      r = best_rate(kRow, seconds, kBurst, [&] { exp_shift(x.data(), kRow, 1.0f); });
       break;
-    case 3: r = best_rate(kRow, seconds, kBurst, [&] { *sink += row_max(x.data(), kRow); }); break;
+    case 1:
+      r = best_rate(kRow, seconds, kBurst, [&] { gelu(g.data(), y.data(), kRow); });
+      break;
+    case 2:
+      r = best_rate(kRow, seconds, kBurst,
+                    [&] { gelu_grad(g.data(), x.data(), y.data(), kRow, false); });
+      break;
+    case 3:
+      r = best_rate(kRow, seconds, kBurst, [&] { *sink += row_max(x.data(), kRow); });
+      break;
     case 4:  // ds = p (ds + 1): a fixed point below 1 for p <= 0.5, no subnormals
-      r = best_rate(kRow, seconds, kBurst, [&] { softmax_grad_row(y.data(), g.data(), kRow, -1.0f, 1.0f); });
+      r = best_rate(kRow, seconds, kBurst,
+                    [&] { softmax_grad_row(y.data(), g.data(), kRow, -1.0f, 1.0f); });
       break;
     case 5:  // y += 1e-7 x: y grows by under 1 in 10^7 calls
       r = best_rate(kRow, seconds, kBurst, [&] { axpy(y.data(), x.data(), kRow, 1e-7f); });

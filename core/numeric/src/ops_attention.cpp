@@ -88,7 +88,7 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
 struct AttnSample {
   // (T x dk), (dk x T) = K^T, (T x dk), (T x dv), (T x dv), (T x dv), (T)
   const float *Q, *KT, *K, *V, *O, *G, *lse;
-  const uint8_t* valid;                  // (T) or null
+  const uint8_t* valid;  // (T) or null
   float *gq, *gk, *gv;
 };
 
@@ -215,12 +215,16 @@ Var attention(const Var& q, const Var& k, const Var& v, float scale, const Atten
     float* gk = kk.requires_grad() ? kk.grad_buf().data() : nullptr;
     float* gv = vv.requires_grad() ? vv.grad_buf().data() : nullptr;
     auto sample = [&](size_t b) {
-      return AttnSample{qq.value().data() + b * T * dk, KT.data() + b * dk * T,
+      return AttnSample{qq.value().data() + b * T * dk,
+                        KT.data() + b * dk * T,
                         kk.value().data() + b * T * dk,
-                        vv.value().data() + b * T * dv, res.data() + b * T * dv,
-                        gr.data() + b * T * dv, lse.data() + b * T,
+                        vv.value().data() + b * T * dv,
+                        res.data() + b * T * dv,
+                        gr.data() + b * T * dv,
+                        lse.data() + b * T,
                         g.valid ? g.valid + b * T : nullptr,
-                        gq ? gq + b * T * dk : nullptr, gk ? gk + b * T * dk : nullptr,
+                        gq ? gq + b * T * dk : nullptr,
+                        gk ? gk + b * T * dk : nullptr,
                         gv ? gv + b * T * dv : nullptr};
     };
     attn_backward(g, tiles, backward_groups(g.B, tiles), sample);

@@ -141,8 +141,8 @@ Var lerp(const Var& a, const Var& b, const Var& t) {
     if (tt.requires_grad()) {
       const float* A = aa.value().data();
       const float* Bv = bb.value().data();
-      tt.grad_buf()[0] += static_cast<float>(fixed_block_sum(
-          n, [&](size_t i) { return static_cast<double>(G[i]) * (Bv[i] - A[i]); }));
+      tt.grad_buf()[0] += static_cast<float>(
+          fixed_block_sum(n, [&](size_t i) { return static_cast<double>(G[i]) * (Bv[i] - A[i]); }));
     }
   };
   return finish(std::move(y), {&a, &b, &t}, grad_fn);

@@ -1,4 +1,5 @@
-// Embedding, positions and pooling: embedding, add_positions, prepend, masked_mean_pool, select_position.
+// Embedding, positions and pooling: embedding, add_positions, prepend, masked_mean_pool,
+// select_position.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

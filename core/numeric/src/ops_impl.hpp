@@ -69,10 +69,11 @@ std::vector<float> fixed_row_block_sums(size_t rows, size_t width, F fn) {
 // gb[j] += sum over rows of G[r * d + j] (a bias broadcast over the rows of its input), in
 // fixed row blocks: the same bits with any thread count.
 inline void add_column_sums(const float* G, size_t rows, size_t d, float* gb) {
-  const std::vector<float> sum = fixed_row_block_sums(rows, d, [&](size_t r0, size_t r1, float* part) {
-    for (size_t i = r0; i < r1; ++i)
-      for (size_t j = 0; j < d; ++j) part[j] += G[i * d + j];
-  });
+  const std::vector<float> sum =
+      fixed_row_block_sums(rows, d, [&](size_t r0, size_t r1, float* part) {
+        for (size_t i = r0; i < r1; ++i)
+          for (size_t j = 0; j < d; ++j) part[j] += G[i * d + j];
+      });
   for (size_t j = 0; j < d; ++j) gb[j] += sum[j];
 }
 
@@ -106,7 +107,6 @@ double fixed_block_sum(size_t n, F term) {
   for (double p : part) s += p;
   return s;
 }
-
 
 }  // namespace detail
 }  // namespace ops

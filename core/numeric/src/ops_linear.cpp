@@ -35,8 +35,8 @@ void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n,
     for (size_t r0 = 0; r0 < m; r0 += kRows) {
       const size_t rows = std::min(kRows, m - r0);
       if (dW)
-        kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n,
-                              dW + c0, n);
+        kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n, dW + c0,
+                              n);
       if (db)
         for (size_t r = r0; r < r0 + rows; ++r)
           for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];
@@ -109,19 +109,20 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
 namespace {
 // The parts' columns side by side: part i's are off[i] .. off[i + 1] - 1 of off.back(); a shape
 // error when a weight does not take X's width or a bias does not fit its weight.
-std::vector<size_t> part_columns(const Var& x, const std::vector<Var>& w, const std::vector<Var>& b) {
+std::vector<size_t> part_columns(const Var& x, const std::vector<Var>& w,
+                                 const std::vector<Var>& b) {
   const size_t in = last_dim(x), parts = w.size();
   if (!b.empty() && b.size() != parts)
-    shape_error("linear_parts", std::to_string(parts) + " weights but " + std::to_string(b.size()) +
-                                    " biases");
+    shape_error("linear_parts",
+                std::to_string(parts) + " weights but " + std::to_string(b.size()) + " biases");
   std::vector<size_t> off(parts + 1, 0);
   for (size_t i = 0; i < parts; ++i) {
     if (w[i].shape().size() != 2 || w[i].dim(0) != in)
-      shape_error("linear_parts", "input " + shape_str(x.shape()) + " vs weight " +
-                                      shape_str(w[i].shape()));
+      shape_error("linear_parts",
+                  "input " + shape_str(x.shape()) + " vs weight " + shape_str(w[i].shape()));
     if (!b.empty() && b[i].size() != w[i].dim(1))
-      shape_error("linear_parts", "bias " + shape_str(b[i].shape()) + " for weight " +
-                                      shape_str(w[i].shape()));
+      shape_error("linear_parts",
+                  "bias " + shape_str(b[i].shape()) + " for weight " + shape_str(w[i].shape()));
     off[i + 1] = off[i] + w[i].dim(1);
   }
   return off;
@@ -194,7 +195,7 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
   }
   bool requires = x.requires_grad();
   for (size_t i = 0; i < parts; ++i)
-    requires = requires || w[i].requires_grad() || (!b.empty() && b[i].requires_grad());
+  requires = requires || w[i].requires_grad() || (!b.empty() && b[i].requires_grad());
   requires = requires && grad_enabled();
   std::vector<Var> outs;
   outs.reserve(parts);
@@ -212,8 +213,8 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
     std::vector<float*> dst(parts);
     for (size_t i = 0; i < parts; ++i)
       dst[i] = outs[i].value().data() + r0 * ((*off)[i + 1] - (*off)[i]);
-    kernels::gemm_bias_parts(r1 - r0, N, in, X + r0 * in, in, W->data(), N, bp, off->data(),
-                             parts, dst.data(), &pw);
+    kernels::gemm_bias_parts(r1 - r0, N, in, X + r0 * in, in, W->data(), N, bp, off->data(), parts,
+                             dst.data(), &pw);
   });
   if (!requires) return outs;
   // Backward: dX += G W^T and the parameters' gradients from the outputs' gradients side by side.
@@ -245,8 +246,8 @@ std::vector<size_t> stacked_rows(const std::vector<Var>& x, const std::vector<Va
     koff[i + 1] = koff[i] + w[i].dim(0);
   }
   if (bias && bias->size() != n)
-    shape_error("linear_sum", "bias " + shape_str(bias->shape()) + " for " + std::to_string(n) +
-                                  " outputs");
+    shape_error("linear_sum",
+                "bias " + shape_str(bias->shape()) + " for " + std::to_string(n) + " outputs");
   return koff;
 }
 
@@ -298,8 +299,8 @@ void add_part_input_grads(std::vector<Var>& xs, const float* G, const std::vecto
 Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* bias) {
   const size_t parts = x.size();
   if (parts == 0 || w.size() != parts)
-    shape_error("linear_sum", std::to_string(parts) + " inputs but " + std::to_string(w.size()) +
-                                  " weights");
+    shape_error("linear_sum",
+                std::to_string(parts) + " inputs but " + std::to_string(w.size()) + " weights");
   const size_t n = w[0].shape().size() == 2 ? w[0].dim(1) : 0;
   const size_t m = x[0].size() / std::max<size_t>(1, last_dim(x[0]));
   const std::vector<size_t> koff = stacked_rows(x, w, bias, n, m);
@@ -331,7 +332,8 @@ Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* 
     }
   });
   bool requires = bias && bias->requires_grad();
-  for (size_t i = 0; i < parts; ++i) requires = requires || x[i].requires_grad() || w[i].requires_grad();
+  for (size_t i = 0; i < parts; ++i)
+  requires = requires || x[i].requires_grad() || w[i].requires_grad();
   auto grad_fn = [xs = std::vector<Var>(x), ws = std::vector<Var>(w), bb = bias ? *bias : Var(),
                   koff, W, m, n, K](const Tensor& g, const Tensor&) mutable {
     const float* G = g.data();
@@ -341,8 +343,8 @@ Var linear_sum(const std::vector<Var>& x, const std::vector<Var>& w, const Var* 
     // dW_i = X_i^T G, each weight from its own input alone (fixed row blocks, weight_grads)
     for (size_t i = 0; i < xs.size(); ++i)
       if (ws[i].requires_grad())
-        weight_grads(xs[i].value().data(), m, koff[i + 1] - koff[i], G, n,
-                     ws[i].grad_buf().data(), nullptr);
+        weight_grads(xs[i].value().data(), m, koff[i + 1] - koff[i], G, n, ws[i].grad_buf().data(),
+                     nullptr);
     // d bias: column sums in fixed row blocks, as ops::add's broadcast bias
     if (bb.defined() && bb.requires_grad()) add_column_sums(G, m, n, bb.grad_buf().data());
   };

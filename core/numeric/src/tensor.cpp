@@ -168,9 +168,8 @@ Tensor Tensor::clone() const {
   Tensor t = empty(shape_);
   const float* src = data();
   float* dst = t.data();
-  parallel_elementwise(size_, [&](size_t b, size_t e) {
-    std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
-  });
+  parallel_elementwise(
+      size_, [&](size_t b, size_t e) { std::memcpy(dst + b, src + b, (e - b) * sizeof(float)); });
   return t;
 }
 
@@ -202,8 +201,6 @@ void Tensor::add_(const Tensor& o) {
   });
 }
 
-std::vector<float> Tensor::to_vector() const {
-  return std::vector<float>(data(), data() + size_);
-}
+std::vector<float> Tensor::to_vector() const { return std::vector<float>(data(), data() + size_); }
 
 }  // namespace gf

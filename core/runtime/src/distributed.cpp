@@ -80,8 +80,8 @@ std::string launcher_variable() {
 }
 
 long launcher_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
-                           "SLURM_PROCID"}) {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"}) {
     const char* v = std::getenv(name);
     if (!v || !*v) continue;
     char* end = nullptr;

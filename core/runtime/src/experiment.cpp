@@ -38,7 +38,7 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   seed_ = es.seed;
   threads_ = es.threads;
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  if (threads_ > cores) {  // more threads than cores only contend (results do not change)
+  if (threads_ > cores) {      // more threads than cores only contend (results do not change)
     if (data_need != "check")  // a sweep checks every job's config: once per job would be noise
       std::cerr << "warning: threads: " << threads_ << " is more than the " << cores
                 << " cores of this machine; using " << cores << "\n";
@@ -78,14 +78,12 @@ void Experiment::build_training_parts(const ExperimentSettings& top) {
   pruning_ = registry_->create_pruning(top.pruning);
 }
 
-
 Experiment::~Experiment() = default;
 
 Batch Experiment::make_batch(const std::vector<Example>& split,
                              const std::vector<size_t>& idx) const {
   return gf::make_batch(split, idx, model_->max_tokens(), data_.pad_id);
 }
-
 
 void Experiment::use_communicator(const RunFlags& flags) {
   comm_ = flags.comm ? flags.comm : &serial_communicator();
@@ -101,8 +99,10 @@ namespace {
 // writes it); otherwise each process stops naming its own, instead of ignoring it.
 void check_same_on_every_process(Communicator& comm, const char* what, const std::string& value) {
   if (comm.size() == 1 || comm.all_equal(hash_name(value))) return;
-  throw ConfigError(std::string(what) + ": the processes of this run were given different ones "
-                    "(rank " + std::to_string(comm.rank()) + ": `" + printable(value.substr(0, 300)) +
+  throw ConfigError(std::string(what) +
+                    ": the processes of this run were given different ones "
+                    "(rank " +
+                    std::to_string(comm.rank()) + ": `" + printable(value.substr(0, 300)) +
                     "`); give every process the same");
 }
 }  // namespace
@@ -118,7 +118,8 @@ int Experiment::train(const RunFlags& flags) {
   }
   RunDir dir = RunDir::create(flags.run_dir, name_);
   dir.lock();
-  std::string resolved = "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
+  std::string resolved =
+      "# resolved configuration (overrides applied); growformer " GROWFORMER_VERSION "\n";
   resolved += std::string(kConfigDirLine) + config_dir_text(cfg_.base_dir()) + "\n" + cfg_.dump();
   dir.write(dir.resolved_config(), resolved);
   resolved_config_ = resolved;
@@ -130,8 +131,8 @@ int Experiment::train(const RunFlags& flags) {
   {
     nlohmann::json lock = nlohmann::json::array();
     for (auto& l : registry_->libraries())
-      lock.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path},
-                      {"checksum", l.sha256}});
+      lock.push_back(
+          {{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}, {"checksum", l.sha256}});
     dir.write(dir.plugins_lock(), dump_json(lock, 2) + "\n");
   }
   dir.reset_logs();
@@ -176,9 +177,9 @@ int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
   // the record names this checkpoint's heads even if a kill came between it and the record
   record_structure(dir, step);
   if (comm_->root()) dir.rewind_logs(step);
-  if (!flags.quiet && comm_->root()) std::cout << "resuming " << dir.root() << " at step " << step << "\n";
+  if (!flags.quiet && comm_->root())
+    std::cout << "resuming " << dir.root() << " at step " << step << "\n";
   return run_loop(dir, step, flags);
 }
-
 
 }  // namespace gf

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 TrainingParts Experiment::parts() {
-  return {&cfg_, model_.get(), optimizer_.get(), growth_.get(), pruning_.get(), &state_,
-          registry_.get(), &settings_};
+  return {&cfg_,          model_.get(), optimizer_.get(), growth_.get(),
+          pruning_.get(), &state_,      registry_.get(),  &settings_};
 }
 
 void Experiment::save(const std::string& path) {
@@ -29,7 +29,6 @@ void Experiment::save(const std::string& path) {
   if (!resolved_config_crc_.empty()) ck.metadata["resolved_config_crc"] = resolved_config_crc_;
   save_checkpoint(path, ck);
 }
-
 
 namespace trainer_detail {
 
@@ -43,7 +42,8 @@ std::string config_dir_of(const std::string& text) {
 }
 
 std::string text_crc(const std::string& text) {
-  uLong crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size());
+  uLong crc =
+      crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size());
   char buf[24];
   std::snprintf(buf, sizeof buf, "crc32:%08lx", static_cast<unsigned long>(crc));
   return buf;
@@ -54,7 +54,8 @@ std::string read_resolved_config(const RunDir& dir) {
   std::string path = dir.resolved_config();
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
-    throw RuntimeError(path + ": missing (or not a file): the run directory is incomplete; start "
+    throw RuntimeError(path +
+                       ": missing (or not a file): the run directory is incomplete; start "
                        "a new run with `growformer train`");
   if (fs::file_size(path, ec) > (16u << 20))
     throw RuntimeError(path + ": larger than 16 MiB: not the run's resolved configuration");
@@ -88,8 +89,11 @@ std::string structure_record(const std::vector<std::vector<int>>& heads, long st
   for (const auto& b : heads) counts.push_back(static_cast<int>(b.size()));
   std::string r = std::string(kStructureLine) +
                   "  # written by the run at each checkpoint; not read as configuration\n"
-                  "#   step: " + std::to_string(step) + "  # of checkpoints/last.safetensors\n"
-                  "#   final_heads: " + list(counts) +
+                  "#   step: " +
+                  std::to_string(step) +
+                  "  # of checkpoints/last.safetensors\n"
+                  "#   final_heads: " +
+                  list(counts) +
                   "  # per block (model.attention.heads above is the start)\n"
                   "#   head_ids:\n";
   for (size_t i = 0; i < heads.size(); ++i)
@@ -104,22 +108,25 @@ void Experiment::record_structure(const RunDir& dir, long step) {
   const auto heads = trainer_detail::head_ids(*model_);
   // heads as the configuration builds them: the file says so already (and stays as it was)
   if (heads == start_heads_) return;
-  dir.write(dir.resolved_config(), resolved_config_ + trainer_detail::structure_record(heads, step));
+  dir.write(dir.resolved_config(),
+            resolved_config_ + trainer_detail::structure_record(heads, step));
 }
 
-void Experiment::load_weights(const std::string& path) { load_weights(load_checkpoint(path), path); }
+void Experiment::load_weights(const std::string& path) {
+  load_weights(load_checkpoint(path), path);
+}
 
 void Experiment::load_weights(const Checkpoint& ck, const std::string& path) {
   restore_model(ck, path, *model_);
 }
 
-std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
-                                                       const std::vector<std::string>& plugin_paths) {
+std::unique_ptr<Experiment> experiment_from_checkpoint(
+    const std::string& path, const std::vector<std::string>& plugin_paths) {
   return experiment_from_checkpoint(load_checkpoint(path), path, plugin_paths);
 }
 
-std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& ck, const std::string& path,
-                                                       const std::vector<std::string>& plugin_paths) {
+std::unique_ptr<Experiment> experiment_from_checkpoint(
+    const Checkpoint& ck, const std::string& path, const std::vector<std::string>& plugin_paths) {
   check_checkpoint_format(ck, path);  // before its config builds anything
   auto it = ck.metadata.find("config");
   if (it == ck.metadata.end())
@@ -132,6 +139,5 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& ck, con
   return std::make_unique<Experiment>(cfg, plugin_paths,
                                       data == ck.metadata.end() ? "" : data->second);
 }
-
 
 }  // namespace gf

@@ -60,7 +60,8 @@ std::string tokenizer_text(const json& tok) {
   try {
     return tok.dump();
   } catch (const json::exception& e) {
-    throw RuntimeError(std::string("the checkpoint's data record is corrupt: its tokenizer: ") + e.what());
+    throw RuntimeError(std::string("the checkpoint's data record is corrupt: its tokenizer: ") +
+                       e.what());
   }
 }
 
@@ -137,11 +138,12 @@ void Experiment::load_switch_data() {
   const char* where = "train.switch.data";
   // the first data's tokenizer state, so both tasks share one vocabulary and label map
   try {
-    switch_dataset_ = registry_->create_dataset(settings_.switch_data, {seed_, data_.tokenizer, ""});
+    switch_dataset_ =
+        registry_->create_dataset(settings_.switch_data, {seed_, data_.tokenizer, ""});
     switch_data_ = switch_dataset_->load();
   } catch (const ConfigError& e) {
-    throw ConfigError(std::string(where) + " (read with the first data's vocabulary and classes): " +
-                      e.what());
+    throw ConfigError(std::string(where) +
+                      " (read with the first data's vocabulary and classes): " + e.what());
   }
   if (switch_data_.vocab_size != data_.vocab_size ||
       vocab_fingerprint(switch_data_.vocab) != vocab_fingerprint(data_.vocab) ||
@@ -152,24 +154,27 @@ void Experiment::load_switch_data() {
     std::string differ =
         switch_data_.vocab_size != data_.vocab_size
             ? "its vocabulary (" + std::to_string(switch_data_.vocab_size) +
-                  " tokens) is not the first data's (" + std::to_string(data_.vocab_size) + " tokens)"
+                  " tokens) is not the first data's (" + std::to_string(data_.vocab_size) +
+                  " tokens)"
             : "its vocabulary holds other tokens than the first data's (" +
                   std::to_string(data_.vocab_size) + " tokens each" +
                   (switch_data_.pad_id != data_.pad_id ? ", another padding token" : "") + ")";
     throw ConfigError(std::string(where) + ": " + differ +
                       (plugin != data_plugin_
                            ? ": it is read by dataset `" + plugin + "`, the first data by `" +
-                                 data_plugin_ + "`; both tasks share the first data's tokenizer, "
+                                 data_plugin_ +
+                                 "`; both tasks share the first data's tokenizer, "
                                  "so use one dataset plugin with the same tokenizer options"
                            : ": give both the same tokenizer options"));
   }
   if (switch_data_.num_classes != data_.num_classes)
     throw ConfigError(std::string(where) + ": it has " + std::to_string(switch_data_.num_classes) +
-                      " classes (" + join_names(switch_data_.class_names) + ") but the first data has " +
-                      std::to_string(data_.num_classes) + " (" + join_names(data_.class_names) +
+                      " classes (" + join_names(switch_data_.class_names) +
+                      ") but the first data has " + std::to_string(data_.num_classes) + " (" +
+                      join_names(data_.class_names) +
                       "): the classifier cannot change its outputs");
-  if (switch_data_.train.empty()) throw ConfigError(std::string(where) + ": the training split is empty");
+  if (switch_data_.train.empty())
+    throw ConfigError(std::string(where) + ": the training split is empty");
 }
-
 
 }  // namespace gf

@@ -66,5 +66,4 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
   return r;
 }
 
-
 }  // namespace gf

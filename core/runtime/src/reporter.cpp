@@ -28,11 +28,12 @@ void write_line(std::ofstream& out, const std::string& path, const std::string& 
     RunDir dir(std::filesystem::path(path).parent_path().string());
     std::error_code ec;
     bool saved = std::filesystem::exists(dir.last_checkpoint(), ec);
-    throw RuntimeError(path + ": cannot write the run log (disk full or not a writable file?); " +
-                       (saved ? "the last checkpoint " + dir.last_checkpoint() +
-                                    " is intact: free space and `growformer resume " + dir.root() + "`"
-                              : "no checkpoint was written yet: free space and `growformer resume " +
-                                    dir.root() + "` starts the run again"));
+    throw RuntimeError(
+        path + ": cannot write the run log (disk full or not a writable file?); " +
+        (saved ? "the last checkpoint " + dir.last_checkpoint() +
+                     " is intact: free space and `growformer resume " + dir.root() + "`"
+               : "no checkpoint was written yet: free space and `growformer resume " + dir.root() +
+                     "` starts the run again"));
   }
 }
 std::ofstream open_log(const std::string& path) {
@@ -69,9 +70,12 @@ std::string fmt_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   long t = static_cast<long>(s + 0.5);
   std::ostringstream o;
-  if (t >= 3600) o << t / 3600 << "h" << (t % 3600) / 60 << "m";
-  else if (t >= 60) o << t / 60 << "m" << t % 60 << "s";
-  else o << t << "s";
+  if (t >= 3600)
+    o << t / 3600 << "h" << (t % 3600) / 60 << "m";
+  else if (t >= 60)
+    o << t / 60 << "m" << t % 60 << "s";
+  else
+    o << t << "s";
   return o.str();
 }
 
@@ -119,13 +123,15 @@ double Reporter::elapsed() const { return std::chrono::duration<double>(now_ - t
 void Reporter::end_step(long step, const TrainWindow& w, const std::vector<size_t>& heads) {
   now_ = Clock::now();
   steps_this_run_++;
-  if (!tty_ || !(std::chrono::duration<double>(now_ - last_draw_).count() > 0.1 || step == total_steps_))
+  if (!tty_ ||
+      !(std::chrono::duration<double>(now_ - last_draw_).count() > 0.1 || step == total_steps_))
     return;
   last_draw_ = now_;
   double rate = steps_this_run_ / std::max(1e-9, elapsed());
   int filled = static_cast<int>(static_cast<double>(step) / total_steps_ * 24);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "[%s%s] %ld/%ld | loss %.4f | acc %.3f | %.2f steps/s | heads %s | ETA %s",
+  std::snprintf(buf, sizeof buf,
+                "[%s%s] %ld/%ld | loss %.4f | acc %.3f | %.2f steps/s | heads %s | ETA %s",
                 std::string(filled, '#').c_str(), std::string(24 - filled, '.').c_str(), step,
                 total_steps_, w.mean_loss(), w.accuracy(), rate, heads_str(heads).c_str(),
                 fmt_duration((total_steps_ - step) / std::max(1e-9, rate)).c_str());
@@ -161,9 +167,14 @@ void Reporter::train(long step, const TrainWindow& w, double lr, const std::vect
 }
 
 void Reporter::validation(long step, const EvalResult& r, const std::vector<size_t>& heads) {
-  json j = {{"step", step},         {"split", "val"},      {"loss", r.loss},
-            {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
-            {"tokens_per_s", nullptr}, {"elapsed_s", elapsed()}};
+  json j = {{"step", step},
+            {"split", "val"},
+            {"loss", r.loss},
+            {"accuracy", r.accuracy},
+            {"examples", r.examples},
+            {"heads", heads},
+            {"tokens_per_s", nullptr},
+            {"elapsed_s", elapsed()}};
   write_line(metrics_, metrics_path_, dump_json(j));
   if (tty_) std::cerr << "\r\033[K";
   std::ostringstream line;
@@ -173,10 +184,16 @@ void Reporter::validation(long step, const EvalResult& r, const std::vector<size
 
 void Reporter::test(long step, const TestReport& t, const std::vector<size_t>& heads) {
   const EvalResult& r = t.result;
-  json j = {{"step", step},         {"split", "test"},        {"loss", r.loss},
-            {"accuracy", r.accuracy}, {"examples", r.examples}, {"heads", heads},
-            {"model", t.model},         {"majority_class_accuracy", t.majority_class_accuracy},
-            {"evaluated_on", t.evaluated_on}, {"tokens_per_s", nullptr},
+  json j = {{"step", step},
+            {"split", "test"},
+            {"loss", r.loss},
+            {"accuracy", r.accuracy},
+            {"examples", r.examples},
+            {"heads", heads},
+            {"model", t.model},
+            {"majority_class_accuracy", t.majority_class_accuracy},
+            {"evaluated_on", t.evaluated_on},
+            {"tokens_per_s", nullptr},
             {"elapsed_s", std::chrono::duration<double>(Clock::now() - t0_).count()}};
   write_line(metrics_, metrics_path_, dump_json(j));
   std::ostringstream line;

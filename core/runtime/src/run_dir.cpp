@@ -93,7 +93,8 @@ RunDir RunDir::create(const std::string& requested, const std::string& name) {
                         "` cannot name a run directory under runs/ (use letters, digits, `-`, `_`, "
                         "`.`; not `.` or `..`), or pass --run-dir");
     dir = (fs::path("runs") / name).string();
-    for (int i = 2; fs::exists(dir); ++i) dir = (fs::path("runs") / name).string() + "-" + std::to_string(i);
+    for (int i = 2; fs::exists(dir); ++i)
+      dir = (fs::path("runs") / name).string() + "-" + std::to_string(i);
   } else if (fs::exists(dir) && !fs::is_directory(dir)) {
     throw ConfigError(dir + ": --run-dir names a file, not a directory; choose another --run-dir");
   } else if (fs::exists(dir) && !never_started(dir)) {
@@ -102,8 +103,10 @@ RunDir RunDir::create(const std::string& requested, const std::string& name) {
       throw RunDirInUse(dir + ": another growformer process (pid " + printable(pid, 20) +
                             ") is running in this run directory now; choose another --run-dir",
                         pid);
-    throw ConfigError(dir + ": the run directory exists and is not empty (choose another "
-                      "--run-dir, or `growformer resume " + dir + "`)");
+    throw ConfigError(dir +
+                      ": the run directory exists and is not empty (choose another "
+                      "--run-dir, or `growformer resume " +
+                      dir + "`)");
   }
   RunDir r(dir);
   fs::create_directories(r.checkpoints());
@@ -132,8 +135,8 @@ void RunDir::refuse_restart_over_best() const {
   if (fs::exists(best_checkpoint(), ec))
     throw RuntimeError(root_ + ": has " + best_checkpoint() + " but no " + last_checkpoint() +
                        ": starting the run again from step 0 would overwrite it. To continue "
-                       "from the best checkpoint's step, copy it to " + last_checkpoint() +
-                       " and resume; to start again, move it away first");
+                       "from the best checkpoint's step, copy it to " +
+                       last_checkpoint() + " and resume; to start again, move it away first");
 }
 
 bool RunDir::recover_last_from_best() const {
@@ -159,7 +162,8 @@ void RunDir::write(const std::string& path, const std::string& text) const {
 void RunDir::lock() {
   std::string path = file(".lock");
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeError(path + ": cannot create the run directory's lock: " + std::strerror(errno));
+  if (fd < 0)
+    throw RuntimeError(path + ": cannot create the run directory's lock: " + std::strerror(errno));
   if (!take_lock(fd)) {
     std::string pid = printable(holder_pid(fd), 20);
     ::close(fd);

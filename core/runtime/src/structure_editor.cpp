@@ -64,11 +64,12 @@ namespace {
 void check_heads(const std::vector<AttentionBlock*>& blocks, const std::vector<HeadRef>& heads,
                  const StructureEditor::Policy& p, const char* what) {
   for (const HeadRef& h : heads) {
-    const std::string asked = "the " + p.role + " policy" + (p.name.empty() ? "" : " `" + p.name + "`") +
-                              " asked to " + what + " head " + std::to_string(h.head) + " of block " +
-                              std::to_string(h.block);
+    const std::string asked =
+        "the " + p.role + " policy" + (p.name.empty() ? "" : " `" + p.name + "`") + " asked to " +
+        what + " head " + std::to_string(h.head) + " of block " + std::to_string(h.block);
     if (h.block >= blocks.size())
-      throw RuntimeError(asked + ", but the model has " + std::to_string(blocks.size()) + " block(s)");
+      throw RuntimeError(asked + ", but the model has " + std::to_string(blocks.size()) +
+                         " block(s)");
     std::string ids;
     bool held = false;
     for (const HeadInfo& info : blocks[h.block]->heads()) {
@@ -76,8 +77,8 @@ void check_heads(const std::vector<AttentionBlock*>& blocks, const std::vector<H
       ids += (ids.empty() ? "" : ", ") + std::to_string(info.id);
     }
     if (!held)
-      throw RuntimeError(asked + ", which has no such head (its heads: " + (ids.empty() ? "none" : ids) +
-                         ")");
+      throw RuntimeError(
+          asked + ", which has no such head (its heads: " + (ids.empty() ? "none" : ids) + ")");
   }
 }
 }  // namespace

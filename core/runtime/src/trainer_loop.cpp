@@ -72,13 +72,12 @@ class Experiment::Loop {
                  static_cast<size_t>(ts_.bucket),
                  ts_.bucket > 0 ? padded_lengths(ex.data_.train, ex.model_->max_tokens())
                                 : std::vector<size_t>{}),
-        switch_sampler_(ex.seed_ ^ hash_name("train.switch"),
-                        std::max<size_t>(1, ex.switch_data_.train.size()),
-                        static_cast<size_t>(ts_.batch_size),
-                        ex.switch_data_.train.empty() ? 0 : static_cast<size_t>(ts_.bucket),
-                        ts_.bucket > 0 ? padded_lengths(ex.switch_data_.train,
-                                                        ex.model_->max_tokens())
-                                       : std::vector<size_t>{}),
+        switch_sampler_(
+            ex.seed_ ^ hash_name("train.switch"), std::max<size_t>(1, ex.switch_data_.train.size()),
+            static_cast<size_t>(ts_.batch_size),
+            ex.switch_data_.train.empty() ? 0 : static_cast<size_t>(ts_.bucket),
+            ts_.bucket > 0 ? padded_lengths(ex.switch_data_.train, ex.model_->max_tokens())
+                           : std::vector<size_t>{}),
         blocks_(ex.model_->blocks()),
         editor_(blocks_,
                 {{ex.growth_.get(), &st_.growth_rng, "growth", plugin_of(ex.cfg_, "growth")},
@@ -125,15 +124,16 @@ class Experiment::Loop {
   /// The last checkpoint this run has, in words.
   std::string saved_text() const {
     if (saved_step_ < 0) return "no checkpoint was written yet (a resume starts the run again)";
-    return "the last checkpoint " + dir_.last_checkpoint() + " (step " + std::to_string(saved_step_) +
-           ") is kept";
+    return "the last checkpoint " + dir_.last_checkpoint() + " (step " +
+           std::to_string(saved_step_) + ") is kept";
   }
 
   /// What the interrupt watchdog says about this run when it abandons a hung call.
   void note_checkpoint() const {
     set_interrupt_note("Of run " + dir_.root() + ", " + saved_text() + ": " +
-                       (flags_.announce_stop ? "continue with `growformer resume " + dir_.root() + "`."
-                                             : std::string("run the same command again to continue.")));
+                       (flags_.announce_stop
+                            ? "continue with `growformer resume " + dir_.root() + "`."
+                            : std::string("run the same command again to continue.")));
   }
 
   int run_steps(long start_step) {
@@ -189,7 +189,8 @@ class Experiment::Loop {
       out.pruning_columns = ex_.pruning_->summary_columns();
     }
     report_->summary(st_.step, out.growth_summary, out.pruning_summary);
-    report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() + "\n");
+    report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() +
+                 "\n");
     return 0;
   }
 
@@ -200,20 +201,22 @@ class Experiment::Loop {
     clear_tape();
     pool_release_cached();
     report_->end_bar();
-    std::string where = step_ > 0    ? "at step " + std::to_string(step_)
+    std::string where = step_ > 0   ? "at step " + std::to_string(step_)
                         : step_ < 0 ? std::string("in the final test")
                                     : std::string("before the first step");
     std::string heads;
-    for (size_t h : ex_.model_->heads_per_block()) heads += (heads.empty() ? "" : ", ") + std::to_string(h);
+    for (size_t h : ex_.model_->heads_per_block())
+      heads += (heads.empty() ? "" : ", ") + std::to_string(h);
     const std::string last = dir_.last_checkpoint();
     std::error_code ec;
-    throw RuntimeError("out of memory " + where + " of " + dir_.root() + " (heads per block: " + heads +
+    throw RuntimeError("out of memory " + where + " of " + dir_.root() +
+                       " (heads per block: " + heads +
                        "); lower train.batch_size or model.max_len, or the heads growth may add "
                        "(max_heads), or give the process more memory. " +
-                       (fs::exists(last, ec) ? "The last checkpoint " + last +
-                                                   " is kept: continue with `growformer resume " +
-                                                   dir_.root() + "`"
-                                             : std::string("No checkpoint was written yet")));
+                       (fs::exists(last, ec)
+                            ? "The last checkpoint " + last +
+                                  " is kept: continue with `growformer resume " + dir_.root() + "`"
+                            : std::string("No checkpoint was written yet")));
   }
 
  private:
@@ -291,7 +294,8 @@ class Experiment::Loop {
     if (need_masks_)
       for (AttentionBlock* b : blocks_)
         for (Var& m : b->head_mask_vars()) masks.push_back(m);
-    sync_.reduce(params, masks, static_cast<double>(batch.batch) / static_cast<double>(global), sums);
+    sync_.reduce(params, masks, static_cast<double>(batch.batch) / static_cast<double>(global),
+                 sums);
     TrainWindow all;
     all.loss = sums[0];
     all.correct = sums[1];
@@ -342,9 +346,9 @@ class Experiment::Loop {
         << 1e3 * (process_cpu_seconds() - cpu0) / steps
         << " ms CPU (this process, all threads) per step, validation included; of the wall time: "
         << "training " << 1e3 * phase_.train / steps << " ms, validation probes "
-        << 1e3 * phase_.probe / steps << " ms, growth and pruning checks " << 1e3 * phase_.policy / steps
-        << " ms, validation " << 1e3 * phase_.validation / steps << " ms, checkpoints "
-        << 1e3 * phase_.checkpoint / steps << " ms\n";
+        << 1e3 * phase_.probe / steps << " ms, growth and pruning checks "
+        << 1e3 * phase_.policy / steps << " ms, validation " << 1e3 * phase_.validation / steps
+        << " ms, checkpoints " << 1e3 * phase_.checkpoint / steps << " ms\n";
     if (comm_.size() == 1) {
       report_->say(o.str());
       return;
@@ -366,8 +370,8 @@ class Experiment::Loop {
     report_->events().emit(e);
     report_->end_bar();
     std::string last = dir_.last_checkpoint();
-    throw RuntimeError("non-finite loss (" + std::to_string(lv) + ") at step " + std::to_string(step) +
-                       " of " + dir_.root() +
+    throw RuntimeError("non-finite loss (" + std::to_string(lv) + ") at step " +
+                       std::to_string(step) + " of " + dir_.root() +
                        (fs::exists(last) ? "; the last good checkpoint is " + last
                                          : "; no checkpoint was written yet") +
                        ". Lower optimizer.lr or set train.clip");
@@ -389,7 +393,8 @@ class Experiment::Loop {
     std::vector<Probe> probes(blocks_.size());
     for (size_t i = 0; need_probe_ && i < blocks_.size(); ++i) {
       Tensor in = blocks_[i]->captured_input();
-      if (comm_.size() > 1 && in.defined()) in = gather_rows(comm_, in, batch.row_offset, whole.batch);
+      if (comm_.size() > 1 && in.defined())
+        in = gather_rows(comm_, in, batch.row_offset, whole.batch);
       probes[i] = make_probe(in, whole.valid, whole.seq);
     }
     capture_probes(false);
@@ -432,7 +437,8 @@ class Experiment::Loop {
     if (comm_.size() > 1) {  // every process decides alike: a head is added everywhere or nowhere
       comm_.allreduce_sum(&over, 1);
       if (over > 0 && need <= lim.bytes)
-        return "another process of this data-parallel run has no memory for one more head in block " +
+        return "another process of this data-parallel run has no memory for one more head in "
+               "block " +
                std::to_string(b) + "; " + kept;
     }
     if (over == 0) {
@@ -457,7 +463,8 @@ class Experiment::Loop {
   double head_bytes(size_t b) const {
     std::vector<HeadInfo> heads = blocks_[b]->heads();
     if (heads.empty()) return 0;  // nothing to measure a head by: the step itself will tell
-    const std::string prefix = "layers." + std::to_string(b) + ".attn.heads." + std::to_string(heads.back().id) + ".";
+    const std::string prefix =
+        "layers." + std::to_string(b) + ".attn.heads." + std::to_string(heads.back().id) + ".";
     double params = 0;
     for (auto& [n, v] : ex_.model_->named_parameters())
       if (n.rfind(prefix, 0) == 0) params += static_cast<double>(v.value().size());
@@ -489,7 +496,8 @@ class Experiment::Loop {
     if (want > 0 && !val.empty()) {
       const size_t bs = std::max<size_t>(1, static_cast<size_t>(ts_.batch_size));
       const long batches = static_cast<long>((want + bs - 1) / bs);
-      const std::vector<std::vector<HeadRef>> sets = editor_.probe_ablations(static_cast<size_t>(step));
+      const std::vector<std::vector<HeadRef>> sets =
+          editor_.probe_ablations(static_cast<size_t>(step));
       EvalResult r = ex_.evaluate(val, batches, !sets.empty());
       m.probe_examples = r.examples;
       m.probe_loss = r.loss;
@@ -617,8 +625,8 @@ class Experiment::Loop {
                  {"best_val_accuracy", st_.best_val},
                  {"patience", static_cast<double>(ts_.stop_patience)}};
     report_->events().emit(e);
-    report_->say("early stop after step " + std::to_string(step) + ": no better validation since step " +
-                 std::to_string(st_.best_step) + "\n");
+    report_->say("early stop after step " + std::to_string(step) +
+                 ": no better validation since step " + std::to_string(st_.best_step) + "\n");
   }
 
   /// RunFlags::on_step after STEP when it is due; a false answer (from any process) stops the
@@ -652,7 +660,8 @@ class Experiment::Loop {
     bool due = (ts_.checkpoint_every > 0 ? step % ts_.checkpoint_every == 0 : validated_) ||
                step == ts_.steps || st_.stopped_early;
     bool signalled = comm_.size() > 1 ? interrupt_requested_ : interrupted();
-    bool stop = signalled || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
+    bool stop =
+        signalled || stop_requested_ || (flags_.stop_after >= 0 && step >= flags_.stop_after);
     st_.step = step;
     if (best_due_) ex_.save(dir_.best_checkpoint());
     best_due_ = false;
@@ -665,8 +674,9 @@ class Experiment::Loop {
     if (!stop || step >= ts_.steps || st_.stopped_early) return false;
     report_->end_bar();
     if (flags_.announce_stop)
-      report_->say("stopped at step " + std::to_string(step) + "; checkpoint " + dir_.last_checkpoint() +
-                       "\ncontinue with: growformer resume " + dir_.root() + "\n",
+      report_->say("stopped at step " + std::to_string(step) + "; checkpoint " +
+                       dir_.last_checkpoint() + "\ncontinue with: growformer resume " +
+                       dir_.root() + "\n",
                    true);
     return true;
   }
@@ -693,7 +703,8 @@ class Experiment::Loop {
     t.result = ex_.evaluate(test, ts_.test_batches);
     t.model = which;
     t.evaluated_on = d.test.empty() ? "val" : "test";
-    t.majority_class_accuracy = majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
+    t.majority_class_accuracy =
+        majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
     report_->test(st_.step, t, ex_.model_->heads_per_block());
     ex_.outcome_.tested = true;
     ex_.outcome_.test = t;
@@ -714,10 +725,10 @@ class Experiment::Loop {
   std::vector<AttentionBlock*> blocks_;
   StructureEditor editor_;
   bool need_probe_ = false, need_masks_ = false, validated_ = false;
-  bool on_trial_ = false;  // the last validation found the structure on trial
-  long step_ = 0;          // the step being trained (-1: the final test)
-  bool best_due_ = false;  // this step's validation is the best so far: checkpoints/best is due
-  long saved_step_ = -1;   // the step of checkpoints/last (-1: none yet)
+  bool on_trial_ = false;      // the last validation found the structure on trial
+  long step_ = 0;              // the step being trained (-1: the final test)
+  bool best_due_ = false;      // this step's validation is the best so far: checkpoints/best is due
+  long saved_step_ = -1;       // the step of checkpoints/last (-1: none yet)
   double admitted_bytes_ = 0;  // the heads admitted in this check (admit_head)
   bool said_refused_ = false;  // a refused head was reported on the console
   // wall seconds per phase of the loop (the timing line of GROWFORMER_DP_TIMING=1)
@@ -725,7 +736,9 @@ class Experiment::Loop {
     double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
   } phase_;
   using Clock = std::chrono::steady_clock;
-  static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+  static double since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
 };
 
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
@@ -736,6 +749,5 @@ int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& fla
     loop.fail_out_of_memory();
   }
 }
-
 
 }  // namespace gf

@@ -18,9 +18,11 @@ namespace trainer_detail {
 
 MemoryLimit memory_limit() {
   MemoryLimit m;
-  m.bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  m.bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   m.from = "physical memory";
-  for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+  for (const char* f :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     std::ifstream in(f);
     double v = 0;
     if (in >> v && v > 0 && v < m.bytes) {
@@ -70,7 +72,8 @@ void check_memory(const ModelSettings& m, const DataSplits& data, long batch, bo
                   layers * (4 + 2 * m.mlp_ratio) * d * d +
                   d * static_cast<double>(data.num_classes);
   double param_bytes = 16 * params;
-  double act_bytes = training ? 4.0 * static_cast<double>(batch) * length * (layers + 1) * 16 * d : 0;
+  double act_bytes =
+      training ? 4.0 * static_cast<double>(batch) * length * (layers + 1) * 16 * d : 0;
   const MemoryLimit lim = memory_limit();
   const double limit = lim.bytes;
   const std::string& from = lim.from;

@@ -67,8 +67,9 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   bool recovered = (!comm || comm->root()) && dir.recover_last_from_best();
   if (comm && comm->size() > 1) recovered = comm->broadcast(recovered);
   if (recovered && !flags.quiet && (!comm || comm->root()))
-    std::cout << run_dir << ": no checkpoints/last.safetensors (the run stopped between writing its best "
-              << "and its last checkpoint); continuing from a copy of checkpoints/best.safetensors\n";
+    std::cout
+        << run_dir << ": no checkpoints/last.safetensors (the run stopped between writing its best "
+        << "and its last checkpoint); continuing from a copy of checkpoints/best.safetensors\n";
   if (fs::exists(dir.last_checkpoint(), ec)) {
     std::unique_ptr<Experiment> ex;
     try {
@@ -80,16 +81,20 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   }
   dir.refuse_restart_over_best();
   if (!fs::exists(dir.resolved_config(), ec))
-    throw RuntimeError(run_dir + ": not a run directory, or a run stopped before writing its "
-                       "configuration (no checkpoints/last.safetensors and no config.resolved.yaml); "
-                       "start it with `growformer train CONFIG --run-dir " + run_dir + "`");
+    throw RuntimeError(
+        run_dir +
+        ": not a run directory, or a run stopped before writing its "
+        "configuration (no checkpoints/last.safetensors and no config.resolved.yaml); "
+        "start it with `growformer train CONFIG --run-dir " +
+        run_dir + "`");
   // stopped before its first checkpoint: the same run again, from its resolved configuration
   std::string text = read_resolved_config(dir);
   std::string base_dir;
   std::istringstream lines(text);
   std::string line;
   for (int i = 0; i < 3 && std::getline(lines, line); ++i)
-    if (line.rfind(kConfigDirLine, 0) == 0) base_dir = config_dir_of(line.substr(std::strlen(kConfigDirLine)));
+    if (line.rfind(kConfigDirLine, 0) == 0)
+      base_dir = config_dir_of(line.substr(std::strlen(kConfigDirLine)));
   ConfigNode cfg = ConfigNode::load_string(text, dir.resolved_config(), base_dir);
   std::unique_ptr<Experiment> ex;
   try {
@@ -99,6 +104,5 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   }
   return ex->restart(run_dir, flags);
 }
-
 
 }  // namespace gf

@@ -48,24 +48,31 @@ const OptionTable<TrainSettings>& TrainSettings::table() {
         .add("warmup", &S::warmup, "100", "linear warm-up steps of the learning rate", 0, 1e12)
         .choice("schedule", &S::schedule, "cosine", "learning-rate schedule after warm-up",
                 names({"cosine", "linear", "constant"}))
-        .add("min_lr_ratio", &S::min_lr_ratio, "0", "final learning rate as a fraction of the peak", 0, 1)
+        .add("min_lr_ratio", &S::min_lr_ratio, "0", "final learning rate as a fraction of the peak",
+             0, 1)
         .add("clip", &S::clip, "1.0", "global gradient-norm clipping (0 = off)", 0, 1e9)
-        .add("eval_every", &S::eval_every, "200", "validate every N steps (0 = only at the end)", 0, 1e12)
-        .add("eval_batches", &S::eval_batches, "0", "batches per validation (0 = the whole split)", 0, 1e12)
+        .add("eval_every", &S::eval_every, "200", "validate every N steps (0 = only at the end)", 0,
+             1e12)
+        .add("eval_batches", &S::eval_batches, "0", "batches per validation (0 = the whole split)",
+             0, 1e12)
         .add("log_every", &S::log_every, "20", "log training metrics every N steps", 1, 1e12)
-        .add("test_batches", &S::test_batches, "0", "batches of the final test (0 = the whole split)", 0, 1e12)
+        .add("test_batches", &S::test_batches, "0",
+             "batches of the final test (0 = the whole split)", 0, 1e12)
         .add("check_every", &S::check_every, "50", "call growth and pruning every N steps", 1, 1e12)
         .add("checkpoint_every", &S::checkpoint_every, "0",
              "write checkpoints/last every N steps (0 = at each validation)", 0, 1e12)
-        .choice("test_on", &S::test_on, "best",
-                "model the final test uses (best: the best validation accuracy at a validation where "
-                "no policy had the structure on trial)",
-                names({"best", "last"}))
-        .add("stop_patience", &S::stop_patience, "0",
-             "end the run (with its final test) at the first validation this many validations after "
-             "the best validation accuracy, not while a policy has the structure on trial; under a switch, "
-             "on the second task only (0 = run all steps)",
-             0, 1e12)
+        .choice(
+            "test_on", &S::test_on, "best",
+            "model the final test uses (best: the best validation accuracy at a validation where "
+            "no policy had the structure on trial)",
+            names({"best", "last"}))
+        .add(
+            "stop_patience", &S::stop_patience, "0",
+            "end the run (with its final test) at the first validation this many validations after "
+            "the best validation accuracy, not while a policy has the structure on trial; under a "
+            "switch, "
+            "on the second task only (0 = run all steps)",
+            0, 1e12)
         .add("switch", &S::switch_node, "~",
              "task switch {at: N, data: {plugin: ...}}: steps after N train, validate and test on "
              "this data (same vocabulary and class count)");
@@ -85,8 +92,10 @@ TrainSettings::TrainSettings(const Options& o) {
   SwitchSettings sw = SwitchSettings::table().read(so);
   switch_at = sw.at;
   if (switch_at >= steps)
-    so.fail("at", "the switch at step " + std::to_string(switch_at) + " must come before the last "
-            "step (train.steps = " + std::to_string(steps) + ")");
+    so.fail("at", "the switch at step " + std::to_string(switch_at) +
+                      " must come before the last "
+                      "step (train.steps = " +
+                      std::to_string(steps) + ")");
   switch_data = sw.data;
 }
 

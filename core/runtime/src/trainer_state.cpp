@@ -51,7 +51,9 @@ void from_json(const json& j, TrainWindow& w) {
                   j.at(3).get<double>()};
 }
 void to_json(json& j, const Rng& r) { j = {r.state(), r.increment()}; }
-void from_json(const json& j, Rng& r) { r.restore(j.at(0).get<uint64_t>(), j.at(1).get<uint64_t>()); }
+void from_json(const json& j, Rng& r) {
+  r.restore(j.at(0).get<uint64_t>(), j.at(1).get<uint64_t>());
+}
 
 namespace {
 /// The one list of the trainer state's fields and their names in the checkpoint; F(name,
@@ -116,9 +118,9 @@ void TrainerState::from_json(const std::string& text, const std::string& where) 
   if (step < 0) bad("step " + std::to_string(step) + " is negative");
   if (best_step < -1 || best_step > step)
     bad("best_step " + std::to_string(best_step) + " is not in [-1, " + std::to_string(step) + "]");
-  for (double v : {best_val, window.loss, window.correct, window.count, window.tokens,
-                   since_check.loss, since_check.correct, since_check.count, since_check.tokens,
-                   val_loss, val_accuracy})
+  for (double v :
+       {best_val, window.loss, window.correct, window.count, window.tokens, since_check.loss,
+        since_check.correct, since_check.count, since_check.tokens, val_loss, val_accuracy})
     if (!std::isfinite(v)) bad("state holds a non-finite number");
   for (const TrainWindow* w : {&window, &since_check})
     if (w->count < 0 || w->correct < 0 || w->correct > w->count)
@@ -161,7 +163,8 @@ std::string recorded_plugin_libraries(const Registry& registry) {
   for (const LoadedLibrary& l : registry.libraries()) {
     std::string folder = folder_key(fs::path(l.path).parent_path().string());
     if (builtin.count(folder)) continue;
-    out.push_back({{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}, {"folder", folder}});
+    out.push_back(
+        {{"plugin", l.plugin}, {"version", l.version}, {"path", l.path}, {"folder", folder}});
   }
   return out.empty() ? std::string() : dump_json(out);
 }
@@ -173,8 +176,9 @@ std::string checkpoint_in(const std::string& path) {
   RunDir dir(path);
   for (const std::string& ck : {dir.best_checkpoint(), dir.last_checkpoint()})
     if (fs::is_regular_file(ck, ec)) return ck;
-  throw RuntimeError(path + ": a directory without a checkpoint: looked for " + dir.best_checkpoint() +
-                     ", then " + dir.last_checkpoint() + " (give a checkpoint file, or the "
+  throw RuntimeError(path + ": a directory without a checkpoint: looked for " +
+                     dir.best_checkpoint() + ", then " + dir.last_checkpoint() +
+                     " (give a checkpoint file, or the "
                      "directory of a run that wrote one)");
 }
 
@@ -189,7 +193,8 @@ CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::strin
     throw RuntimeError(path + ": corrupt `plugin_libraries` record (not a JSON list)");
   std::error_code ec;
   for (const json& l : json_bytes_tree(libs)) {
-    if (!l.is_object() || !l.value("path", json()).is_string() || !l.value("folder", json()).is_string())
+    if (!l.is_object() || !l.value("path", json()).is_string() ||
+        !l.value("folder", json()).is_string())
       throw RuntimeError(path + ": corrupt `plugin_libraries` record: " + l.dump().substr(0, 120));
     const std::string lib = l["path"].get<std::string>(), folder = l["folder"].get<std::string>();
     if (!fs::is_regular_file(lib, ec)) {
@@ -207,7 +212,8 @@ void rethrow_with_missing_plugins(const ConfigError& e, const std::string& path,
                                   const CheckpointPlugins& plugins, const std::string& flag) {
   if (plugins.missing.empty()) throw e;
   std::string msg = e.what();
-  msg += "\n  " + path + " was trained with plugin libraries that are missing now (moved or deleted?):";
+  msg += "\n  " + path +
+         " was trained with plugin libraries that are missing now (moved or deleted?):";
   for (const std::string& m : plugins.missing) msg += "\n    " + m;
   msg += "\n  put the library back there, or give " + flag + " with the folder it is in now";
   throw ConfigError(msg);
@@ -301,9 +307,11 @@ json heads_record(const Checkpoint& ck, const std::string& path, size_t blocks) 
 std::vector<std::optional<BlockStructure>> checked_structures(
     const Checkpoint& ck, const std::string& path, const std::vector<AttentionBlock*>* model) {
   auto it = ck.metadata.find("architecture");
-  if (it == ck.metadata.end()) throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
+  if (it == ck.metadata.end())
+    throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
   json arch = json::parse(it->second, nullptr, false);
-  if (!arch.is_array()) throw RuntimeError(path + ": corrupt architecture record (not a JSON list)");
+  if (!arch.is_array())
+    throw RuntimeError(path + ": corrupt architecture record (not a JSON list)");
   if (model && arch.size() != model->size())
     throw RuntimeError(path + ": the checkpoint has " + std::to_string(arch.size()) +
                        " blocks but the model has " + std::to_string(model->size()));
@@ -334,8 +342,8 @@ std::vector<std::optional<BlockStructure>> checked_structures(
     std::sort(ids.begin(), ids.end());
     if (ids != held[block])
       throw RuntimeError(what + ": its structure names heads " + id_list(ids) + " (" +
-                         std::to_string(n) + ") but the tensors hold heads " + id_list(held[block]) +
-                         " (" + std::to_string(held[block].size()) + ")");
+                         std::to_string(n) + ") but the tensors hold heads " +
+                         id_list(held[block]) + " (" + std::to_string(held[block].size()) + ")");
     out.push_back(std::move(s));
   }
   return out;
@@ -353,8 +361,9 @@ void restore_model(const Checkpoint& ck, const std::string& path, Model& model) 
     if (t == ck.tensors.end())
       throw RuntimeError(path + ": parameter `" + n + "` is missing from the checkpoint");
     if (t->second.shape() != p.value().shape())
-      throw RuntimeError(path + ": parameter `" + n + "` has shape " + shape_str(t->second.shape()) +
-                         " in the checkpoint but " + shape_str(p.value().shape()) + " in the model");
+      throw RuntimeError(path + ": parameter `" + n + "` has shape " +
+                         shape_str(t->second.shape()) + " in the checkpoint but " +
+                         shape_str(p.value().shape()) + " in the model");
     for (size_t i = 0; i < t->second.size(); ++i)
       if (!std::isfinite(t->second[i]))
         throw RuntimeError(path + ": parameter `" + n + "` holds a non-finite value (" +
@@ -423,8 +432,9 @@ long restore_training(const Checkpoint& ck, const std::string& path, const Train
   p.state->from_json(entry("trainer"), path);
   const long steps = p.settings ? p.settings->steps : p.state->step;
   if (p.state->step > steps)
-    throw RuntimeError(path + ": invalid checkpoint: trainer step " + std::to_string(p.state->step) +
-                       " is beyond the run's " + std::to_string(steps) + " steps");
+    throw RuntimeError(path + ": invalid checkpoint: trainer step " +
+                       std::to_string(p.state->step) + " is beyond the run's " +
+                       std::to_string(steps) + " steps");
   try {
     p.optimizer->load_state(ot, os, p.model->named_parameters());
   } catch (const RuntimeError& e) {

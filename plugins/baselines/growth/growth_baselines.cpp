@@ -22,10 +22,12 @@ struct BaselineSettings {
 
   static const gf::OptionTable<BaselineSettings>& table() {
     static const auto t = gf::OptionTable<BaselineSettings>()
-        .add("max_heads", &BaselineSettings::max_heads, "8", "stop growing a block at this many heads", 1, 1e6)
-        .add("value_variance", &BaselineSettings::value_variance, "~",
-             "Var(W_V) of a new head; unset = the head's default", 0.0)
-        .add("preserve_function", &BaselineSettings::preserve_function, "true", "new head's W_O starts at zero");
+                              .add("max_heads", &BaselineSettings::max_heads, "8",
+                                   "stop growing a block at this many heads", 1, 1e6)
+                              .add("value_variance", &BaselineSettings::value_variance, "~",
+                                   "Var(W_V) of a new head; unset = the head's default", 0.0)
+                              .add("preserve_function", &BaselineSettings::preserve_function,
+                                   "true", "new head's W_O starts at zero");
     return t;
   }
 };
@@ -60,8 +62,7 @@ class BaselineGrowth : public gf::GrowthPolicy {
       e.init.preserve_function = set_.preserve_function;
       e.cause.type = "grow";
       e.cause.block = long(bv.index);
-      e.cause.numbers = {{"step", double(view.step)}, {"heads_before", double(heads)},
-                         {"draw", u}};
+      e.cause.numbers = {{"step", double(view.step)}, {"heads_before", double(heads)}, {"draw", u}};
       e.cause.strings = {{"policy", name_}};
       last_add_[bv.index] = long(view.step);
       ++grown_;
@@ -115,10 +116,11 @@ struct FixedSettings {
   long every = 100, start = 0;
 
   static const gf::OptionTable<FixedSettings>& table() {
-    static const auto t = gf::OptionTable<FixedSettings>()
-        .include(BaselineSettings::table(), &FixedSettings::common)
-        .add("every", &FixedSettings::every, "100", "steps between two growths", 1, 1e12)
-        .add("start", &FixedSettings::start, "0", "no growth before this step", 0, 1e12);
+    static const auto t =
+        gf::OptionTable<FixedSettings>()
+            .include(BaselineSettings::table(), &FixedSettings::common)
+            .add("every", &FixedSettings::every, "100", "steps between two growths", 1, 1e12)
+            .add("start", &FixedSettings::start, "0", "no growth before this step", 0, 1e12);
     return t;
   }
 };
@@ -146,20 +148,23 @@ struct RandomSettings {
 
   static const gf::OptionTable<RandomSettings>& table() {
     static const auto t = gf::OptionTable<RandomSettings>()
-        .include(BaselineSettings::table(), &RandomSettings::common)
-        .add("probability", &RandomSettings::probability, "0.1", "chance of adding a head at each check",
-             0.0, 1.0);
+                              .include(BaselineSettings::table(), &RandomSettings::common)
+                              .add("probability", &RandomSettings::probability, "0.1",
+                                   "chance of adding a head at each check", 0.0, 1.0);
     return t;
   }
 };
 
 class RandomGrowth : public BaselineGrowth {
  public:
-  explicit RandomGrowth(const RandomSettings& s) : BaselineGrowth(s.common, "random"), p_(s.probability) {}
+  explicit RandomGrowth(const RandomSettings& s)
+      : BaselineGrowth(s.common, "random"), p_(s.probability) {}
 
  protected:
   bool decide(const gf::TrainView& view, size_t b, size_t heads, double* draw) override {
-    (void)view; (void)b; (void)heads;
+    (void)view;
+    (void)b;
+    (void)heads;
     *draw = rng_.uniform();  // drawn every check, so decisions depend only on the seed
     return *draw < p_;
   }
@@ -171,10 +176,14 @@ class RandomGrowth : public BaselineGrowth {
 void register_baselines(gf::Registry& r) {
   r.add_growth({"fixed_schedule", "add a randomly initialised head every N steps up to K",
                 FixedSettings::table().specs()},
-               [](const gf::Options& o) { return std::make_unique<FixedSchedule>(FixedSettings::table().read(o)); });
+               [](const gf::Options& o) {
+                 return std::make_unique<FixedSchedule>(FixedSettings::table().read(o));
+               });
   r.add_growth({"random", "add a randomly initialised head with probability p per check",
                 RandomSettings::table().specs()},
-               [](const gf::Options& o) { return std::make_unique<RandomGrowth>(RandomSettings::table().read(o)); });
+               [](const gf::Options& o) {
+                 return std::make_unique<RandomGrowth>(RandomSettings::table().read(o));
+               });
 }
 
 }  // namespace

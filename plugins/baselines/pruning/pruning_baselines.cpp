@@ -62,10 +62,12 @@ struct PruneCommon {
 
   static gf::OptionTable<PruneCommon> table(const std::string& grace) {
     return gf::OptionTable<PruneCommon>()
-        .add("grace", &PruneCommon::grace, grace, "steps after a head's birth before it can be pruned", 0, 1e12)
-        .add("min_heads", &PruneCommon::min_heads, "1", "never prune a block below this many heads", 0, 1e6)
-        .add("max_per_check", &PruneCommon::max_per_check, "1", "heads removed per block and check at most", 1,
-             1e6);
+        .add("grace", &PruneCommon::grace, grace,
+             "steps after a head's birth before it can be pruned", 0, 1e12)
+        .add("min_heads", &PruneCommon::min_heads, "1", "never prune a block below this many heads",
+             0, 1e6)
+        .add("max_per_check", &PruneCommon::max_per_check, "1",
+             "heads removed per block and check at most", 1, 1e6);
   }
 };
 
@@ -80,10 +82,11 @@ struct MagnitudeSettings {
 
   static const gf::OptionTable<MagnitudeSettings>& table() {
     static const auto t = gf::OptionTable<MagnitudeSettings>()
-        .include(PruneCommon::table("100"), &MagnitudeSettings::common)
-        .add("threshold", &MagnitudeSettings::threshold, "0.01", "prune when ||W_O||_F is under this", 0.0)
-        .add("relative", &MagnitudeSettings::relative, "false",
-             "compare ||W_O||_F / max over the block's heads instead");
+                              .include(PruneCommon::table("100"), &MagnitudeSettings::common)
+                              .add("threshold", &MagnitudeSettings::threshold, "0.01",
+                                   "prune when ||W_O||_F is under this", 0.0)
+                              .add("relative", &MagnitudeSettings::relative, "false",
+                                   "compare ||W_O||_F / max over the block's heads instead");
     return t;
   }
 };
@@ -126,14 +129,15 @@ class Magnitude : public gf::GrowthPolicy {
         gf::Event ev;
         ev.type = "check";
         ev.block = long(bv.index);
-        ev.numbers = {{"step", double(view.step)}, {"threshold", threshold_},
+        ev.numbers = {{"step", double(view.step)},
+                      {"threshold", threshold_},
                       {"heads", double(heads.size())}};
         ev.strings = {{"policy", "magnitude"}};
         ev.lists = {{"head_ids", ids}, {"w_o_norm", scores}};
         view.events->emit(ev);
       }
-      emit_prunes(view, bv, cand, heads.size(), min_heads_, max_per_check_, "magnitude",
-                  threshold_, edits);
+      emit_prunes(view, bv, cand, heads.size(), min_heads_, max_per_check_, "magnitude", threshold_,
+                  edits);
     }
     return edits;
   }
@@ -152,15 +156,19 @@ struct ImportanceSettings {
 
   static const gf::OptionTable<ImportanceSettings>& table() {
     using S = ImportanceSettings;
-    static const auto t = gf::OptionTable<S>()
-        .include(PruneCommon::table("100"), &S::common)
-        .choice("mode", &S::mode_fraction, "threshold",
-                "threshold: prune heads under `threshold`; fraction: the lowest `fraction`",
-                {{"threshold", false}, {"fraction", true}})
-        .add("threshold", &S::threshold, "0.05", "importance threshold (mode: threshold)", 0.0)
-        .add("fraction", &S::fraction, "0.1", "share of heads pruned per check (fraction)", 0.0, 1.0)
-        .add("normalize", &S::normalize, "true", "divide importances by their L2 norm per block")
-        .add("reset_after_check", &S::reset_after_check, "true", "restart the accumulation after every check");
+    static const auto t =
+        gf::OptionTable<S>()
+            .include(PruneCommon::table("100"), &S::common)
+            .choice("mode", &S::mode_fraction, "threshold",
+                    "threshold: prune heads under `threshold`; fraction: the lowest `fraction`",
+                    {{"threshold", false}, {"fraction", true}})
+            .add("threshold", &S::threshold, "0.05", "importance threshold (mode: threshold)", 0.0)
+            .add("fraction", &S::fraction, "0.1", "share of heads pruned per check (fraction)", 0.0,
+                 1.0)
+            .add("normalize", &S::normalize, "true",
+                 "divide importances by their L2 norm per block")
+            .add("reset_after_check", &S::reset_after_check, "true",
+                 "restart the accumulation after every check");
     return t;
   }
 };
@@ -197,8 +205,10 @@ class HeadImportance : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
     (void)view;
     Acc& acc = acc_[e.block];
-    if (e.kind == gf::Edit::Kind::RemoveHead) acc.sum.erase(e.head_id);
-    else acc.sum[new_head_id] = 0.0;
+    if (e.kind == gf::Edit::Kind::RemoveHead)
+      acc.sum.erase(e.head_id);
+    else
+      acc.sum[new_head_id] = 0.0;
   }
 
   std::vector<gf::Edit> check(const gf::TrainView& view) override {
@@ -240,8 +250,10 @@ class HeadImportance : public gf::GrowthPolicy {
         gf::Event ev;
         ev.type = "check";
         ev.block = long(bv.index);
-        ev.numbers = {{"step", double(view.step)}, {"threshold", threshold_},
-                      {"backwards", double(acc.count)}, {"heads", double(heads.size())}};
+        ev.numbers = {{"step", double(view.step)},
+                      {"threshold", threshold_},
+                      {"backwards", double(acc.count)},
+                      {"heads", double(heads.size())}};
         ev.strings = {{"policy", "head_importance"}};
         ev.lists = {{"head_ids", ids}, {"importance", imp}};
         view.events->emit(ev);
@@ -301,18 +313,24 @@ struct AblationSettings {
 
   static const gf::OptionTable<AblationSettings>& table() {
     using S = AblationSettings;
-    static const auto t = gf::OptionTable<S>()
-        .include(PruneCommon::table("300"), &S::common)
-        .add("probe_examples", &S::probe_examples, "128", "validation examples per probe", 1, 1e7)
-        .add("probe_every", &S::probe_every, "10",
-             "a probe every N checks (each probe evaluates the examples once per head past its grace)", 1, 1e6)
-        .add("max_cost", &S::max_cost, "0.02",
-             "prune a head whose removal raises the probe loss by less than this fraction")
-        .add("loss_floor", &S::loss_floor, "0.05",
-             "the cost's denominator is max(probe loss, loss_floor): near-zero losses do not magnify "
-             "float noise",
-             1e-12)
-        .add("patience", &S::patience, "2", "probes in a row under max_cost before a head is pruned", 1, 1e6);
+    static const auto t =
+        gf::OptionTable<S>()
+            .include(PruneCommon::table("300"), &S::common)
+            .add("probe_examples", &S::probe_examples, "128", "validation examples per probe", 1,
+                 1e7)
+            .add("probe_every", &S::probe_every, "10",
+                 "a probe every N checks (each probe evaluates the examples once per head past its "
+                 "grace)",
+                 1, 1e6)
+            .add("max_cost", &S::max_cost, "0.02",
+                 "prune a head whose removal raises the probe loss by less than this fraction")
+            .add("loss_floor", &S::loss_floor, "0.05",
+                 "the cost's denominator is max(probe loss, loss_floor): near-zero losses do not "
+                 "magnify "
+                 "float noise",
+                 1e-12)
+            .add("patience", &S::patience, "2",
+                 "probes in a row under max_cost before a head is pruned", 1, 1e6);
     return t;
   }
 };
@@ -384,11 +402,15 @@ class AblationRule : public gf::GrowthPolicy {
         gf::Event ev;
         ev.type = "check";
         ev.block = long(bv.index);
-        ev.numbers = {{"step", double(view.step)},      {"max_cost", max_cost_},
-                      {"probe_loss", m.probe_loss},     {"probe_accuracy", m.probe_accuracy},
-                      {"examples", double(m.probe_examples)}, {"heads", double(heads.size())}};
+        ev.numbers = {{"step", double(view.step)},
+                      {"max_cost", max_cost_},
+                      {"probe_loss", m.probe_loss},
+                      {"probe_accuracy", m.probe_accuracy},
+                      {"examples", double(m.probe_examples)},
+                      {"heads", double(heads.size())}};
         ev.strings = {{"policy", "ablation"}};
-        ev.lists = {{"head_ids", ids}, {"cost", costs}, {"cost_sd", spreads}, {"checks_under", counts}};
+        ev.lists = {
+            {"head_ids", ids}, {"cost", costs}, {"cost_sd", spreads}, {"checks_under", counts}};
         view.events->emit(ev);
       }
       const size_t before = edits.size();
@@ -423,12 +445,13 @@ class AblationRule : public gf::GrowthPolicy {
   size_t probe_examples_, probe_every_;
   double max_cost_, loss_floor_;
   size_t patience_, grace_, min_heads_, max_per_check_;
-  size_t checks_ = 0;                         // checks seen
+  size_t checks_ = 0;                             // checks seen
   std::map<std::pair<size_t, int>, size_t> low_;  // probes in a row under max_cost, per head
 
   static const gf::StateFields<AblationRule>& fields() {
-    static const auto f =
-        gf::StateFields<AblationRule>().add("checks", &AblationRule::checks_).add("low", &AblationRule::low_);
+    static const auto f = gf::StateFields<AblationRule>()
+                              .add("checks", &AblationRule::checks_)
+                              .add("low", &AblationRule::low_);
     return f;
   }
 };
@@ -436,16 +459,21 @@ class AblationRule : public gf::GrowthPolicy {
 void register_rules(gf::Registry& r) {
   r.add_pruning({"magnitude", "prune heads whose output map W_O has a small Frobenius norm",
                  MagnitudeSettings::table().specs()},
-                [](const gf::Options& o) { return std::make_unique<Magnitude>(MagnitudeSettings::table().read(o)); });
+                [](const gf::Options& o) {
+                  return std::make_unique<Magnitude>(MagnitudeSettings::table().read(o));
+                });
   r.add_pruning({"head_importance",
                  "Michel et al. 2019: prune heads with small accumulated |d loss / d head mask|",
                  ImportanceSettings::table().specs()},
                 [](const gf::Options& o) {
                   return std::make_unique<HeadImportance>(ImportanceSettings::table().read(o));
                 });
-  r.add_pruning({"ablation", "prune heads whose removal costs the validation probe less than max_cost",
-                 AblationSettings::table().specs()},
-                [](const gf::Options& o) { return std::make_unique<AblationRule>(AblationSettings::table().read(o)); });
+  r.add_pruning(
+      {"ablation", "prune heads whose removal costs the validation probe less than max_cost",
+       AblationSettings::table().specs()},
+      [](const gf::Options& o) {
+        return std::make_unique<AblationRule>(AblationSettings::table().read(o));
+      });
 }
 
 }  // namespace

@@ -109,7 +109,6 @@ class HktBlock : public gf::MultiHeadBlock {
   nlohmann::json gram_rank_json(const ProbeScores& ps, const std::vector<double>& lambda) const;
 
  public:
-
  protected:
   std::vector<Var> make_levels(const Var& x, const gf::ForwardContext& ctx) override {
     std::vector<Var> lv = build_levels(x);
@@ -194,7 +193,8 @@ class HktBlock : public gf::MultiHeadBlock {
 
   double score_cost_ratio() const override {
     double r = 0, level = 1;
-    for (size_t l = 0; l < levels_; ++l, level /= static_cast<double>(stride_ * stride_)) r += level;
+    for (size_t l = 0; l < levels_; ++l, level /= static_cast<double>(stride_ * stride_))
+      r += level;
     return r;
   }
   std::string block_name() const override {
@@ -296,7 +296,8 @@ std::vector<double> level_dots(const Var& q, const Var& k, size_t b, size_t n, b
 // ceil(LEN[b] / BLOCK) level-l tokens (J <= I only when CAUSAL), in the order (b, I, J); the
 // first sample's dot products (level_dots) go to FIRST.
 std::vector<double> level_scores(const Var& q, const Var& k, const std::vector<size_t>& len,
-                                 size_t block, float scale, bool causal, std::vector<double>& first) {
+                                 size_t block, float scale, bool causal,
+                                 std::vector<double>& first) {
   std::vector<double> out;
   const size_t Tl = q.dim(1);
   for (size_t b = 0; b < len.size(); ++b) {
@@ -313,8 +314,8 @@ std::vector<double> level_scores(const Var& q, const Var& k, const std::vector<s
 /// Each head's own q_l, k_l on the probe (biases, shared weights and all) and what the score
 /// statistics read of them.
 struct HktBlock::ProbeScores {
-  std::vector<std::vector<Var>> q, k;          // per head, per level
-  std::vector<size_t> len;                     // valid tokens per sample (right padding)
+  std::vector<std::vector<Var>> q, k;  // per head, per level
+  std::vector<size_t> len;             // valid tokens per sample (right padding)
   std::vector<std::vector<std::vector<double>>> first_dots;  // per level, per head: sample 0's dots
   float scale = 1.0f;
 };
@@ -389,7 +390,8 @@ std::string HktBlock::analyze_json(const gf::Tensor* probe,
 
 /// Per level, the antisymmetric share and the smallest eigenvalue of the symmetric part of
 /// each head's bilinear form; ALL_PSD is cleared when a symmetric part is not PSD.
-nlohmann::json HktBlock::bilinear_json(const std::vector<gf::HeadInfo>& heads_info, bool& all_psd) const {
+nlohmann::json HktBlock::bilinear_json(const std::vector<gf::HeadInfo>& heads_info,
+                                       bool& all_psd) const {
   using nlohmann::json;
   json levels = json::array();
   const double tol = 1e-6;
@@ -470,7 +472,8 @@ nlohmann::json HktBlock::kurtosis_json(ProbeScores& ps) const {
     e["pearson_kurtosis"] = std::isnan(kurt) ? json(nullptr) : json(kurt + 3.0);
     // Mardia: each token pair is one sample, the vector of its scores across heads
     if (per_head.size() >= 2) {
-      std::vector<std::vector<double>> samples(per_head[0].size(), std::vector<double>(per_head.size()));
+      std::vector<std::vector<double>> samples(per_head[0].size(),
+                                               std::vector<double>(per_head.size()));
       for (size_t h = 0; h < per_head.size(); ++h)
         for (size_t i = 0; i < samples.size(); ++i) samples[i][h] = per_head[h][i];
       size_t rank = 0;
@@ -487,7 +490,8 @@ nlohmann::json HktBlock::kurtosis_json(ProbeScores& ps) const {
 /// Rank of the hierarchical Gram (fused score) matrix of the probe's first sequence, per head:
 /// S = sum_l lambda_l up(S_l) with rank(up(S_l)) <= rank(S_l) <= min(T_l, d_k). Reads the
 /// level scores kurtosis_json computed (the first sample's dot products), not again.
-nlohmann::json HktBlock::gram_rank_json(const ProbeScores& ps, const std::vector<double>& lambda) const {
+nlohmann::json HktBlock::gram_rank_json(const ProbeScores& ps,
+                                        const std::vector<double>& lambda) const {
   using nlohmann::json;
   const size_t dk = head_shape().d_k;
   const size_t n = std::min<size_t>(ps.len[0], 256);
@@ -511,10 +515,11 @@ nlohmann::json HktBlock::gram_rank_json(const ProbeScores& ps, const std::vector
   return {{"tokens", n},
           {"rank_per_head", gj},
           {"bound", std::min(bound, n)},
-          {"note", "numerical rank (singular values > 1e-5 of the largest) of the fused "
-                   "score matrix sum_l lambda_l up(S_l) of the probe's first sequence "
-                   "(its first <= 256 tokens; future pairs zero if causal); bound = "
-                   "min(T, sum_l min(T_l, d_k)) since up(S_l) has rank <= min(T_l, d_k)"}};
+          {"note",
+           "numerical rank (singular values > 1e-5 of the largest) of the fused "
+           "score matrix sum_l lambda_l up(S_l) of the probe's first sequence "
+           "(its first <= 256 tokens; future pairs zero if causal); bound = "
+           "min(T, sum_l min(T_l, d_k)) since up(S_l) has rank <= min(T_l, d_k)"}};
 }
 
 void register_hkt(gf::Registry& r) {

@@ -1,5 +1,5 @@
-// The hkt block's row kernels for AVX-512F+DQ (compiled with that instruction set's flags, the core's:
-// growformer_simd_sources in plugins/hkt/CMakeLists.txt).
+// The hkt block's row kernels for AVX-512F+DQ (compiled with that instruction set's flags, the
+// core's: growformer_simd_sources in plugins/hkt/CMakeLists.txt).
 #define GF_SIMD_ARCH xsimd::avx512f
 #include "row_kernels_impl.hpp"
 

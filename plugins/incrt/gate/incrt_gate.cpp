@@ -42,14 +42,16 @@ struct GateSettings {
     static const auto t =
         gf::OptionTable<S>()
             .add("inner", &S::inner, "{plugin: dot_product}", "the wrapped head")
-            .add("g_plus", &S::g_plus, "0.5", "gain on the dominant direction u+ (initial if learned)",
-                 0.0, 1.0)
+            .add("g_plus", &S::g_plus, "0.5",
+                 "gain on the dominant direction u+ (initial if learned)", 0.0, 1.0)
             .add("g_minus", &S::g_minus, "0.5",
                  "suppression of the minor direction u- (initial if learned)", 0.0, 1.0)
-            .add("learn_gates", &S::learn_gates, "false", "learn g+ and g- as sigmoids of parameters")
+            .add("learn_gates", &S::learn_gates, "false",
+                 "learn g+ and g- as sigmoids of parameters")
             .add("update_every", &S::update_every, "5",
                  "update the trackers every N training forwards (0 = never)", 0, 1e9)
-            .include(gf::incrt::TrackerSettings::table("20", "tracker steps per update"), &S::tracker)
+            .include(gf::incrt::TrackerSettings::table("20", "tracker steps per update"),
+                     &S::tracker)
             .choice("probe", &S::first_sequence, "batch", "tokens for C: first_sequence or batch",
                     {{"first_sequence", true}, {"batch", false}});
     return t;
@@ -65,7 +67,8 @@ struct GateSettings {
 
 class IncrtGate : public gf::Head {
  public:
-  IncrtGate(const gf::Options& o, const gf::HeadBuild& b) : IncrtGate(o, b, GateSettings::read(o)) {}
+  IncrtGate(const gf::Options& o, const gf::HeadBuild& b)
+      : IncrtGate(o, b, GateSettings::read(o)) {}
   IncrtGate(const gf::Options& o, const gf::HeadBuild& b, const GateSettings& s)
       : gf::Head(b.shape),
         g_plus_(s.g_plus),
@@ -77,7 +80,8 @@ class IncrtGate : public gf::Head {
         rng_(b.rng ? b.rng->next_u64() : 0x9a7eULL, "incrt_gate") {
     if (!b.registry) throw gf::ConfigError("incrt_gate: the head build has no registry");
     if (learn_) {
-      for (const auto& [n, g] : {std::pair<const char*, double>{"g_plus", s.g_plus}, {"g_minus", s.g_minus}})
+      for (const auto& [n, g] :
+           {std::pair<const char*, double>{"g_plus", s.g_plus}, {"g_minus", s.g_minus}})
         if (!(g > 0.0 && g < 1.0)) o.fail(n, "learned gates start strictly between 0 and 1");
     }
     inner_ = b.registry->create_head(s.inner, b);
@@ -125,7 +129,8 @@ class IncrtGate : public gf::Head {
   /// Updates u+ / u- from a batch of head inputs (B, T, d) (no gradient): the stages probe and
   /// energy on the inner head alone (C of the batch, A_h = sym(C M_a,h), ||A_h||_F), then track.
   void observe(const gf::Tensor& x, const std::vector<uint8_t>* valid) {
-    const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(x, valid, {inner_.get()}, probe_);
+    const gf::incrt::ProbeStats ps =
+        gf::incrt::ProbeStats::measure(x, valid, {inner_.get()}, probe_);
     if (!(ps.energy > 0)) return;  // no directional structure: keep the gate as it is
     if (!started_) {
       tracker_.reset(shape_.d_model, rng_, {});
@@ -215,11 +220,12 @@ class IncrtGate : public gf::Head {
 };
 
 void register_gate(gf::Registry& r) {
-  r.add_head({"incrt_gate", "INCRT bidirectional gate I + g+ u+u+^T - g- u-u-^T around an inner head",
-              GateSettings::table().specs()},
-             [](const gf::Options& o, const gf::HeadBuild& b) {
-               return std::make_unique<IncrtGate>(o, b);
-             });
+  r.add_head(
+      {"incrt_gate", "INCRT bidirectional gate I + g+ u+u+^T - g- u-u-^T around an inner head",
+       GateSettings::table().specs()},
+      [](const gf::Options& o, const gf::HeadBuild& b) {
+        return std::make_unique<IncrtGate>(o, b);
+      });
 }
 
 }  // namespace

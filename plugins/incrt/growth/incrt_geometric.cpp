@@ -33,26 +33,26 @@ using gf::incrt::Vec;
 struct BlockState {
   bool started = false;
   gf::incrt::TrackerPair tracker;
-  std::vector<Vec> q;               // directions at which earlier heads were born
-  std::vector<long> q_owner;        // head id per Q column (-1 = unknown)
-  size_t checks = 0;                // checks seen
-  gf::incrt::Calibration calib;     // E_t of the calibration checks, Gamma_res(0)
-  Vec calib_energy;                 // unused since state version 2 (kept empty)
+  std::vector<Vec> q;            // directions at which earlier heads were born
+  std::vector<long> q_owner;     // head id per Q column (-1 = unknown)
+  size_t checks = 0;             // checks seen
+  gf::incrt::Calibration calib;  // E_t of the calibration checks, Gamma_res(0)
+  Vec calib_energy;              // unused since state version 2 (kept empty)
   double theta_w = 0.0, phi_w = 0.0, phi_g = 0.0, energy0 = 0.0;
-  double gamma_floor = 0.0;         // E_t at the first check (the untrained block)
-  double pair0 = 0.0;               // lambda_max - lambda_min at calibration (one head's pair)
-  double energy_now = 0.0;          // E_t at the last check
+  double gamma_floor = 0.0;  // E_t at the first check (the untrained block)
+  double pair0 = 0.0;        // lambda_max - lambda_min at calibration (one head's pair)
+  double energy_now = 0.0;   // E_t at the last check
   long last_growth_check = -1000000;
-  size_t over = 0;                  // consecutive active checks with the energy over the threshold
+  size_t over = 0;  // consecutive active checks with the energy over the threshold
   size_t grown = 0;
-  size_t heads = 0;                 // the block's head count, read from the block at each check
-                                    // and after each edit: the summary's K_obs (saved, so that a
-                                    // resumed run reports it before its first check)
-  double w_t = 0.0;                 // Lyapunov functional at the last check
+  size_t heads = 0;  // the block's head count, read from the block at each check
+                     // and after each edit: the summary's K_obs (saved, so that a
+                     // resumed run reports it before its first check)
+  double w_t = 0.0;  // Lyapunov functional at the last check
   double lambda_max = 0.0, lambda_min = 0.0, a_norm = 0.0;
-  bool pending = false;             // an AddHead was returned and not yet confirmed
+  bool pending = false;  // an AddHead was returned and not yet confirmed
   Vec pending_dir;
-  Vec pending_dir2;                 // the other half's direction (spectrum: both), may be empty
+  Vec pending_dir2;  // the other half's direction (spectrum: both), may be empty
 
   /// Each field once, in the order of the saved text (`over` since version 3); the ones with a
   /// key are the block's summary quantities.
@@ -60,52 +60,63 @@ struct BlockState {
     using B = BlockState;
     using C = gf::incrt::Calibration;
     using T = gf::incrt::TrackerPair;
-    static const auto f =
-        gf::StateFields<B>()
-            .add("started", &B::started)
-            .add("u_plus", &B::tracker, &T::up)
-            .add("u_minus", &B::tracker, &T::um)
-            .add("tracker_lambda_max", &B::tracker, &T::lambda_max)
-            .add("tracker_lambda_min", &B::tracker, &T::lambda_min)
-            .custom(
-                "q",
-                [](std::ostringstream& os, const B& s) {
-                  os << s.q.size() << ' ';
-                  for (size_t i = 0; i < s.q.size(); ++i) {
-                    gf::state::put_vec(os, s.q[i]);
-                    os << s.q_owner[i] << ' ';
-                  }
-                },
-                [](gf::state::Reader& r, B& s) {
-                  const size_t nq = r.count();
-                  for (size_t i = 0; i < nq; ++i) {
-                    s.q.push_back(r.vec());
-                    s.q_owner.push_back(r.i64());
-                  }
-                })
-            .add("checks", &B::checks)
-            .add("calib_norms", &B::calib, &C::norms)
-            .add("calib_energy", &B::calib_energy)
-            .add("calibrated", &B::calib, &C::done)
-            .add("gamma0", &B::calib, &C::gamma0).report("gamma_res0")
-            .add("theta_w", &B::theta_w).report("theta_w")
-            .add("phi_w", &B::phi_w).report("phi_w")
-            .add("phi_g", &B::phi_g).report("phi_g")
-            .add("energy0", &B::energy0)
-            .add("w_t", &B::w_t).report("W_t")
-            .add("lambda_max", &B::lambda_max).report("lambda_max")
-            .add("lambda_min", &B::lambda_min).report("lambda_min")
-            .add("a_norm", &B::a_norm).report("a_res_norm")
-            .add("gamma_floor", &B::gamma_floor).report("gamma_floor")
-            .add("pair0", &B::pair0)
-            .add("energy_now", &B::energy_now).report("energy_now")
-            .add("last_growth_check", &B::last_growth_check)
-            .add("grown", &B::grown).report("grown")
-            .add("heads", &B::heads).report("K_obs")
-            .add("pending", &B::pending)
-            .add("over", &B::over, 3)
-            .add("pending_dir", &B::pending_dir)
-            .add("pending_dir2", &B::pending_dir2);
+    static const auto f = gf::StateFields<B>()
+                              .add("started", &B::started)
+                              .add("u_plus", &B::tracker, &T::up)
+                              .add("u_minus", &B::tracker, &T::um)
+                              .add("tracker_lambda_max", &B::tracker, &T::lambda_max)
+                              .add("tracker_lambda_min", &B::tracker, &T::lambda_min)
+                              .custom(
+                                  "q",
+                                  [](std::ostringstream& os, const B& s) {
+                                    os << s.q.size() << ' ';
+                                    for (size_t i = 0; i < s.q.size(); ++i) {
+                                      gf::state::put_vec(os, s.q[i]);
+                                      os << s.q_owner[i] << ' ';
+                                    }
+                                  },
+                                  [](gf::state::Reader& r, B& s) {
+                                    const size_t nq = r.count();
+                                    for (size_t i = 0; i < nq; ++i) {
+                                      s.q.push_back(r.vec());
+                                      s.q_owner.push_back(r.i64());
+                                    }
+                                  })
+                              .add("checks", &B::checks)
+                              .add("calib_norms", &B::calib, &C::norms)
+                              .add("calib_energy", &B::calib_energy)
+                              .add("calibrated", &B::calib, &C::done)
+                              .add("gamma0", &B::calib, &C::gamma0)
+                              .report("gamma_res0")
+                              .add("theta_w", &B::theta_w)
+                              .report("theta_w")
+                              .add("phi_w", &B::phi_w)
+                              .report("phi_w")
+                              .add("phi_g", &B::phi_g)
+                              .report("phi_g")
+                              .add("energy0", &B::energy0)
+                              .add("w_t", &B::w_t)
+                              .report("W_t")
+                              .add("lambda_max", &B::lambda_max)
+                              .report("lambda_max")
+                              .add("lambda_min", &B::lambda_min)
+                              .report("lambda_min")
+                              .add("a_norm", &B::a_norm)
+                              .report("a_res_norm")
+                              .add("gamma_floor", &B::gamma_floor)
+                              .report("gamma_floor")
+                              .add("pair0", &B::pair0)
+                              .add("energy_now", &B::energy_now)
+                              .report("energy_now")
+                              .add("last_growth_check", &B::last_growth_check)
+                              .add("grown", &B::grown)
+                              .report("grown")
+                              .add("heads", &B::heads)
+                              .report("K_obs")
+                              .add("pending", &B::pending)
+                              .add("over", &B::over, 3)
+                              .add("pending_dir", &B::pending_dir)
+                              .add("pending_dir2", &B::pending_dir2);
     return f;
   }
 };
@@ -157,7 +168,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // min_share of the loss at one standard error is kept), 2 for gain
     set_.gain.z = std::isfinite(set_.z) ? set_.z : set_.criterion == Criterion::Gain ? 2.0 : 1.0;
     if (set_.criterion == Criterion::Gain) rule_ = std::make_unique<gf::incrt::GainRule>(set_.gain);
-    if (set_.criterion == Criterion::Learning) rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
+    if (set_.criterion == Criterion::Learning)
+      rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
   }
 
   bool needs_probe() const override { return true; }
@@ -257,8 +269,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
       const bool release = e.release_direction.value_or(set_.release_direction);
       if (rule_) {
         auto& r = rule_->round();
-        r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
-                r.end());
+        r.erase(
+            std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
+            r.end());
       }
       if (!release) return;
       for (size_t i = 0; i < st.q_owner.size();)
@@ -339,7 +352,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     gain_checks_ = 0;
     gain_pending_ = 0;
     if (set_.criterion == Criterion::Gain) rule_ = std::make_unique<gf::incrt::GainRule>(set_.gain);
-    if (set_.criterion == Criterion::Learning) rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
+    if (set_.criterion == Criterion::Learning)
+      rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
     if (version >= 4) {
       load_rule_state(r, version);
       gain_checks_ = r.u64();
@@ -359,10 +373,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
       return;
     }
     if (saved != mine)
-      throw gf::RuntimeError(std::string("incrt_geometric: the policy state was saved by criterion ") +
-                             (saved == "none" ? "energy" : saved) + ", the config says criterion " +
-                             (rule_ ? mine : "energy") + ": resume with --set growth.criterion=" +
-                             (saved == "none" ? "energy" : saved));
+      throw gf::RuntimeError(
+          std::string("incrt_geometric: the policy state was saved by criterion ") +
+          (saved == "none" ? "energy" : saved) + ", the config says criterion " +
+          (rule_ ? mine : "energy") +
+          ": resume with --set growth.criterion=" + (saved == "none" ? "energy" : saved));
     if (rule_) rule_->load(r);
   }
 
@@ -399,7 +414,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   /// The spectrum of A_res at a check.
   struct Spectrum {
-    Mat a;              // A_res = P_perp sym(C M_a) P_perp
+    Mat a;  // A_res = P_perp sym(C M_a) P_perp
     double a_norm = 0.0;
     gf::incrt::Eigen eig;
     double gap_top = 0.0, gap_bottom = 0.0;
@@ -463,11 +478,16 @@ class IncrtGeometric : public gf::GrowthPolicy {
     cal.type = "calibrate";
     cal.block = static_cast<long>(bv.index);
     const auto sum = block_summary(st);
-    cal.numbers = {{"step", double(view.step)},        {"gamma_res0", st.calib.gamma0},
-                   {"gamma_floor", st.gamma_floor},    {"theta_w", st.theta_w},
-                   {"phi_w", st.phi_w},                {"phi_g", st.phi_g},
-                   {"energy0", st.energy0},            {"pair0", st.pair0},
-                   {"kappa_T", sum.at("kappa_T")},     {"K_pred", sum.at("K_pred")},
+    cal.numbers = {{"step", double(view.step)},
+                   {"gamma_res0", st.calib.gamma0},
+                   {"gamma_floor", st.gamma_floor},
+                   {"theta_w", st.theta_w},
+                   {"phi_w", st.phi_w},
+                   {"phi_g", st.phi_g},
+                   {"energy0", st.energy0},
+                   {"pair0", st.pair0},
+                   {"kappa_T", sum.at("kappa_T")},
+                   {"K_pred", sum.at("K_pred")},
                    {"checks", double(st.calib.norms.size())}};
     cal.strings = {{"policy", "incrt_geometric"}};
     if (view.events) view.events->emit(cal);
@@ -476,8 +496,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   /// Stage "threshold" of the energy rule: the Lyapunov functional, the dwell time, the energy
   /// the criterion reads and the count of checks over the threshold.
-  Reading read_energy(BlockState& st, const Spectrum& sp, size_t heads, size_t d, size_t check_index,
-                      bool calibrated_now) const {
+  Reading read_energy(BlockState& st, const Spectrum& sp, size_t heads, size_t d,
+                      size_t check_index, bool calibrated_now) const {
     Reading rd;
     rd.check_index = check_index;
     rd.calibrated_now = calibrated_now;
@@ -538,7 +558,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
                  {"tokens", double(ps.tokens)},
                  {"dwell", double(rd.dwell)},
                  {"over", double(st.over)}};
-    e.strings = {{"policy", "incrt_geometric"}, {"phase", st.calib.done ? "active" : "calibrating"}};
+    e.strings = {{"policy", "incrt_geometric"},
+                 {"phase", st.calib.done ? "active" : "calibrating"}};
     view.events->emit(e);
   }
 
@@ -568,11 +589,16 @@ class IncrtGeometric : public gf::GrowthPolicy {
     e.init.value_variance = new_head_variance(heads, d, ps.seq_len);
     e.cause.type = "grow";
     e.cause.block = static_cast<long>(bv.index);
-    e.cause.numbers = {{"step", double(view.step)},   {"lambda_max", st.lambda_max},
-                       {"lambda_min", st.lambda_min}, {"energy", rd.lead},
-                       {"a_res_norm", sp.a_norm},     {"total_energy", ps.energy},
-                       {"theta_w", st.theta_w},       {"phi_w", st.phi_w},
-                       {"gap_top", sp.gap_top},       {"W_t", st.w_t},
+    e.cause.numbers = {{"step", double(view.step)},
+                       {"lambda_max", st.lambda_max},
+                       {"lambda_min", st.lambda_min},
+                       {"energy", rd.lead},
+                       {"a_res_norm", sp.a_norm},
+                       {"total_energy", ps.energy},
+                       {"theta_w", st.theta_w},
+                       {"phi_w", st.phi_w},
+                       {"gap_top", sp.gap_top},
+                       {"W_t", st.w_t},
                        {"heads_before", double(heads.size())},
                        {"checks_over", double(st.over)},
                        {"value_variance", e.init.value_variance}};
@@ -626,7 +652,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     bool calibrated = true;
     if (rule_->needs_calibration())
       for (const gf::BlockView& bv : view.blocks)
-        if (bv.block && bv.block->can_edit_heads()) calibrated = calibrated && blocks_[bv.index].calib.done;
+        if (bv.block && bv.block->can_edit_heads())
+          calibrated = calibrated && blocks_[bv.index].calib.done;
     gf::incrt::ProbeReading p;
     p.loss = m.probe_loss;
     p.step = view.step;
@@ -676,7 +703,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     pe.numbers = {{"step", double(view.step)},          {"probe_loss", m.probe_loss},
                   {"probe_accuracy", m.probe_accuracy}, {"examples", double(m.probe_examples)},
                   {"train_loss", m.train_loss},         {"train_steps", double(m.train_steps)},
-                  {"val_step", double(m.val_step)},      {"val_loss", m.val_loss}};
+                  {"val_step", double(m.val_step)},     {"val_loss", m.val_loss}};
     for (const auto& kv : rule_->probe_numbers(p)) pe.numbers.push_back(kv);
     pe.numbers.insert(pe.numbers.end(), {{"probe_loss_without_round", p.muted_loss},
                                          {"round_share", dec.share},
@@ -686,7 +713,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
     pe.numbers.erase(std::remove_if(pe.numbers.begin(), pe.numbers.end(),
                                     [](const auto& kv) { return !std::isfinite(kv.second); }),
                      pe.numbers.end());
-    pe.strings = {{"policy", "incrt_geometric"}, {"phase", phase}, {"plot", rule_->plot()}};  // drawn by `growformer report`
+    pe.strings = {{"policy", "incrt_geometric"},
+                  {"phase", phase},
+                  {"plot", rule_->plot()}};  // drawn by `growformer report`
     if (view.events) view.events->emit(pe);
   }
 
@@ -700,22 +729,25 @@ class IncrtGeometric : public gf::GrowthPolicy {
       e.head_id = static_cast<int>(id);
       e.cause.type = "prune";
       e.cause.block = static_cast<long>(b);
-      e.cause.numbers = {{"step", double(view.step)},   {"gain", dec.gain},
-                         {"min_gain", set_.gain.min_gain}, {"settled_before", before.prev},
-                         {"settled", dec.settled},
-                         {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
+      e.cause.numbers = {
+          {"step", double(view.step)},      {"gain", dec.gain},
+          {"min_gain", set_.gain.min_gain}, {"settled_before", before.prev},
+          {"settled", dec.settled},         {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
       e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
       edits.push_back(std::move(e));
     }
     rule_->round().clear();
-    note(view, "round_rejected", {{"gain", dec.gain}, {"min_gain", set_.gain.min_gain},
-                                  {"settled_before", before.prev}, {"settled", dec.settled},
-                                  {"heads_removed", double(before.round.size())},
-                                  {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
-                                  {"round_age", double(view.step - before.round_step)},
-                                  {"round_t", std::isfinite(dec.t) ? dec.t : -1.0},
-                                  {"test", set_.gain.paired ? 1.0 : 0.0},
-                                  {"patience_steps", before.patience}});
+    note(view, "round_rejected",
+         {{"gain", dec.gain},
+          {"min_gain", set_.gain.min_gain},
+          {"settled_before", before.prev},
+          {"settled", dec.settled},
+          {"heads_removed", double(before.round.size())},
+          {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
+          {"round_age", double(view.step - before.round_step)},
+          {"round_t", std::isfinite(dec.t) ? dec.t : -1.0},
+          {"test", set_.gain.paired ? 1.0 : 0.0},
+          {"patience_steps", before.patience}});
   }
 
   /// Grow: one round over the editable blocks, each sized and aimed by its uncaptured planes.
@@ -756,14 +788,19 @@ class IncrtGeometric : public gf::GrowthPolicy {
                            {"heads_before", double(heads.size())},
                            {"round_size", double(n)},
                            {"value_variance", e.init.value_variance}};
-        e.cause.strings = {{"policy", "incrt_geometric"}, {"init", e.init.mode},
-                           {"criterion", set_.criterion == Criterion::Learning ? "learning" : "gain"}};
+        e.cause.strings = {
+            {"policy", "incrt_geometric"},
+            {"init", e.init.mode},
+            {"criterion", set_.criterion == Criterion::Learning ? "learning" : "gain"}};
         edits.push_back(std::move(e));
       }
       if (n == 0)
-        note(view, "no_plane", {{"block", double(bv.index)}, {"planes", double(pr.planes)},
-                          {"captured_scale", pr.captured_scale}, {"room", double(room)},
-                          {"settled", dec.settled}});
+        note(view, "no_plane",
+             {{"block", double(bv.index)},
+              {"planes", double(pr.planes)},
+              {"captured_scale", pr.captured_scale},
+              {"room", double(room)},
+              {"settled", dec.settled}});
       added += n;
     }
     rule_->grown(added, dec.settled, view.step);
@@ -791,7 +828,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   IncrtSettings set_;
   std::unique_ptr<gf::incrt::RoundRule> rule_;  // the criterion (null: energy)
-  size_t gain_checks_ = 0;   // checks seen (a probe every probe_every of them)
+  size_t gain_checks_ = 0;                      // checks seen (a probe every probe_every of them)
   size_t gain_pending_ = 0;  // AddHead edits of a round returned and not yet confirmed
   // what a round reads of this check, per block (criterion: gain; not state): C, the heads'
   // motors and the valid tokens per probe sequence
@@ -813,34 +850,44 @@ using IncrtTable = gf::OptionTable<IncrtSettings>;
 void round_options(IncrtTable& t) {
   using S = IncrtSettings;
   using G = gf::incrt::GainOptions;
-  t.choice("criterion", &S::criterion, "learning",
-           "learning: grow in rounds while the model learns: a round (doubling the heads, aimed at "
-           "the planes no head carries) grows as soon as the validation probe shows learning and "
-           "again each time the last round's heads carry min_share of the probe loss at a paired t of "
-           "z_early (z when grow_until ends); a round unpaid at grow_until is taken back (docs/INCRT.md); "
-           "gain: the same rounds, grown only at plateaus of the probe loss (the earlier default); "
-           "energy: grow while the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated "
-           "is the paper's rule)",
-           {{"learning", Criterion::Learning}, {"gain", Criterion::Gain}, {"energy", Criterion::Energy}})
-      .choice("round", &S::round, "double",
-              "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
-              "over plane_threshold, at most doubling) or one",
-              {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
-      .add("plane_threshold", &S::plane_threshold, "0.5",
-           "gain: an uncaptured plane counts when over this fraction of the median head's top plane", 0.0)
+  t.choice(
+       "criterion", &S::criterion, "learning",
+       "learning: grow in rounds while the model learns: a round (doubling the heads, aimed at "
+       "the planes no head carries) grows as soon as the validation probe shows learning and "
+       "again each time the last round's heads carry min_share of the probe loss at a paired t of "
+       "z_early (z when grow_until ends); a round unpaid at grow_until is taken back "
+       "(docs/INCRT.md); "
+       "gain: the same rounds, grown only at plateaus of the probe loss (the earlier default); "
+       "energy: grow while the uncaptured energy of A_res exceeds theta_w (thresholds: calibrated "
+       "is the paper's rule)",
+       {{"learning", Criterion::Learning},
+        {"gain", Criterion::Gain},
+        {"energy", Criterion::Energy}})
+      .choice(
+          "round", &S::round, "double",
+          "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
+          "over plane_threshold, at most doubling) or one",
+          {{"double", Round::Double}, {"planes", Round::Planes}, {"one", Round::One}})
+      .add(
+          "plane_threshold", &S::plane_threshold, "0.5",
+          "gain: an uncaptured plane counts when over this fraction of the median head's top plane",
+          0.0)
       .add("probe_examples", &S::gain, &G::probe_examples, "~",
-           "learning, gain: validation examples per probe (at most the validation split); unset = 256 "
+           "learning, gain: validation examples per probe (at most the validation split); unset = "
+           "256 "
            "for learning (its probes every so many checks that they cost at most a quarter of the "
            "training work), 512 for gain",
            1, 1e7)
       .add("probe_every", &S::gain, &G::probe_every, "2",
-           "gain: a validation probe every N checks while the rule waits for the loss to settle", 1, 1e6)
+           "gain: a validation probe every N checks while the rule waits for the loss to settle", 1,
+           1e6)
       .add("round_probe_every", &S::gain, &G::round_probe_every, "2",
            "gain, round_test paired: a probe every N checks while a round waits for its test (each "
            "probe is evaluated twice, with and without the round's heads)",
            1, 1e6)
       .add("stopped_probe_every", &S::gain, &G::stopped_probe_every, "8",
-           "gain: a probe every N checks once growth stopped (only the reopen watch reads it)", 1, 1e6)
+           "gain: a probe every N checks once growth stopped (only the reopen watch reads it)", 1,
+           1e6)
       .add("settle_probes", &S::gain, &G::settle_probes, "4",
            "gain: W, settled when the median probe loss of the last W probes fell by less than "
            "settle_tolerance against the W before",
@@ -856,8 +903,7 @@ void round_options(IncrtTable& t) {
       .add("round_patience", &S::gain, &G::round_patience, "1.5",
            "gain: a round is not taken back before it has trained this many times the steps the "
            "run's first head took to start learning (its probe loss to fall by min_gain)",
-           0.0)
-      ;
+           0.0);
 }
 
 /// The rounds' test (criterion learning, and gain's round_test) and the growth window.
@@ -865,22 +911,27 @@ void round_test_options(IncrtTable& t) {
   using S = IncrtSettings;
   using G = gf::incrt::GainOptions;
   t.choice("round_test", &S::gain, &G::paired, "paired",
-              "gain: what a round must show to be kept. paired: muting its heads costs at least "
-              "min_share of the probe loss with a paired t statistic over the probe examples of "
-              "at least z_early at any probe, or z when the growth window ends, its heads sitting "
-              "out every round_mute_every-th training step meanwhile; relative (the earlier rule): "
-              "the settled probe loss fell by min_gain (and, with attribution, muting its heads "
-              "costs as much)",
-              {{"paired", true}, {"relative", false}})
+           "gain: what a round must show to be kept. paired: muting its heads costs at least "
+           "min_share of the probe loss with a paired t statistic over the probe examples of "
+           "at least z_early at any probe, or z when the growth window ends, its heads sitting "
+           "out every round_mute_every-th training step meanwhile; relative (the earlier rule): "
+           "the settled probe loss fell by min_gain (and, with attribution, muting its heads "
+           "costs as much)",
+           {{"paired", true}, {"relative", false}})
       .add("min_share", &S::gain, &G::min_share, "0.01",
-           "gain, round_test paired: the least fraction of the probe loss a round's heads must carry", 0.0, 1.0)
+           "gain, round_test paired: the least fraction of the probe loss a round's heads must "
+           "carry",
+           0.0, 1.0)
       .add("z", &S::z, "~",
-           "learning, gain (round_test paired): the paired t statistic (median over the last probes) a "
-           "round's share must reach when the growth window ends; unset = 1 for learning (keep a round "
+           "learning, gain (round_test paired): the paired t statistic (median over the last "
+           "probes) a "
+           "round's share must reach when the growth window ends; unset = 1 for learning (keep a "
+           "round "
            "whose heads carry min_share at one standard error), 2 for gain",
            0.0)
       .add("loss_floor", &S::gain, &G::loss_floor, "0.05",
-           "gain, round_test paired: a round's share is of max(probe loss, loss_floor), so that on a "
+           "gain, round_test paired: a round's share is of max(probe loss, loss_floor), so that on "
+           "a "
            "solved task (loss near 0) the heads' use does not read as need; a probe loss under it "
            "is settled (no round grows; growth stops past grow_until), and a stopped phase's rise "
            "is measured against at least it",
@@ -890,11 +941,13 @@ void round_test_options(IncrtTable& t) {
            "(0: never), so that muting them on the probe measures what they add",
            0, 1e9)
       .add("z_early", &S::gain, &G::z_early, "3",
-           "gain, round_test paired: the t statistic that pays a round before the growth window ends",
+           "gain, round_test paired: the t statistic that pays a round before the growth window "
+           "ends",
            0.0)
-      .add("attribution", &S::gain, &G::attribution, "true",
-           "gain, round_test relative: a round is kept only when muting its heads on the probe also "
-           "costs min_gain of the loss (the fall came from the new heads, not from the older ones)")
+      .add(
+          "attribution", &S::gain, &G::attribution, "true",
+          "gain, round_test relative: a round is kept only when muting its heads on the probe also "
+          "costs min_gain of the loss (the fall came from the new heads, not from the older ones)")
       .add("grow_until", &S::gain, &G::grow_until, "0.6",
            "gain: no new round after this fraction of the run's steps (after a reopening: of the "
            "steps left then)",
@@ -917,22 +970,25 @@ void tracker_options(IncrtTable& t) {
       .choice("calibration", &S::calibration, &Cal::plateau, "plateau",
               "end of calibration: plateau (E_t has stopped rising) or fixed (calibration_checks)",
               {{"plateau", true}, {"fixed", false}});
-  gf::incrt::add_calibration_checks(t, &S::calibration,
-                                    "checks of calibration (fixed), or at least (plateau); no growth before");
+  gf::incrt::add_calibration_checks(
+      t, &S::calibration, "checks of calibration (fixed), or at least (plateau); no growth before");
   t.add("calibration_window", &S::calibration, &Cal::window, "8",
         "plateau: compare the median E_t of the last N checks with the N before", 1, 1e6)
-      .add("plateau_tolerance", &S::calibration, &Cal::tolerance, "0.1",
-           "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous", 0.0)
+      .add(
+          "plateau_tolerance", &S::calibration, &Cal::tolerance, "0.1",
+          "plateau: calibration ends when the last window's median E_t <= (1 + tol) x the previous",
+          0.0)
       .add("calibration_max_checks", &S::calibration, &Cal::max_checks, "200",
            "plateau: calibration ends here at the latest", 1, 1e9)
       .add("calibration_max_fraction", &S::calibration, &Cal::max_fraction, "0.25",
            "plateau: calibration ends at the latest after this fraction of the run's steps, so a "
            "growth has time to train (0 = no bound)",
            0.0, 1.0);
-  gf::incrt::add_thresholds(t, &S::thresholds,
-                            "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
-                            "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
-                            "absolute: as given");
+  gf::incrt::add_thresholds(
+      t, &S::thresholds,
+      "relative: theta_w x E_t, the current total directional energy ||sym(C M_a)||_F "
+      "(scale-invariant); calibrated: theta_w x Gamma_res(0); phi_w and phi_g x theta_w; "
+      "absolute: as given");
 }
 
 /// The energy rule: spectrum, thresholds, dwell, patience, the new head and the head-count law.
@@ -948,26 +1004,33 @@ void growth_options(IncrtTable& t) {
            "holds more than a quarter of E_t^2)",
            0.0)
       .add("phi_w", &S::phi_w, "0.5", "growth needs lambda_min < phi_w")
-      .add("phi_g", &S::phi_g, "0.01", "pruning threshold (reported; used by directional_energy)", 0.0)
-      .choice("dwell", &S::dwell_auto, "checks",
-              "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
-              {{"checks", false}, {"auto", true}})
+      .add("phi_g", &S::phi_g, "0.01", "pruning threshold (reported; used by directional_energy)",
+           0.0)
+      .choice(
+          "dwell", &S::dwell_auto, "checks",
+          "minimum time between growths: checks (dwell_checks) or auto (kappa/(eta D^2) ln(1/eps))",
+          {{"checks", false}, {"auto", true}})
       .add("dwell_checks", &S::dwell_checks, "8", "checks between growths (dwell: checks)", 0, 1e9)
-      .add("patience", &S::patience, "3",
-           "consecutive checks with the energy over the threshold before a growth (C comes from one "
-           "batch: a single check's excess can be that batch's noise)",
-           1, 1e6)
+      .add(
+          "patience", &S::patience, "3",
+          "consecutive checks with the energy over the threshold before a growth (C comes from one "
+          "batch: a single check's excess can be that batch's noise)",
+          1, 1e6)
       .add("dwell_kappa", &S::dwell_kappa, "2.0", "kappa of the automatic dwell time", 0.0)
       .add("dwell_eps", &S::dwell_eps, "0.05", "eps of the automatic dwell time", 1e-12, 1.0)
-      .add("dwell_max_checks", &S::dwell_max_checks, "50", "cap of the automatic dwell time", 0, 1e9)
-      .choice("init", &S::directed, "directed", "new head: directed (u+ in the first query column) or random",
+      .add("dwell_max_checks", &S::dwell_max_checks, "50", "cap of the automatic dwell time", 0,
+           1e9)
+      .choice("init", &S::directed, "directed",
+              "new head: directed (u+ in the first query column) or random",
               {{"directed", true}, {"random", false}})
       .add("value_variance", &S::value_variance, "~",
            "Var(W_V) of a new head; unset = NTK rule d_k n / (d d_v), n = sequence length", 0.0)
       .add("preserve_function", &S::preserve_function, "true",
            "new head's W_O starts at zero (the model output is unchanged by growth)")
-      .add("max_heads", &S::max_heads, "0", "cap on heads per block (0 = the block's own cap)", 0, 1e6)
-      .add("k_constant", &S::k_constant, "1.0", "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)", 0.0)
+      .add("max_heads", &S::max_heads, "0", "cap on heads per block (0 = the block's own cap)", 0,
+           1e6)
+      .add("k_constant", &S::k_constant, "1.0",
+           "constant c of K* = c kappa_T^2 log(Gamma0/theta_w)", 0.0)
       .add("head_cost", &S::head_cost, "0.1",
            "cost per head in the Lyapunov functional W_t, in units of theta_w", 0.0)
       .add("release_direction", &S::release_direction, "true",

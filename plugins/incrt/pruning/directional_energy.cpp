@@ -68,23 +68,30 @@ struct PruneSettings {
                   "duplicates); plain: the head's whole matrix",
                   {{"plain", false}, {"residual", true}})
           .choice("footing", &S::footing_sym, "sym",
-                  "a head's matrix: sym (sym(C M_a,h), the footing of the threshold's ||sym(C M_a)||_F) or "
+                  "a head's matrix: sym (sym(C M_a,h), the footing of the threshold's ||sym(C "
+                  "M_a)||_F) or "
                   "cm (C M_a,h, the reference code's E_h, about 3x larger)",
                   {{"sym", true}, {"cm", false}});
-      gf::incrt::add_calibration_checks(t, &S::calibration,
-                                        "checks before pruning can start; their median ||sym(C M_a)||_F is Gamma0");
-      gf::incrt::add_thresholds(t, &S::thresholds,
-                                "relative: phi_g x ||sym(C M_a)||_F of the same check (scale-invariant); calibrated: "
-                                "phi_g x theta_w x Gamma0; absolute: phi_g as given");
-      t.add("theta_w", &S::theta_w, "0.1", "theta_w relative to Gamma0 (thresholds: calibrated)", 0.0)
+      gf::incrt::add_calibration_checks(
+          t, &S::calibration,
+          "checks before pruning can start; their median ||sym(C M_a)||_F is Gamma0");
+      gf::incrt::add_thresholds(
+          t, &S::thresholds,
+          "relative: phi_g x ||sym(C M_a)||_F of the same check (scale-invariant); calibrated: "
+          "phi_g x theta_w x Gamma0; absolute: phi_g as given");
+      t.add("theta_w", &S::theta_w, "0.1", "theta_w relative to Gamma0 (thresholds: calibrated)",
+            0.0)
           .add("phi_g", &S::phi_g, "0.02",
                "pruning threshold: fraction of ||sym(C M_a)||_F (relative), x theta_w Gamma0 "
                "(calibrated), or absolute",
                0.0)
-          .add("patience", &S::patience, "3", "consecutive checks under phi_g before a prune", 1, 1e9)
-          .add("grace", &S::grace, "100", "steps after a head's birth before it can be pruned", 0, 1e12)
+          .add("patience", &S::patience, "3", "consecutive checks under phi_g before a prune", 1,
+               1e9)
+          .add("grace", &S::grace, "100", "steps after a head's birth before it can be pruned", 0,
+               1e12)
           .add("min_heads", &S::min_heads, "1", "never prune a block below this many heads", 0, 1e6)
-          .add("max_per_check", &S::max_per_check, "1", "heads removed per block and check at most", 1, 1e6)
+          .add("max_per_check", &S::max_per_check, "1", "heads removed per block and check at most",
+               1, 1e6)
           .add("release_direction", &S::release_direction, "true",
                "tell the growth policy to free the pruned head's birth direction");
       return t;

@@ -74,10 +74,10 @@ struct HeadInput {
 
 /// How a new head starts (growth edits carry one).
 struct HeadInit {
-  std::string mode = "random";         // "random" | "directed"
-  std::vector<float> direction;        // d_model, for "directed": put into the first query column
-  double value_variance = -1.0;        // Var(W_V); < 0 = the head's default
-  bool preserve_function = false;      // W_O starts at zero: the model output is unchanged
+  std::string mode = "random";     // "random" | "directed"
+  std::vector<float> direction;    // d_model, for "directed": put into the first query column
+  double value_variance = -1.0;    // Var(W_V); < 0 = the head's default
+  bool preserve_function = false;  // W_O starts at zero: the model output is unchanged
 };
 
 class Head : public Module {
@@ -85,14 +85,23 @@ class Head : public Module {
   /// Output before the block's W_O: (B, T, d_v).
   virtual Var forward(const HeadInput& in) = 0;
   /// Query/key weights of a level, (d_model, d_k); null where the head has none.
-  virtual const Var* w_q(size_t level = 0) const { (void)level; return nullptr; }
-  virtual const Var* w_k(size_t level = 0) const { (void)level; return nullptr; }
+  virtual const Var* w_q(size_t level = 0) const {
+    (void)level;
+    return nullptr;
+  }
+  virtual const Var* w_k(size_t level = 0) const {
+    (void)level;
+    return nullptr;
+  }
   virtual const Var* w_v() const { return nullptr; }
   /// The head's query/key/value projections when they are the core part (QkvProjections)
   /// applied to the block's levels, so that a block may compute every head's in one product.
   virtual const QkvProjections* projections() const { return nullptr; }
   /// Re-initialises the head's weights for a growth edit.
-  virtual void initialize(const HeadInit& init, Rng& rng) { (void)init; (void)rng; }
+  virtual void initialize(const HeadInit& init, Rng& rng) {
+    (void)init;
+    (void)rng;
+  }
   /// Named scalars for analysis (e.g. "beta" of a hybrid head).
   virtual std::map<std::string, double> diagnostics() const { return {}; }
   /// The head's work in one training step at BATCH x SEQ beyond its projections (which the
@@ -128,8 +137,8 @@ struct HeadInfo {
 struct BlockStructure {
   struct HeadRecord {
     int id = 0;
-    size_t born = 0;     // the step the head was added at (0: a starting head)
-    std::string state;   // Head::save_state(); "" = none
+    size_t born = 0;    // the step the head was added at (0: a starting head)
+    std::string state;  // Head::save_state(); "" = none
   };
   int next_id = 0;
   uint64_t rng_state = 0, rng_increment = 0;  // Rng::state(), Rng::increment()
@@ -197,7 +206,9 @@ class AttentionBlock : public Module {
   /// block are ignored.
   void set_muted(std::vector<int> ids) { muted_ = std::move(ids); }
   const std::vector<int>& muted() const { return muted_; }
-  bool is_muted(int id) const { return std::find(muted_.begin(), muted_.end(), id) != muted_.end(); }
+  bool is_muted(int id) const {
+    return std::find(muted_.begin(), muted_.end(), id) != muted_.end();
+  }
 
   /// Named scalars for analysis (e.g. fusion weights).
   virtual std::map<std::string, std::vector<double>> diagnostics() const { return {}; }
@@ -206,7 +217,9 @@ class AttentionBlock : public Module {
   /// Analysis for `growformer analyze` as a JSON object text; `probe` is a batch of
   /// block inputs (B, T, d) with its key mask, or null. Default: "{}".
   virtual std::string analyze_json(const Tensor* probe, const std::vector<uint8_t>* valid) const {
-    (void)probe; (void)valid; return "{}";
+    (void)probe;
+    (void)valid;
+    return "{}";
   }
 
  protected:

@@ -12,8 +12,8 @@ GROWFORMER_API_BEGIN
 namespace gf {
 
 struct ClassFigures {
-  size_t support = 0;    // examples whose true class this is
-  size_t predicted = 0;  // examples predicted as this class
+  size_t support = 0;                        // examples whose true class this is
+  size_t predicted = 0;                      // examples predicted as this class
   double precision = 0, recall = 0, f1 = 0;  // 0 where the denominator is 0
 };
 

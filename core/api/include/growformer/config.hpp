@@ -61,7 +61,8 @@ class ConfigNode {
   std::string location() const;  // "file:line:col"
   /// Adds key: value (YAML text) to this mapping when absent (defaults made explicit);
   /// returns the new child, or an invalid node when nothing was added.
-  ConfigNode insert_default(const std::string& key, const std::string& yaml_text, bool consumed) const;
+  ConfigNode insert_default(const std::string& key, const std::string& yaml_text,
+                            bool consumed) const;
   /// Removes KEY from this mapping (nothing when absent or not a mapping).
   void remove(const std::string& key) const;
   /// Location of a key of this mapping (where the key itself is written).

@@ -35,10 +35,10 @@ struct DataSplits {
 
 /// One unlabelled input read for prediction.
 struct Record {
-  std::string id;                // record id (FASTA id, id column, or the line number)
-  std::vector<int32_t> tokens;   // as the training data was tokenised
-  size_t line = 0;               // 1-based line (FASTA: header line) in the input
-  std::string error;             // non-empty: the record is bad (tokens empty); reading continues
+  std::string id;               // record id (FASTA id, id column, or the line number)
+  std::vector<int32_t> tokens;  // as the training data was tokenised
+  size_t line = 0;              // 1-based line (FASTA: header line) in the input
+  std::string error;            // non-empty: the record is bad (tokens empty); reading continues
 };
 
 /// Streams the records of one input file.

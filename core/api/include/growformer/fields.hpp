@@ -55,16 +55,26 @@ struct has_state_fields<V, std::void_t<decltype(V::state_fields())>> : std::true
 /// The option type a member of type M is read as.
 template <class M>
 constexpr OptType opt_type_of() {
-  if constexpr (is_optional<M>::value) return opt_type_of<typename M::value_type>();
-  else if constexpr (std::is_same_v<M, ConfigNode>) return OptType::Component;
-  else if constexpr (std::is_same_v<M, bool>) return OptType::Bool;
-  else if constexpr (std::is_floating_point_v<M>) return OptType::Float;
-  else if constexpr (std::is_integral_v<M>) return OptType::Int;
-  else if constexpr (std::is_same_v<M, std::string>) return OptType::String;
-  else if constexpr (std::is_same_v<M, std::vector<int64_t>>) return OptType::IntList;
-  else if constexpr (std::is_same_v<M, std::vector<double>>) return OptType::FloatList;
-  else if constexpr (std::is_same_v<M, std::vector<std::string>>) return OptType::StringList;
-  else static_assert(sizeof(M) == 0, "no option type for this member type");
+  if constexpr (is_optional<M>::value)
+    return opt_type_of<typename M::value_type>();
+  else if constexpr (std::is_same_v<M, ConfigNode>)
+    return OptType::Component;
+  else if constexpr (std::is_same_v<M, bool>)
+    return OptType::Bool;
+  else if constexpr (std::is_floating_point_v<M>)
+    return OptType::Float;
+  else if constexpr (std::is_integral_v<M>)
+    return OptType::Int;
+  else if constexpr (std::is_same_v<M, std::string>)
+    return OptType::String;
+  else if constexpr (std::is_same_v<M, std::vector<int64_t>>)
+    return OptType::IntList;
+  else if constexpr (std::is_same_v<M, std::vector<double>>)
+    return OptType::FloatList;
+  else if constexpr (std::is_same_v<M, std::vector<std::string>>)
+    return OptType::StringList;
+  else
+    static_assert(sizeof(M) == 0, "no option type for this member type");
 }
 
 template <class M>
@@ -73,14 +83,22 @@ void read_option(const Options& o, const std::string& name, M& out) {
     typename M::value_type v{};
     read_option(o, name, v);
     out = std::move(v);
-  } else if constexpr (std::is_same_v<M, ConfigNode>) out = o.get_node(name);
-  else if constexpr (std::is_same_v<M, bool>) out = o.get_bool(name);
-  else if constexpr (std::is_floating_point_v<M>) out = static_cast<M>(o.get_float(name));
-  else if constexpr (std::is_integral_v<M>) out = static_cast<M>(o.get_int(name));
-  else if constexpr (std::is_same_v<M, std::string>) out = o.get_string(name);
-  else if constexpr (std::is_same_v<M, std::vector<int64_t>>) out = o.get_int_list(name);
-  else if constexpr (std::is_same_v<M, std::vector<double>>) out = o.get_float_list(name);
-  else out = o.get_string_list(name);
+  } else if constexpr (std::is_same_v<M, ConfigNode>)
+    out = o.get_node(name);
+  else if constexpr (std::is_same_v<M, bool>)
+    out = o.get_bool(name);
+  else if constexpr (std::is_floating_point_v<M>)
+    out = static_cast<M>(o.get_float(name));
+  else if constexpr (std::is_integral_v<M>)
+    out = static_cast<M>(o.get_int(name));
+  else if constexpr (std::is_same_v<M, std::string>)
+    out = o.get_string(name);
+  else if constexpr (std::is_same_v<M, std::vector<int64_t>>)
+    out = o.get_int_list(name);
+  else if constexpr (std::is_same_v<M, std::vector<double>>)
+    out = o.get_float_list(name);
+  else
+    out = o.get_string_list(name);
 }
 
 template <class M>
@@ -192,30 +210,34 @@ class OptionTable {
   OptionTable& add(std::string name, M B::*member, std::string default_value, std::string doc,
                    double min = -inf, double max = inf) {
     static_assert(std::is_base_of_v<B, S>, "add: the member belongs to no base of the settings");
-    return add_ref<M>(std::move(name), [member](S& s) -> M& { return s.*member; },
-                      std::move(default_value), std::move(doc), min, max);
+    return add_ref<M>(
+        std::move(name), [member](S& s) -> M& { return s.*member; }, std::move(default_value),
+        std::move(doc), min, max);
   }
   /// An option read into a member of a member (S::*outer).*member.
   template <class Sub, class M>
   OptionTable& add(std::string name, Sub S::*outer, M Sub::*member, std::string default_value,
                    std::string doc, double min = -inf, double max = inf) {
-    return add_ref<M>(std::move(name), [outer, member](S& s) -> M& { return (s.*outer).*member; },
-                      std::move(default_value), std::move(doc), min, max);
+    return add_ref<M>(
+        std::move(name), [outer, member](S& s) -> M& { return (s.*outer).*member; },
+        std::move(default_value), std::move(doc), min, max);
   }
   /// A string option whose choices stand for values of the member (an enum, a bool): the
   /// choices of the spec are the names, in the order given.
   template <class M>
   OptionTable& choice(std::string name, M S::*member, std::string default_value, std::string doc,
                       std::vector<std::pair<std::string, M>> values) {
-    return choice_ref<M>(std::move(name), [member](S& s) -> M& { return s.*member; },
-                         std::move(default_value), std::move(doc), std::move(values));
+    return choice_ref<M>(
+        std::move(name), [member](S& s) -> M& { return s.*member; }, std::move(default_value),
+        std::move(doc), std::move(values));
   }
   /// A choice read into (S::*outer).*member.
   template <class Sub, class M>
   OptionTable& choice(std::string name, Sub S::*outer, M Sub::*member, std::string default_value,
                       std::string doc, std::vector<std::pair<std::string, M>> values) {
-    return choice_ref<M>(std::move(name), [outer, member](S& s) -> M& { return (s.*outer).*member; },
-                         std::move(default_value), std::move(doc), std::move(values));
+    return choice_ref<M>(
+        std::move(name), [outer, member](S& s) -> M& { return (s.*outer).*member; },
+        std::move(default_value), std::move(doc), std::move(values));
   }
   /// The last option belongs to one mode of its component (OptionSpec::mode).
   OptionTable& mode(std::string m) {
@@ -290,8 +312,8 @@ class OptionTable {
   template <class M, class Ref>
   OptionTable& choice_ref(std::string name, Ref ref, std::string default_value, std::string doc,
                           std::vector<std::pair<std::string, M>> values) {
-    OptionSpec spec{std::move(name), OptType::String, std::move(default_value), std::move(doc),
-                    -inf, inf, {}};
+    OptionSpec spec{
+        std::move(name), OptType::String, std::move(default_value), std::move(doc), -inf, inf, {}};
     for (const auto& v : values) spec.choices.push_back(v.first);
     const std::string key = spec.name;
     entries_.push_back({std::move(spec),
@@ -310,8 +332,13 @@ class OptionTable {
   template <class M, class Ref>
   OptionTable& add_ref(std::string name, Ref ref, std::string default_value, std::string doc,
                        double min, double max) {
-    OptionSpec spec{std::move(name), fields_detail::opt_type_of<M>(), std::move(default_value),
-                    std::move(doc), min, max, {}};
+    OptionSpec spec{std::move(name),
+                    fields_detail::opt_type_of<M>(),
+                    std::move(default_value),
+                    std::move(doc),
+                    min,
+                    max,
+                    {}};
     spec.required = spec.default_value.empty();
     const std::string key = spec.name;
     entries_.push_back({std::move(spec),
@@ -334,13 +361,14 @@ class StateFields {
   /// The field T::*member, present in texts from version SINCE on.
   template <class V>
   StateFields& add(std::string name, V T::*member, int since = 0) {
-    return add_ref<V>(std::move(name), [member](T& t) -> V& { return t.*member; }, since);
+    return add_ref<V>(
+        std::move(name), [member](T& t) -> V& { return t.*member; }, since);
   }
   /// A member of a member: (T::*outer).*member.
   template <class Sub, class V>
   StateFields& add(std::string name, Sub T::*outer, V Sub::*member, int since = 0) {
-    return add_ref<V>(std::move(name),
-                      [outer, member](T& t) -> V& { return (t.*outer).*member; }, since);
+    return add_ref<V>(
+        std::move(name), [outer, member](T& t) -> V& { return (t.*outer).*member; }, since);
   }
   /// A field whose text is written and read by hand (several members interleaved).
   StateFields& custom(std::string name, std::function<void(std::ostringstream&, const T&)> save,
@@ -382,8 +410,11 @@ class StateFields {
   };
   template <class V, class Ref>
   StateFields& add_ref(std::string name, Ref ref, int since) {
-    Entry e{std::move(name), since,
-            [ref](std::ostringstream& os, const T& t) { fields_detail::write(os, ref(const_cast<T&>(t))); },
+    Entry e{std::move(name),
+            since,
+            [ref](std::ostringstream& os, const T& t) {
+              fields_detail::write(os, ref(const_cast<T&>(t)));
+            },
             [ref](state::Reader& r, T& t) { fields_detail::read(r, ref(t)); },
             {},
             {}};

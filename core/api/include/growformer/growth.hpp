@@ -41,7 +41,7 @@ struct Edit {
   /// RemoveHead: whether policies that reserved directions for the head free them; unset =
   /// each policy's own default.
   std::optional<bool> release_direction;
-  Event cause;       // logged with the edit
+  Event cause;  // logged with the edit
 };
 
 /// One block's input (after its layer norm) on a training batch, (B, T, d), with its key mask
@@ -122,7 +122,10 @@ class GrowthPolicy {
   /// How many validation examples the check at STEP should evaluate for this policy
   /// (TrainView::metrics.probe_*); 0 = none. Asked before every check; the trainer evaluates
   /// the largest number any policy asked for.
-  virtual size_t validation_probe(size_t step) const { (void)step; return 0; }
+  virtual size_t validation_probe(size_t step) const {
+    (void)step;
+    return 0;
+  }
   /// Sets of heads whose ablation the check at VIEW.step should measure on the validation
   /// probe (RunMetrics::ablations; only at checks where some policy asked for a probe). Each set
   /// is one more evaluation of the probe. VIEW holds the blocks, not yet the metrics.
@@ -155,7 +158,9 @@ class GrowthPolicy {
   virtual std::vector<Edit> check(const TrainView& view) = 0;
   /// Told after an edit was applied (new_head_id for AddHead).
   virtual void edited(const Edit& e, int new_head_id, const TrainView& view) {
-    (void)e; (void)new_head_id; (void)view;
+    (void)e;
+    (void)new_head_id;
+    (void)view;
   }
   /// End-of-run quantities for reports and `analyze`.
   virtual std::map<std::string, double> summary() const { return {}; }

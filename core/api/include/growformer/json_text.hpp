@@ -55,7 +55,8 @@ Json map_json_strings(const Json& j, const F& f) {
   if (j.is_string()) return Json(f(j.template get_ref<const typename Json::string_t&>()));
   if (j.is_object()) {
     Json out = Json::object();
-    for (auto it = j.begin(); it != j.end(); ++it) out[f(it.key())] = map_json_strings(it.value(), f);
+    for (auto it = j.begin(); it != j.end(); ++it)
+      out[f(it.key())] = map_json_strings(it.value(), f);
     return out;
   }
   if (j.is_array()) {
@@ -72,7 +73,8 @@ Json map_json_strings(const Json& j, const F& f) {
 template <class Json>
 std::string dump_json(const Json& j, int indent = -1) {
   if (!detail::json_needs_text(j)) return j.dump(indent);
-  return detail::map_json_strings(j, [](const std::string& s) { return json_text(s); }).dump(indent);
+  return detail::map_json_strings(j, [](const std::string& s) { return json_text(s); })
+      .dump(indent);
 }
 
 /// J (as read from text dump_json wrote) with every string and key back as its bytes.

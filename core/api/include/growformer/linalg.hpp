@@ -184,7 +184,8 @@ inline Eigen jacobi_eigen(const Mat& m, bool want_vectors = true, int max_sweeps
         const double apq = a(p, q);
         if (std::fabs(apq) < 1e-300) continue;
         const double theta = (a(q, q) - a(p, p)) / (2.0 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1.0));
+        const double t =
+            (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1.0));
         const double c = 1.0 / std::sqrt(t * t + 1.0), s = t * c;
         // A <- J^T A J with J the rotation in the (p, q) plane.
         for (size_t k = 0; k < n; ++k) {

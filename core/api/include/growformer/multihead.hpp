@@ -78,8 +78,8 @@ class MultiHeadBlock : public AttentionBlock {
   /// (step_work adds the projections, the output maps and the heads' own). Default: not counted.
   virtual WorkCount attend_work(size_t batch, size_t seq) const;
   /// Nothing left to do: the constructor creates the starting heads.
-  [[deprecated("MultiHeadBlock's constructor creates the starting heads; remove the call")]]
-  void create_initial_heads() {}
+  [[deprecated("MultiHeadBlock's constructor creates the starting heads; remove the call")]] void
+  create_initial_heads() {}
   virtual std::string block_name() const = 0;
 
  private:

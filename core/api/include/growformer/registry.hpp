@@ -34,8 +34,7 @@ using AttentionFactory =
     std::function<std::unique_ptr<AttentionBlock>(const Options&, const AttentionBuild&)>;
 using HeadFactory = std::function<std::unique_ptr<Head>(const Options&, const HeadBuild&)>;
 using GrowthFactory = std::function<std::unique_ptr<GrowthPolicy>(const Options&)>;
-using DatasetFactory =
-    std::function<std::unique_ptr<Dataset>(const Options&, const DatasetBuild&)>;
+using DatasetFactory = std::function<std::unique_ptr<Dataset>(const Options&, const DatasetBuild&)>;
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(const Options&)>;
 
 struct ComponentInfo {
@@ -94,7 +93,8 @@ class Registry {
   /// initialiser or register callback throws uncaught, crashes or hangs (30 s) is recorded as
   /// failed with the child's message instead of ending this process.
   void load_directories(const std::vector<std::string>& dirs);
-  /// --plugin-path entries, then GROWFORMER_PLUGIN_PATH, then the build tree, then the install tree.
+  /// --plugin-path entries, then GROWFORMER_PLUGIN_PATH, then the build tree, then the install
+  /// tree.
   static std::vector<std::string> search_path(const std::vector<std::string>& cli_paths);
 
   std::vector<ComponentInfo> components() const;

@@ -54,8 +54,9 @@ class Reader {
     for (int v = min_version; v <= max_version; ++v)
       if (w == std::to_string(v)) r->version_ = v;
     if (r->version_ < 0)
-      throw RuntimeError(r->owner_ + ": policy state: expected version '" + std::to_string(min_version) +
-                         "' to '" + std::to_string(max_version) + "', got '" + w + "'");
+      throw RuntimeError(r->owner_ + ": policy state: expected version '" +
+                         std::to_string(min_version) + "' to '" + std::to_string(max_version) +
+                         "', got '" + w + "'");
     return r;
   }
   /// The version open() read (-1 when the reader was made directly).
@@ -77,7 +78,8 @@ class Reader {
   /// The length of a list: at most MAX, so that a corrupt text cannot ask for any allocation.
   size_t count(size_t max = 1000000) {
     const uint64_t n = u64();
-    if (n > max) throw RuntimeError(owner_ + ": policy state: a list of " + std::to_string(n) + " entries");
+    if (n > max)
+      throw RuntimeError(owner_ + ": policy state: a list of " + std::to_string(n) + " entries");
     return static_cast<size_t>(n);
   }
   std::vector<double> vec() {
@@ -88,7 +90,8 @@ class Reader {
   }
   void expect(const std::string& tag) {
     const std::string w = word();
-    if (w != tag) throw RuntimeError(owner_ + ": policy state: expected '" + tag + "', got '" + w + "'");
+    if (w != tag)
+      throw RuntimeError(owner_ + ": policy state: expected '" + tag + "', got '" + w + "'");
   }
 
  private:

@@ -110,11 +110,10 @@ void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, siz
                   const Panels* panels = nullptr);
 /// C (m x d) += alpha X (m x n) Y (n x d).
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
-                 const float* y, size_t ldy, float* c, size_t ldc,
-                 const Panels* panels = nullptr);
+                 const float* y, size_t ldy, float* c, size_t ldc, const Panels* panels = nullptr);
 /// C[i] += alpha[i] (X Y)[i]: gemm_acc_nd with a scale per row of C.
-void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x,
-                      size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
+void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x, size_t ldx,
+                      const float* y, size_t ldy, float* c, size_t ldc);
 /// C (n x d) += alpha X^T Y, X (m x n), Y (m x d).
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc);
@@ -123,9 +122,8 @@ void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, siz
 /// every element is one FMA chain over k from 0 (vector lanes and scalar tails alike), then
 /// + bias. A column's values therefore do not depend on its position in W: the product with
 /// several weight matrices side by side equals the separate products bit for bit.
-void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
-               size_t ldw, const float* bias, float* c, size_t ldc,
-               const Panels* panels = nullptr);
+void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w, size_t ldw,
+               const float* bias, float* c, size_t ldc, const Panels* panels = nullptr);
 
 /// gemm_bias with C's columns split into parts: part p, columns off[p] .. off[p + 1] - 1
 /// (off[parts] == n), goes to dst[p] as dense rows of its own width. Bit for bit the
@@ -137,11 +135,11 @@ void gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, c
 /// The instruction set in use ("sse2", "avx2", "avx512") and the ones this CPU can run.
 /// Layer norm of ROWS rows of width D: y = (x - mean) / sqrt(var + eps) * gamma + beta;
 /// STATS gets (mean, 1 / sqrt(var + eps)) per row.
-void layer_norm_rows(const float* x, size_t rows, size_t d, const float* gamma,
-                     const float* beta, float eps, float* y, float* stats);
+void layer_norm_rows(const float* x, size_t rows, size_t d, const float* gamma, const float* beta,
+                     float eps, float* y, float* stats);
 /// gx += the layer norm's input gradient for the output gradient g.
-void layer_norm_grad_rows(const float* x, const float* g, const float* stats, size_t rows,
-                          size_t d, const float* gamma, float* gx);
+void layer_norm_grad_rows(const float* x, const float* g, const float* stats, size_t rows, size_t d,
+                          const float* gamma, float* gx);
 /// ggamma += sum_rows g x_hat and gbeta += sum_rows g (either may be null), rows in order.
 void layer_norm_param_grad(const float* x, const float* g, const float* stats, size_t rows,
                            size_t d, float* ggamma, float* gbeta);
@@ -193,14 +191,14 @@ struct ModelShape {
 /// The work of one step (forward, backward, AdamW), by the kind of throughput that bounds it.
 /// Every count is a whole number, so sums of counts are exact in any order.
 struct StepWork {
-  double product_flops = 0;     // 2 m n k per matrix product
-  double exp_elements = 0;      // softmax exps: the forward pass and the backward's recomputation
-  double gelu_elements = 0;     // GELU forward evaluations
+  double product_flops = 0;       // 2 m n k per matrix product
+  double exp_elements = 0;        // softmax exps: the forward pass and the backward's recomputation
+  double gelu_elements = 0;       // GELU forward evaluations
   double gelu_grad_elements = 0;  // GELU derivative evaluations
-  double max_elements = 0;      // the softmax's row maxima (attention tiles, in cache)
+  double max_elements = 0;        // the softmax's row maxima (attention tiles, in cache)
   double softmax_grad_elements = 0;  // the softmax backward's row pass (attention tiles, in cache)
-  double add_elements = 0;      // other passes over tiles in cache (HKT's coarse rows and folds)
-  double memory_bytes = 0;      // activation-sized passes and the parameters' traffic (see .cpp)
+  double add_elements = 0;  // other passes over tiles in cache (HKT's coarse rows and folds)
+  double memory_bytes = 0;  // activation-sized passes and the parameters' traffic (see .cpp)
   StepWork& operator+=(const StepWork& o);
 };
 /// The model's own work: the embedding, positions, layer norms, residual adds, MLPs, pooling,

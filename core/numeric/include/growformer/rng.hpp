@@ -37,7 +37,10 @@ class Rng {
   /// Two words that restore the stream exactly.
   uint64_t state() const { return s_; }
   uint64_t increment() const { return inc_; }
-  void restore(uint64_t state, uint64_t inc) { s_ = state; inc_ = inc; }
+  void restore(uint64_t state, uint64_t inc) {
+    s_ = state;
+    inc_ = inc;
+  }
 
  private:
   uint64_t s_ = 0, inc_ = 1;

@@ -60,9 +60,9 @@ struct RowKernels {
   void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                     size_t ldw, const float* bias, float* c, size_t ldc, const PanelView* pv);
   /// gemm_bias with column part p (columns off[p] .. off[p + 1] - 1) stored in dst[p], dense
-  void (*gemm_bias_parts)(size_t m, size_t n, size_t k, const float* x, size_t ldx,
-                          const float* w, size_t ldw, const float* bias, const size_t* off,
-                          size_t parts, float* const* dst, const PanelView* pv);
+  void (*gemm_bias_parts)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                          size_t ldw, const float* bias, const size_t* off, size_t parts,
+                          float* const* dst, const PanelView* pv);
   /// The panel width product uses for Y (len x n) over M rows, 0 when it reads Y in place;
   /// SHORT_K: for gemm_short_k (Y = Bt, len = d), which packs only a long d
   size_t (*panel_width)(size_t m, size_t len, size_t n, bool short_k);
@@ -71,15 +71,15 @@ struct RowKernels {
   void (*mul_add_rows)(float* y, size_t ldy, const float* x, size_t ldx, const float* w,
                        size_t rows, size_t c);
   /// acc[j] += sum_r g[r ldg + j] x[r ldx + j], rows in order
-  void (*dot_rows)(float* acc, const float* g, size_t ldg, const float* x, size_t ldx,
-                   size_t rows, size_t c);
+  void (*dot_rows)(float* acc, const float* g, size_t ldg, const float* x, size_t ldx, size_t rows,
+                   size_t c);
   // Layer norm over rows of width d (stats: mean, 1 / std per row):
   /// y = (x - mean) / std * gamma + beta
-  void (*layer_norm)(const float* x, size_t rows, size_t d, const float* gamma,
-                     const float* beta, float eps, float* y, float* stats);
+  void (*layer_norm)(const float* x, size_t rows, size_t d, const float* gamma, const float* beta,
+                     float eps, float* y, float* stats);
   /// gx += d y / d x applied to g
-  void (*layer_norm_grad)(const float* x, const float* g, const float* stats, size_t rows,
-                          size_t d, const float* gamma, float* gx);
+  void (*layer_norm_grad)(const float* x, const float* g, const float* stats, size_t rows, size_t d,
+                          const float* gamma, float* gx);
   /// ggamma += sum_rows g x_hat, gbeta += sum_rows g (either may be null), rows in order
   void (*layer_norm_param_grad)(const float* x, const float* g, const float* stats, size_t rows,
                                 size_t d, float* ggamma, float* gbeta);

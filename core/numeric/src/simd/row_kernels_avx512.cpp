@@ -1,4 +1,5 @@
-// Row kernels for AVX-512F+DQ (compiled with that instruction set's flags; see core/CMakeLists.txt).
+// Row kernels for AVX-512F+DQ (compiled with that instruction set's flags; see
+// core/CMakeLists.txt).
 #define GF_SIMD_ARCH xsimd::avx512f
 #include "row_kernels_impl.hpp"
 

@@ -38,11 +38,11 @@ float k_max(const float* x, size_t n) {
 }
 
 // exp(x), lane by lane: Cody-Waite reduction x = n ln 2 + r (|r| <= ln 2 / 2), Cephes' degree-5
-// polynomial for e^r (under 1 ulp from the exact value on every set, tested), then the scale by 2^n, which rounds once into the
-// subnormals and overflows to +inf past 88.72. The argument is clamped to [-110, 89] first, so
-// exp(-inf) = 0 and exp(+inf) = inf; NaN stays NaN (every clamp keeps it). 1.5x the speed of
-// xsimd 8's exp on one Zen 5 core (8.7 against 5.8 G elements/s, AVX-512).
-// The reduction's multiply-adds are fused where the set has FMA (vfma), so the bits are a
+// polynomial for e^r (under 1 ulp from the exact value on every set, tested), then the scale by
+// 2^n, which rounds once into the subnormals and overflows to +inf past 88.72. The argument is
+// clamped to [-110, 89] first, so exp(-inf) = 0 and exp(+inf) = inf; NaN stays NaN (every clamp
+// keeps it). 1.5x the speed of xsimd 8's exp on one Zen 5 core (8.7 against 5.8 G elements/s,
+// AVX-512). The reduction's multiply-adds are fused where the set has FMA (vfma), so the bits are a
 // function of the instruction set, like the products'.
 inline B vfma(B a, B b, B c);
 inline B vexp(B x) {
@@ -51,9 +51,11 @@ inline B vexp(B x) {
 #if defined(__AVX512F__)
   // scalef takes any n (overflow to inf, underflow to 0 exact): only -inf and a magnitude the
   // rounding cannot take need the lower clamp; max(lo, x) returns x when x is NaN
-  if constexpr (W == 16) x = B(_mm512_max_ps(lo, x)); else
+  if constexpr (W == 16)
+    x = B(_mm512_max_ps(lo, x));
+  else
 #endif
-  x = xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
+    x = xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
   const B t = vfma(x, B(1.44269504088896341f), magic);
   const B n = t - magic;
   B r = vfma(n, B(-0.693359375f), x);
@@ -128,7 +130,8 @@ void k_softmax_grad(float* ds, const float* p, size_t n, float dot, float s) {
 float k_dot(const float* a, const float* b, size_t n) {
   B acc(0.0f);
   size_t j = 0;
-  for (; j + W <= n; j += W) acc = xsimd::fma(B::load_unaligned(a + j), B::load_unaligned(b + j), acc);
+  for (; j + W <= n; j += W)
+    acc = xsimd::fma(B::load_unaligned(a + j), B::load_unaligned(b + j), acc);
   float s = xsimd::hadd(acc);
   for (; j < n; ++j) s += a[j] * b[j];
   return s;
@@ -257,8 +260,8 @@ struct TailEpi {
 // EV(vector, row, column) takes W columns, ES(sum, row, column) one (the last n % W).
 // Column chunks of NC vectors (NC * R chains in registers), then 2, then 1.
 template <size_t R, size_t NC, bool TRANS, class EV, class ES>
-inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t ldx,
-                         const float* y, size_t ldy, const float* ytail, EV& ev, ES& es) {
+inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t ldx, const float* y,
+                         size_t ldy, const float* ytail, EV& ev, ES& es) {
   size_t c0 = 0;
   if (NC > 2)
     for (; c0 + NC * W <= n; c0 += NC * W) fma_tile<R, NC, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
@@ -339,7 +342,8 @@ inline void product_block(size_t m, size_t n, size_t len, const float* x, size_t
     for (; i + 2 * RM <= m; i += 2 * RM)
       product_rows_call<2 * RM, 1, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
     // the 8 rows left of a 128-row attention tile: 8 chains, not a 6-row and a 2-row tile
-    for (; i + 8 <= m; i += 8) product_rows_call<8, 1, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+    for (; i + 8 <= m; i += 8)
+      product_rows_call<8, 1, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
   }
   for (; i + R0 <= m; i += R0)
     product_rows_call<R0, R0 == RM ? NCW : 2, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
@@ -379,8 +383,7 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
       const size_t w = pw - (g - p0) < n - cb ? pw - (g - p0) : n - cb;
       auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
       auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
-      product_block<TRANS, R0>(m, w, len, x, ldx, pv->data + pv->len * p0 + (g - p0), pw, evb,
-                               esb);
+      product_block<TRANS, R0>(m, w, len, x, ldx, pv->data + pv->len * p0 + (g - p0), pw, evb, esb);
       cb += w;
     }
     return;
@@ -450,8 +453,7 @@ size_t k_panel_width(size_t m, size_t len, size_t n, bool short_k) {
 
 template <bool TRANS>
 void acc_product(size_t m, size_t n, size_t len, float alpha, const float* x, size_t ldx,
-                 const float* y, size_t ldy, float* c, size_t ldc,
-                 const PanelView* pv = nullptr) {
+                 const float* y, size_t ldy, float* c, size_t ldc, const PanelView* pv = nullptr) {
   B al(alpha);
   product<TRANS>(
       m, n, len, x, ldx, y, ldy,
@@ -498,7 +500,8 @@ __attribute__((noinline)) void narrow_rows(size_t i, size_t n, const float* x, s
   for (size_t r = 0; r < R; ++r)
     for (size_t c = 0; c < D; ++c) {
       float s = xsimd::hadd(acc[r][c]);
-      for (size_t q = nv; q < n; ++q) s = lane_fma(x[(i + r) * ldx + q], ytail[(q - nv) * D + c], s);
+      for (size_t q = nv; q < n; ++q)
+        s = lane_fma(x[(i + r) * ldx + q], ytail[(q - nv) * D + c], s);
       es(s, i + r, c);
     }
 }
@@ -524,14 +527,30 @@ void narrow_product(size_t m, size_t n, size_t d, const float* x, size_t ldx, co
   for (size_t q = nv; q < n; ++q)
     for (size_t c = 0; c < d; ++c) yt[d * nv + (q - nv) * d + c] = y[q * ldy + c];
   switch (d) {
-    case 1: narrow_product_d<1>(m, n, x, ldx, yt, es); break;
-    case 2: narrow_product_d<2>(m, n, x, ldx, yt, es); break;
-    case 3: narrow_product_d<3>(m, n, x, ldx, yt, es); break;
-    case 4: narrow_product_d<4>(m, n, x, ldx, yt, es); break;
-    case 5: narrow_product_d<5>(m, n, x, ldx, yt, es); break;
-    case 6: narrow_product_d<6>(m, n, x, ldx, yt, es); break;
-    case 7: narrow_product_d<7>(m, n, x, ldx, yt, es); break;
-    default: narrow_product_d<8>(m, n, x, ldx, yt, es); break;
+    case 1:
+      narrow_product_d<1>(m, n, x, ldx, yt, es);
+      break;
+    case 2:
+      narrow_product_d<2>(m, n, x, ldx, yt, es);
+      break;
+    case 3:
+      narrow_product_d<3>(m, n, x, ldx, yt, es);
+      break;
+    case 4:
+      narrow_product_d<4>(m, n, x, ldx, yt, es);
+      break;
+    case 5:
+      narrow_product_d<5>(m, n, x, ldx, yt, es);
+      break;
+    case 6:
+      narrow_product_d<6>(m, n, x, ldx, yt, es);
+      break;
+    case 7:
+      narrow_product_d<7>(m, n, x, ldx, yt, es);
+      break;
+    default:
+      narrow_product_d<8>(m, n, x, ldx, yt, es);
+      break;
   }
 }
 
@@ -559,9 +578,7 @@ void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const 
       [=](B acc, size_t r, size_t j) {
         vfma(B(alpha[r]), acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
       },
-      [=](float s, size_t r, size_t j) {
-        c[r * ldc + j] = lane_fma(alpha[r], s, c[r * ldc + j]);
-      });
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha[r], s, c[r * ldc + j]); });
 }
 
 // Fraction of the lanes of ceil(n / W) vectors that n columns use.
@@ -610,9 +627,9 @@ void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const
 // gemm_bias, so the parts equal its columns bit for bit; a vector of columns that lies in one
 // part (every one when the part widths are multiples of W) is stored whole.
 template <bool BIAS>
-void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t ldx,
-                          const float* w, size_t ldw, const float* bias, const size_t* off,
-                          size_t parts, float* const* dst, const PanelView* pv) {
+void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
+                          size_t ldw, const float* bias, const size_t* off, size_t parts,
+                          float* const* dst, const PanelView* pv) {
   // Columns in chunks of up to kVec vectors, each with a table (plain arrays: no std::
   // templates in this translation unit): per vector, its first store or null, and its part's
   // width.
@@ -623,7 +640,10 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
     size_t lo = 0, hi = parts;  // the part p with off[p] <= j < off[p + 1], by bisection
     while (hi - lo > 1) {
       const size_t mid = (lo + hi) / 2;
-      if (off[mid] <= j) lo = mid; else hi = mid;
+      if (off[mid] <= j)
+        lo = mid;
+      else
+        hi = mid;
     }
     dst[lo][r * (off[lo + 1] - off[lo]) + (j - off[lo])] = s;
   };
@@ -665,8 +685,7 @@ void gemm_bias_parts_impl(size_t m, size_t n, size_t k, const float* x, size_t l
             }
           }
         },
-        [=](float s, size_t r, size_t j) { put(BIAS ? s + bias[c0 + j] : s, r, c0 + j); }, pv,
-        c0);
+        [=](float s, size_t r, size_t j) { put(BIAS ? s + bias[c0 + j] : s, r, c0 + j); }, pv, c0);
   }
 }
 
@@ -680,8 +699,8 @@ void k_gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx,
 }
 
 // ---- rows of a depthwise convolution ------------------------------------------------
-void k_mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w,
-                    size_t rows, size_t c) {
+void k_mul_add_rows(float* y, size_t ldy, const float* x, size_t ldx, const float* w, size_t rows,
+                    size_t c) {
   for (size_t r = 0; r < rows; ++r) {
     float* yr = y + r * ldy;
     const float* xr = x + r * ldx;
@@ -703,7 +722,7 @@ void k_dot_rows(float* acc, const float* g, size_t ldg, const float* x, size_t l
     for (size_t r = 0; r < rows; ++r)
       for (size_t v = 0; v < 4; ++v)
         a[v] = vfma(B::load_unaligned(g + r * ldg + j + v * W),
-                          B::load_unaligned(x + r * ldx + j + v * W), a[v]);
+                    B::load_unaligned(x + r * ldx + j + v * W), a[v]);
     for (size_t v = 0; v < 4; ++v) a[v].store_unaligned(acc + j + v * W);
   }
   for (; j + W <= c; j += W) {
@@ -841,11 +860,31 @@ float k_fma_loop(size_t iters) {
 
 // Internal linkage: every instruction-set translation unit has its own copy.
 RowKernels make_row_kernels(const char* name) {
-  return {name,           W,           k_fma_loop,     2.0 * KF * W,  k_max,
-          k_exp_shift_sum, k_exp_shift, k_scale,        k_softmax_grad, k_dot,
-          k_axpy,         k_gelu,      k_gelu_grad,    k_gemm_short_k, k_gemm_acc_nd,
-          k_gemm_acc_nd_rows, k_gemm_acc_tnd, k_gemm_bias, k_gemm_bias_parts, k_panel_width,
-          k_mul_add_rows, k_dot_rows,  k_layer_norm,   k_layer_norm_grad, k_layer_norm_param_grad};
+  return {name,
+          W,
+          k_fma_loop,
+          2.0 * KF * W,
+          k_max,
+          k_exp_shift_sum,
+          k_exp_shift,
+          k_scale,
+          k_softmax_grad,
+          k_dot,
+          k_axpy,
+          k_gelu,
+          k_gelu_grad,
+          k_gemm_short_k,
+          k_gemm_acc_nd,
+          k_gemm_acc_nd_rows,
+          k_gemm_acc_tnd,
+          k_gemm_bias,
+          k_gemm_bias_parts,
+          k_panel_width,
+          k_mul_add_rows,
+          k_dot_rows,
+          k_layer_norm,
+          k_layer_norm_grad,
+          k_layer_norm_param_grad};
 }
 
 }  // namespace

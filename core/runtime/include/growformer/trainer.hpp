@@ -67,9 +67,9 @@ struct StepReport {
 };
 
 struct RunFlags {
-  std::string run_dir;                 // "" = runs/<name>
+  std::string run_dir;  // "" = runs/<name>
   std::vector<std::string> plugin_paths;
-  long stop_after = -1;                // stop (with a checkpoint) after this step: simulates an interruption
+  long stop_after = -1;  // stop (with a checkpoint) after this step: simulates an interruption
   /// Called after every `on_step_every`-th step (and the last) once it is logged and validated;
   /// returning false stops the run after that step with a checkpoint, as stop_after does (the
   /// processes of a data-parallel run stop together when any asks). Null = never called.
@@ -196,8 +196,9 @@ class Experiment {
   TrainSettings settings_;
   LrSchedule schedule_;
   TrainerState state_;
-  std::string resolved_config_crc_;  // of config.resolved.yaml's configuration, written at the start
-  std::string resolved_config_;      // that configuration (the file without its structure record)
+  std::string
+      resolved_config_crc_;      // of config.resolved.yaml's configuration, written at the start
+  std::string resolved_config_;  // that configuration (the file without its structure record)
   std::vector<std::vector<int>> start_heads_;  // each block's head ids as the config builds them
   Communicator* comm_ = &serial_communicator();
   void use_communicator(const RunFlags& flags);
@@ -212,12 +213,12 @@ class Experiment {
 int resume_run(const std::string& run_dir, const RunFlags& flags);
 
 /// Loads a checkpoint's embedded config and rebuilds the experiment around it.
-std::unique_ptr<Experiment> experiment_from_checkpoint(const std::string& path,
-                                                       const std::vector<std::string>& plugin_paths);
+std::unique_ptr<Experiment> experiment_from_checkpoint(
+    const std::string& path, const std::vector<std::string>& plugin_paths);
 /// The same from a checkpoint already read (then `load_weights(checkpoint, path)` reads nothing).
-std::unique_ptr<Experiment> experiment_from_checkpoint(const Checkpoint& checkpoint,
-                                                       const std::string& path,
-                                                       const std::vector<std::string>& plugin_paths);
+std::unique_ptr<Experiment> experiment_from_checkpoint(
+    const Checkpoint& checkpoint, const std::string& path,
+    const std::vector<std::string>& plugin_paths);
 
 }  // namespace gf
 

@@ -76,8 +76,10 @@ class MpiCommunicator final : public Communicator {
   }
   bool all_equal(uint64_t value) override {
     uint64_t lo = value, hi = value;
-    check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
-    check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD),
+          "MPI_Allreduce");
     return lo == hi;
   }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
@@ -93,7 +95,9 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
 
 void finalize_mpi() {
   int finalized = 0;

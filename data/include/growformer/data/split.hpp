@@ -89,6 +89,7 @@ void seeded_shuffle(std::vector<T>& v, Rng& rng) {
 size_t ratio_count(size_t n, double ratio);
 
 /// ConfigError "PLUGIN: split `NAME` is empty (HINT)" for the first empty split of D.
-void require_nonempty_splits(const DataSplits& d, const std::string& plugin, const std::string& hint);
+void require_nonempty_splits(const DataSplits& d, const std::string& plugin,
+                             const std::string& hint);
 
 }  // namespace gf

@@ -47,7 +47,8 @@ inline double mardia_kurtosis(const std::vector<std::vector<double>>& x, size_t*
   la::Mat cov(p);
   for (const auto& v : x)
     for (size_t a = 0; a < p; ++a)
-      for (size_t b = 0; b < p; ++b) cov(a, b) += (v[a] - mean[a]) * (v[b] - mean[b]) / static_cast<double>(n);
+      for (size_t b = 0; b < p; ++b)
+        cov(a, b) += (v[a] - mean[a]) * (v[b] - mean[b]) / static_cast<double>(n);
   const la::Eigen e = la::jacobi_eigen(cov);
   const double top = e.values.empty() ? 0.0 : e.values.back();
   if (!(top > 0.0)) return std::nan("");

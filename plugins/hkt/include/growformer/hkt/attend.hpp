@@ -105,10 +105,17 @@ inline void expand_fixed(const float* sr, size_t n, float* up) {
 template <class F>
 inline bool with_fixed_block(size_t bs, F&& f) {
   switch (bs) {
-    case 2: f(std::integral_constant<size_t, 2>{}); return true;
-    case 4: f(std::integral_constant<size_t, 4>{}); return true;
-    case 8: f(std::integral_constant<size_t, 8>{}); return true;
-    default: return false;
+    case 2:
+      f(std::integral_constant<size_t, 2>{});
+      return true;
+    case 4:
+      f(std::integral_constant<size_t, 4>{});
+      return true;
+    case 8:
+      f(std::integral_constant<size_t, 8>{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -148,8 +155,8 @@ inline void fold_blocks(const float* acc, size_t bs, size_t lim, float* out) {
 // apart): each column summed over the rows in order, then the block's columns in order, as
 // axpy into a zeroed ACC followed by fold_blocks. Two rows and blocks of 2 (stride 2) take
 // one pass without ACC; the leading 0 + keeps the sign of an all-zero sum the same.
-inline void fold_rows(const float* rows, size_t ld, size_t nrows, size_t bs, size_t lim,
-                      float* acc, float* out) {
+inline void fold_rows(const float* rows, size_t ld, size_t nrows, size_t bs, size_t lim, float* acc,
+                      float* out) {
   if (bs == 2 && nrows == 2) {
     gf_hkt::kernels::fold_pairs2(out, rows, rows + ld, lim);
     return;
@@ -276,8 +283,8 @@ inline void tile_scores(const Geom& g, const std::vector<gf::Var>& q, const floa
 namespace detail {
 
 // The geometry of a call, its inputs checked: levels' lengths and blocks, the tile rows.
-inline Geom make_geom(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k, const gf::Var& v,
-                      const gf::Var& logits, const FusedSpec& spec) {
+inline Geom make_geom(const std::vector<gf::Var>& q, const std::vector<gf::Var>& k,
+                      const gf::Var& v, const gf::Var& logits, const FusedSpec& spec) {
   const size_t L = q.size();
   if (L == 0 || k.size() != L) throw std::invalid_argument("hkt_attend: need L >= 1 q and k sets");
   if (v.shape().size() != 3) throw std::invalid_argument("hkt_attend: v must be (B, T, d_v)");
@@ -339,7 +346,7 @@ inline void forward_tiles(const Geom& g, const std::vector<gf::Var>& q, const fl
     float* inv = scratch(Buf::row_inv, r).data();
     tile_scores(g, q, klt + b * L, lam + b * L, b, i0, r, jmax, S,
                 [&](size_t a, float* row, const float* up, bool half) {
-                  const float mx = !up   ? gf::kernels::row_max(row, jmax)
+                  const float mx = !up    ? gf::kernels::row_max(row, jmax)
                                    : half ? gf_hkt::kernels::add_max_up2(row, up, jmax)
                                           : gf_hkt::kernels::add_max(row, up, jmax);
                   if (mx == -INFINITY) {
@@ -363,7 +370,7 @@ struct Backward {
   gf::Var res;
   std::vector<gf::Var> q, k;
   gf::Var v, logits;
-  gf::Tensor lse;  // the rows' log-sum-exp
+  gf::Tensor lse;          // the rows' log-sum-exp
   std::vector<float> lam;  // lambda (B, L)
   Geom g;
   std::shared_ptr<std::vector<uint8_t>> keep;  // the key mask g.valid points into
@@ -543,7 +550,8 @@ struct Backward {
     gr.lam[b * g.L + l] += ((d4[0] + d4[1]) + (d4[2] + d4[3])) * g.scale;
     if (gr.q[l]) gf::kernels::axpy(gr.q[l] + (b * n + I0) * dk, G.data(), nI * dk, c);
     if (gr.k[l])
-      gf::kernels::gemm_acc_tnd(nI, lg.ncols, dk, c, lg.dsp, lg.ld, qb, dk, gr.k[l] + b * n * dk, dk);
+      gf::kernels::gemm_acc_tnd(nI, lg.ncols, dk, c, lg.dsp, lg.ld, qb, dk, gr.k[l] + b * n * dk,
+                                dk);
   }
 
   // Softmax backward: d z = lambda * (d lambda - sum lambda d lambda).

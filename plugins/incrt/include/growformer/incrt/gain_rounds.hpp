@@ -77,25 +77,25 @@ inline PlaneResidual plane_residual(const Mat& c, const std::vector<Mat>& motors
 
 /// The options of the round rule.
 struct GainOptions {
-  size_t probe_examples = 0;    // validation examples per probe (0: unset, the policy picks
-                                // 256 for the learning rule, 512 for the gain rule)
-  size_t probe_every = 2;       // a probe every N checks (while settling before a round)
-  size_t round_probe_every = 2; // paired: a probe every N checks while a round waits (each one
-                                // is evaluated twice, with and without the round's heads)
+  size_t probe_examples = 0;       // validation examples per probe (0: unset, the policy picks
+                                   // 256 for the learning rule, 512 for the gain rule)
+  size_t probe_every = 2;          // a probe every N checks (while settling before a round)
+  size_t round_probe_every = 2;    // paired: a probe every N checks while a round waits (each one
+                                   // is evaluated twice, with and without the round's heads)
   size_t stopped_probe_every = 8;  // a probe every N checks once growth stopped (the reopen
                                    // watch alone reads it)
-  size_t settle_probes = 4;     // W: the settled test compares the median probe loss of the
-                                // last W probes with the W before
+  size_t settle_probes = 4;        // W: the settled test compares the median probe loss of the
+                                   // last W probes with the W before
   double settle_tolerance = 0.01;  // settled: the median fell by less than this fraction
-  double min_gain = 0.05;       // a round pays when the settled loss fell by this fraction
-  double reopen_rise = 0.25;    // after growth stopped: the probe loss this fraction over the
-                                // settled loss for W probes in a row reopens growth
-  double grow_until = 0.6;      // no new round after this fraction of the run's steps (after a
-                                // reopening: of the steps left at the reopening)
-  double round_patience = 1.5;  // a round is not taken back before it has trained this many
-                                // times the steps the first head took to start learning
-  bool attribution = true;      // relative test: a round pays only when muting its heads
-                                // costs min_gain too
+  double min_gain = 0.05;          // a round pays when the settled loss fell by this fraction
+  double reopen_rise = 0.25;       // after growth stopped: the probe loss this fraction over the
+                                   // settled loss for W probes in a row reopens growth
+  double grow_until = 0.6;         // no new round after this fraction of the run's steps (after a
+                                   // reopening: of the steps left at the reopening)
+  double round_patience = 1.5;     // a round is not taken back before it has trained this many
+                                   // times the steps the first head took to start learning
+  bool attribution = true;         // relative test: a round pays only when muting its heads
+                                   // costs min_gain too
   // The test a round must pass. paired (default; docs/INCRT.md, "The paired round test"):
   // muting the round's heads on the probe costs at least min_share of the loss, significantly
   // so: the median over the last W probes of the paired t statistic over the probe examples.
@@ -106,13 +106,13 @@ struct GainOptions {
   // settled loss fell by min_gain since the round and, with attribution, muting its heads costs
   // min_gain; judged at the first settled phase past the patience.
   bool paired = true;
-  double min_share = 0.01;  // paired: the least share of the loss a round must carry
-  double z = 2.0;           // paired: the t statistic a round's share must reach at the last look
-  double z_early = 3.0;     // paired: ... at a look before the growth window ends
-  double loss_floor = 0.05; // paired: shares are of max(L, loss_floor), as the ablation pruning
-                            // rule's costs are
-  size_t mute_every = 2;    // paired: the waiting round's heads sit out every N-th training
-                            // step (0: never), so the older heads keep working without them
+  double min_share = 0.01;   // paired: the least share of the loss a round must carry
+  double z = 2.0;            // paired: the t statistic a round's share must reach at the last look
+  double z_early = 3.0;      // paired: ... at a look before the growth window ends
+  double loss_floor = 0.05;  // paired: shares are of max(L, loss_floor), as the ablation pruning
+                             // rule's costs are
+  size_t mute_every = 2;     // paired: the waiting round's heads sit out every N-th training
+                             // step (0: never), so the older heads keep working without them
 };
 
 /// What a probe decided.
@@ -130,14 +130,14 @@ struct GainDecision {
 
 /// The round rule's state across probes (saved with the policy state).
 struct GainState {
-  bool done = false;            // growth stopped (a round did not pay, no plane, or late)
-  Vec recent;                   // the phase's last 2 W probe losses
-  double first = 0.0;           // the phase's first probe loss
-  bool has_prev = false;        // a round was grown and is waiting for its test
-  double prev = 0.0;            // the settled loss before that round
-  double done_at = 0.0;         // the settled loss growth stopped at (NaN: a round was taken
-                                // back and the model has not settled without it yet)
-  size_t rise = 0;              // consecutive probes over done_at (1 + reopen_rise)
+  bool done = false;      // growth stopped (a round did not pay, no plane, or late)
+  Vec recent;             // the phase's last 2 W probe losses
+  double first = 0.0;     // the phase's first probe loss
+  bool has_prev = false;  // a round was grown and is waiting for its test
+  double prev = 0.0;      // the settled loss before that round
+  double done_at = 0.0;   // the settled loss growth stopped at (NaN: a round was taken
+                          // back and the model has not settled without it yet)
+  size_t rise = 0;        // consecutive probes over done_at (1 + reopen_rise)
   size_t rounds = 0, rejected = 0, reopened = 0;
   std::vector<std::pair<size_t, long>> round;  // (block, head id) of the last round's heads
   // The run's learning onset: its first probe (loss, step) and the steps until a probe loss
@@ -145,7 +145,7 @@ struct GainState {
   double start_loss = std::numeric_limits<double>::quiet_NaN();
   size_t start_step = 0;
   long onset = -1;
-  size_t round_step = 0;  // the step the last round was grown at
+  size_t round_step = 0;   // the step the last round was grown at
   size_t phase_start = 0;  // the step growth last reopened at (0: the run's start)
   Vec shares;              // the last round's share at the phase's last W probes
   Vec share_ses;           // and its standard error there (paired test; NaN when not measured)
@@ -167,7 +167,7 @@ struct GainState {
 
   /// The checks between two probes in the current phase (docs/INCRT.md, "What the probe costs").
   size_t probe_interval(const GainOptions& o) const {
-    const size_t every = done                   ? o.stopped_probe_every
+    const size_t every = done                     ? o.stopped_probe_every
                          : (o.paired && has_prev) ? o.round_probe_every
                                                   : o.probe_every;
     return std::max<size_t>(every, 1);
@@ -347,7 +347,9 @@ struct GainState {
 
   /// Past the growth window: grow_until of the run's steps (after a reopening, of those left).
   bool past_window(size_t step, size_t total, const GainOptions& o) const {
-    return total > 0 && double(step) > double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
+    return total > 0 &&
+           double(step) >
+               double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
   }
 
   /// The round's share over the settling window (median) and, for the paired test, its
@@ -360,7 +362,9 @@ struct GainState {
       if (!std::isfinite(share_ses[i])) continue;
       ses.push_back(share_ses[i]);
       ts.push_back(share_ses[i] > 0 ? shares[i] / share_ses[i]
-                                    : (shares[i] > 0 ? 1e300 : shares[i] < 0 ? -1e300 : 0.0));
+                                    : (shares[i] > 0   ? 1e300
+                                       : shares[i] < 0 ? -1e300
+                                                       : 0.0));
     }
     if (ses.empty()) return;
     out.share_se = median(ses);

@@ -63,18 +63,18 @@ struct LearningState {
   enum Phase : int { WarmUp = 0, Trial = 1, Stopped = 2 };
   int phase = WarmUp;
   double first = std::numeric_limits<double>::quiet_NaN();  // the phase's first probe loss
-  size_t first_step = 0;       // and its step
-  size_t phase_start = 0;      // the step growth last (re)opened at
-  size_t round_step = 0;       // the step the waiting round grew at
-  double prev = std::numeric_limits<double>::quiet_NaN();  // the probe loss it grew at
-  std::vector<std::pair<size_t, long>> round;  // (block, head id) of the waiting round
-  Vec shares, share_ses;       // the waiting round's share and its se at its last W probes
+  size_t first_step = 0;                                    // and its step
+  size_t phase_start = 0;                                   // the step growth last (re)opened at
+  size_t round_step = 0;                                    // the step the waiting round grew at
+  double prev = std::numeric_limits<double>::quiet_NaN();   // the probe loss it grew at
+  std::vector<std::pair<size_t, long>> round;               // (block, head id) of the waiting round
+  Vec shares, share_ses;  // the waiting round's share and its se at its last W probes
   double best = std::numeric_limits<double>::quiet_NaN();  // stopped: the lowest probe loss since
-  size_t rise = 0;             // stopped: consecutive probes over (1 + reopen_rise) x best
+  size_t rise = 0;  // stopped: consecutive probes over (1 + reopen_rise) x best
   size_t rounds = 0, rejected = 0, reopened = 0;
-  long onset = -1;             // steps from the run's first probe to its learning onset (the
-                               // first warm-up's; reported, not used by the decisions)
-  size_t next_probe = 0;       // the check index of the next probe
+  long onset = -1;        // steps from the run's first probe to its learning onset (the
+                          // first warm-up's; reported, not used by the decisions)
+  size_t next_probe = 0;  // the check index of the next probe
 
   bool waiting() const { return phase == Trial; }
 
@@ -104,7 +104,8 @@ struct LearningState {
   /// work); four times that once growth stopped (only the reopen watch reads it).
   size_t probe_interval(size_t batch, size_t steps_per_check, size_t probe_size) const {
     const double evals = waiting() ? 2.0 : 1.0;
-    const double per_check = LearningConstants::probe_cost * 3.0 * double(std::max<size_t>(batch, 1)) *
+    const double per_check = LearningConstants::probe_cost * 3.0 *
+                             double(std::max<size_t>(batch, 1)) *
                              double(std::max<size_t>(steps_per_check, 1));
     const double need = evals * double(std::max<size_t>(probe_size, 1)) / per_check;
     size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(need - 1e-9)));
@@ -167,7 +168,9 @@ struct LearningState {
       if (!std::isfinite(share_ses[i])) return;  // no spread, no test
       ses.push_back(share_ses[i]);
       ts.push_back(share_ses[i] > 0 ? shares[i] / share_ses[i]
-                                    : (shares[i] > 0 ? 1e300 : shares[i] < 0 ? -1e300 : 0.0));
+                                    : (shares[i] > 0   ? 1e300
+                                       : shares[i] < 0 ? -1e300
+                                                       : 0.0));
     }
     out.share_se = median(ses);
     out.t = median(ts);
@@ -201,7 +204,8 @@ struct LearningState {
   /// The fields after the word `learning`.
   void load_fields(Reader& r) {
     state_fields().load(r, *this, r.version());
-    if (phase < WarmUp || phase > Stopped) throw RuntimeError("incrt_geometric: policy state: bad phase");
+    if (phase < WarmUp || phase > Stopped)
+      throw RuntimeError("incrt_geometric: policy state: bad phase");
     if (share_ses.size() != shares.size())
       throw RuntimeError("incrt_geometric: policy state: shares and their errors differ in length");
   }
@@ -223,8 +227,8 @@ struct LearningState {
     }
     fill(out);
     const bool is_late = late(p.step, p.total, o);
-    const bool pays = std::isfinite(out.share) && std::isfinite(out.t) && out.share >= o.min_share &&
-                      out.t >= (is_late ? o.z : o.z_early);
+    const bool pays = std::isfinite(out.share) && std::isfinite(out.t) &&
+                      out.share >= o.min_share && out.t >= (is_late ? o.z : o.z_early);
     if (pays) {
       // paid: the next round grows now, if the window leaves it the time this one needed
       const bool next = !is_late && fits(p.step, p.total, p.step - round_step, o);

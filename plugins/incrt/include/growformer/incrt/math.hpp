@@ -213,9 +213,15 @@ struct TrackerPair {
       return s > 0.5;
     };
     for (size_t k = n; k-- > 0;)
-      if (!in_basis(e.vectors[k])) { up = e.vectors[k]; break; }
+      if (!in_basis(e.vectors[k])) {
+        up = e.vectors[k];
+        break;
+      }
     for (size_t k = 0; k < n; ++k)
-      if (!in_basis(e.vectors[k])) { um = e.vectors[k]; break; }
+      if (!in_basis(e.vectors[k])) {
+        um = e.vectors[k];
+        break;
+      }
     lambda_max = rayleigh(a, up);
     lambda_min = rayleigh(a, um);
   }

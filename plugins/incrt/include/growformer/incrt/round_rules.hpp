@@ -61,7 +61,8 @@ class RoundRule {
   /// The policy grew ADDED heads (0: none; growth stops) at STEP after a Grow.
   virtual void grown(size_t added, double settled, size_t step) = 0;
   /// The rule's own numbers for the `probe` event (non-finite ones are left out) and its phase.
-  virtual std::vector<std::pair<std::string, double>> probe_numbers(const ProbeReading& p) const = 0;
+  virtual std::vector<std::pair<std::string, double>> probe_numbers(
+      const ProbeReading& p) const = 0;
   virtual std::string phase() const = 0;
   virtual std::string plot() const = 0;  // the `probe` event's numbers `growformer report` draws
   virtual void summarize(std::map<std::string, double>& out) const = 0;
@@ -97,7 +98,8 @@ class GainRule final : public RoundRule {
     const auto w = s_.windows(std::max<size_t>(o_.settle_probes, 1));
     return {{"window", w.first},
             {"window_before", w.second},
-            {"onset_steps", s_.onset >= 0 ? double(s_.onset) : std::numeric_limits<double>::quiet_NaN()}};
+            {"onset_steps",
+             s_.onset >= 0 ? double(s_.onset) : std::numeric_limits<double>::quiet_NaN()}};
   }
   std::string phase() const override { return s_.done ? "stopped" : "settling"; }
   std::string plot() const override { return "probe_loss window window_before"; }
@@ -151,7 +153,9 @@ class LearningRule final : public RoundRule {
             {"probe_every_checks", double(s_.next_probe > p.check ? s_.next_probe - p.check : 1)}};
   }
   std::string phase() const override {
-    return s_.phase == LearningState::WarmUp ? "warm-up" : s_.phase == LearningState::Trial ? "trial" : "stopped";
+    return s_.phase == LearningState::WarmUp  ? "warm-up"
+           : s_.phase == LearningState::Trial ? "trial"
+                                              : "stopped";
   }
   std::string plot() const override { return "probe_loss round_t,z_needed round_share,min_share"; }
   void summarize(std::map<std::string, double>& out) const override {

@@ -49,30 +49,31 @@ void add_thresholds(OptionTable<S>& t, Thresholds S::*member, const std::string&
 
 /// When calibration ends (`calibration`, `calibration_checks`, ...).
 struct CalibrationSettings {
-  bool plateau = false;              // plateau: E_t has stopped rising; else after `checks`
-  size_t checks = 16;                // checks of calibration (fixed), or at least (plateau)
-  size_t window = 8;                 // plateau: windows of this many checks compared
-  double tolerance = 0.1;            // plateau: the last window's median <= (1 + tol) x the one before
-  size_t max_checks = 200;           // plateau: the latest end in checks
-  double max_fraction = 0.25;        // plateau: the latest end as a fraction of the run's steps
+  bool plateau = false;        // plateau: E_t has stopped rising; else after `checks`
+  size_t checks = 16;          // checks of calibration (fixed), or at least (plateau)
+  size_t window = 8;           // plateau: windows of this many checks compared
+  double tolerance = 0.1;      // plateau: the last window's median <= (1 + tol) x the one before
+  size_t max_checks = 200;     // plateau: the latest end in checks
+  double max_fraction = 0.25;  // plateau: the latest end as a fraction of the run's steps
 };
 
 /// The `calibration_checks` option (DOC: what the calibration holds back in that policy).
 template <class S>
-void add_calibration_checks(OptionTable<S>& t, CalibrationSettings S::*member, const std::string& doc) {
+void add_calibration_checks(OptionTable<S>& t, CalibrationSettings S::*member,
+                            const std::string& doc) {
   t.add("calibration_checks", member, &CalibrationSettings::checks, "16", doc, 1, 1e6);
 }
 
 /// What one check of a block measured on the probe.
 struct ProbeStats {
-  Mat c;                     // C = X^T X over the probe's tokens
-  size_t tokens = 0;         // the tokens in C
-  double seq_len = 1.0;      // valid tokens per probe sequence
-  std::vector<Mat> motors;   // M_a,h per head of HEADS (zero for a head without query weights)
+  Mat c;                       // C = X^T X over the probe's tokens
+  size_t tokens = 0;           // the tokens in C
+  double seq_len = 1.0;        // valid tokens per probe sequence
+  std::vector<Mat> motors;     // M_a,h per head of HEADS (zero for a head without query weights)
   std::vector<bool> has_head;  // whether HEADS[i] had a head object
-  Mat ma;                    // M_a = the sum of the motors
-  double energy = 0.0;       // E_t = ||sym(C M_a)||_F: the total directional energy
-  Mat s;                     // sym(C M_a)
+  Mat ma;                      // M_a = the sum of the motors
+  double energy = 0.0;         // E_t = ||sym(C M_a)||_F: the total directional energy
+  Mat s;                       // sym(C M_a)
 
   /// Stage "probe" and "energy" of a check: C from the block's probe, the heads' motors, E_t.
   static ProbeStats measure(const BlockView& bv, const std::vector<HeadInfo>& heads,
@@ -118,12 +119,12 @@ struct ProbeStats {
 /// How the trackers u+ / u- step (`tracker`, `mca_rule`, `eta_plus`, `eta_minus`,
 /// `tracker_iters`, `step_scale`, `coupling`; each policy declares the options it offers).
 struct TrackerSettings {
-  bool exact = false;                // the eigendecomposition instead of Oja / MCA steps
+  bool exact = false;  // the eigendecomposition instead of Oja / MCA steps
   McaRule mca_rule = McaRule::Exin;
   double eta_plus = -1.0, eta_minus = -1.0;  // unset (<= 0): the defaults of eta_plus_at(d)
-  size_t iters = 100;                // tracker steps per update
-  bool scale_frobenius = true;       // steps on A / ||A||_F
-  bool coupling = false;             // the reference code's coupling of the two trackers
+  size_t iters = 100;                        // tracker steps per update
+  bool scale_frobenius = true;               // steps on A / ||A||_F
+  bool coupling = false;                     // the reference code's coupling of the two trackers
 
   /// The options every INCRT component with trackers offers, declared once: `tracker`,
   /// `mca_rule`, `eta_plus`, `eta_minus`, and `tracker_iters` with the component's own default
@@ -141,13 +142,16 @@ struct TrackerSettings {
                 {{"exin", McaRule::Exin}, {"reference", McaRule::Reference}})
         .add("eta_plus", &T::eta_plus, "~",
              "Oja step size; unset = 0.5 on the matrix scaled to unit Frobenius norm (step_scale: "
-             "frobenius; the gate always scales), 1/(10 d) with step_scale: none", 0.0, 2.0)
+             "frobenius; the gate always scales), 1/(10 d) with step_scale: none",
+             0.0, 2.0)
         .add("eta_minus", &T::eta_minus, "~", "MCA step size; unset = eta_plus / 2", 0.0, 2.0)
         .add("tracker_iters", &T::iters, iters_default, iters_doc, 1, 1e7);
     return t;
   }
 
-  double eta_plus_at(size_t d) const { return eta_plus > 0 ? eta_plus : default_eta_plus(scale_frobenius, d); }
+  double eta_plus_at(size_t d) const {
+    return eta_plus > 0 ? eta_plus : default_eta_plus(scale_frobenius, d);
+  }
   double eta_minus_at(size_t d) const { return eta_minus > 0 ? eta_minus : 0.5 * eta_plus_at(d); }
 
   /// gamma* = D+ / (D+ + D-) of the top and bottom eigen-gaps with `coupling`, else -1
@@ -177,9 +181,9 @@ struct TrackerSettings {
 
 /// Stage "calibrate": Gamma_res(0) from E_t of the first checks.
 struct Calibration {
-  Vec norms;           // E_t of the calibration checks
-  bool done = false;   // calibration has ended
-  double gamma0 = 0.0; // Gamma_res(0): the median E_t of the last window of calibration
+  Vec norms;            // E_t of the calibration checks
+  bool done = false;    // calibration has ended
+  double gamma0 = 0.0;  // Gamma_res(0): the median E_t of the last window of calibration
 
   /// Adds the E_t of a check while calibrating; true when calibration ends at this check (at
   /// once with AT_ONCE). Ends after s.checks checks, or (plateau) once at least s.checks are
@@ -191,7 +195,8 @@ struct Calibration {
     if (done) return false;
     norms.push_back(energy);
     if (!at_once && !ends(step, total, s)) return false;
-    const size_t w = s.plateau ? std::min(norms.size(), std::max<size_t>(s.window, 1)) : norms.size();
+    const size_t w =
+        s.plateau ? std::min(norms.size(), std::max<size_t>(s.window, 1)) : norms.size();
     gamma0 = median(Vec(norms.end() - long(w), norms.end()));
     done = true;
     return true;
@@ -202,7 +207,8 @@ struct Calibration {
     const size_t n = norms.size();
     if (!s.plateau) return n >= s.checks;
     if (n >= s.max_checks) return true;
-    if (s.max_fraction > 0 && total > 0 && double(step) >= s.max_fraction * double(total)) return true;
+    if (s.max_fraction > 0 && total > 0 && double(step) >= s.max_fraction * double(total))
+      return true;
     const size_t w = std::max<size_t>(s.window, 1);
     if (n < s.checks || n < 2 * w) return false;
     const Vec last(norms.end() - long(w), norms.end());
