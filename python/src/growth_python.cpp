@@ -14,6 +14,7 @@
 #include <string>
 
 #include <growformer/errors.hpp>
+#include <growformer/fields.hpp>
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -82,46 +83,49 @@ gfpy::MakePolicyFn load_bridge() {
   return fn;
 }
 
-gf::OptionSpecs python_options() {
-  using gf::OptType;
-  return {
-      {"class",
-       OptType::String,
-       "",
-       "the policy class, module.Class (the module on sys.path, `path` or PYTHONPATH)",
-       0,
-       0,
-       {},
-       true},
-      {"path", OptType::StringList, "[]",
-       "folders put in front of sys.path, relative to the config's folder"},
-      {"options", OptType::Any, "{}", "a mapping passed to the class as keyword arguments"},
-  };
-}
+/// The python policy's options, each declared once (`table()`).
+struct PythonSettings {
+  std::string class_path;
+  std::vector<std::string> path;
+  gf::AnyNode options;
+  static const gf::OptionTable<PythonSettings>& table() {
+    using S = PythonSettings;
+    static const auto t =
+        gf::OptionTable<S>()
+            .add("class", &S::class_path, "",
+                 "the policy class, module.Class (the module on sys.path, `path` or PYTHONPATH)")
+            .add("path", &S::path, "[]",
+                 "folders put in front of sys.path, relative to the config's folder")
+            .add("options", &S::options, "{}",
+                 "a mapping passed to the class as keyword arguments");
+    return t;
+  }
+};
 
 std::unique_ptr<gf::GrowthPolicy> make(const gf::Options& o, const std::string& role) {
+  const PythonSettings s = PythonSettings::table().read(o);
   gfpy::PolicyArgs a;
   a.role = role;
-  a.class_path = o.get_string("class");
+  a.class_path = s.class_path;
   a.class_where = o.where("class");
-  for (const std::string& p : o.get_string_list("path")) {
+  for (const std::string& p : s.path) {
     std::string r = o.resolve_path(p);
     std::error_code ec;
     a.paths.push_back(fs::absolute(r, ec).lexically_normal().string());
   }
-  a.options = o.get_node("options");
+  a.options = s.options.node;
   a.options_where = o.where("options");
   a.python_dir = python_dir();
   return std::unique_ptr<gf::GrowthPolicy>(load_bridge()(a));
 }
 
 void register_python(gf::Registry& r) {
-  r.add_growth(
-      {"python", "a growth policy class written in Python (class: module.Class)", python_options()},
-      [](const gf::Options& o) { return make(o, "growth"); });
-  r.add_pruning(
-      {"python", "a pruning rule class written in Python (class: module.Class)", python_options()},
-      [](const gf::Options& o) { return make(o, "pruning"); });
+  r.add_growth({"python", "a growth policy class written in Python (class: module.Class)",
+                PythonSettings::table().specs()},
+               [](const gf::Options& o) { return make(o, "growth"); });
+  r.add_pruning({"python", "a pruning rule class written in Python (class: module.Class)",
+                 PythonSettings::table().specs()},
+                [](const gf::Options& o) { return make(o, "pruning"); });
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Options and state declared once. A component lists each option in an `OptionTable` (name,
 // the member it is read into, default, help, bounds or choices: the option's type follows the
-// member's; a `ConfigNode` member is a component's mapping, a `std::optional` member an option
-// that may stay unset) and each state field in a `StateFields` (name, member, the state version
-// that added it, and optionally the key it is reported under in the component's summary). One
-// entry then gives the OptionSpec, the parsing into a settings struct, the settings' summary,
-// and the exact-text save and load of the state (`growformer/state_text.hpp`).
+// member's; a `ConfigNode` member is a component's mapping, an `AnyNode` member any YAML value
+// passed on as it is, a `std::optional` member an option that may stay unset) and each state field
+// in a `StateFields` (name, member, the state version that added it, and optionally the key it is
+// reported under in the component's summary). One entry then gives the OptionSpec, the parsing into
+// a settings struct, the settings' summary, and the exact-text save and load of the state
+// (`growformer/state_text.hpp`).
 #pragma once
 #include "growformer/export.hpp"
 
@@ -27,6 +28,13 @@
 GROWFORMER_API_BEGIN
 
 namespace gf {
+
+/// An option's member that takes any YAML value, unchecked (OptType::Any: a mapping handed on to
+/// code of another language, say); `node` is invalid when the option is absent and has no
+/// default.
+struct AnyNode {
+  ConfigNode node;
+};
 
 namespace fields_detail {
 
@@ -59,6 +67,8 @@ constexpr OptType opt_type_of() {
     return opt_type_of<typename M::value_type>();
   else if constexpr (std::is_same_v<M, ConfigNode>)
     return OptType::Component;
+  else if constexpr (std::is_same_v<M, AnyNode>)
+    return OptType::Any;
   else if constexpr (std::is_same_v<M, bool>)
     return OptType::Bool;
   else if constexpr (std::is_floating_point_v<M>)
@@ -85,6 +95,8 @@ void read_option(const Options& o, const std::string& name, M& out) {
     out = std::move(v);
   } else if constexpr (std::is_same_v<M, ConfigNode>)
     out = o.get_node(name);
+  else if constexpr (std::is_same_v<M, AnyNode>)
+    out.node = o.get_node(name);
   else if constexpr (std::is_same_v<M, bool>)
     out = o.get_bool(name);
   else if constexpr (std::is_floating_point_v<M>)
@@ -110,6 +122,8 @@ std::string show(const M& v) {
     std::string s = v.dump();
     while (!s.empty() && s.back() == '\n') s.pop_back();
     return s;
+  } else if constexpr (std::is_same_v<M, AnyNode>) {
+    return show(v.node);
   } else if constexpr (std::is_same_v<M, bool>) {
     return v ? "true" : "false";
   } else if constexpr (std::is_same_v<M, std::string>) {
