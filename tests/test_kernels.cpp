@@ -608,6 +608,21 @@ TEST_CASE("transpose: every element moved, row counts around the 8-row blocks") 
     }
 }
 
+TEST_CASE("transpose_tiled: a block of a wider matrix into a wider one, sizes around the tiles") {
+  for (size_t rows : {1, 15, 16, 17, 40})
+    for (size_t cols : {1, 16, 33}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const size_t ldx = cols + 5, ldxt = rows + 3;  // strides past the block: untouched
+      std::vector<float> x(rows * ldx), xt(cols * ldxt, -1.0f);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+      kernels::transpose_tiled(x.data(), rows, cols, ldx, xt.data(), ldxt);
+      for (size_t c = 0; c < cols; ++c)
+        for (size_t r = 0; r < ldxt; ++r)
+          REQUIRE(xt[c * ldxt + r] == (r < rows ? x[r * ldx + c] : -1.0f));
+    }
+}
+
 TEST_CASE("convolution row kernels: every instruction set against double loops") {
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {

@@ -237,6 +237,17 @@ void transpose(const float* x, size_t rows, size_t cols, float* xt) {
   for (; r0 < rows; ++r0)
     for (size_t c = 0; c < cols; ++c) xt[c * rows + r0] = x[r0 * cols + c];
 }
+void transpose_tiled(const float* x, size_t rows, size_t cols, size_t ldx, float* xt, size_t ldxt) {
+  constexpr size_t kTile = 16;
+  for (size_t r0 = 0; r0 < rows; r0 += kTile) {
+    const size_t r1 = std::min(rows, r0 + kTile);
+    for (size_t c0 = 0; c0 < cols; c0 += kTile) {
+      const size_t c1 = std::min(cols, c0 + kTile);
+      for (size_t c = c0; c < c1; ++c)
+        for (size_t r = r0; r < r1; ++r) xt[c * ldxt + r] = x[r * ldx + c];
+    }
+  }
+}
 void gelu(const float* x, float* y, size_t n) { active().gelu(x, y, n); }
 void gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accumulate) {
   active().gelu_grad(x, g, gx, n, accumulate);

@@ -73,6 +73,10 @@ void dot_rows(float* acc, const float* g, size_t ldg, const float* x, size_t ldx
 /// xt (cols x rows) = x^T for x (rows x cols), both dense: eight rows at a time, so each
 /// column's stores fill whole cache lines (1.4x the row-by-row loop at 512 x 16).
 void transpose(const float* x, size_t rows, size_t cols, float* xt);
+/// xt (cols x rows, row stride ldxt) = x^T for x (rows x cols, row stride ldx), in square tiles
+/// whose reads and writes both stay in L1 (a weight's column-by-column transpose wrote each
+/// float a row of W^T apart: 3 % of a d 512 training step).
+void transpose_tiled(const float* x, size_t rows, size_t cols, size_t ldx, float* xt, size_t ldxt);
 /// y[j] = x[j] Phi(x[j]) (exact GELU).
 void gelu(const float* x, float* y, size_t n);
 /// gx[j] += g[j] (Phi(x[j]) + x[j] phi(x[j])).
