@@ -1,0 +1,189 @@
+// gf_peer_products (benchmark only): the products of one linear layer of a training step,
+// growformer's kernels against oneDNN's matmul on the same buffers, one primitive at a time,
+// so that a gap in `bench --peer onednn` can be named. One thread (the kernels are called as
+// the ops call them on each thread; oneDNN with one OpenMP thread):
+//   forward    C = X W + b                      kernels::gemm_bias       matmul with a bias
+//   dX         C = G W^T                        kernels::gemm_short_k    matmul, W^T a view
+//   dW         C += X^T G, 64 rows a block      kernels::gemm_acc_tnd_blocks (as ops::linear)
+//                                               matmul with a sum post-op, X^T a view
+// Each pair runs interleaved (growformer, then oneDNN) ROUNDS times after one untimed run;
+// the medians, GFLOP/s, the ratio and the fraction of the FMA peak measured in this run.
+//
+//   gf_peer_products [--tokens N] [--in K] [--out N] [--rounds R]   (default: d 512's layers)
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "growformer/kernels.hpp"
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Pair {
+  double gf, dnnl;
+};
+
+// ROUNDS interleaved runs of A then B after one of each untimed: the medians
+Pair interleaved(const std::function<void()>& a, const std::function<void()>& b, int rounds) {
+  a();
+  b();
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    const double t0 = now();
+    a();
+    const double t1 = now();
+    b();
+    const double t2 = now();
+    ta.push_back(t1 - t0);
+    tb.push_back(t2 - t1);
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+std::vector<float> filled(size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>((i * 2654435761u + seed) % 1000) * 1e-3f - 0.5f;
+  return v;
+}
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+dnnl::memory::desc md(long r, long c, tag t) { return dnnl::memory::desc({r, c}, dt::f32, t); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long m = 4096, k = 512;
+  std::vector<long> outs;
+  int rounds = 15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const long v = std::atol(argv[i + 1]);
+    if (a == "--tokens")
+      m = v;
+    else if (a == "--in")
+      k = v;
+    else if (a == "--out")
+      outs.push_back(v);
+    else if (a == "--rounds")
+      rounds = static_cast<int>(v);
+    else {
+      std::fprintf(stderr, "gf_peer_products: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if ((argc - 1) % 2 != 0 || m <= 0 || k <= 0 || rounds <= 0) {
+    std::fprintf(stderr,
+                 "usage: gf_peer_products [--tokens N] [--in K] [--out N ...] [--rounds R]\n");
+    return 2;
+  }
+  if (outs.empty()) outs = {3 * k, 4 * k, k};  // the joined projections, the MLP's, the output map
+  omp_set_num_threads(1);
+  const double peak = gf::kernels::fma_peak_gflops(1);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream s(eng);
+  std::printf(
+      "one thread; SIMD kernels %s; FMA peak %.0f GFLOP/s (measured now); oneDNN %d.%d.%d\n",
+      gf::kernels::simd_name().c_str(), peak, dnnl_version()->major, dnnl_version()->minor,
+      dnnl_version()->patch);
+  std::printf(
+      "| product | M x K x N | growformer ms | oneDNN ms | growformer / oneDNN | "
+      "growformer %% of peak | oneDNN %% of peak |\n|---|---|---|---|---|---|---|\n");
+  auto row = [&](const char* what, long M, long K, long N, Pair p) {
+    const double fl = 2.0 * M * K * N;
+    std::printf("| %s | %ld x %ld x %ld | %.2f | %.2f | %.3f | %.0f %% | %.0f %% |\n", what, M, K,
+                N, p.gf * 1e3, p.dnnl * 1e3, p.gf / p.dnnl, 100 * fl / p.gf / 1e9 / peak,
+                100 * fl / p.dnnl / 1e9 / peak);
+  };
+  // the shapes as the layer sees them: forward and dX are M = tokens rows; dW is (in x out)
+  // summed over the tokens; for each output width, both directions of the map (in -> out, and
+  // out -> in: the MLP's second layer)
+  std::vector<std::pair<long, long>> maps;
+  for (long n : outs) {
+    maps.push_back({k, n});
+    if (n == 4 * k) maps.push_back({n, k});
+  }
+  for (auto [K, N] : maps) {
+    auto X = filled(m * K, 1), W = filled(K * N, 2), G = filled(m * N, 3), b = filled(N, 4);
+    std::vector<float> C(std::max({m * N, m * K, K * N})), Wt(K * N), D(K * N, 0.0f),
+        D2(K * N, 0.0f);
+    gf::kernels::transpose_tiled(W.data(), K, N, N, Wt.data(), K);
+    {  // forward
+      dnnl::matmul mm(
+          dnnl::matmul::primitive_desc(dnnl::matmul::desc(md(m, K, tag::ab), md(K, N, tag::ab),
+                                                          md(1, N, tag::ab), md(m, N, tag::ab)),
+                                       eng));
+      dnnl::memory a(md(m, K, tag::ab), eng, X.data()), w(md(K, N, tag::ab), eng, W.data()),
+          bb(md(1, N, tag::ab), eng, b.data()), c(md(m, N, tag::ab), eng, C.data());
+      row("forward X W + b", m, K, N,
+          interleaved(
+              [&] {
+                gf::kernels::gemm_bias(m, N, K, X.data(), K, W.data(), N, b.data(), C.data(), N);
+              },
+              [&] {
+                mm.execute(s, {{DNNL_ARG_SRC, a},
+                               {DNNL_ARG_WEIGHTS, w},
+                               {DNNL_ARG_BIAS, bb},
+                               {DNNL_ARG_DST, c}});
+                s.wait();
+              },
+              rounds));
+    }
+    {  // input gradient
+      dnnl::matmul mm(dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc(md(m, N, tag::ab), md(N, K, tag::ba), md(m, K, tag::ab)), eng));
+      dnnl::memory a(md(m, N, tag::ab), eng, G.data()), w(md(N, K, tag::ba), eng, W.data()),
+          c(md(m, K, tag::ab), eng, C.data());
+      row("dX = G W^T", m, N, K,
+          interleaved(
+              [&] {
+                gf::kernels::gemm_short_k(m, K, N, 1.0f, G.data(), N, Wt.data(), K, C.data(), K);
+              },
+              [&] {
+                mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, c}});
+                s.wait();
+              },
+              rounds));
+    }
+    {  // weight gradient, accumulated as ops::linear's backward pass accumulates it
+      dnnl::primitive_attr attr;
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+      dnnl::matmul mm(dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc(md(K, m, tag::ba), md(m, N, tag::ab), md(K, N, tag::ab)), attr, eng));
+      dnnl::memory a(md(K, m, tag::ba), eng, X.data()), g(md(m, N, tag::ab), eng, G.data()),
+          c(md(K, N, tag::ab), eng, D2.data());
+      constexpr long kRows = 64, kSpan = 8 * kRows;
+      row("dW += X^T G", K, m, N,
+          interleaved(
+              [&] {
+                for (long r0 = 0; r0 < m; r0 += kSpan)
+                  gf::kernels::gemm_acc_tnd_blocks(std::min(kSpan, m - r0), K, N, kRows, 1.0f,
+                                                   X.data() + r0 * K, K, G.data() + r0 * N, N,
+                                                   D.data(), N);
+              },
+              [&] {
+                mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, g}, {DNNL_ARG_DST, c}});
+                s.wait();
+              },
+              rounds));
+    }
+  }
+  return 0;
+}
