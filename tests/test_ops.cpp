@@ -35,9 +35,9 @@ TEST_CASE("linear: forward by hand and gradients") {
 
 // 300 rows (blocks of 64 and a remainder), IN -> OUT: output and every gradient bit-identical
 // with 1 and 2 threads, and equal to double loops
-void check_linear_split(size_t in, size_t out) {
+void check_linear_split(size_t in, size_t out, size_t m = 300) {
   CAPTURE(in);
-  const size_t m = 300;
+  CAPTURE(m);
   Tensor x = randn({m, in}, 4), w = randn({in, out}, 5), b = randn({out}, 6);
   struct Result {
     Tensor y, gx, gw, gb;
@@ -88,6 +88,8 @@ TEST_CASE("linear splits large products over threads with identical results") {
   check_linear_split(70, 96);
   // a 387 KiB weight, over the size the kernels copy into column panels
   check_linear_split(300, 330);
+  // rows over two of the weight gradient's 512-row spans, the last block of 64 short
+  check_linear_split(70, 96, 1100);
 }
 
 TEST_CASE("linear_parts at a wide weight: the same bits with 1 and 2 threads, equal to linear's") {
