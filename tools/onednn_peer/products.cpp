@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
     maps.push_back({k, n});
     if (n == 4 * k) maps.push_back({n, k});
   }
-  for (auto [K, N] : maps) {
+  for (const auto& kn : maps) {
+    const long K = kn.first, N = kn.second;  // named, not bound: lambdas capture them (clang 14)
     auto X = filled(m * K, 1), W = filled(K * N, 2), G = filled(m * N, 3), b = filled(N, 4);
     std::vector<float> C(std::max({m * N, m * K, K * N})), Wt(K * N), D(K * N, 0.0f),
         D2(K * N, 0.0f);
