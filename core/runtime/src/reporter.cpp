@@ -166,16 +166,23 @@ void Reporter::train(long step, const TrainWindow& w, double lr, const std::vect
   std::cout << line.str() << "\n" << std::flush;
 }
 
+namespace {
+// An evaluation's metrics line (the keys print sorted, whatever the order they are added in)
+json eval_record(long step, const char* split, const EvalResult& r,
+                 const std::vector<size_t>& heads, double elapsed_s) {
+  return {{"step", step},
+          {"split", split},
+          {"loss", r.loss},
+          {"accuracy", r.accuracy},
+          {"examples", r.examples},
+          {"heads", heads},
+          {"tokens_per_s", nullptr},
+          {"elapsed_s", elapsed_s}};
+}
+}  // namespace
+
 void Reporter::validation(long step, const EvalResult& r, const std::vector<size_t>& heads) {
-  json j = {{"step", step},
-            {"split", "val"},
-            {"loss", r.loss},
-            {"accuracy", r.accuracy},
-            {"examples", r.examples},
-            {"heads", heads},
-            {"tokens_per_s", nullptr},
-            {"elapsed_s", elapsed()}};
-  write_line(metrics_, metrics_path_, dump_json(j));
+  write_line(metrics_, metrics_path_, dump_json(eval_record(step, "val", r, heads, elapsed())));
   if (tty_) std::cerr << "\r\033[K";
   std::ostringstream line;
   line << "  val @ " << step << ": loss " << r.loss << ", accuracy " << r.accuracy << "\n";
@@ -184,17 +191,12 @@ void Reporter::validation(long step, const EvalResult& r, const std::vector<size
 
 void Reporter::test(long step, const TestReport& t, const std::vector<size_t>& heads) {
   const EvalResult& r = t.result;
-  json j = {{"step", step},
-            {"split", "test"},
-            {"loss", r.loss},
-            {"accuracy", r.accuracy},
-            {"examples", r.examples},
-            {"heads", heads},
-            {"model", t.model},
-            {"majority_class_accuracy", t.majority_class_accuracy},
-            {"evaluated_on", t.evaluated_on},
-            {"tokens_per_s", nullptr},
-            {"elapsed_s", std::chrono::duration<double>(Clock::now() - t0_).count()}};
+  // the time since the start now, not at the last step (the test comes after training)
+  json j = eval_record(step, "test", r, heads,
+                       std::chrono::duration<double>(Clock::now() - t0_).count());
+  j["model"] = t.model;
+  j["majority_class_accuracy"] = t.majority_class_accuracy;
+  j["evaluated_on"] = t.evaluated_on;
   write_line(metrics_, metrics_path_, dump_json(j));
   std::ostringstream line;
   line << "test (" << t.evaluated_on << " split, " << t.model << " model): accuracy " << r.accuracy

@@ -267,47 +267,47 @@ template <size_t R, size_t NC, bool TRANS, class EV, class ES>
 inline void product_rows(size_t i, size_t n, size_t len, size_t blk, const float* x, size_t ldx,
                          const float* y, size_t ldy, const float* ytail, EV& ev, ES& es) {
   if (blk == 0 || blk > len) blk = len;
-  // sub-block q0's rows of X (TRANS: X's rows; else its columns) and of Y; at least one
-  // sub-block, so that len 0 still hands the epilogue its zero sums
+  // sub-block q0's rows of X (TRANS: X's rows; else its columns), its length, and F(q0) for each
+  // sub-block in order: at least one, so that len 0 still hands the epilogue its zero sums
   auto xq = [=](size_t q0) { return TRANS ? x + q0 * ldx : x + q0; };
   auto bl = [=](size_t q0) { return len - q0 < blk ? len - q0 : blk; };
+  auto blocks = [=](auto&& f) {
+    size_t q0 = 0;
+    do f(q0);
+    while ((q0 += blk) < len);
+  };
   size_t c0 = 0;
   if (NC > 2)
-    for (; c0 + NC * W <= n; c0 += NC * W) {
-      size_t q0 = 0;
-      do fma_tile<R, NC, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
-      while ((q0 += blk) < len);
-    }
-  for (; c0 + 2 * W <= n; c0 += 2 * W) {
-    size_t q0 = 0;
-    do fma_tile<R, 2, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
-    while ((q0 += blk) < len);
-  }
-  for (; c0 + W <= n; c0 += W) {
-    size_t q0 = 0;
-    do fma_tile<R, 1, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
-    while ((q0 += blk) < len);
-  }
+    for (; c0 + NC * W <= n; c0 += NC * W)
+      blocks([&](size_t q0) {
+        fma_tile<R, NC, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
+      });
+  for (; c0 + 2 * W <= n; c0 += 2 * W)
+    blocks([&](size_t q0) {
+      fma_tile<R, 2, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
+    });
+  for (; c0 + W <= n; c0 += W)
+    blocks([&](size_t q0) {
+      fma_tile<R, 1, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
+    });
   if (c0 >= n) return;
   if (ytail) {
     TailEpi<ES> te{es, c0, n - c0};
-    size_t q0 = 0;
-    do fma_tile<R, 1, TRANS>(i, 0, bl(q0), xq(q0), ldx, ytail + q0 * W, W, te);
-    while ((q0 += blk) < len);
+    blocks([&](size_t q0) {
+      fma_tile<R, 1, TRANS>(i, 0, bl(q0), xq(q0), ldx, ytail + q0 * W, W, te);
+    });
     return;
   }
   for (; c0 < n; ++c0)
-    for (size_t r = 0; r < R; ++r) {
-      size_t q0 = 0;
-      do {
+    for (size_t r = 0; r < R; ++r)
+      blocks([&](size_t q0) {
         const float* xb = xq(q0);
         const float* yb = y + q0 * ldy;
         float s = 0.0f;
         for (size_t q = 0; q < bl(q0); ++q)
           s = lane_fma(TRANS ? xb[q * ldx + i + r] : xb[(i + r) * ldx + q], yb[q * ldy + c0], s);
         es(s, i + r, c0);
-      } while ((q0 += blk) < len);
-    }
+      });
 }
 
 // product_rows as a function of its own: each tile shape gets its own register allocation
