@@ -597,34 +597,6 @@ TEST_CASE("gemm_bias_parts: each part equals gemm_bias's columns bit for bit") {
   }
 }
 
-TEST_CASE("gemm_acc_tnd_blocks: bit for bit the block-row calls one after another, every set") {
-  // wide and narrow outputs (the narrow d turns the product on its side), column tails, a last
-  // block shorter than the rest, rows of X far apart (a weight gradient's) and close
-  KernelSettings keep;
-  for (const std::string& isa : kernels::simd_available()) {
-    REQUIRE(kernels::set_simd(isa));
-    for (size_t m : {1, 64, 200})
-      for (size_t n : {3, 40, 130})
-        for (size_t d : {1, 5, 16, 70, 200})
-          for (size_t block : {1, 7, 64}) {
-            CAPTURE(isa);
-            CAPTURE(m);
-            CAPTURE(n);
-            CAPTURE(d);
-            CAPTURE(block);
-            const size_t ldx = n + 2, ldy = d + 1, ldc = d + 3;
-            auto x = values(m * ldx, 11), y = values(m * ldy, 12), c1 = values(n * ldc, 13);
-            auto c2 = c1;
-            for (size_t r0 = 0; r0 < m; r0 += block)
-              kernels::gemm_acc_tnd(std::min(block, m - r0), n, d, 0.8f, x.data() + r0 * ldx, ldx,
-                                    y.data() + r0 * ldy, ldy, c1.data(), ldc);
-            kernels::gemm_acc_tnd_blocks(m, n, d, block, 0.8f, x.data(), ldx, y.data(), ldy,
-                                         c2.data(), ldc);
-            REQUIRE(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0);
-          }
-  }
-}
-
 TEST_CASE("transpose: every element moved, row counts around the 8-row blocks") {
   for (size_t rows : {1, 7, 8, 9, 17, 512})
     for (size_t cols : {1, 3, 16}) {

@@ -33,7 +33,8 @@ TEST_CASE("linear: forward by hand and gradients") {
       {randn({3, 5, 4}, 1), randn({4, 6}, 2), randn({6}, 3)});
 }
 
-// 300 rows (blocks of 64 and a remainder), IN -> OUT: output and every gradient bit-identical
+// M rows (300: one 512-row span of the weight gradient and 64-row forward blocks with a
+// remainder; 1,100: two spans and a short one), IN -> OUT: output and every gradient bit-identical
 // with 1 and 2 threads, and equal to double loops
 void check_linear_split(size_t in, size_t out, size_t m = 300) {
   CAPTURE(in);
@@ -88,7 +89,7 @@ TEST_CASE("linear splits large products over threads with identical results") {
   check_linear_split(70, 96);
   // a 387 KiB weight, over the size the kernels copy into column panels
   check_linear_split(300, 330);
-  // rows over two of the weight gradient's 512-row spans, the last block of 64 short
+  // rows over two of the weight gradient's 512-row spans and a short third
   check_linear_split(70, 96, 1100);
 }
 

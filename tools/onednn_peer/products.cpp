@@ -4,7 +4,7 @@
 // the ops call them on each thread; oneDNN with one OpenMP thread):
 //   forward    C = X W + b                      kernels::gemm_bias       matmul with a bias
 //   dX         C = G W^T                        kernels::gemm_short_k    matmul, W^T a view
-//   dW         C += X^T G, 64 rows a block      kernels::gemm_acc_tnd_blocks (as ops::linear)
+//   dW         C += X^T G, 512 rows a call      kernels::gemm_acc_tnd (as ops::linear)
 //                                               matmul with a sum post-op, X^T a view
 // Each pair runs interleaved (growformer, then oneDNN) ROUNDS times after one untimed run;
 // the medians, GFLOP/s, the ratio and the fraction of the FMA peak measured in this run.
@@ -170,14 +170,13 @@ int main(int argc, char** argv) {
           dnnl::matmul::desc(md(K, m, tag::ba), md(m, N, tag::ab), md(K, N, tag::ab)), attr, eng));
       dnnl::memory a(md(K, m, tag::ba), eng, X.data()), g(md(m, N, tag::ab), eng, G.data()),
           c(md(K, N, tag::ab), eng, D2.data());
-      constexpr long kRows = 64, kSpan = 8 * kRows;
+      constexpr long kSpan = 512;
       row("dW += X^T G", K, m, N,
           interleaved(
               [&] {
                 for (long r0 = 0; r0 < m; r0 += kSpan)
-                  gf::kernels::gemm_acc_tnd_blocks(std::min(kSpan, m - r0), K, N, kRows, 1.0f,
-                                                   X.data() + r0 * K, K, G.data() + r0 * N, N,
-                                                   D.data(), N);
+                  gf::kernels::gemm_acc_tnd(std::min(kSpan, m - r0), K, N, 1.0f, X.data() + r0 * K,
+                                            K, G.data() + r0 * N, N, D.data(), N);
               },
               [&] {
                 mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, g}, {DNNL_ARG_DST, c}});

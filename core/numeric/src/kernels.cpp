@@ -304,12 +304,8 @@ void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size
 }
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc) {
-  gemm_acc_tnd_blocks(m, n, d, 0, alpha, x, ldx, y, ldy, c, ldc);
-}
-void gemm_acc_tnd_blocks(size_t m, size_t n, size_t d, size_t block, float alpha, const float* x,
-                         size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
   add_matmul_flops(2ull * m * n * d);
-  active().gemm_acc_tnd(m, n, d, block, alpha, x, ldx, y, ldy, c, ldc);
+  active().gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 
 void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w, size_t ldw,

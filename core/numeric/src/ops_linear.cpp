@@ -25,22 +25,22 @@ kernels::Panels split_panels(size_t m, size_t len, size_t n, const float* y, siz
 }
 
 // dW (in x n) += X^T G and db (n) += column sums of G for X (m x in), G (m x n); either output
-// may be null. Columns split over the pool, rows summed in fixed blocks of 64 in order, so a
-// column's sums depend neither on the thread count nor on the columns beside it. The blocks
-// go to the kernel kSpan rows at a time, which adds them to dW in the same order but keeps each
-// tile of dW in registers across them: one call a block read and wrote each thread's half of
-// dW (1.5 MB at d 512) every 64 rows, and two threads contended for the cache and the memory
-// (1.1..1.5x the one thread's speed).
+// may be null. Columns split over the pool; the rows in fixed spans of 512, each span's sum one
+// FMA chain per element, added to dW in order, so a column's sums depend neither on the thread
+// count nor on the columns beside it (the rows are never split). A span's G panel stays in L2.
+// Spans of 512 summed in 64-row blocks, each block's sum added to dW, cost 10 % of the product
+// (a tile's chains restarted and its part of dW loaded and stored every 64 rows); 256..512-row
+// spans as one chain were the fastest at 1 and 2 threads (docs/results/speed.md).
 void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n, float* dW,
                   float* db) {
   if (!dW && !db) return;
-  constexpr size_t kRows = 64, kSpan = 8 * kRows;
+  constexpr size_t kSpan = 512;
   parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) {
     for (size_t r0 = 0; r0 < m; r0 += kSpan) {
       const size_t rows = std::min(kSpan, m - r0);
       if (dW)
-        kernels::gemm_acc_tnd_blocks(rows, in, c1 - c0, kRows, 1.0f, X + r0 * in, in,
-                                     G + r0 * n + c0, n, dW + c0, n);
+        kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n, dW + c0,
+                              n);
       if (db)
         for (size_t r = r0; r < r0 + rows; ++r)
           for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];

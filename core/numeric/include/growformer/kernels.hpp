@@ -121,11 +121,6 @@ void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const fl
 /// C (n x d) += alpha X^T Y, X (m x n), Y (m x d).
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc);
-/// gemm_acc_tnd over X's and Y's rows in blocks of BLOCK (the last shorter), each block's
-/// product added to C in order: bit for bit the calls of BLOCK rows one after another, but
-/// each tile of C stays in registers and L1 across the blocks.
-void gemm_acc_tnd_blocks(size_t m, size_t n, size_t d, size_t block, float alpha, const float* x,
-                         size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
 
 /// C (m x n) = X (m x k) W (k x n) + bias (n; null: none), also in registers without packing:
 /// every element is one FMA chain over k from 0 (vector lanes and scalar tails alike), then

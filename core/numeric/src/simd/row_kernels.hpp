@@ -53,10 +53,9 @@ struct RowKernels {
   /// C[i] += alpha[i] (X Y)[i]: a scale per row
   void (*gemm_acc_nd_rows)(size_t m, size_t n, size_t d, const float* alpha, const float* x,
                            size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
-  /// C (n x d) += alpha X^T Y with X (m x n), Y (m x d); BLOCK (0: m): X's and Y's rows in
-  /// blocks of BLOCK, each block's product added to C in order
-  void (*gemm_acc_tnd)(size_t m, size_t n, size_t d, size_t block, float alpha, const float* x,
-                       size_t ldx, const float* y, size_t ldy, float* c, size_t ldc);
+  /// C (n x d) += alpha X^T Y with X (m x n), Y (m x d)
+  void (*gemm_acc_tnd)(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                       const float* y, size_t ldy, float* c, size_t ldc);
   /// C (m x n) = X (m x k) W (k x n) + bias (n; may be null), each element one FMA chain
   void (*gemm_bias)(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
                     size_t ldw, const float* bias, float* c, size_t ldc, const PanelView* pv);

@@ -259,65 +259,37 @@ struct TailEpi {
 // Rows i .. i + R - 1 of OUT (m x n) = epi(X (m x len) Y (len x n)), or with TRANS X^T;
 // EV(vector, row, column) takes W columns, ES(sum, row, column) one (the last n % W).
 // Column chunks of NC vectors (NC * R chains in registers), then 2, then 1.
-// BLK < len: the sum in sub-blocks of BLK rows of Y (the last shorter), each its own chain from
-// zero handed to the epilogue in order, as calls of BLK rows one after another would (a weight
-// gradient summed over tokens in fixed blocks), but a tile's sub-blocks run back to back, so
-// its outputs stay in L1 between them.
 template <size_t R, size_t NC, bool TRANS, class EV, class ES>
-inline void product_rows(size_t i, size_t n, size_t len, size_t blk, const float* x, size_t ldx,
-                         const float* y, size_t ldy, const float* ytail, EV& ev, ES& es) {
-  if (blk == 0 || blk > len) blk = len;
-  // sub-block q0's rows of X (TRANS: X's rows; else its columns), its length, and F(q0) for each
-  // sub-block in order: at least one, so that len 0 still hands the epilogue its zero sums
-  auto xq = [=](size_t q0) { return TRANS ? x + q0 * ldx : x + q0; };
-  auto bl = [=](size_t q0) { return len - q0 < blk ? len - q0 : blk; };
-  auto blocks = [=](auto&& f) {
-    size_t q0 = 0;
-    do f(q0);
-    while ((q0 += blk) < len);
-  };
+inline void product_rows(size_t i, size_t n, size_t len, const float* x, size_t ldx, const float* y,
+                         size_t ldy, const float* ytail, EV& ev, ES& es) {
   size_t c0 = 0;
   if (NC > 2)
-    for (; c0 + NC * W <= n; c0 += NC * W)
-      blocks([&](size_t q0) {
-        fma_tile<R, NC, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
-      });
-  for (; c0 + 2 * W <= n; c0 += 2 * W)
-    blocks([&](size_t q0) {
-      fma_tile<R, 2, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
-    });
-  for (; c0 + W <= n; c0 += W)
-    blocks([&](size_t q0) {
-      fma_tile<R, 1, TRANS>(i, c0, bl(q0), xq(q0), ldx, y + q0 * ldy, ldy, ev);
-    });
+    for (; c0 + NC * W <= n; c0 += NC * W) fma_tile<R, NC, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
+  for (; c0 + 2 * W <= n; c0 += 2 * W) fma_tile<R, 2, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
+  for (; c0 + W <= n; c0 += W) fma_tile<R, 1, TRANS>(i, c0, len, x, ldx, y, ldy, ev);
   if (c0 >= n) return;
   if (ytail) {
     TailEpi<ES> te{es, c0, n - c0};
-    blocks([&](size_t q0) {
-      fma_tile<R, 1, TRANS>(i, 0, bl(q0), xq(q0), ldx, ytail + q0 * W, W, te);
-    });
+    fma_tile<R, 1, TRANS>(i, 0, len, x, ldx, ytail, W, te);
     return;
   }
   for (; c0 < n; ++c0)
-    for (size_t r = 0; r < R; ++r)
-      blocks([&](size_t q0) {
-        const float* xb = xq(q0);
-        const float* yb = y + q0 * ldy;
-        float s = 0.0f;
-        for (size_t q = 0; q < bl(q0); ++q)
-          s = lane_fma(TRANS ? xb[q * ldx + i + r] : xb[(i + r) * ldx + q], yb[q * ldy + c0], s);
-        es(s, i + r, c0);
-      });
+    for (size_t r = 0; r < R; ++r) {
+      float s = 0.0f;
+      for (size_t q = 0; q < len; ++q)
+        s = lane_fma(TRANS ? x[q * ldx + i + r] : x[(i + r) * ldx + q], y[q * ldy + c0], s);
+      es(s, i + r, c0);
+    }
 }
 
 // product_rows as a function of its own: each tile shape gets its own register allocation
 // (inlined into one caller, the 6-row loop of dQ += dS K ran at 62 instead of 97 GFLOP/s,
 // its row pointers spilled to the stack).
 template <size_t R, size_t NC, bool TRANS, class EV, class ES>
-__attribute__((noinline)) void product_rows_call(size_t i, size_t n, size_t len, size_t blk,
-                                                 const float* x, size_t ldx, const float* y,
-                                                 size_t ldy, const float* ytail, EV& ev, ES& es) {
-  product_rows<R, NC, TRANS>(i, n, len, blk, x, ldx, y, ldy, ytail, ev, es);
+__attribute__((noinline)) void product_rows_call(size_t i, size_t n, size_t len, const float* x,
+                                                 size_t ldx, const float* y, size_t ldy,
+                                                 const float* ytail, EV& ev, ES& es) {
+  product_rows<R, NC, TRANS>(i, n, len, x, ldx, y, ldy, ytail, ev, es);
 }
 
 // A per-thread scratch buffer of at least N floats, 64-byte aligned, kept between calls (plain
@@ -360,7 +332,7 @@ inline const float* pad_tail(size_t n, size_t len, const float* y, size_t ldy) {
 }
 
 template <bool TRANS, size_t R0, class EV, class ES>
-inline void product_block(size_t m, size_t n, size_t len, size_t blk, const float* x, size_t ldx,
+inline void product_block(size_t m, size_t n, size_t len, const float* x, size_t ldx,
                           const float* y, size_t ldy, EV& ev, ES& es) {
   const float* yt = pad_tail(n, len, y, ldy);
   size_t i = 0;
@@ -368,20 +340,18 @@ inline void product_block(size_t m, size_t n, size_t len, size_t blk, const floa
   // chains; 12 rows x 1 vector keep 12 (14 registers, so AVX2 too). 1.37x at 128 x 512 x 16.
   if (n < 2 * W) {
     for (; i + 2 * RM <= m; i += 2 * RM)
-      product_rows_call<2 * RM, 1, TRANS>(i, n, len, blk, x, ldx, y, ldy, yt, ev, es);
+      product_rows_call<2 * RM, 1, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
     // the 8 rows left of a 128-row attention tile: 8 chains, not a 6-row and a 2-row tile
     for (; i + 8 <= m; i += 8)
-      product_rows_call<8, 1, TRANS>(i, n, len, blk, x, ldx, y, ldy, yt, ev, es);
+      product_rows_call<8, 1, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
   }
   for (; i + R0 <= m; i += R0)
-    product_rows_call<R0, R0 == RM ? NCW : 2, TRANS>(i, n, len, blk, x, ldx, y, ldy, yt, ev, es);
+    product_rows_call<R0, R0 == RM ? NCW : 2, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
   // Few rows and wide rows (a narrow head's product turned on its side): more vectors per
   // row keep 8 to 12 chains in flight.
-  for (; i + 4 <= m; i += 4)
-    product_rows_call<4, 3, TRANS>(i, n, len, blk, x, ldx, y, ldy, yt, ev, es);
-  for (; i + 2 <= m; i += 2)
-    product_rows_call<2, 4, TRANS>(i, n, len, blk, x, ldx, y, ldy, yt, ev, es);
-  for (; i < m; ++i) product_rows_call<1, 8, TRANS>(i, n, len, blk, x, ldx, y, ldy, yt, ev, es);
+  for (; i + 4 <= m; i += 4) product_rows_call<4, 3, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+  for (; i + 2 <= m; i += 2) product_rows_call<2, 4, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
+  for (; i < m; ++i) product_rows_call<1, 8, TRANS>(i, n, len, x, ldx, y, ldy, yt, ev, es);
 }
 
 // A large Y (len x n over 256 KiB) is copied, in panels of columns that stay in the level-2
@@ -405,8 +375,7 @@ inline size_t panel_cols(size_t m, size_t len, size_t n, size_t r0) {
 }
 template <bool TRANS, size_t R0 = RM, class EV, class ES>
 inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
-                    size_t ldy, EV ev, ES es, const PanelView* pv = nullptr, size_t col0 = 0,
-                    size_t blk = 0) {
+                    size_t ldy, EV ev, ES es, const PanelView* pv = nullptr, size_t col0 = 0) {
   if (pv && pv->data) {
     for (size_t cb = 0; cb < n;) {
       const size_t g = col0 + cb, p0 = g / pv->nb * pv->nb;
@@ -414,8 +383,7 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
       const size_t w = pw - (g - p0) < n - cb ? pw - (g - p0) : n - cb;
       auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
       auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
-      product_block<TRANS, R0>(m, w, len, blk, x, ldx, pv->data + pv->len * p0 + (g - p0), pw, evb,
-                               esb);
+      product_block<TRANS, R0>(m, w, len, x, ldx, pv->data + pv->len * p0 + (g - p0), pw, evb, esb);
       cb += w;
     }
     return;
@@ -436,7 +404,7 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
     }
     auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
     auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
-    product_block<TRANS, R0>(m, w, len, blk, x, ldx, yb, ldb, evb, esb);
+    product_block<TRANS, R0>(m, w, len, x, ldx, yb, ldb, evb, esb);
   }
 }
 
@@ -462,9 +430,9 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
       // 4 vectors a row only for a longer d: at d_k 16 the 6 x 4 tile ran at 0.9x the 6 x 2
       // (its 24 stores per 16 multiply-adds a chain), at d 64 at 1.15x.
       if (d >= 32)
-        product_rows_call<RM, NCW, true>(0, n, d, d, xp, RM, bt, ldb, yt, ev, es);
+        product_rows_call<RM, NCW, true>(0, n, d, xp, RM, bt, ldb, yt, ev, es);
       else
-        product_rows<RM, 2, true>(0, n, d, d, xp, RM, bt, ldb, yt, ev, es);
+        product_rows<RM, 2, true>(0, n, d, xp, RM, bt, ldb, yt, ev, es);
     }
   }
   float* ci = c + i * ldc;
@@ -485,16 +453,15 @@ size_t k_panel_width(size_t m, size_t len, size_t n, bool short_k) {
 
 template <bool TRANS>
 void acc_product(size_t m, size_t n, size_t len, float alpha, const float* x, size_t ldx,
-                 const float* y, size_t ldy, float* c, size_t ldc, const PanelView* pv = nullptr,
-                 size_t blk = 0) {
+                 const float* y, size_t ldy, float* c, size_t ldc, const PanelView* pv = nullptr) {
   B al(alpha);
   product<TRANS>(
       m, n, len, x, ldx, y, ldy,
       [=](B acc, size_t r, size_t j) {
         vfma(al, acc, B::load_unaligned(c + r * ldc + j)).store_unaligned(c + r * ldc + j);
       },
-      [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]); }, pv,
-      0, blk);
+      [=](float s, size_t r, size_t j) { c[r * ldc + j] = lane_fma(alpha, s, c[r * ldc + j]); },
+      pv);
 }
 
 // ---- a narrow output over a long reduction -----------------------------------------
@@ -617,14 +584,13 @@ void k_gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const 
 // Fraction of the lanes of ceil(n / W) vectors that n columns use.
 inline double lane_use(size_t n) { return double(n) / double((n + W - 1) / W * W); }
 
-void k_gemm_acc_tnd(size_t m, size_t n, size_t d, size_t block, float alpha, const float* x,
-                    size_t ldx, const float* y, size_t ldy, float* c, size_t ldc) {
+void k_gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
+                    const float* y, size_t ldy, float* c, size_t ldc) {
   // A narrow d (a head narrower than a register: d_v = 8 at AVX-512) would leave most lanes
   // empty; C^T (d x n) = Y^T X puts the long n in the lanes instead, and each vector is added
   // into its column of C. Every element is the same chain (the same products, q = 0 .. m - 1
   // in order; a fused product does not depend on its operands' order), so the bits are those
-  // of the other orientation. BLOCK (0: m): X's rows summed in blocks of BLOCK, each block's
-  // sum added to C in order.
+  // of the other orientation.
   if (n >= W && lane_use(n) > lane_use(d) + 0.2) {
     product<true>(
         d, n, m, y, ldy, x, ldx,
@@ -634,11 +600,10 @@ void k_gemm_acc_tnd(size_t m, size_t n, size_t d, size_t block, float alpha, con
           float* cj = c + j * ldc + r;
           for (size_t u = 0; u < W; ++u) cj[u * ldc] = lane_fma(alpha, lanes[u], cj[u * ldc]);
         },
-        [=](float s, size_t r, size_t j) { c[j * ldc + r] = lane_fma(alpha, s, c[j * ldc + r]); },
-        nullptr, 0, block);
+        [=](float s, size_t r, size_t j) { c[j * ldc + r] = lane_fma(alpha, s, c[j * ldc + r]); });
     return;
   }
-  acc_product<true>(n, d, m, alpha, x, ldx, y, ldy, c, ldc, nullptr, block);
+  acc_product<true>(n, d, m, alpha, x, ldx, y, ldy, c, ldc);
 }
 
 void k_gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w,
