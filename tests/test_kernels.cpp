@@ -443,6 +443,22 @@ void check_bias_and_short_k(const std::string& isa, size_t m, size_t n, size_t k
     }
 }
 
+TEST_CASE("gemm_short_k over a Bt of 1 MiB or more, in column blocks: bit for bit the chains") {
+  // d 64 x 4,100 columns (1.05 MB: blocks of 1,024 and a last block of 4, narrower than a
+  // vector) and d 16 x 16,400 (blocks of 4,096, a last block of 16); 13 rows: two 6-row tiles
+  // and a remainder row; odd leading dimensions
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (auto [n, k] : {std::pair<size_t, size_t>{4100, 64}, {16400, 16}}) {
+      CAPTURE(isa);
+      CAPTURE(n);
+      CAPTURE(k);
+      check_bias_and_short_k(isa, 13, n, k, k + 3, n + 5, n + 1, 71);
+    }
+  }
+}
+
 TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the scalar chains") {
   // Sizes that reach the 6-row x 4-vector tiles (64 columns and more at AVX-512, a reduction of
   // 32 and more in gemm_short_k), the 12- and 8-row single-vector tiles (a narrow output over
