@@ -450,7 +450,9 @@ TEST_CASE("gemm_short_k over a Bt of 1 MiB or more, in column blocks: bit for bi
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
-    for (auto [n, k] : {std::pair<size_t, size_t>{4100, 64}, {16400, 16}}) {
+    for (const auto& nk : {std::pair<size_t, size_t>{4100, 64}, {16400, 16}}) {
+      // named, not bound: doctest's CAPTURE is a lambda (clang 14)
+      const size_t n = nk.first, k = nk.second;
       CAPTURE(isa);
       CAPTURE(n);
       CAPTURE(k);
@@ -847,7 +849,9 @@ TEST_CASE(
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {
     kernels::set_simd(isa);
-    for (auto [len, n] : {std::pair<size_t, size_t>{600, 331}, {300, 1100}}) {
+    for (const auto& ln : {std::pair<size_t, size_t>{600, 331}, {300, 1100}}) {
+      // named, not bound: doctest's CAPTURE is a lambda (clang 14)
+      const size_t len = ln.first, n = ln.second;
       CAPTURE(isa);
       CAPTURE(len);
       CAPTURE(n);
