@@ -458,6 +458,58 @@ TEST_CASE(
   gf::kernels::set_attention_block_rows(keep_rows);
 }
 
+TEST_CASE(
+    "fused attention backward in key blocks: against the unfused ops, dK and dV bit for bit those "
+    "of one block, any thread count") {
+  // 8-row tiles at T 40 with 512 bytes of scores a tile take the keys 16 at a time: blocks of
+  // 16, 16 and 8 keys. The padded keys (9, and 30..33 of the second sample) and the causal
+  // diagonal cross the blocks' edges.
+  const size_t keep_rows = gf::kernels::attention_block_rows(), keep_threads = gf::num_threads();
+  gf::kernels::set_attention_block_rows(8);
+  const size_t B = 2, T = 40;
+  std::vector<uint8_t> valid(B * T, 1);
+  valid[9] = 0;
+  for (size_t j = 30; j < 34; ++j) valid[T + j] = 0;
+  for (size_t dk : {16, 3}) {
+    const size_t dv = dk == 16 ? 16 : 4;
+    for (bool causal : {false, true}) {
+      CAPTURE(dk);
+      CAPTURE(causal);
+      ops::AttentionMask m{&valid, causal};
+      Tensor q = randn({B, T, dk}, 21), k = randn({B, T, dk}, 22), v = randn({B, T, dv}, 23);
+      std::vector<Var> ref{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+      Tensor bias({B, T, T}, 0.0f);
+      for (size_t b = 0; b < B; ++b)
+        for (size_t i = 0; i < T; ++i)
+          for (size_t j = 0; j < T; ++j)
+            if (!valid[b * T + j] || (causal && j > i)) bias[(b * T + i) * T + j] = -1e30f;
+      Var s = ops::add(ops::scale(ops::matmul(ref[0], ref[1], false, true), 0.6f), constant(bias));
+      backward(weighted_sum(ops::matmul(ops::softmax(s), ref[2])));
+      auto grads = [&](size_t bytes, size_t threads) {
+        gf::kernels::set_attention_key_block_bytes(bytes);
+        gf::set_num_threads(threads);
+        std::vector<Var> x{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+        backward(weighted_sum(ops::attention(x[0], x[1], x[2], 0.6f, m)));
+        gf::kernels::set_attention_key_block_bytes(0);
+        std::vector<std::vector<float>> g;
+        for (const Var& xi : x) g.emplace_back(xi.grad().data(), xi.grad().data() + xi.size());
+        return g;
+      };
+      const auto whole = grads(0, 1), blocks = grads(8 * 16 * sizeof(float), 1);
+      for (size_t i = 0; i < 3; ++i)
+        for (size_t j = 0; j < ref[i].size(); ++j)
+          REQUIRE(blocks[i][j] == doctest::Approx(ref[i].grad()[j]).epsilon(1e-4).scale(1.0));
+      CHECK(blocks[1] == whole[1]);  // dK: a block is a range of its rows
+      CHECK(blocks[2] == whole[2]);  // dV
+      for (size_t j = 0; j < whole[0].size(); ++j)
+        REQUIRE(blocks[0][j] == doctest::Approx(whole[0][j]).epsilon(1e-5).scale(1.0));
+      CHECK(grads(8 * 16 * sizeof(float), 2) == blocks);  // the blocks follow from the shape
+    }
+  }
+  gf::set_num_threads(keep_threads);
+  gf::kernels::set_attention_block_rows(keep_rows);
+}
+
 TEST_CASE("BLAS: sgemm against a naive product, self-test, kernel name") {
   CHECK(blas_self_test_error() < 1e-3);
   CHECK(!blas_kernel_name().empty());

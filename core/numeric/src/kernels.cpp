@@ -90,6 +90,8 @@ size_t default_block_rows() {
 }
 
 size_t g_block_rows = default_block_rows();
+constexpr size_t kKeyBlockBytes = 256 * 1024;
+size_t g_key_block_bytes = kKeyBlockBytes;
 
 }  // namespace
 
@@ -195,6 +197,10 @@ double fma_peak_gflops(size_t threads, double seconds) {
 size_t attention_block_rows() { return g_block_rows; }
 void set_attention_block_rows(size_t rows) {
   g_block_rows = rows == 0 ? default_block_rows() : rows;
+}
+size_t attention_key_block_bytes() { return g_key_block_bytes; }
+void set_attention_key_block_bytes(size_t bytes) {
+  g_key_block_bytes = bytes == 0 ? kKeyBlockBytes : bytes;
 }
 
 float row_max(const float* x, size_t n) { return active().max(x, n); }

@@ -54,6 +54,26 @@ void mask_row(float* row, size_t jmax, const float* bias, bool causal, size_t qu
   if (causal) std::fill(row + query + 1, row + jmax, -INFINITY);
 }
 
+// Masks keys J0..J0+W-1 of one score row (ROW holds just those W keys), as mask_row does the
+// whole row.
+void mask_block(float* row, size_t j0, size_t w, const float* bias, bool causal, size_t query) {
+  if (bias) kernels::axpy(row, bias + j0, w, 1.0f);
+  if (causal && query + 1 < j0 + w)
+    std::fill(row + std::max(query + 1, j0) - j0, row + w, -INFINITY);
+}
+
+// How many keys the backward pass takes at a time for a tile of R query rows and JMAX keys:
+// all of them while the tile's scores fit kernels::attention_key_block_bytes() (256 KiB: the
+// bench shape, T 512 at 128 rows, is one block), else blocks of that size, so P and dS stay
+// in L2 through the passes that read them instead of streaming from L3 (a 128-row tile is
+// 1 MiB each at T 2,048, 4 MiB at T 8,192). dK and dV keep their bits (their rows are the
+// keys: a block is a range of rows); dQ sums block by block.
+size_t key_block(size_t r, size_t jmax) {
+  const size_t kc =
+      std::max<size_t>(16, kernels::attention_key_block_bytes() / sizeof(float) / r / 16 * 16);
+  return jmax <= kc ? jmax : kc;
+}
+
 // Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
 // row log-sum-exp (LSEB, T; +inf marks a row with no valid key; null when no backward pass
 // will read it). KTb is k^T (dk x T).
@@ -105,24 +125,29 @@ void attn_backward_tiles(const AttnGeom& g, size_t t0, size_t t1, const AttnSamp
   for (size_t t = t0; t < t1; ++t) {
     size_t i0 = t * g.br, r = std::min(g.br, T - i0);
     size_t jmax = g.causal ? i0 + r : T;
+    const size_t kc = key_block(r, jmax);
     const float* G = s.G + i0 * dv;
-    float* P = scratch(0, r * jmax).data();
-    float* dS = scratch(1, r * jmax).data();
-    kernels::gemm_short_k(r, jmax, dk, g.scale, s.Q + i0 * dk, dk, KTb, T, P, jmax);
-    for (size_t a = 0; a < r; ++a) {
-      float* row = P + a * jmax;
-      mask_row(row, jmax, kb, g.causal, i0 + a);
-      kernels::exp_shift(row, jmax, s.lse[i0 + a]);
+    float* P = scratch(0, r * kc).data();
+    float* dS = scratch(1, r * kc).data();
+    if (s.gq || s.gk)
+      for (size_t a = 0; a < r; ++a) dots[a] = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
+    for (size_t j0 = 0; j0 < jmax; j0 += kc) {
+      const size_t w = std::min(kc, jmax - j0);
+      kernels::gemm_short_k(r, w, dk, g.scale, s.Q + i0 * dk, dk, KTb + j0, T, P, w);
+      for (size_t a = 0; a < r; ++a) {
+        float* row = P + a * w;
+        mask_block(row, j0, w, kb, g.causal, i0 + a);
+        kernels::exp_shift(row, w, s.lse[i0 + a]);
+      }
+      if (s.gv) kernels::gemm_acc_tnd(r, w, dv, 1.0f, P, w, G, dv, s.gv + j0 * dv, dv);
+      if (!s.gq && !s.gk) continue;
+      // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
+      kernels::gemm_short_k(r, w, dv, 1.0f, G, dv, VTb + j0, T, dS, w);
+      for (size_t a = 0; a < r; ++a)
+        kernels::softmax_grad_row(dS + a * w, P + a * w, w, dots[a], g.scale);
+      if (s.gq) kernels::gemm_acc_nd(r, w, dk, 1.0f, dS, w, s.K + j0 * dk, dk, s.gq + i0 * dk, dk);
+      if (s.gk) kernels::gemm_acc_tnd(r, w, dk, 1.0f, dS, w, s.Q + i0 * dk, dk, s.gk + j0 * dk, dk);
     }
-    if (s.gv) kernels::gemm_acc_tnd(r, jmax, dv, 1.0f, P, jmax, G, dv, s.gv, dv);
-    if (!s.gq && !s.gk) continue;
-    // dP = dO V^T, then dS = P * (dP - <dO_i, O_i>) * scale
-    for (size_t a = 0; a < r; ++a) dots[a] = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
-    kernels::gemm_short_k(r, jmax, dv, 1.0f, G, dv, VTb, T, dS, jmax);
-    for (size_t a = 0; a < r; ++a)
-      kernels::softmax_grad_row(dS + a * jmax, P + a * jmax, jmax, dots[a], g.scale);
-    if (s.gq) kernels::gemm_acc_nd(r, jmax, dk, 1.0f, dS, jmax, s.K, dk, s.gq + i0 * dk, dk);
-    if (s.gk) kernels::gemm_acc_tnd(r, jmax, dk, 1.0f, dS, jmax, s.Q + i0 * dk, dk, s.gk, dk);
   }
 }
 
