@@ -459,17 +459,20 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "fused attention backward in key blocks: against the unfused ops, dK and dV bit for bit those "
-    "of one block, any thread count") {
+    "fused attention in key blocks (online softmax forward, blocked backward): against the "
+    "unfused ops and the one-block form, any thread count") {
   // 8-row tiles at T 40 with 512 bytes of scores a tile take the keys 16 at a time: blocks of
-  // 16, 16 and 8 keys. The padded keys (9, and 30..33 of the second sample) and the causal
-  // diagonal cross the blocks' edges.
+  // 16, 16 and 8 keys. The second sample's padded keys (0..17 and 32..39) leave its rows no
+  // valid key in the first block and none in the last; the first sample's (9, 30) and the
+  // causal diagonal cross the blocks' edges; a random q makes the running maximum rise in
+  // later blocks.
   const size_t keep_rows = gf::kernels::attention_block_rows(), keep_threads = gf::num_threads();
   gf::kernels::set_attention_block_rows(8);
-  const size_t B = 2, T = 40;
+  const size_t B = 2, T = 40, blocks16 = 8 * 16 * sizeof(float);
   std::vector<uint8_t> valid(B * T, 1);
-  valid[9] = 0;
-  for (size_t j = 30; j < 34; ++j) valid[T + j] = 0;
+  valid[9] = valid[30] = 0;
+  for (size_t j = 0; j < T; ++j)
+    if (j < 18 || j >= 32) valid[T + j] = 0;
   for (size_t dk : {16, 3}) {
     const size_t dv = dk == 16 ? 16 : 4;
     for (bool causal : {false, true}) {
@@ -477,6 +480,7 @@ TEST_CASE(
       CAPTURE(causal);
       ops::AttentionMask m{&valid, causal};
       Tensor q = randn({B, T, dk}, 21), k = randn({B, T, dk}, 22), v = randn({B, T, dv}, 23);
+      for (size_t i = 0; i < q.size(); ++i) q[i] *= 3.0f;  // peaked rows: M moves by several
       std::vector<Var> ref{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
       Tensor bias({B, T, T}, 0.0f);
       for (size_t b = 0; b < B; ++b)
@@ -484,28 +488,54 @@ TEST_CASE(
           for (size_t j = 0; j < T; ++j)
             if (!valid[b * T + j] || (causal && j > i)) bias[(b * T + i) * T + j] = -1e30f;
       Var s = ops::add(ops::scale(ops::matmul(ref[0], ref[1], false, true), 0.6f), constant(bias));
-      backward(weighted_sum(ops::matmul(ops::softmax(s), ref[2])));
-      auto grads = [&](size_t bytes, size_t threads) {
+      Var ref_out = ops::matmul(ops::softmax(s), ref[2]);
+      backward(weighted_sum(ref_out));
+      // output, then dQ, dK, dV
+      auto run = [&](size_t bytes, size_t threads) {
         gf::kernels::set_attention_key_block_bytes(bytes);
         gf::set_num_threads(threads);
         std::vector<Var> x{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
-        backward(weighted_sum(ops::attention(x[0], x[1], x[2], 0.6f, m)));
+        Var out = ops::attention(x[0], x[1], x[2], 0.6f, m);
+        backward(weighted_sum(out));
         gf::kernels::set_attention_key_block_bytes(0);
-        std::vector<std::vector<float>> g;
-        for (const Var& xi : x) g.emplace_back(xi.grad().data(), xi.grad().data() + xi.size());
-        return g;
+        std::vector<std::vector<float>> r{{out.value().data(), out.value().data() + out.size()}};
+        for (const Var& xi : x) r.emplace_back(xi.grad().data(), xi.grad().data() + xi.size());
+        return r;
       };
-      const auto whole = grads(0, 1), blocks = grads(8 * 16 * sizeof(float), 1);
+      const auto whole = run(0, 1), blocks = run(blocks16, 1);
+      for (size_t j = 0; j < ref_out.size(); ++j) {
+        // causal, the second sample's rows 0..17 have no valid key: output 0 (the unfused
+        // softmax spreads them evenly over the padded keys instead)
+        const size_t row = j / dv, b = row / T, i = row % T;
+        if (causal && b == 1 && i < 18) {
+          REQUIRE(blocks[0][j] == 0.0f);
+          REQUIRE(whole[0][j] == 0.0f);
+          continue;
+        }
+        REQUIRE(blocks[0][j] == doctest::Approx(ref_out.value()[j]).epsilon(1e-5).scale(1.0));
+        REQUIRE(blocks[0][j] == doctest::Approx(whole[0][j]).epsilon(1e-6).scale(1.0));
+      }
       for (size_t i = 0; i < 3; ++i)
-        for (size_t j = 0; j < ref[i].size(); ++j)
-          REQUIRE(blocks[i][j] == doctest::Approx(ref[i].grad()[j]).epsilon(1e-4).scale(1.0));
-      CHECK(blocks[1] == whole[1]);  // dK: a block is a range of its rows
-      CHECK(blocks[2] == whole[2]);  // dV
-      for (size_t j = 0; j < whole[0].size(); ++j)
-        REQUIRE(blocks[0][j] == doctest::Approx(whole[0][j]).epsilon(1e-5).scale(1.0));
-      CHECK(grads(8 * 16 * sizeof(float), 2) == blocks);  // the blocks follow from the shape
+        for (size_t j = 0; j < ref[i].size(); ++j) {
+          if (!causal || j < ref[i].size() / B)  // (causal: the second sample differs, above)
+            REQUIRE(blocks[i + 1][j] == doctest::Approx(ref[i].grad()[j]).epsilon(1e-4).scale(1.0));
+          REQUIRE(blocks[i + 1][j] == doctest::Approx(whole[i + 1][j]).epsilon(1e-5).scale(1.0));
+        }
+      CHECK(blocks != whole);  // the blocks did run: other rounding than the one-block form
+      CHECK(run(blocks16, 2) == blocks);  // bit for bit: the blocks follow from the shape
     }
   }
+  // a sample with no valid key: every row's output and every gradient 0, as one block gives
+  std::vector<uint8_t> none(T, 0);
+  Tensor q = randn({1, T, 16}, 24), k = randn({1, T, 16}, 25), v = randn({1, T, 16}, 26);
+  gf::kernels::set_attention_key_block_bytes(blocks16);
+  std::vector<Var> x{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+  Var out = ops::attention(x[0], x[1], x[2], 0.6f, {&none, false});
+  backward(weighted_sum(out));
+  gf::kernels::set_attention_key_block_bytes(0);
+  for (size_t j = 0; j < out.size(); ++j) REQUIRE(out.value()[j] == 0.0f);
+  for (const Var& xi : x)
+    for (size_t j = 0; j < xi.size(); ++j) REQUIRE(xi.grad()[j] == 0.0f);
   gf::set_num_threads(keep_threads);
   gf::kernels::set_attention_block_rows(keep_rows);
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -27,11 +28,18 @@ struct AttnGeom {
   const uint8_t* valid;  // (B*T) or null
 };
 
-// Per-thread scratch buffers, grown on demand and kept between calls.
-std::vector<float>& scratch(int which, size_t n) {
+// Per-thread scratch buffers, grown on demand and kept between calls. Each starts on a 4 KiB
+// boundary plus 256 bytes times its index: as the allocator placed them, P and dS (buffers 0
+// and 1) could fall at the same address modulo 4 KiB, and then every pass that reads one and
+// writes the other at the same offset (the softmax gradient) ran at 4K-aliasing speed.
+float* scratch(int which, size_t n) {
+  constexpr size_t kPage = 4096 / sizeof(float), kStagger = 256 / sizeof(float);
   thread_local std::vector<float> bufs[5];
-  if (bufs[which].size() < n) bufs[which].resize(n);
-  return bufs[which];
+  const size_t pad = kPage + kStagger * static_cast<size_t>(which);
+  if (bufs[which].size() < n + pad) bufs[which].resize(n + pad);
+  const auto base = reinterpret_cast<std::uintptr_t>(bufs[which].data());
+  const size_t skip = (kPage - base / sizeof(float) % kPage) % kPage;
+  return bufs[which].data() + skip + kStagger * static_cast<size_t>(which);
 }
 
 // xt (d x T) = x^T for x (T x d).
@@ -62,16 +70,66 @@ void mask_block(float* row, size_t j0, size_t w, const float* bias, bool causal,
     std::fill(row + std::max(query + 1, j0) - j0, row + w, -INFINITY);
 }
 
-// How many keys the backward pass takes at a time for a tile of R query rows and JMAX keys:
-// all of them while the tile's scores fit kernels::attention_key_block_bytes() (256 KiB: the
-// bench shape, T 512 at 128 rows, is one block), else blocks of that size, so P and dS stay
-// in L2 through the passes that read them instead of streaming from L3 (a 128-row tile is
-// 1 MiB each at T 2,048, 4 MiB at T 8,192). dK and dV keep their bits (their rows are the
-// keys: a block is a range of rows); dQ sums block by block.
+// How many keys the forward and backward passes take at a time for a tile of R query rows and
+// JMAX keys: all of them while the tile's scores fit kernels::attention_key_block_bytes()
+// (256 KiB: the bench shape, T 512 at 128 rows, is one block, and keeps its bits), else blocks
+// of that size, so the scores (forward) and P and dS (backward) stay in L2 through the passes
+// that read them instead of streaming from L3 (a 128-row tile is 1 MiB of scores at T 2,048,
+// 4 MiB at T 8,192).
 size_t key_block(size_t r, size_t jmax) {
   const size_t kc =
       std::max<size_t>(16, kernels::attention_key_block_bytes() / sizeof(float) / r / 16 * 16);
   return jmax <= kc ? jmax : kc;
+}
+
+// attn_forward_tile over a tile whose rows are longer than one key block: the keys a block at
+// a time (key_block), each block's scores, exponentials and P V in L2 (a 128-row tile is 4 MiB
+// of scores at T 8,192, streamed from L3 by three passes when whole). The softmax runs online:
+// each row keeps its running maximum M and sum L, and when a block raises M, L and the row's
+// output so far are scaled by exp(M_old - M_new); at the end the output is divided by L.
+// The result equals the one-block form's up to rounding (the exponentials are taken against a
+// running maximum, and P V sums block by block), as the one-block form is used up to 256 KiB.
+void attn_forward_tile_blocks(const AttnGeom& g, const float* Qb, const float* KTb, const float* Vb,
+                              const uint8_t* vb, size_t i0, float* lseb, float* outb) {
+  const size_t r = std::min(g.br, g.T - i0), dv = g.dv;
+  const size_t jmax = g.causal ? i0 + r : g.T, kc = key_block(r, jmax);
+  float* S = scratch(0, r * kc);
+  float* run = scratch(1, 2 * r);  // M (r), then L (r)
+  float* bias = scratch(2, jmax);
+  float *M = run, *L = run + r;
+  std::fill(M, M + r, -INFINITY);
+  std::fill(L, L + r, 0.0f);
+  float* O = outb + i0 * dv;  // zero on entry; this tile's rows alone
+  const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
+  for (size_t j0 = 0; j0 < jmax; j0 += kc) {
+    const size_t w = std::min(kc, jmax - j0);
+    kernels::gemm_short_k(r, w, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb + j0, g.T, S, w);
+    for (size_t a = 0; a < r; ++a) {
+      float* row = S + a * w;
+      mask_block(row, j0, w, kb, g.causal, i0 + a);
+      const float mx = std::max(M[a], kernels::row_max(row, w));
+      if (mx == -INFINITY) {  // no valid key yet: the block adds nothing
+        std::memset(row, 0, w * sizeof(float));
+        continue;
+      }
+      if (mx > M[a] && M[a] != -INFINITY) {
+        const float c = std::exp(M[a] - mx);
+        L[a] *= c;
+        kernels::scale_row(O + a * dv, dv, c);
+      }
+      M[a] = mx;
+      L[a] += kernels::exp_shift_sum(row, w, mx);
+    }
+    kernels::gemm_acc_nd(r, w, dv, 1.0f, S, w, Vb + j0 * dv, dv, O, dv);
+  }
+  for (size_t a = 0; a < r; ++a) {
+    if (M[a] == -INFINITY) {  // no valid key at all: output 0, as the one-block form
+      if (lseb) lseb[i0 + a] = INFINITY;
+      continue;
+    }
+    kernels::scale_row(O + a * dv, dv, 1.0f / L[a]);
+    if (lseb) lseb[i0 + a] = M[a] + std::log(L[a]);
+  }
 }
 
 // Forward of one tile of sample b: rows i0..i0+r-1 of its output (OUTB, T x dv) and of its
@@ -82,9 +140,11 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
                        const uint8_t* vb, size_t i0, float* lseb, float* outb) {
   size_t r = std::min(g.br, g.T - i0);
   size_t jmax = g.causal ? i0 + r : g.T;
-  float* S = scratch(0, r * jmax).data();
-  float* inv = scratch(1, r).data();
-  float* bias = scratch(2, jmax).data();
+  if (key_block(r, jmax) < jmax)
+    return attn_forward_tile_blocks(g, Qb, KTb, Vb, vb, i0, lseb, outb);
+  float* S = scratch(0, r * jmax);
+  float* inv = scratch(1, r);
+  float* bias = scratch(2, jmax);
   kernels::gemm_short_k(r, jmax, g.dk, g.scale, Qb + i0 * g.dk, g.dk, KTb, g.T, S, jmax);
   const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
   for (size_t a = 0; a < r; ++a) {
@@ -117,9 +177,9 @@ struct AttnSample {
 void attn_backward_tiles(const AttnGeom& g, size_t t0, size_t t1, const AttnSample& s) {
   const size_t T = g.T, dk = g.dk, dv = g.dv;
   const float* KTb = s.KT;  // kept from the forward pass
-  float* VTb = scratch(4, dv * T).data();
+  float* VTb = scratch(4, dv * T);
   transpose_into(s.V, T, dv, VTb);
-  float* bias = scratch(2, T + g.br).data();
+  float* bias = scratch(2, T + g.br);
   float* dots = bias + T;
   const float* kb = key_bias(s.valid, T, bias) ? bias : nullptr;
   for (size_t t = t0; t < t1; ++t) {
@@ -127,8 +187,8 @@ void attn_backward_tiles(const AttnGeom& g, size_t t0, size_t t1, const AttnSamp
     size_t jmax = g.causal ? i0 + r : T;
     const size_t kc = key_block(r, jmax);
     const float* G = s.G + i0 * dv;
-    float* P = scratch(0, r * kc).data();
-    float* dS = scratch(1, r * kc).data();
+    float* P = scratch(0, r * kc);
+    float* dS = scratch(1, r * kc);
     if (s.gq || s.gk)
       for (size_t a = 0; a < r; ++a) dots[a] = kernels::dot(G + a * dv, s.O + (i0 + a) * dv, dv);
     for (size_t j0 = 0; j0 < jmax; j0 += kc) {

@@ -231,9 +231,9 @@ Roofline roofline(const StepWork& work, const ElementRates& rates, double fma_gf
 size_t attention_block_rows();
 void set_attention_block_rows(size_t rows);
 
-/// The bytes of scores the attention's backward pass holds a tile at a time (default 256 KiB):
-/// a tile whose rows are longer takes its keys in blocks of that many floats per row (a
-/// multiple of 16 keys, at least 16), so its probabilities and their gradient stay in L2.
+/// The bytes of scores the attention holds a tile at a time (default 256 KiB): a tile whose
+/// rows are longer takes its keys in blocks (a multiple of 16 keys, at least 16), the forward
+/// pass with an online softmax, so scores, probabilities and their gradient stay in L2.
 /// Tests set small values to exercise many key blocks; 0 restores the default.
 size_t attention_key_block_bytes();
 void set_attention_key_block_bytes(size_t bytes);
