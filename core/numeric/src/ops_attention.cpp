@@ -16,7 +16,8 @@ namespace ops {
 
 using namespace detail;
 
-// Streaming attention: tiles of `br` query rows see all (causal: all earlier) keys;
+// Streaming attention: tiles of `br` query rows see all (causal: all earlier) keys, in
+// blocks of keys when a tile's scores pass kernels::attention_key_block_bytes() (key_block);
 // only the row log-sum-exp (B x T) is kept, and the backward pass recomputes each
 // tile's probabilities from it. Scratch is O(br x T) per thread, never O(T^2).
 namespace {
