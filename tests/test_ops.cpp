@@ -408,6 +408,20 @@ TEST_CASE("fused attention: against an unfused composition and finite difference
     REQUIRE(fused.value()[i] == doctest::Approx(ref.value()[i]).epsilon(1e-5));
 }
 
+// softmax(q k^T scale + mask) v through the generic ops, for q, k, v = QKV (B x T x d): the
+// padded keys (VALID, B x T) and, when causal, the later keys get -1e30.
+Var unfused_attention(const std::vector<Var>& qkv, const std::vector<uint8_t>& valid, bool causal,
+                      float scale) {
+  const size_t B = qkv[0].dim(0), T = qkv[0].dim(1);
+  Tensor bias({B, T, T}, 0.0f);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < T; ++i)
+      for (size_t j = 0; j < T; ++j)
+        if (!valid[b * T + j] || (causal && j > i)) bias[(b * T + i) * T + j] = -1e30f;
+  Var s = ops::add(ops::scale(ops::matmul(qkv[0], qkv[1], false, true), scale), constant(bias));
+  return ops::matmul(ops::softmax(s), qkv[2]);
+}
+
 TEST_CASE(
     "fused attention backward at small batches: tile groups against the unfused ops, any thread "
     "count") {
@@ -431,13 +445,7 @@ TEST_CASE(
           {q, k, v});
       // the unfused composition: softmax(q k^T s + mask) v through the generic ops
       std::vector<Var> ref{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
-      Tensor bias({B, T, T}, 0.0f);
-      for (size_t b = 0; b < B; ++b)
-        for (size_t i = 0; i < T; ++i)
-          for (size_t j = 0; j < T; ++j)
-            if (!valid[b * T + j] || (causal && j > i)) bias[(b * T + i) * T + j] = -1e30f;
-      Var s = ops::add(ops::scale(ops::matmul(ref[0], ref[1], false, true), 0.6f), constant(bias));
-      backward(weighted_sum(ops::matmul(ops::softmax(s), ref[2])));
+      backward(weighted_sum(unfused_attention(ref, valid, causal, 0.6f)));
       std::vector<std::vector<float>> runs;
       for (size_t threads : {1, 2}) {
         gf::set_num_threads(threads);
@@ -482,13 +490,7 @@ TEST_CASE(
       Tensor q = randn({B, T, dk}, 21), k = randn({B, T, dk}, 22), v = randn({B, T, dv}, 23);
       for (size_t i = 0; i < q.size(); ++i) q[i] *= 3.0f;  // peaked rows: M moves by several
       std::vector<Var> ref{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
-      Tensor bias({B, T, T}, 0.0f);
-      for (size_t b = 0; b < B; ++b)
-        for (size_t i = 0; i < T; ++i)
-          for (size_t j = 0; j < T; ++j)
-            if (!valid[b * T + j] || (causal && j > i)) bias[(b * T + i) * T + j] = -1e30f;
-      Var s = ops::add(ops::scale(ops::matmul(ref[0], ref[1], false, true), 0.6f), constant(bias));
-      Var ref_out = ops::matmul(ops::softmax(s), ref[2]);
+      Var ref_out = unfused_attention(ref, valid, causal, 0.6f);
       backward(weighted_sum(ref_out));
       // output, then dQ, dK, dV
       auto run = [&](size_t bytes, size_t threads) {

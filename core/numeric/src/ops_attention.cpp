@@ -30,9 +30,10 @@ struct AttnGeom {
 };
 
 // Per-thread scratch buffers, grown on demand and kept between calls. Each starts on a 4 KiB
-// boundary plus 256 bytes times its index: as the allocator placed them, P and dS (buffers 0
-// and 1) could fall at the same address modulo 4 KiB, and then every pass that reads one and
-// writes the other at the same offset (the softmax gradient) ran at 4K-aliasing speed.
+// boundary plus 256 bytes times its index, so P and dS (buffers 0 and 1), read and written at
+// the same offsets by the softmax gradient, never fall at the same address modulo 4 KiB. Placed
+// by the allocator, some runs of the op took 1.3x as long as others (likely that aliasing; the
+// addresses were not inspected).
 float* scratch(int which, size_t n) {
   constexpr size_t kPage = 4096 / sizeof(float), kStagger = 256 / sizeof(float);
   thread_local std::vector<float> bufs[5];
@@ -56,15 +57,8 @@ bool key_bias(const uint8_t* vb, size_t jmax, float* bias) {
   return true;
 }
 
-// Masks one score row of query QUERY: padded keys through BIAS (null when none is padded)
-// and, when causal, every key after the query.
-void mask_row(float* row, size_t jmax, const float* bias, bool causal, size_t query) {
-  if (bias) kernels::axpy(row, bias, jmax, 1.0f);
-  if (causal) std::fill(row + query + 1, row + jmax, -INFINITY);
-}
-
-// Masks keys J0..J0+W-1 of one score row (ROW holds just those W keys), as mask_row does the
-// whole row.
+// Masks keys J0..J0+W-1 of one score row of query QUERY (ROW holds just those W keys): padded
+// keys through BIAS (null when none is padded) and, when causal, every key after the query.
 void mask_block(float* row, size_t j0, size_t w, const float* bias, bool causal, size_t query) {
   if (bias) kernels::axpy(row, bias + j0, w, 1.0f);
   if (causal && query + 1 < j0 + w)
@@ -152,7 +146,7 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
   const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
   for (size_t a = 0; a < r; ++a) {
     float* row = S + a * jmax;
-    mask_row(row, jmax, kb, g.causal, i0 + a);
+    mask_block(row, 0, jmax, kb, g.causal, i0 + a);
     float mx = kernels::row_max(row, jmax);
     if (mx == -INFINITY) {
       std::memset(row, 0, jmax * sizeof(float));
