@@ -153,6 +153,78 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "GELU kernels: every set against the double erfc over [-14, 10], the far tail relative; "
+    "limits; a value's bits do not depend on its place") {
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    REQUIRE(kernels::set_simd(isa));
+    CAPTURE(isa);
+    // 96,001 points over [-14, 10]: GELU within 2e-6 relative wherever it is a normal float (the
+    // negative tail included, down to 1e-38 at x = -13.2); the derivative within 5e-7 absolute,
+    // and within 2e-6 relative below x = -1, where it is small
+    const size_t n = 96001;
+    std::vector<float> x(n), y(n), gx(n), ones(n, 1.0f);
+    for (size_t j = 0; j < n; ++j) x[j] = -14.0f + 24.0f * static_cast<float>(j) / (n - 1);
+    kernels::gelu(x.data(), y.data(), n);
+    kernels::gelu_grad(x.data(), ones.data(), gx.data(), n, false);
+    double worst = 0, worst_g = 0, worst_gt = 0;
+    size_t normal = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const double xj = x[j];
+      const double cdf = 0.5 * std::erfc(-xj / std::sqrt(2.0));
+      const double ref = xj * cdf;
+      const double dref = cdf + xj * std::exp(-0.5 * xj * xj) / std::sqrt(2.0 * M_PI);
+      if (std::fabs(ref) >= std::numeric_limits<float>::min()) {
+        worst = std::max(worst, std::fabs(y[j] - ref) / std::fabs(ref));
+        ++normal;
+      }
+      worst_g = std::max(worst_g, std::fabs(gx[j] - dref));
+      if (xj < -1 && std::fabs(dref) >= std::numeric_limits<float>::min())
+        worst_gt = std::max(worst_gt, std::fabs(gx[j] - dref) / std::fabs(dref));
+    }
+    CHECK(normal > 92000);    // below x = -13.2, GELU is subnormal
+    CHECK(worst <= 2e-6);     // 9e-7 measured on each set
+    CHECK(worst_g <= 5e-7);   // 2e-7
+    CHECK(worst_gt <= 2e-6);  // 6e-7
+    // limits: +inf stays, the tails saturate, NaN propagates; a fresh gradient ignores gx
+    std::vector<float> lim{INFINITY, 14.5f, -14.5f, 30.0f, -30.0f, 0.0f, NAN};
+    std::vector<float> ly(lim.size()), lg(lim.size(), NAN), l1(lim.size(), 1.0f);
+    kernels::gelu(lim.data(), ly.data(), lim.size());
+    kernels::gelu_grad(lim.data(), l1.data(), lg.data(), lim.size(), false);
+    CHECK(ly[0] == INFINITY);
+    CHECK(ly[1] == 14.5f);
+    CHECK(ly[2] == 0.0f);
+    CHECK(ly[3] == 30.0f);
+    CHECK(ly[4] == 0.0f);
+    CHECK(ly[5] == 0.0f);
+    CHECK(std::isnan(ly[6]));
+    CHECK(lg[1] == 1.0f);
+    CHECK(lg[2] == 0.0f);
+    CHECK(lg[3] == 1.0f);
+    CHECK(lg[4] == 0.0f);
+    CHECK(lg[5] == 0.5f);
+    CHECK(std::isnan(lg[6]));
+    // rows of 1..70 (the unrolled registers, single registers and the padded tail) against each
+    // value's result at the head of a row of its own; the derivative added to a given gx
+    auto row = values(70, 21), g = values(70, 22), base = values(70, 23);
+    for (float& v : row) v *= 4.0f;
+    for (size_t len : {1, 5, 16, 17, 47, 64, 70}) {
+      CAPTURE(len);
+      std::vector<float> whole(len), dw(base.begin(), base.begin() + len);
+      kernels::gelu(row.data(), whole.data(), len);
+      kernels::gelu_grad(row.data(), g.data(), dw.data(), len, true);
+      for (size_t j = 0; j < len; ++j) {
+        float one = 0, d = base[j];
+        kernels::gelu(&row[j], &one, 1);
+        kernels::gelu_grad(&row[j], &g[j], &d, 1, true);
+        CHECK(one == whole[j]);
+        CHECK(d == dw[j]);
+      }
+    }
+  }
+}
+
 TEST_CASE("layer norm kernels: every instruction set against double loops, odd widths") {
   KernelSettings keep;
   for (const std::string& isa : kernels::simd_available()) {

@@ -183,7 +183,7 @@ Var gelu(const Var& x) {
   Tensor y = Tensor::empty(x.shape());
   size_t n = x.size();
   const float* X = x.value().data();
-  // fixed 16 Ki blocks: which elements take the vector path never depends on the thread count
+  // fixed 16 Ki blocks (an element's bits depend on neither its place nor the thread count)
   parallel_for(fixed_blocks(n), [&](size_t c) {
     size_t b = c * kBlock, e = std::min(n, b + kBlock);
     kernels::gelu(X + b, y.data() + b, e - b);
