@@ -272,6 +272,11 @@ TEST_CASE("hkt row kernels: the core's instruction set, against double loops at 
       for (size_t j = 0; j < n; ++j)
         CHECK(ea[j] ==
               doctest::Approx(std::exp(static_cast<double>(y[j] + x[j]) - 0.5)).epsilon(2e-6));
+      // the core's exp (growformer/simd_exp.hpp), bit for bit, the row's tail lanes included
+      auto es = y;
+      for (size_t j = 0; j < n; ++j) es[j] = y[j] + x[j];
+      gf::kernels::exp_shift(es.data(), n, 0.5f);
+      for (size_t j = 0; j < n; ++j) CHECK(std::memcmp(&ea[j], &es[j], sizeof(float)) == 0);
       auto am = y;
       const float amax = gf_hkt::kernels::add_max(am.data(), x.data(), n);
       float amax_ref = -INFINITY;

@@ -1,7 +1,7 @@
 // The hkt block's row kernels written once against xsimd's batch type; included by one
 // translation unit per instruction set, which sets GF_SIMD_ARCH and its compiler flags. Moved
-// from the core's kernels (core/src/simd/row_kernels_impl.hpp) unchanged, so each set gives
-// the bits it gave there.
+// from the core's kernels (core/src/simd/row_kernels_impl.hpp); the exps since take the core's
+// vector exp (growformer/simd_exp.hpp), as the core's softmax does.
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include <growformer/simd_exp.hpp>
 #include "row_kernels.hpp"
 
 namespace gf_hkt {
@@ -24,12 +25,25 @@ constexpr size_t W = B::size;
 // instruction set must not be picked by the linker for the rest of the library.
 inline float fmax_(float a, float b) { return a < b ? b : a; }
 
+// The core's vector exp (growformer/simd_exp.hpp), as the core's softmax uses it.
+inline B vexp(B x) { return gf::simd_exp::vexp<A>(x); }
+
+// y[j] = exp(y[j]) for the last n < W elements, padded into one register: a value's bits do
+// not depend on where in the row it lies
+inline void exp_tail(float* y, size_t n) {
+  alignas(64) float lanes[W];
+  for (size_t u = 0; u < W; ++u) lanes[u] = u < n ? y[u] : 0.0f;
+  vexp(B::load_aligned(lanes)).store_aligned(lanes);
+  for (size_t u = 0; u < n; ++u) y[u] = lanes[u];
+}
+
 void k_exp_add_shift(float* y, const float* x, size_t n, float shift) {
   B sh(shift);
   size_t j = 0;
   for (; j + W <= n; j += W)
-    xsimd::exp((B::load_unaligned(y + j) + B::load_unaligned(x + j)) - sh).store_unaligned(y + j);
-  for (; j < n; ++j) y[j] = ::expf((y[j] + x[j]) - shift);
+    vexp((B::load_unaligned(y + j) + B::load_unaligned(x + j)) - sh).store_unaligned(y + j);
+  for (size_t i = j; i < n; ++i) y[i] = (y[i] + x[i]) - shift;
+  exp_tail(y + j, n - j);
 }
 
 float k_add_max(float* y, const float* x, size_t n) {
@@ -123,10 +137,10 @@ void k_exp_add_up2_shift(float* y, const float* c, size_t n, float shift) {
   const B sh(shift);
   for_up2(
       c, n,
-      [=](B u, size_t j) {
-        xsimd::exp((B::load_unaligned(y + j) + u) - sh).store_unaligned(y + j);
-      },
-      [=](size_t j) { y[j] = ::expf((y[j] + c[j / 2]) - shift); });
+      [=](B u, size_t j) { vexp((B::load_unaligned(y + j) + u) - sh).store_unaligned(y + j); },
+      [=](size_t j) { y[j] = (y[j] + c[j / 2]) - shift; });
+  const size_t tail = n % W;  // for_up2 left the last n % W elements to the scalar loop
+  exp_tail(y + (n - tail), tail);
 }
 
 // out[J] = (0 + (r0[2J] + r1[2J])) + (r0[2J + 1] + r1[2J + 1]) for 2J + 1 < n, and

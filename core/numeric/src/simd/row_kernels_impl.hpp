@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include <growformer/simd_exp.hpp>
 #include "row_kernels.hpp"
 
 namespace gf {
@@ -37,56 +38,14 @@ float k_max(const float* x, size_t n) {
   return m;
 }
 
-// exp(x), lane by lane: Cody-Waite reduction x = n ln 2 + r (|r| <= ln 2 / 2), Cephes' degree-5
-// polynomial for e^r (under 1 ulp from the exact value on every set, tested), then the scale by
-// 2^n, which rounds once into the subnormals and overflows to +inf past 88.72. The argument is
-// clamped to [-110, 89] first, so exp(-inf) = 0 and exp(+inf) = inf; NaN stays NaN (every clamp
-// keeps it). 1.5x the speed of xsimd 8's exp on one Zen 5 core (8.7 against 5.8 G elements/s,
-// AVX-512). The reduction's multiply-adds are fused where the set has FMA (vfma), so the bits are a
-// function of the instruction set, like the products'.
-inline B vfma(B a, B b, B c);
-// e^(x + lo) without a clamp, for x + lo in [-250 ln 2, 88.7]: with SPLIT, LO joins the reduced
-// argument after x - n ln2_hi, which is exact (n ln2_hi has at most 17 significant bits and
-// cancels x's leading ones), so a large x and a small correction keep every bit of their sum
+inline B vfma(B a, B b, B c);  // below, with the products
+
+// the core's vector exp (growformer/simd_exp.hpp, shared with the plugins' kernels)
 template <bool Split>
 inline B vexp_core(B x, B lo) {
-  using I = xsimd::batch<int32_t, A>;
-  const B magic(12582912.0f);  // 1.5 * 2^23: rounds to an integer
-  const B t = vfma(Split ? x + lo : x, B(1.44269504088896341f), magic);
-  const B n = t - magic;
-  B r = vfma(n, B(-0.693359375f), x);
-  if constexpr (Split) r += lo;
-  r = vfma(n, B(2.12194440e-4f), r);
-  B p(1.9875691500e-4f);
-  p = vfma(p, r, B(1.3981999507e-3f));
-  p = vfma(p, r, B(8.3334519073e-3f));
-  p = vfma(p, r, B(4.1665795894e-2f));
-  p = vfma(p, r, B(1.6666665459e-1f));
-  p = vfma(p, r, B(5.0000001201e-1f));
-  const B y = vfma(p, r * r, r) + B(1.0f);
-#if defined(__AVX512F__)
-  if constexpr (W == 16) return B(_mm512_scalef_ps(y, n));  // 2^n, under- and overflow exact
-#endif
-  // 2^n as two normal powers of two (n in [-150, 128]): the first product is exact, the second
-  // rounds once, into the subnormals where the result lies there
-  const I ni = xsimd::bitwise_cast<I>(t) - xsimd::bitwise_cast<I>(magic);
-  const I n1 = ni >> 1, n2 = ni - n1;
-  const B f1 = xsimd::bitwise_cast<B>((n1 + I(127)) << 23);
-  const B f2 = xsimd::bitwise_cast<B>((n2 + I(127)) << 23);
-  return (y * f1) * f2;
+  return gf::simd_exp::vexp_core<Split, A>(x, lo);
 }
-inline B vexp(B x) {
-  const B lo(-110.0f), hi(89.0f);
-#if defined(__AVX512F__)
-  // scalef takes any n (overflow to inf, underflow to 0 exact): only -inf and a magnitude the
-  // rounding cannot take need the lower clamp; max(lo, x) returns x when x is NaN
-  if constexpr (W == 16)
-    x = B(_mm512_max_ps(lo, x));
-  else
-#endif
-    x = xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
-  return vexp_core<false>(x, B(0.0f));
-}
+inline B vexp(B x) { return gf::simd_exp::vexp<A>(x); }
 
 inline B vmin(B a, B b) {
 #if defined(__AVX512F__)
@@ -283,12 +242,7 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accum
 // a vector or in the scalar tail. Neither may be left to the compiler: xsimd 8 has no fma for
 // avx512f (its generic x * y + z is fused only when GCC contracts it, at -O2 but not at -O1),
 // and GCC 12 compiled an xsimd::fma of two broadcasts as vmulss + vaddps (two roundings).
-inline B vfma(B a, B b, B c) {
-#if defined(__AVX512F__)
-  if constexpr (W == 16) return B(_mm512_fmadd_ps(a, b, c));
-#endif
-  return xsimd::fma(a, b, c);  // SSE2: x * y + z; AVX2: fma3 (explicitly fused)
-}
+inline B vfma(B a, B b, B c) { return gf::simd_exp::vfma<A>(a, b, c); }
 inline float lane_fma(float a, float b, float c) {
 #ifdef __FMA__
   return __builtin_fmaf(a, b, c);
