@@ -184,9 +184,9 @@ TEST_CASE(
         worst_gt = std::max(worst_gt, std::fabs(gx[j] - dref) / std::fabs(dref));
     }
     CHECK(normal > 92000);    // below x = -13.2, GELU is subnormal
-    CHECK(worst <= 2e-6);     // 9e-7 measured on each set
-    CHECK(worst_g <= 5e-7);   // 2e-7
-    CHECK(worst_gt <= 2e-6);  // 6e-7
+    CHECK(worst <= 2e-6);     // 7.8e-7 measured on each set
+    CHECK(worst_g <= 5e-7);   // 1.8e-7
+    CHECK(worst_gt <= 2e-6);  // 5.5e-7
     // limits: +inf stays, the tails saturate, NaN propagates; a fresh gradient ignores gx
     std::vector<float> lim{INFINITY, 14.5f, -14.5f, 30.0f, -30.0f, 0.0f, NAN};
     std::vector<float> ly(lim.size()), lg(lim.size(), NAN), l1(lim.size(), 1.0f);

@@ -60,22 +60,26 @@ inline B vmax(B a, B b) {
   return xsimd::max(a, b);
 }
 
-// The standard normal's CDF Phi(x) of U registers and, with GAUSS, e^(-x^2 / 2), without branches.
-// Phi(x) = erfc(z) / 2 for x < 0 and 1 - erfc(z) / 2 otherwise, z = |x| / sqrt 2, with
-// erfc(z) = t e^(-z^2 + P(t)), t = 1 / (1 + z / 2) and P of degree 9: the Chebyshev fit of
-// Numerical Recipes' erfcc, relative error under 1.2e-7 for every z >= 0 in exact arithmetic, so
-// the far negative tail keeps its relative accuracy. z^2 = x^2 / 2 goes into the exp's reduction
-// as hi + lo (vexp_core<true>; x split into two halves of 12 significant bits, so hi is exact):
-// z^2 rounded first would put up to z^2 2^-24 into the result's relative error, 3e-6 at x = -10.
-// |x| is clamped to 14.5 first: Phi(-14.5) = 6e-48 is 0 in float, and -z^2 + P stays in the
-// reduction's range. xsimd 8's erfc evaluates one polynomial per range of z and, once a register
-// mixes ranges, all of them: on a row of N(0, 1) values it ran GELU at 1.8..1.9 G elements/s
-// against 5.8 on values in one range; this form runs 2.0..2.2 on any values (Zen 5, AVX-512, one
-// core, a row of 512 in L1).
+// The standard normal's CDF Phi(x) of U registers and, with GAUSS, e^(-x^2 / 2), without branches
+// and with one exp. Phi(x) = erfc(z) / 2 for x < 0 and 1 - erfc(z) / 2 otherwise, z = |x| / sqrt 2,
+// with erfc(z) = t e^(-z^2) Q(t), t = 1 / (1 + z / 2), and Q of degree 8 fitted to erfcx(z) / t
+// (least squares in the Chebyshev basis on 400,001 points of t in [0.163, 1], i.e. z in
+// [0, 10.25]; relative error 1.1e-7 in double, 2.1e-7 evaluated in float): the form of Numerical
+// Recipes' erfcc, whose polynomial sits inside the exp and so takes a second exp where the
+// derivative needs e^(-z^2) as well. e^(-z^2) = e^(-x^2 / 2) is the derivative's Gaussian, so
+// GELU's derivative takes no exp of its own. x^2 / 2 goes into the exp's reduction as hi + lo
+// (vexp_core<true>; x split into two halves of 12 significant bits, so hi is exact): x^2 / 2
+// rounded first would put up to x^2 2^-25 into the result's relative error, 3e-6 at x = -10, and
+// the far negative tail keeps its relative accuracy. |x| is clamped to 14.5 first: Phi(-14.5) =
+// 6e-48 is 0 in float, and -z^2 stays in the reduction's range. xsimd 8's erfc evaluates one
+// polynomial per range of z and, once a register mixes ranges, all of them: on N(0, 1) values
+// GELU ran at 1.8..2.0 G elements/s and its derivative at 1.3..1.4 (5.8 / 2.6 on values in one
+// range); this form runs 2.0..2.6 and 1.9..2.0 on any values (Zen 5, AVX-512, one core, a row of
+// 512 in L1).
 template <size_t U, bool Gauss>
 inline void vnormal_cdf(const B* x, B* cdf, B* gauss) {
   using I = xsimd::batch<int32_t, A>;
-  B t[U], p[U], hi[U], lo[U], xc[U];
+  B t[U], q[U], hi[U], lo[U], xc[U];
   for (size_t u = 0; u < U; ++u) {
     // min and max return their second operand when either is NaN: NaN stays NaN
     xc[u] = vmax(B(-14.5f), vmin(B(14.5f), x[u]));
@@ -85,15 +89,16 @@ inline void vnormal_cdf(const B* x, B* cdf, B* gauss) {
     const B xl = ax - xh;
     hi[u] = B(0.5f) * xh * xh;           // exact
     lo[u] = xl * vfma(B(0.5f), xl, xh);  // x^2 / 2 - hi = xl (xh + xl / 2), rounded twice
-    p[u] = B(0.17087277f);
+    q[u] = B(-5.919486657e-02f);
   }
-  constexpr float c[] = {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f, -0.18628806f,
-                         0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
+  constexpr float c[] = {2.849175930e-01f, -4.873928726e-01f, 2.777568698e-01f, -2.609205432e-02f,
+                         2.023469657e-01f, 2.432128638e-01f,  2.823579013e-01f, 2.820875049e-01f};
   for (float ck : c)
-    for (size_t u = 0; u < U; ++u) p[u] = vfma(p[u], t[u], B(ck));
+    for (size_t u = 0; u < U; ++u) q[u] = vfma(q[u], t[u], B(ck));
   for (size_t u = 0; u < U; ++u) {
-    const B half_erfc = B(0.5f) * t[u] * vexp_core<true>(-hi[u], p[u] - lo[u]);
-    if constexpr (Gauss) gauss[u] = vexp_core<true>(-hi[u], -lo[u]);
+    const B e = vexp_core<true>(-hi[u], -lo[u]);  // e^(-x^2 / 2) = e^(-z^2)
+    const B half_erfc = (B(0.5f) * t[u]) * (e * q[u]);
+    if constexpr (Gauss) gauss[u] = e;
     cdf[u] = xsimd::select(xc[u] < B(0.0f), half_erfc, B(1.0f) - half_erfc);
   }
 }
@@ -200,9 +205,10 @@ inline void rows_by_register(const float* x, const float* const* in, float* y, s
   }
 }
 
-// Four registers at a time: each register's chain from x to Phi(x) is long (a division, nine
+// Four registers at a time: each register's chain from x to Phi(x) is long (a division, eight
 // multiply-adds, an exp), and one register at a time ran GELU at 1.6..1.9 G elements/s against
-// 2.0..2.3 (two: 1.9..2.1, eight: 1.9..2.0, spilling; Zen 5, AVX-512, a row of 512 in L1).
+// 2.0..2.3 (two: 1.9..2.1, eight: 1.9..2.0, spilling; Zen 5, AVX-512, a row of 512 in L1; measured
+// on the two-exp form before this one).
 constexpr size_t kNormalRegs = 4;
 
 // y = x Phi(x)
