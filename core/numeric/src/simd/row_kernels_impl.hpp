@@ -63,8 +63,9 @@ inline B vmax(B a, B b) {
 // The standard normal's CDF Phi(x) of U registers and, with GAUSS, e^(-x^2 / 2), without branches
 // and with one exp. Phi(x) = erfc(z) / 2 for x < 0 and 1 - erfc(z) / 2 otherwise, z = |x| / sqrt 2,
 // with erfc(z) = t e^(-z^2) Q(t), t = 1 / (1 + z / 2), and Q of degree 8 fitted to erfcx(z) / t
-// (least squares in the Chebyshev basis on 400,001 points of t in [0.163, 1], i.e. z in
-// [0, 10.25]; relative error 1.1e-7 in double, 2.1e-7 evaluated in float): the form of Numerical
+// (tools/normal_cdf_fit.py: least squares in the Chebyshev basis on 400,001 points of t in
+// [0.163, 1], i.e. z in [0, 10.25]; relative error 1.1e-7 in double, 2.1e-7 evaluated in float;
+// the coefficients below from the highest power down): the form of Numerical
 // Recipes' erfcc, whose polynomial sits inside the exp and so takes a second exp where the
 // derivative needs e^(-z^2) as well. e^(-z^2) = e^(-x^2 / 2) is the derivative's Gaussian, so
 // GELU's derivative takes no exp of its own. x^2 / 2 goes into the exp's reduction as hi + lo
