@@ -28,13 +28,10 @@ inline float fmax_(float a, float b) { return a < b ? b : a; }
 // The core's vector exp (growformer/simd_exp.hpp), as the core's softmax uses it.
 inline B vexp(B x) { return gf::simd_exp::vexp<A>(x); }
 
-// y[j] = exp(y[j]) for the last n < W elements, padded into one register: a value's bits do
-// not depend on where in the row it lies
+// y[j] = exp(y[j]) for the last n < W elements, padded into one register (the core's
+// padded_tail): a value's bits do not depend on where in the row it lies
 inline void exp_tail(float* y, size_t n) {
-  alignas(64) float lanes[W];
-  for (size_t u = 0; u < W; ++u) lanes[u] = u < n ? y[u] : 0.0f;
-  vexp(B::load_aligned(lanes)).store_aligned(lanes);
-  for (size_t u = 0; u < n; ++u) y[u] = lanes[u];
+  gf::simd_exp::padded_tail<A>(y, n, [](B v) { return vexp(v); });
 }
 
 void k_exp_add_shift(float* y, const float* x, size_t n, float shift) {

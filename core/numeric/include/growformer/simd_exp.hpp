@@ -8,6 +8,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gf {
@@ -82,6 +83,18 @@ inline xsimd::batch<float, A> vexp(xsimd::batch<float, A> x) {
 #endif
     x = xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
   return vexp_core<false, A>(x, B(0.0f));
+}
+
+// Y = F(Y) for the last N < W elements of Y, padded with zeros into one register: a row's tail
+// goes through the same vector code as its body, so a value's bits do not depend on where in
+// the row it lies.
+template <class A, class F>
+inline void padded_tail(float* y, size_t n, F&& f) {
+  using B = xsimd::batch<float, A>;
+  alignas(64) float lanes[B::size];
+  for (size_t u = 0; u < B::size; ++u) lanes[u] = u < n ? y[u] : 0.0f;
+  f(B::load_aligned(lanes)).store_aligned(lanes);
+  for (size_t u = 0; u < n; ++u) y[u] = lanes[u];
 }
 
 }  // namespace

@@ -104,14 +104,11 @@ inline void vnormal_cdf(const B* x, B* cdf, B* gauss) {
   }
 }
 
-// The last n % W elements of x through vexp too (padded into one register), so that an
-// element's bits do not depend on where in the row it lies.
+// The last n % W elements of x through vexp too (growformer/simd_exp.hpp's padded_tail), so
+// that an element's bits do not depend on where in the row it lies.
 template <class F>
 inline void exp_tail(float* x, size_t n, F&& each) {
-  alignas(64) float lanes[W];
-  for (size_t u = 0; u < W; ++u) lanes[u] = u < n ? x[u] : 0.0f;
-  each(B::load_aligned(lanes)).store_aligned(lanes);
-  for (size_t u = 0; u < n; ++u) x[u] = lanes[u];
+  gf::simd_exp::padded_tail<A>(x, n, each);
 }
 
 float k_exp_shift_sum(float* x, size_t n, float shift) {
@@ -246,9 +243,7 @@ void k_gelu_grad(const float* x, const float* g, float* gx, size_t n, bool accum
 
 // The products' multiply-adds, vector and scalar, fused exactly where the set has FMA (a
 // multiply and an add on SSE2), so that a column's bits do not depend on whether it falls in
-// a vector or in the scalar tail. Neither may be left to the compiler: xsimd 8 has no fma for
-// avx512f (its generic x * y + z is fused only when GCC contracts it, at -O2 but not at -O1),
-// and GCC 12 compiled an xsimd::fma of two broadcasts as vmulss + vaddps (two roundings).
+// a vector or in the scalar tail; neither is left to the compiler (why: growformer/simd_exp.hpp).
 inline B vfma(B a, B b, B c) { return gf::simd_exp::vfma<A>(a, b, c); }
 inline float lane_fma(float a, float b, float c) {
 #ifdef __FMA__
