@@ -542,6 +542,46 @@ TEST_CASE(
   gf::kernels::set_attention_block_rows(keep_rows);
 }
 
+TEST_CASE(
+    "fused attention in key blocks: K^T and V^T in layout blocks, a product split across them") {
+  // 8-row tiles with 512 bytes of scores a tile: K^T and V^T are laid out in blocks of 16 keys
+  // (a full tile's key block). At T 44 the last tile has 4 rows and takes 32 keys at a time, so
+  // its score products, forward and backward, and dP span two layout blocks; the causal
+  // diagonal and padded keys (5, 43) fall inside them.
+  const size_t keep_rows = gf::kernels::attention_block_rows(), keep_threads = gf::num_threads();
+  gf::kernels::set_attention_block_rows(8);
+  const size_t B = 2, T = 44, dk = 16, dv = 16;
+  std::vector<uint8_t> valid(B * T, 1);
+  valid[5] = valid[T + 43] = 0;
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    Tensor q = randn({B, T, dk}, 31), k = randn({B, T, dk}, 32), v = randn({B, T, dv}, 33);
+    std::vector<Var> ref{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+    Var ref_out = unfused_attention(ref, valid, causal, 0.5f);
+    backward(weighted_sum(ref_out));
+    auto run = [&](size_t threads) {
+      gf::kernels::set_attention_key_block_bytes(8 * 16 * sizeof(float));
+      gf::set_num_threads(threads);
+      std::vector<Var> x{parameter(q.clone()), parameter(k.clone()), parameter(v.clone())};
+      Var out = ops::attention(x[0], x[1], x[2], 0.5f, {&valid, causal});
+      backward(weighted_sum(out));
+      gf::kernels::set_attention_key_block_bytes(0);
+      std::vector<std::vector<float>> r{{out.value().data(), out.value().data() + out.size()}};
+      for (const Var& xi : x) r.emplace_back(xi.grad().data(), xi.grad().data() + xi.size());
+      return r;
+    };
+    const auto got = run(1);
+    for (size_t j = 0; j < ref_out.size(); ++j)
+      REQUIRE(got[0][j] == doctest::Approx(ref_out.value()[j]).epsilon(1e-5).scale(1.0));
+    for (size_t i = 0; i < 3; ++i)
+      for (size_t j = 0; j < ref[i].size(); ++j)
+        REQUIRE(got[i + 1][j] == doctest::Approx(ref[i].grad()[j]).epsilon(1e-4).scale(1.0));
+    CHECK(run(2) == got);
+  }
+  gf::set_num_threads(keep_threads);
+  gf::kernels::set_attention_block_rows(keep_rows);
+}
+
 TEST_CASE("BLAS: sgemm against a naive product, self-test, kernel name") {
   CHECK(blas_self_test_error() < 1e-3);
   CHECK(!blas_kernel_name().empty());
