@@ -533,6 +533,42 @@ TEST_CASE("gemm_short_k over a Bt of 1 MiB or more, in column blocks: bit for bi
   }
 }
 
+TEST_CASE("gemm_short_k_max: gemm_short_k's products bit for bit, and each row's maximum") {
+  // Rows through the 6-row tiles and a remainder (1, 5, 13, 128), d through the 2-vector tile
+  // (3, 16), the 4-vector tile (64) and the long-d path (300 > 256), columns with a tail (531)
+  // and in 256 KiB column blocks (64 x 4,100); each row's prior maximum is above its products
+  // for some rows and -inf or below for the others, and -1e30 scores beside the products
+  // (a masked key in the attention) must not matter.
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (const auto& nd :
+         {std::pair<size_t, size_t>{531, 3}, {531, 16}, {40, 64}, {4100, 64}, {33, 300}})
+      for (size_t m : {1, 5, 13, 128}) {
+        const size_t n = nd.first, d = nd.second;
+        CAPTURE(isa);
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(d);
+        const size_t lda = d + 1, ldb = n + 2, ldc = n + 3;
+        auto a = values(m * lda, 11), bt = values(d * ldb, 12);
+        std::vector<float> c(m * ldc, -1e30f), cm(m * ldc, -1e30f), rowmax(m);
+        for (size_t i = 0; i < m; ++i)
+          rowmax[i] = i % 3 == 0 ? 1e3f : (i % 3 == 1 ? -INFINITY : -1e3f);
+        const std::vector<float> prior = rowmax;
+        kernels::gemm_short_k(m, n, d, 0.6f, a.data(), lda, bt.data(), ldb, c.data(), ldc);
+        kernels::gemm_short_k_max(m, n, d, 0.6f, a.data(), lda, bt.data(), ldb, cm.data(), ldc,
+                                  rowmax.data());
+        REQUIRE(cm == c);
+        for (size_t i = 0; i < m; ++i) {
+          float mx = prior[i];
+          for (size_t j = 0; j < n; ++j) mx = std::max(mx, c[i * ldc + j]);
+          REQUIRE(rowmax[i] == mx);
+        }
+      }
+  }
+}
+
 TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the scalar chains") {
   // Sizes that reach the 6-row x 4-vector tiles (64 columns and more at AVX-512, a reduction of
   // 32 and more in gemm_short_k), the 12- and 8-row single-vector tiles (a narrow output over

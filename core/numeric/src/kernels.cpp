@@ -295,7 +295,12 @@ void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, siz
                   const float* bt, size_t ldb, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * d);
   simd::PanelView v;
-  active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, view_of(panels, v));
+  active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, view_of(panels, v), nullptr);
+}
+void gemm_short_k_max(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                      const float* bt, size_t ldb, float* c, size_t ldc, float* rowmax) {
+  add_matmul_flops(2ull * m * n * d);
+  active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, nullptr, rowmax);
 }
 void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x, size_t ldx,
                       const float* y, size_t ldy, float* c, size_t ldc) {

@@ -58,12 +58,18 @@ void transpose_blocks(const float* x, size_t T, size_t d, size_t kb, float* xt) 
 
 // C (r x w, ldc) = alpha A (r x d) XT[:, j0 .. j0 + w) for XT from transpose_blocks: a product
 // for each layout block the columns touch. Each element is the same chain over d whichever
-// call computes it, so the split does not change a bit.
+// call computes it, so the split does not change a bit. ROWMAX (null: not wanted): each row's
+// maximum, max-combined into rowmax[0 .. r) (kernels::gemm_short_k_max).
 void short_k_blocks(size_t r, size_t j0, size_t w, size_t d, float alpha, const float* a,
-                    const float* xt, size_t T, size_t kb, float* c, size_t ldc) {
+                    const float* xt, size_t T, size_t kb, float* c, size_t ldc,
+                    float* rowmax = nullptr) {
   for (size_t j = j0; j < j0 + w;) {
     const size_t b0 = j / kb * kb, bw = std::min(kb, T - b0), n = std::min(b0 + bw, j0 + w) - j;
-    kernels::gemm_short_k(r, n, d, alpha, a, d, xt + b0 * d + (j - b0), bw, c + (j - j0), ldc);
+    const float* bt = xt + b0 * d + (j - b0);
+    if (rowmax)
+      kernels::gemm_short_k_max(r, n, d, alpha, a, d, bt, bw, c + (j - j0), ldc, rowmax);
+    else
+      kernels::gemm_short_k(r, n, d, alpha, a, d, bt, bw, c + (j - j0), ldc);
     j += n;
   }
 }
@@ -112,9 +118,9 @@ void attn_forward_tile_blocks(const AttnGeom& g, const float* Qb, const float* K
   const size_t r = std::min(g.br, g.T - i0), dv = g.dv;
   const size_t jmax = g.causal ? i0 + r : g.T, kc = key_block(r, jmax);
   float* S = scratch(0, r * kc);
-  float* run = scratch(1, 2 * r);  // M (r), then L (r)
+  float* run = scratch(1, 3 * r);  // M (r), L (r), then a block's row maxima (r)
   float* bias = scratch(2, jmax);
-  float *M = run, *L = run + r;
+  float *M = run, *L = run + r, *bmax = run + 2 * r;
   std::fill(M, M + r, -INFINITY);
   std::fill(L, L + r, 0.0f);
   float* O = outb + i0 * dv;  // this tile's rows alone
@@ -122,11 +128,15 @@ void attn_forward_tile_blocks(const AttnGeom& g, const float* Qb, const float* K
   const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
   for (size_t j0 = 0; j0 < jmax; j0 += kc) {
     const size_t w = std::min(kc, jmax - j0);
-    short_k_blocks(r, j0, w, g.dk, g.scale, Qb + i0 * g.dk, KTb, g.T, g.kb, S, w);
+    // no key of the block masked for any row of the tile: its maxima come with the product
+    const bool open = !kb && (!g.causal || j0 + w <= i0 + 1);
+    if (open) std::fill(bmax, bmax + r, -INFINITY);
+    short_k_blocks(r, j0, w, g.dk, g.scale, Qb + i0 * g.dk, KTb, g.T, g.kb, S, w,
+                   open ? bmax : nullptr);
     for (size_t a = 0; a < r; ++a) {
       float* row = S + a * w;
-      mask_block(row, j0, w, kb, g.causal, i0 + a);
-      const float mx = std::max(M[a], kernels::row_max(row, w));
+      if (!open) mask_block(row, j0, w, kb, g.causal, i0 + a);
+      const float mx = std::max(M[a], open ? bmax[a] : kernels::row_max(row, w));
       if (mx == -INFINITY) {  // no valid key yet: the block adds nothing
         std::memset(row, 0, w * sizeof(float));
         continue;
@@ -163,14 +173,19 @@ void attn_forward_tile(const AttnGeom& g, const float* Qb, const float* KTb, con
     return attn_forward_tile_blocks(g, Qb, KTb, Vb, vb, i0, lseb, outb);
   std::memset(outb + i0 * g.dv, 0, r * g.dv * sizeof(float));  // zeroed here, while in cache
   float* S = scratch(0, r * jmax);
-  float* inv = scratch(1, r);
+  float* inv = scratch(1, 2 * r);  // 1 / sum (r), then the row maxima (r)
+  float* rmax = inv + r;
   float* bias = scratch(2, jmax);
-  short_k_blocks(r, 0, jmax, g.dk, g.scale, Qb + i0 * g.dk, KTb, g.T, g.kb, S, jmax);
   const float* kb = key_bias(vb, jmax, bias) ? bias : nullptr;
+  // no key masked for any row of the tile: the maxima come with the product
+  const bool open = !kb && !g.causal;
+  if (open) std::fill(rmax, rmax + r, -INFINITY);
+  short_k_blocks(r, 0, jmax, g.dk, g.scale, Qb + i0 * g.dk, KTb, g.T, g.kb, S, jmax,
+                 open ? rmax : nullptr);
   for (size_t a = 0; a < r; ++a) {
     float* row = S + a * jmax;
-    mask_block(row, 0, jmax, kb, g.causal, i0 + a);
-    float mx = kernels::row_max(row, jmax);
+    if (!open) mask_block(row, 0, jmax, kb, g.causal, i0 + a);
+    float mx = open ? rmax[a] : kernels::row_max(row, jmax);
     if (mx == -INFINITY) {
       std::memset(row, 0, jmax * sizeof(float));
       if (lseb) lseb[i0 + a] = INFINITY;

@@ -112,6 +112,10 @@ Panels pack_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy,
 void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
                   const float* bt, size_t ldb, float* c, size_t ldc,
                   const Panels* panels = nullptr);
+/// gemm_short_k (the same C, bit for bit), and rowmax[i] = max(rowmax[i], max_j C[i, j]) for
+/// each of the m rows, taken from the products as they are stored.
+void gemm_short_k_max(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                      const float* bt, size_t ldb, float* c, size_t ldc, float* rowmax);
 /// C (m x d) += alpha X (m x n) Y (n x d).
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                  const float* y, size_t ldy, float* c, size_t ldc, const Panels* panels = nullptr);

@@ -44,9 +44,11 @@ struct RowKernels {
   void (*gelu_grad)(const float* x, const float* g, float* gx, size_t n, bool accumulate);
   // Products with one short dimension d (a head's width), row-major; PV (may be null): Y
   // already packed (the caller's panels, shared by the threads of a split product):
-  /// C (m x n) = alpha A (m x d) Bt (d x n)
+  /// C (m x n) = alpha A (m x d) Bt (d x n); ROWMAX (null: none) rowmax[i] = max(rowmax[i],
+  /// max_j C[i, j])
   void (*gemm_short_k)(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                       const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv);
+                       const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv,
+                       float* rowmax);
   /// C (m x d) += alpha X (m x n) Y (n x d)
   void (*gemm_acc_nd)(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                       const float* y, size_t ldy, float* c, size_t ldc, const PanelView* pv);

@@ -55,7 +55,9 @@ inline B vmin(B a, B b) {
 }
 inline B vmax(B a, B b) {
 #if defined(__AVX512F__)
-  if constexpr (W == 16) return B(_mm512_max_ps(a, b));
+  // the masked form with every lane set: the plain one's undefined pass-through register drew
+  // GCC 12's -Wuninitialized once inlined into gemm_short_k's epilogue
+  if constexpr (W == 16) return B(_mm512_mask_max_ps(a, static_cast<__mmask16>(0xFFFF), a, b));
 #endif
   return xsimd::max(a, b);
 }
@@ -459,8 +461,14 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
   }
 }
 
-void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
-                    const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv) {
+// gemm_short_k; with MAX also rowmax[i] = max(rowmax[i], max_j C[i, j]) over the m rows, taken
+// from the accumulators as they are stored (the row tiles' epilogues keep a vector maximum a
+// row), so that the attention's forward pass does not read its scores again for their maxima.
+// The stored products are the same either way.
+template <bool Max>
+void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                  const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv,
+                  float* rowmax) {
   const B al(alpha);
   size_t i = 0;
   // RM rows of A at a time, copied transposed (d x RM) so that the tile's broadcasts share
@@ -479,6 +487,10 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
     constexpr size_t kWholeBytes = 1 << 20, kBlockBytes = 256 * 1024;
     const size_t nb = d * n * sizeof(float) >= kWholeBytes ? kBlockBytes / sizeof(float) / d : n;
     const size_t mt = m / RM * RM;
+    B vmaxs[RM];
+    float smaxs[RM];
+    B* const vm = vmaxs;
+    float* const sm = smaxs;
     for (size_t cb = 0; cb < n; cb += nb) {
       const size_t w = n - cb < nb ? n - cb : nb;
       const float* btb = bt + cb;
@@ -487,14 +499,34 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
         for (size_t q = 0; q < d; ++q)
           for (size_t r = 0; r < RM; ++r) xp[q * RM + r] = a[(i + r) * lda + q];
         float* ci = c + i * ldc + cb;
-        auto ev = [=](B acc, size_t r, size_t j) { (acc * al).store_unaligned(ci + r * ldc + j); };
-        auto es = [=](float s, size_t r, size_t j) { ci[r * ldc + j] = alpha * s; };
+        if (Max)
+          for (size_t r = 0; r < RM; ++r) {
+            vm[r] = B(-HUGE_VALF);
+            sm[r] = -HUGE_VALF;
+          }
+        auto ev = [=](B acc, size_t r, size_t j) {
+          const B v = acc * al;
+          v.store_unaligned(ci + r * ldc + j);
+          if (Max) vm[r] = vmax(vm[r], v);
+        };
+        auto es = [=](float s, size_t r, size_t j) {
+          ci[r * ldc + j] = alpha * s;
+          if (Max) sm[r] = fmax_(sm[r], alpha * s);
+        };
         // 4 vectors a row only for a longer d: at d_k 16 the 6 x 4 tile ran at 0.9x the 6 x 2
         // (its 24 stores per 16 multiply-adds a chain), at d 64 at 1.15x.
         if (d >= 32)
           product_rows_call<RM, NCW, true>(0, w, d, xp, RM, btb, ldb, yt, ev, es);
         else
           product_rows<RM, 2, true>(0, w, d, xp, RM, btb, ldb, yt, ev, es);
+        if (Max)
+          for (size_t r = 0; r < RM; ++r) {
+            alignas(64) float lanes[W];
+            vm[r].store_aligned(lanes);
+            float mx = fmax_(rowmax[i + r], sm[r]);
+            for (size_t u = 0; u < W; ++u) mx = fmax_(mx, lanes[u]);
+            rowmax[i + r] = mx;
+          }
       }
     }
     i = mt;
@@ -506,6 +538,17 @@ void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, s
     product<false, 4>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es, pv);
   else  // a long d (a fresh input gradient of a wide linear layer): RM rows a tile
     product<false>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es, pv);
+  if (Max)  // those rows' maxima from the stored products
+    for (; i < m; ++i) rowmax[i] = fmax_(rowmax[i], k_max(c + i * ldc, n));
+}
+
+void k_gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
+                    const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv,
+                    float* rowmax) {
+  if (rowmax)
+    short_k_impl<true>(m, n, d, alpha, a, lda, bt, ldb, c, ldc, pv, rowmax);
+  else
+    short_k_impl<false>(m, n, d, alpha, a, lda, bt, ldb, c, ldc, pv, nullptr);
 }
 
 size_t k_panel_width(size_t m, size_t len, size_t n, bool short_k) {
