@@ -487,6 +487,8 @@ void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, siz
     constexpr size_t kWholeBytes = 1 << 20, kBlockBytes = 256 * 1024;
     const size_t nb = d * n * sizeof(float) >= kWholeBytes ? kBlockBytes / sizeof(float) / d : n;
     const size_t mt = m / RM * RM;
+    // each tile row's running maxima (vector lanes, scalar tail), through pointers so that the
+    // by-value epilogues share them
     B vmaxs[RM];
     float smaxs[RM];
     B* const vm = vmaxs;
@@ -499,7 +501,7 @@ void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, siz
         for (size_t q = 0; q < d; ++q)
           for (size_t r = 0; r < RM; ++r) xp[q * RM + r] = a[(i + r) * lda + q];
         float* ci = c + i * ldc + cb;
-        if (Max)
+        if constexpr (Max)
           for (size_t r = 0; r < RM; ++r) {
             vm[r] = B(-HUGE_VALF);
             sm[r] = -HUGE_VALF;
@@ -507,11 +509,11 @@ void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, siz
         auto ev = [=](B acc, size_t r, size_t j) {
           const B v = acc * al;
           v.store_unaligned(ci + r * ldc + j);
-          if (Max) vm[r] = vmax(vm[r], v);
+          if constexpr (Max) vm[r] = vmax(vm[r], v);
         };
         auto es = [=](float s, size_t r, size_t j) {
           ci[r * ldc + j] = alpha * s;
-          if (Max) sm[r] = fmax_(sm[r], alpha * s);
+          if constexpr (Max) sm[r] = fmax_(sm[r], alpha * s);
         };
         // 4 vectors a row only for a longer d: at d_k 16 the 6 x 4 tile ran at 0.9x the 6 x 2
         // (its 24 stores per 16 multiply-adds a chain), at d 64 at 1.15x.
@@ -519,7 +521,7 @@ void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, siz
           product_rows_call<RM, NCW, true>(0, w, d, xp, RM, btb, ldb, yt, ev, es);
         else
           product_rows<RM, 2, true>(0, w, d, xp, RM, btb, ldb, yt, ev, es);
-        if (Max)
+        if constexpr (Max)
           for (size_t r = 0; r < RM; ++r) {
             alignas(64) float lanes[W];
             vm[r].store_aligned(lanes);
@@ -538,7 +540,7 @@ void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, siz
     product<false, 4>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es, pv);
   else  // a long d (a fresh input gradient of a wide linear layer): RM rows a tile
     product<false>(m - i, n, d, a + i * lda, lda, bt, ldb, ev, es, pv);
-  if (Max)  // those rows' maxima from the stored products
+  if constexpr (Max)  // those rows' maxima from the stored products
     for (; i < m; ++i) rowmax[i] = fmax_(rowmax[i], k_max(c + i * ldc, n));
 }
 
