@@ -157,7 +157,29 @@ def main():
               f"{d['onednn_growformer_ms_per_step_median']:.1f} | "
               f"{d['onednn_ms_per_step_median']:.1f} | {d['ratio_to_onednn']:.3f} | {gate} | "
               f"{d['load_before']:.2f}, {d['load_after']:.2f} | {d.get('wall_s', 0):.0f} |")
+    print_roofline(rows)
     return 0
+
+
+def print_roofline(rows):
+    """Both libraries' steps against the one roofline bench measured in the run: its ms over
+    growformer's and oneDNN's interleaved medians (the ratio's own times), and over the bench's
+    own growformer steps (timed alone before the pairs: the spread of the two growformer
+    fractions is the run's noise)."""
+    print("\n| shape | threads | roofline ms | growformer of the roofline | oneDNN of the roofline | "
+          "growformer of the roofline, bench's own steps | FMA peak GFLOP/s in the run |")
+    print("|---|---|---|---|---|---|---|")
+    for name, threads, d in rows:
+        r = d.get("roofline", {})
+        if d.get("failed") or "roofline_ms" not in r:
+            continue
+        rm = r["roofline_ms"]
+        # against another attention oneDNN runs MHA's step: this roofline is not its work
+        peer = (f"{100 * rm / d['onednn_ms_per_step_median']:.0f} %"
+                if d.get("onednn_growformer_attention", "mha") == "mha" else "- (runs mha)")
+        print(f"| {name} | {threads} | {rm:.1f} | "
+              f"{100 * rm / d['onednn_growformer_ms_per_step_median']:.0f} % | {peer} | "
+              f"{100 * rm / d['ms_per_step_median']:.0f} % | {d['fma_peak_gflops']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@
 // the ops call them on each thread; oneDNN with one OpenMP thread):
 //   forward    C = X W + b                      kernels::gemm_bias       matmul with a bias
 //   dX         C = G W^T                        kernels::gemm_short_k    matmul, W^T a view
-//   dW         C += X^T G, 512 rows a call      kernels::gemm_acc_tnd (as ops::linear)
-//                                               matmul with a sum post-op, X^T a view
+//   dW         C += X^T G, 512 rows a call      kernels::gemm_acc_tnd    matmul with a sum post-op,
+//   X^T a view
+//              (X over 1,024 wide: each span's X^T first, then kernels::gemm_acc_nd, as
+//              ops::linear)
 // Each pair runs interleaved (growformer, then oneDNN) ROUNDS times after one untimed run;
 // the medians, GFLOP/s, the ratio and the fraction of the FMA peak measured in this run.
 //
@@ -124,6 +126,12 @@ int main(int argc, char** argv) {
     std::vector<float> C(std::max({m * N, m * K, K * N})), Wt(K * N), D(K * N, 0.0f),
         D2(K * N, 0.0f);
     gf::kernels::transpose_tiled(W.data(), K, N, N, Wt.data(), K);
+    // as ops::linear calls them on one thread (core/numeric/src/ops_linear.cpp): rows of X (G for
+    // dX) longer than 1,024 floats in spans of 512, the weight packed once a call for them all
+    auto spans = [&](long rows, long len, const std::function<void(long, long)>& fn) {
+      const long span = len > 1024 ? 512 : rows;
+      for (long r0 = 0; r0 < rows; r0 += span) fn(r0, std::min(span, rows - r0));
+    };
     {  // forward
       dnnl::matmul mm(
           dnnl::matmul::primitive_desc(dnnl::matmul::desc(md(m, K, tag::ab), md(K, N, tag::ab),
@@ -134,7 +142,13 @@ int main(int argc, char** argv) {
       row("forward X W + b", m, K, N,
           interleaved(
               [&] {
-                gf::kernels::gemm_bias(m, N, K, X.data(), K, W.data(), N, b.data(), C.data(), N);
+                const gf::kernels::Panels pw = K > 1024
+                                                   ? gf::kernels::pack_panels(m, K, N, W.data(), N)
+                                                   : gf::kernels::Panels();
+                spans(m, K, [&](long r0, long r) {
+                  gf::kernels::gemm_bias(r, N, K, X.data() + r0 * K, K, W.data(), N, b.data(),
+                                         C.data() + r0 * N, N, &pw);
+                });
               },
               [&] {
                 mm.execute(s, {{DNNL_ARG_SRC, a},
@@ -153,7 +167,13 @@ int main(int argc, char** argv) {
       row("dX = G W^T", m, N, K,
           interleaved(
               [&] {
-                gf::kernels::gemm_short_k(m, K, N, 1.0f, G.data(), N, Wt.data(), K, C.data(), K);
+                const gf::kernels::Panels pwt =
+                    N > 1024 ? gf::kernels::pack_panels(m, N, K, Wt.data(), K, true)
+                             : gf::kernels::Panels();
+                spans(m, N, [&](long r0, long r) {
+                  gf::kernels::gemm_short_k(r, K, N, 1.0f, G.data() + r0 * N, N, Wt.data(), K,
+                                            C.data() + r0 * K, K, &pwt);
+                });
               },
               [&] {
                 mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, c}});
@@ -171,12 +191,22 @@ int main(int argc, char** argv) {
       dnnl::memory a(md(K, m, tag::ba), eng, X.data()), g(md(m, N, tag::ab), eng, G.data()),
           c(md(K, N, tag::ab), eng, D2.data());
       constexpr long kSpan = 512;
+      std::vector<float> Xt(K * kSpan);
       row("dW += X^T G", K, m, N,
           interleaved(
               [&] {
-                for (long r0 = 0; r0 < m; r0 += kSpan)
-                  gf::kernels::gemm_acc_tnd(std::min(kSpan, m - r0), K, N, 1.0f, X.data() + r0 * K,
-                                            K, G.data() + r0 * N, N, D.data(), N);
+                // X wider than 1,024: each span transposed first, then read along X^T's rows
+                for (long r0 = 0; r0 < m; r0 += kSpan) {
+                  const long rows = std::min(kSpan, m - r0);
+                  if (K > 1024) {
+                    gf::kernels::transpose_tiled(X.data() + r0 * K, rows, K, K, Xt.data(), rows);
+                    gf::kernels::gemm_acc_nd(K, rows, N, 1.0f, Xt.data(), rows, G.data() + r0 * N,
+                                             N, D.data(), N);
+                  } else {
+                    gf::kernels::gemm_acc_tnd(rows, K, N, 1.0f, X.data() + r0 * K, K,
+                                              G.data() + r0 * N, N, D.data(), N);
+                  }
+                }
               },
               [&] {
                 mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, g}, {DNNL_ARG_DST, c}});

@@ -15,13 +15,32 @@ namespace ops {
 using namespace detail;
 
 namespace {
+// Rows of X longer than this (4 KiB) make panels of Y at most 96 columns wide (a panel is
+// 512 KiB), so a call re-reads its X once per panel: 8 times at 2,048 x 512.
+constexpr size_t kLongRow = 1024;
+// The rows such a product takes at a time, Y packed once for them all: X's 512 rows at 2,048
+// floats are 4 MiB, re-read from the last level for each panel; the whole X of d 512's MLP
+// (4,096 x 2,048, 32 MiB) came from memory each time. One thread, Zen 5, interleaved, medians
+// of 9..11: 0.89..0.93x the time of one call at 2,048 x 512 (X W and G W^T), 0.94..0.97x at
+// 1,536 (the joined QKV's G W^T), level at 1,024 and at 512 (docs/results/speed.md).
+constexpr size_t kLongRowSpan = 512;
+
 // Y packed once for a product whose rows parallel_chunks splits over the threads (four chunks a
-// thread, each of which packed Y whole on its own); on one thread the one call packs its panels
-// one at a time into a scratch that stays in L2, which a whole copy made first would not.
+// thread, each of which packed Y whole on its own), or that takes long rows in spans; on one
+// thread a call over short rows packs its panels one at a time into a scratch that stays in
+// L2, which a whole copy made first would not.
 kernels::Panels split_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy,
                              bool short_k = false) {
-  if (num_threads() <= 1 || m <= 64) return kernels::Panels();
+  if ((num_threads() <= 1 && len <= kLongRow) || m <= 64) return kernels::Panels();
   return kernels::pack_panels(m, len, n, y, ldy, short_k);
+}
+
+// FN(r0, r1) over rows R0..R1-1: in spans of kLongRowSpan when X's rows (LEN) are long, else
+// at once. Each row is its own products, so the spans do not change a bit.
+template <class F>
+void row_spans(size_t r0, size_t r1, size_t len, F&& fn) {
+  const size_t span = len > kLongRow ? kLongRowSpan : r1 - r0;
+  for (size_t s0 = r0; s0 < r1; s0 += span) fn(s0, std::min(r1, s0 + span));
 }
 
 // dW (in x n) += X^T G and db (n) += column sums of G for X (m x in), G (m x n); either output
@@ -31,10 +50,38 @@ kernels::Panels split_panels(size_t m, size_t len, size_t n, const float* y, siz
 // Spans of 512 summed in 64-row blocks, each block's sum added to dW, cost 10 % of the product
 // (a tile's chains restarted and its part of dW loaded and stored every 64 rows); 256..512-row
 // spans as one chain were the fastest at 1 and 2 threads (docs/results/speed.md).
+//
+// Long rows of X (over kLongRow): each span of X transposed first (its rows over the pool), so
+// that the product reads X^T along its rows (gemm_acc_nd) instead of X down its columns, whose
+// floats lie a row (8 KiB at 2,048) apart and fall in a few cache sets. The same chains, added
+// in the same order: the same bits (a chunk too narrow for gemm_acc_nd's column layout reads X
+// as before). One thread, Zen 5, interleaved, medians of 9: 0.92..0.96x the time at 2,048 x
+// 512, level at 512 wide (not taken there).
 void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n, float* dW,
                   float* db) {
   if (!dW && !db) return;
   constexpr size_t kSpan = 512;
+  if (dW && in > kLongRow) {
+    Tensor XT = Tensor::empty({in * std::min(kSpan, m)});
+    float* const xt = XT.data();
+    for (size_t r0 = 0; r0 < m; r0 += kSpan) {
+      const size_t rows = std::min(kSpan, m - r0);
+      parallel_chunks(in, 16, [&](size_t i0, size_t i1) {
+        kernels::transpose_tiled(X + r0 * in + i0, rows, i1 - i0, in, xt + i0 * rows, rows);
+      });
+      parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) {
+        if (c1 - c0 > 8)  // wider than half of any register: gemm_acc_nd's column layout
+          kernels::gemm_acc_nd(in, rows, c1 - c0, 1.0f, xt, rows, G + r0 * n + c0, n, dW + c0, n);
+        else
+          kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n,
+                                dW + c0, n);
+        if (db)
+          for (size_t r = r0; r < r0 + rows; ++r)
+            for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];
+      });
+    }
+    return;
+  }
   parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) {
     for (size_t r0 = 0; r0 < m; r0 += kSpan) {
       const size_t rows = std::min(kSpan, m - r0);
@@ -62,13 +109,15 @@ void add_input_grad(Var& x, const float* G, size_t m, size_t in, size_t n, const
   float* gx = x.grad_buf_for_write(fresh).data();
   // W^T in the kernels' panels once, for every block of rows on every thread
   const kernels::Panels pw = split_panels(m, n, in, WT.data(), in, fresh);
-  parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-    if (fresh)
-      kernels::gemm_short_k(r1 - r0, in, n, 1.0f, G + r0 * n, n, WT.data(), in, gx + r0 * in, in,
-                            &pw);
-    else
-      kernels::gemm_acc_nd(r1 - r0, n, in, 1.0f, G + r0 * n, n, WT.data(), in, gx + r0 * in, in,
-                           &pw);
+  parallel_chunks(m, 64, [&](size_t c0, size_t c1) {
+    row_spans(c0, c1, n, [&](size_t r0, size_t r1) {
+      if (fresh)
+        kernels::gemm_short_k(r1 - r0, in, n, 1.0f, G + r0 * n, n, WT.data(), in, gx + r0 * in, in,
+                              &pw);
+      else
+        kernels::gemm_acc_nd(r1 - r0, n, in, 1.0f, G + r0 * n, n, WT.data(), in, gx + r0 * in, in,
+                             &pw);
+    });
   });
 }
 }  // namespace
@@ -91,9 +140,11 @@ Var linear(const Var& x, const Var& w, const Var* bias) {
   const float* bp = bias ? bias->value().data() : nullptr;
   // a weight the kernels would pack is packed once here, shared by every chunk and thread
   const kernels::Panels pw = split_panels(m, in, out, W, out);
-  parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-    kernels::gemm_bias(r1 - r0, out, in, X + r0 * in, in, W, out, bp, y.data() + r0 * out, out,
-                       &pw);
+  parallel_chunks(m, 64, [&](size_t c0, size_t c1) {
+    row_spans(c0, c1, in, [&](size_t r0, size_t r1) {
+      kernels::gemm_bias(r1 - r0, out, in, X + r0 * in, in, W, out, bp, y.data() + r0 * out, out,
+                         &pw);
+    });
   });
   // Backward in registers too (measured at 16384 rows, one core: dW 1.1-2x and dX 1-1.5x
   // OpenBLAS at these widths). dX += G W^T with rows split over the pool; dW += X^T G and
@@ -213,12 +264,14 @@ std::vector<Var> linear_parts(const Var& x, const std::vector<Var>& w, const std
   const float* X = x.value().data();
   const float* bp = b.empty() ? nullptr : bias.data();
   const kernels::Panels pw = split_panels(m, in, N, W->data(), N);
-  parallel_chunks(m, 64, [&](size_t r0, size_t r1) {
-    std::vector<float*> dst(parts);
-    for (size_t i = 0; i < parts; ++i)
-      dst[i] = outs[i].value().data() + r0 * ((*off)[i + 1] - (*off)[i]);
-    kernels::gemm_bias_parts(r1 - r0, N, in, X + r0 * in, in, W->data(), N, bp, off->data(), parts,
-                             dst.data(), &pw);
+  parallel_chunks(m, 64, [&](size_t c0, size_t c1) {
+    row_spans(c0, c1, in, [&](size_t r0, size_t r1) {
+      std::vector<float*> dst(parts);
+      for (size_t i = 0; i < parts; ++i)
+        dst[i] = outs[i].value().data() + r0 * ((*off)[i + 1] - (*off)[i]);
+      kernels::gemm_bias_parts(r1 - r0, N, in, X + r0 * in, in, W->data(), N, bp, off->data(),
+                               parts, dst.data(), &pw);
+    });
   });
   if (!requires) return outs;
   // Backward: dX += G W^T and the parameters' gradients from the outputs' gradients side by side.
@@ -274,7 +327,8 @@ void add_part_input_grads(std::vector<Var>& xs, const float* G, const std::vecto
       fresh[i] = f;
     }
   constexpr size_t kRows = 64;
-  // W^T packed once for all the 64-row blocks on every thread (split_panels: not on one thread)
+  // W^T packed once for all the 64-row blocks on every thread (split_panels: on one thread
+  // only for long rows)
   const kernels::Panels pw = split_panels(m, n, K, WT.data(), K, true);
   parallel_chunks(m, kRows, [&](size_t r0, size_t r1) {
     thread_local std::vector<float> D;
