@@ -15,7 +15,7 @@ namespace ops {
 using namespace detail;
 
 namespace {
-// Rows of X longer than this (4 KiB) make panels of Y at most 96 columns wide (a panel is
+// Rows of X longer than this (4 KiB) make panels of Y 64 columns wide (a panel is at most
 // 512 KiB), so a call re-reads its X once per panel: 8 times at 2,048 x 512.
 constexpr size_t kLongRow = 1024;
 // The rows such a product takes at a time, Y packed once for them all: X's 512 rows at 2,048
