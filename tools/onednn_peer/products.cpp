@@ -4,10 +4,8 @@
 // the ops call them on each thread; oneDNN with one OpenMP thread):
 //   forward    C = X W + b                      kernels::gemm_bias       matmul with a bias
 //   dX         C = G W^T                        kernels::gemm_short_k    matmul, W^T a view
-//   dW         C += X^T G, 512 rows a call      kernels::gemm_acc_tnd    matmul with a sum post-op,
-//   X^T a view
-//              (X over 1,024 wide: each span's X^T first, then kernels::gemm_acc_nd, as
-//              ops::linear)
+//   dW         C += X^T G, 512 rows a call      kernels::gemm_acc_tnd    matmul, sum post-op
+//              (X over 1,024 wide: each span's X^T, then gemm_acc_nd, as ops::linear)
 // Each pair runs interleaved (growformer, then oneDNN) ROUNDS times after one untimed run;
 // the medians, GFLOP/s, the ratio and the fraction of the FMA peak measured in this run.
 //

@@ -54,14 +54,28 @@ void row_spans(size_t r0, size_t r1, size_t len, F&& fn) {
 // Long rows of X (over kLongRow): each span of X transposed first (its rows over the pool), so
 // that the product reads X^T along its rows (gemm_acc_nd) instead of X down its columns, whose
 // floats lie a row (8 KiB at 2,048) apart and fall in a few cache sets. The same chains, added
-// in the same order: the same bits (a chunk too narrow for gemm_acc_nd's column layout reads X
-// as before). One thread, Zen 5, interleaved, medians of 9: 0.92..0.96x the time at 2,048 x
-// 512, level at 512 wide (not taken there).
+// in the same order: the same bits (a chunk too narrow for gemm_acc_nd's column layout, and an
+// output of 8 columns or fewer, which is never transposed for, read X as before). One thread, Zen
+// 5, interleaved, medians of 9: 0.92..0.96x the time at 2,048 x 512, level at 512 wide (not taken
+// there).
 void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n, float* dW,
                   float* db) {
   if (!dW && !db) return;
   constexpr size_t kSpan = 512;
-  if (dW && in > kLongRow) {
+  // the span of ROWS rows from R0, columns C0..C1: from XT (that span's X^T) when given and the
+  // chunk is wider than half of any register (gemm_acc_nd's column layout), else X read down
+  // its columns
+  auto span = [&](size_t r0, size_t rows, size_t c0, size_t c1, const float* xt) {
+    if (dW && xt && c1 - c0 > 8)
+      kernels::gemm_acc_nd(in, rows, c1 - c0, 1.0f, xt, rows, G + r0 * n + c0, n, dW + c0, n);
+    else if (dW)
+      kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n, dW + c0,
+                            n);
+    if (db)
+      for (size_t r = r0; r < r0 + rows; ++r)
+        for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];
+  };
+  if (dW && in > kLongRow && n > 8) {
     Tensor XT = Tensor::empty({in * std::min(kSpan, m)});
     float* const xt = XT.data();
     for (size_t r0 = 0; r0 < m; r0 += kSpan) {
@@ -69,29 +83,12 @@ void weight_grads(const float* X, size_t m, size_t in, const float* G, size_t n,
       parallel_chunks(in, 16, [&](size_t i0, size_t i1) {
         kernels::transpose_tiled(X + r0 * in + i0, rows, i1 - i0, in, xt + i0 * rows, rows);
       });
-      parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) {
-        if (c1 - c0 > 8)  // wider than half of any register: gemm_acc_nd's column layout
-          kernels::gemm_acc_nd(in, rows, c1 - c0, 1.0f, xt, rows, G + r0 * n + c0, n, dW + c0, n);
-        else
-          kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n,
-                                dW + c0, n);
-        if (db)
-          for (size_t r = r0; r < r0 + rows; ++r)
-            for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];
-      });
+      parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) { span(r0, rows, c0, c1, xt); });
     }
     return;
   }
   parallel_chunks_even(n, 16, [&](size_t c0, size_t c1) {
-    for (size_t r0 = 0; r0 < m; r0 += kSpan) {
-      const size_t rows = std::min(kSpan, m - r0);
-      if (dW)
-        kernels::gemm_acc_tnd(rows, in, c1 - c0, 1.0f, X + r0 * in, in, G + r0 * n + c0, n, dW + c0,
-                              n);
-      if (db)
-        for (size_t r = r0; r < r0 + rows; ++r)
-          for (size_t j = c0; j < c1; ++j) db[j] += G[r * n + j];
-    }
+    for (size_t r0 = 0; r0 < m; r0 += kSpan) span(r0, std::min(kSpan, m - r0), c0, c1, nullptr);
   });
 }
 
