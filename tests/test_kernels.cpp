@@ -569,6 +569,40 @@ TEST_CASE("gemm_short_k_max: gemm_short_k's products bit for bit, and each row's
   }
 }
 
+TEST_CASE("gemm_short_k with a power-of-two alpha (folded into the rows): alpha times the chains") {
+  // alpha 1, 1/2, 1/4 (the attention's scale at d_k 16), 1/8 go into the copied rows of A, and
+  // 0.3 and 2 (not folded: not a power of two, over 1) scale each stored sum; either way each
+  // element is alpha times its chain, bit for bit, with and without the row maxima. 13 rows:
+  // two 6-row tiles (the folded rows) and a remainder read in place; d through the 2-vector tile
+  // (4, 16), the 4-vector tile (64) and past the copied rows (300); 531 columns end in a tail.
+  KernelSettings keep;
+  for (const std::string& isa : kernels::simd_available()) {
+    kernels::set_simd(isa);
+    for (size_t d : {4, 16, 64, 300})
+      for (float alpha : {1.0f, 0.5f, 0.25f, 0.125f, 0.3f, 2.0f}) {
+        const size_t m = 13, n = 531, lda = d + 1, ldb = n + 2, ldc = n + 3;
+        CAPTURE(isa);
+        CAPTURE(d);
+        CAPTURE(alpha);
+        auto a = values(m * lda, 21), bt = values(d * ldb, 22);
+        std::vector<float> c(m * ldc, 0.0f), cm(m * ldc, 0.0f), rowmax(m, -INFINITY);
+        kernels::gemm_short_k(m, n, d, alpha, a.data(), lda, bt.data(), ldb, c.data(), ldc);
+        kernels::gemm_short_k_max(m, n, d, alpha, a.data(), lda, bt.data(), ldb, cm.data(), ldc,
+                                  rowmax.data());
+        REQUIRE(cm == c);
+        for (size_t i = 0; i < m; ++i) {
+          float mx = -INFINITY;
+          for (size_t j = 0; j < n; ++j) {
+            const float s = alpha * chain(isa, d, a.data() + i * lda, 1, bt.data() + j, ldb);
+            REQUIRE(c[i * ldc + j] == s);
+            mx = std::max(mx, s);
+          }
+          REQUIRE(rowmax[i] == mx);
+        }
+      }
+  }
+}
+
 TEST_CASE("products at the wide and the row-remainder tiles: bit for bit the scalar chains") {
   // Sizes that reach the 6-row x 4-vector tiles (64 columns and more at AVX-512, a reduction of
   // 32 and more in gemm_short_k), the 12- and 8-row single-vector tiles (a narrow output over

@@ -9,13 +9,24 @@
 // Each pair runs interleaved (growformer, then oneDNN) ROUNDS times after one untimed run;
 // the medians, GFLOP/s, the ratio and the fraction of the FMA peak measured in this run.
 //
+// With --attention D (repeatable), the products of one tile of ops::attention instead, for heads
+// D wide: a tile of R query rows (kernels::attention_block_rows()) against --keys keys, on
+// buffers that stay in cache, as the attention's tiles are (each timed run repeats the product
+// until it has done about 5 MFLOP):
+//   scores     S = Q K^T / sqrt(D)   R x D x T   kernels::gemm_short_k   matmul, output scale
+//   output     O += P V              R x T x D   kernels::gemm_acc_nd    matmul, sum post-op
+//   key grad   dK += dS^T Q          T x R x D   kernels::gemm_acc_tnd   matmul, sum post-op
+// (dP = dO V^T is the scores' product with D = d_v; dQ += dS K and dV += P^T dO the other two's.)
+//
 //   gf_peer_products [--tokens N] [--in K] [--out N] [--rounds R]   (default: d 512's layers)
+//   gf_peer_products --attention D [--attention D ...] [--keys T] [--rounds R]
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +72,16 @@ std::vector<float> filled(size_t n, unsigned seed) {
   return v;
 }
 
+// max |a - b| over max |b|: the two libraries' outputs of one product
+double disagreement(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    top = std::max(top, std::fabs(static_cast<double>(b[i])));
+  }
+  return top > 0 ? diff / top : diff;
+}
+
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 dnnl::memory::desc md(long r, long c, tag t) { return dnnl::memory::desc({r, c}, dt::f32, t); }
@@ -68,8 +89,8 @@ dnnl::memory::desc md(long r, long c, tag t) { return dnnl::memory::desc({r, c},
 }  // namespace
 
 int main(int argc, char** argv) {
-  long m = 4096, k = 512;
-  std::vector<long> outs;
+  long m = 4096, k = 512, keys = 512;
+  std::vector<long> outs, heads;
   int rounds = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -82,14 +103,20 @@ int main(int argc, char** argv) {
       outs.push_back(v);
     else if (a == "--rounds")
       rounds = static_cast<int>(v);
+    else if (a == "--attention" && v > 0)
+      heads.push_back(v);
+    else if (a == "--keys")
+      keys = v;
     else {
       std::fprintf(stderr, "gf_peer_products: unknown option %s\n", a.c_str());
       return 2;
     }
   }
-  if ((argc - 1) % 2 != 0 || m <= 0 || k <= 0 || rounds <= 0) {
+  if ((argc - 1) % 2 != 0 || m <= 0 || k <= 0 || keys <= 0 || rounds <= 0) {
     std::fprintf(stderr,
-                 "usage: gf_peer_products [--tokens N] [--in K] [--out N ...] [--rounds R]\n");
+                 "usage: gf_peer_products [--tokens N] [--in K] [--out N ...] [--rounds R]\n"
+                 "       gf_peer_products --attention D [--attention D ...] [--keys T] "
+                 "[--rounds R]\n");
     return 2;
   }
   if (outs.empty()) outs = {3 * k, 4 * k, k};  // the joined projections, the MLP's, the output map
@@ -101,15 +128,110 @@ int main(int argc, char** argv) {
       "one thread; SIMD kernels %s; FMA peak %.0f GFLOP/s (measured now); oneDNN %d.%d.%d\n",
       gf::kernels::simd_name().c_str(), peak, dnnl_version()->major, dnnl_version()->minor,
       dnnl_version()->patch);
+  // a tile's products take microseconds, a layer's milliseconds
+  const bool tile = !heads.empty();
+  const char* unit = tile ? "us" : "ms";
+  const double per_s = tile ? 1e6 : 1e3;
   std::printf(
-      "| product | M x K x N | growformer ms | oneDNN ms | growformer / oneDNN | "
-      "growformer %% of peak | oneDNN %% of peak |\n|---|---|---|---|---|---|---|\n");
+      "| product | M x K x N | growformer %s | oneDNN %s | growformer / oneDNN | "
+      "growformer %% of peak | oneDNN %% of peak |\n|---|---|---|---|---|---|---|\n",
+      unit, unit);
   auto row = [&](const char* what, long M, long K, long N, Pair p) {
     const double fl = 2.0 * M * K * N;
     std::printf("| %s | %ld x %ld x %ld | %.2f | %.2f | %.3f | %.0f %% | %.0f %% |\n", what, M, K,
-                N, p.gf * 1e3, p.dnnl * 1e3, p.gf / p.dnnl, 100 * fl / p.gf / 1e9 / peak,
+                N, p.gf * per_s, p.dnnl * per_s, p.gf / p.dnnl, 100 * fl / p.gf / 1e9 / peak,
                 100 * fl / p.dnnl / 1e9 / peak);
   };
+  if (tile) {
+    // one tile of ops::attention: R query rows against T keys, the buffers in cache
+    const long R = static_cast<long>(std::max<size_t>(1, gf::kernels::attention_block_rows()));
+    const long T = keys;
+    double worst = 0;  // the outputs checked against oneDNN's after each product's runs
+    for (long D : heads) {
+      auto Q = filled(R * D, 1), KT = filled(D * T, 2), V = filled(T * D, 3), P = filled(R * T, 4);
+      std::vector<float> S(R * T), S2(R * T), O(R * D, 0.0f), O2(R * D, 0.0f), dK(T * D, 0.0f),
+          dK2(T * D, 0.0f);
+      const long reps = std::max(1L, 5000000L / (2 * R * T * D));
+      auto repeated = [reps](const std::function<void()>& f) {
+        return [reps, f] {
+          for (long i = 0; i < reps; ++i) f();
+        };
+      };
+      auto per_call = [reps](Pair p) { return Pair{p.gf / reps, p.dnnl / reps}; };
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));  // as the attention scales
+      auto matmul = [&](dnnl::memory::desc a, dnnl::memory::desc b, dnnl::memory::desc c, bool sum,
+                        float out_scale = 1.0f) {
+        dnnl::primitive_attr attr;
+        if (out_scale != 1.0f) attr.set_output_scales(0, {out_scale});
+        if (sum) {
+          dnnl::post_ops po;
+          po.append_sum(1.0f);
+          attr.set_post_ops(po);
+        }
+        return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng));
+      };
+      char what[64];
+      {  // S = Q K^T / sqrt(D), K^T stored D x T as the attention keeps it
+        auto mm = matmul(md(R, D, tag::ab), md(D, T, tag::ab), md(R, T, tag::ab), false, scale);
+        dnnl::memory a(md(R, D, tag::ab), eng, Q.data()), b(md(D, T, tag::ab), eng, KT.data()),
+            c(md(R, T, tag::ab), eng, S2.data());
+        std::snprintf(what, sizeof what, "d %ld: scores S = Q K^T", D);
+        row(what, R, D, T,
+            per_call(interleaved(
+                repeated([&] {
+                  gf::kernels::gemm_short_k(R, T, D, scale, Q.data(), D, KT.data(), T, S.data(), T);
+                }),
+                repeated([&] {
+                  mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+                  s.wait();
+                }),
+                rounds)));
+        worst = std::max(worst, disagreement(S, S2));
+      }
+      {  // O += P V
+        auto mm = matmul(md(R, T, tag::ab), md(T, D, tag::ab), md(R, D, tag::ab), true);
+        dnnl::memory a(md(R, T, tag::ab), eng, P.data()), b(md(T, D, tag::ab), eng, V.data()),
+            c(md(R, D, tag::ab), eng, O2.data());
+        std::snprintf(what, sizeof what, "d %ld: output O += P V", D);
+        row(what, R, T, D,
+            per_call(interleaved(
+                repeated([&] {
+                  gf::kernels::gemm_acc_nd(R, T, D, 1.0f, P.data(), T, V.data(), D, O.data(), D);
+                }),
+                repeated([&] {
+                  mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+                  s.wait();
+                }),
+                rounds)));
+        worst = std::max(worst, disagreement(O, O2));  // both summed the same number of runs
+      }
+      {  // dK += dS^T Q (dS: P's buffer), summed over the tile's R rows
+        auto mm = matmul(md(T, R, tag::ba), md(R, D, tag::ab), md(T, D, tag::ab), true);
+        dnnl::memory a(md(T, R, tag::ba), eng, P.data()), b(md(R, D, tag::ab), eng, Q.data()),
+            c(md(T, D, tag::ab), eng, dK2.data());
+        std::snprintf(what, sizeof what, "d %ld: key grad dK += dS^T Q", D);
+        row(what, T, R, D,
+            per_call(interleaved(
+                repeated([&] {
+                  gf::kernels::gemm_acc_tnd(R, T, D, 1.0f, P.data(), T, Q.data(), D, dK.data(), D);
+                }),
+                repeated([&] {
+                  mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+                  s.wait();
+                }),
+                rounds)));
+        worst = std::max(worst, disagreement(dK, dK2));
+      }
+    }
+    std::printf("\noutputs against oneDNN's: largest difference %.1e of the largest value\n",
+                worst);
+    if (worst > 1e-4) {
+      std::fprintf(stderr, "gf_peer_products: the two libraries' products disagree (%.1e)\n",
+                   worst);
+      return 1;
+    }
+    return 0;
+  }
   // the shapes as the layer sees them: forward and dX are M = tokens rows; dW is (in x out)
   // summed over the tokens; for each output width, both directions of the map (in -> out, and
   // out -> in: the MLP's second layer)
