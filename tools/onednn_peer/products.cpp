@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
         auto mm = matmul(md(R, D, tag::ab), md(D, T, tag::ab), md(R, T, tag::ab), false, scale);
         dnnl::memory a(md(R, D, tag::ab), eng, Q.data()), b(md(D, T, tag::ab), eng, KT.data()),
             c(md(R, T, tag::ab), eng, S2.data());
-        std::snprintf(what, sizeof what, "d %ld: scores S = Q K^T", D);
+        std::snprintf(what, sizeof what, "d %ld: scores S = Q K^T / sqrt(d)", D);
         row(what, R, D, T,
             per_call(interleaved(
                 repeated([&] {
