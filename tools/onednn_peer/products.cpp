@@ -159,8 +159,11 @@ int main(int argc, char** argv) {
       };
       auto per_call = [reps](Pair p) { return Pair{p.gf / reps, p.dnnl / reps}; };
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));  // as the attention scales
-      auto matmul = [&](dnnl::memory::desc a, dnnl::memory::desc b, dnnl::memory::desc c, bool sum,
-                        float out_scale = 1.0f) {
+      // One product: growformer's call GF against oneDNN's matmul C (M x N) = [C +] out_scale A B
+      // (A: M x K in layout TA, B: K x N) on the same buffers, then MINE against THEIRS
+      auto product = [&](const char* what, long M, long K, long N, tag ta, float* a, float* b,
+                         float* c, bool sum, float out_scale, const std::function<void()>& gf,
+                         const std::vector<float>& mine, const std::vector<float>& theirs) {
         dnnl::primitive_attr attr;
         if (out_scale != 1.0f) attr.set_output_scales(0, {out_scale});
         if (sum) {
@@ -168,60 +171,38 @@ int main(int argc, char** argv) {
           po.append_sum(1.0f);
           attr.set_post_ops(po);
         }
-        return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng));
+        const auto da = md(M, K, ta), db = md(K, N, tag::ab), dc = md(M, N, tag::ab);
+        dnnl::matmul mm(dnnl::matmul::primitive_desc(dnnl::matmul::desc(da, db, dc), attr, eng));
+        dnnl::memory ma(da, eng, a), mb(db, eng, b), mc(dc, eng, c);
+        char label[64];
+        std::snprintf(label, sizeof label, "d %ld: %s", D, what);
+        row(label, M, K, N,
+            per_call(interleaved(
+                repeated(gf), repeated([&] {
+                  mm.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+                  s.wait();
+                }),
+                rounds)));
+        worst = std::max(worst, disagreement(mine, theirs));
       };
-      char what[64];
-      {  // S = Q K^T / sqrt(D), K^T stored D x T as the attention keeps it
-        auto mm = matmul(md(R, D, tag::ab), md(D, T, tag::ab), md(R, T, tag::ab), false, scale);
-        dnnl::memory a(md(R, D, tag::ab), eng, Q.data()), b(md(D, T, tag::ab), eng, KT.data()),
-            c(md(R, T, tag::ab), eng, S2.data());
-        std::snprintf(what, sizeof what, "d %ld: scores S = Q K^T / sqrt(d)", D);
-        row(what, R, D, T,
-            per_call(interleaved(
-                repeated([&] {
-                  gf::kernels::gemm_short_k(R, T, D, scale, Q.data(), D, KT.data(), T, S.data(), T);
-                }),
-                repeated([&] {
-                  mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-                  s.wait();
-                }),
-                rounds)));
-        worst = std::max(worst, disagreement(S, S2));
-      }
-      {  // O += P V
-        auto mm = matmul(md(R, T, tag::ab), md(T, D, tag::ab), md(R, D, tag::ab), true);
-        dnnl::memory a(md(R, T, tag::ab), eng, P.data()), b(md(T, D, tag::ab), eng, V.data()),
-            c(md(R, D, tag::ab), eng, O2.data());
-        std::snprintf(what, sizeof what, "d %ld: output O += P V", D);
-        row(what, R, T, D,
-            per_call(interleaved(
-                repeated([&] {
-                  gf::kernels::gemm_acc_nd(R, T, D, 1.0f, P.data(), T, V.data(), D, O.data(), D);
-                }),
-                repeated([&] {
-                  mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-                  s.wait();
-                }),
-                rounds)));
-        worst = std::max(worst, disagreement(O, O2));  // both summed the same number of runs
-      }
-      {  // dK += dS^T Q (dS: P's buffer), summed over the tile's R rows
-        auto mm = matmul(md(T, R, tag::ba), md(R, D, tag::ab), md(T, D, tag::ab), true);
-        dnnl::memory a(md(T, R, tag::ba), eng, P.data()), b(md(R, D, tag::ab), eng, Q.data()),
-            c(md(T, D, tag::ab), eng, dK2.data());
-        std::snprintf(what, sizeof what, "d %ld: key grad dK += dS^T Q", D);
-        row(what, T, R, D,
-            per_call(interleaved(
-                repeated([&] {
-                  gf::kernels::gemm_acc_tnd(R, T, D, 1.0f, P.data(), T, Q.data(), D, dK.data(), D);
-                }),
-                repeated([&] {
-                  mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-                  s.wait();
-                }),
-                rounds)));
-        worst = std::max(worst, disagreement(dK, dK2));
-      }
+      // S = Q K^T / sqrt(D), K^T stored D x T as the attention keeps it
+      product(
+          "scores S = Q K^T / sqrt(d)", R, D, T, tag::ab, Q.data(), KT.data(), S2.data(), false,
+          scale,
+          [&] {
+            gf::kernels::gemm_short_k(R, T, D, scale, Q.data(), D, KT.data(), T, S.data(), T);
+          },
+          S, S2);
+      // O += P V (both outputs summed over the same number of runs)
+      product(
+          "output O += P V", R, T, D, tag::ab, P.data(), V.data(), O2.data(), true, 1.0f,
+          [&] { gf::kernels::gemm_acc_nd(R, T, D, 1.0f, P.data(), T, V.data(), D, O.data(), D); },
+          O, O2);
+      // dK += dS^T Q (dS: P's buffer, read transposed), summed over the tile's R rows
+      product(
+          "key grad dK += dS^T Q", T, R, D, tag::ba, P.data(), Q.data(), dK2.data(), true, 1.0f,
+          [&] { gf::kernels::gemm_acc_tnd(R, T, D, 1.0f, P.data(), T, Q.data(), D, dK.data(), D); },
+          dK, dK2);
     }
     std::printf("\noutputs against oneDNN's: largest difference %.1e of the largest value\n",
                 worst);

@@ -470,7 +470,7 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
 // vector. A product scaled by 2^k rounds as the unscaled one scaled, so each element's chain over
 // the scaled row is the unscaled chain times alpha, bit for bit, as long as no product or partial
 // sum falls below the normal range (2^-126); the rows of A read in place (the last m % RM) keep
-// the multiply. At d_k 16 the 12 multiplies per 6 x 2 tile were 2..10 % of its time.
+// the multiply. At d_k 16 the 12 multiplies per 6 x 2 tile were 1..10 % of its time.
 template <bool Max, bool Fold>
 void short_k_impl(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
                   const float* bt, size_t ldb, float* c, size_t ldc, const PanelView* pv,
