@@ -175,7 +175,9 @@ int cmd_config(const std::vector<std::string>& args) {
         std::vector<std::string>(args.begin() + 1, args.end()), &help);
   if (help) return 0;
   gf::Experiment ex(load_config(config, sets), paths);
-  std::cout << config << ": OK\n" << ex.model().describe();
+  std::cout << config << ": OK\n";
+  for (const std::string& n : ex.notes()) std::cout << n << "\n";
+  std::cout << ex.model().describe();
   std::cout << "data: " << ex.data().train.size() << " train / " << ex.data().val.size()
             << " val / " << ex.data().test.size() << " test, vocabulary " << ex.data().vocab_size
             << ", " << ex.data().num_classes << " classes\n";

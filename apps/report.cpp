@@ -17,6 +17,8 @@
 
 #include <growformer/checkpoint.hpp>
 #include <growformer/config.hpp>
+#include <growformer/run_dir.hpp>
+#include <nlohmann/json.hpp>
 #include <growformer/run_events.hpp>
 #include <growformer/version.hpp>
 
@@ -25,6 +27,7 @@
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 namespace gfapp {
 
@@ -472,6 +475,38 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
   return h.str();
 }
 
+// What the growth rounds were judged on when their window ended (round_kept, round_rejected:
+// the evidence, share, bound and trend) and what the structure decisions cost (the summary's
+// cost.*); "" when the run has neither.
+std::string decisions_paragraph(const Run& r) {
+  std::ostringstream h;
+  auto opt = [](const gf::RunEvent& e, const char* key) {
+    return e.number(key) ? num(*e.number(key)) : std::string("-");
+  };
+  const gf::RunDir dir(r.dir);
+  std::error_code ec;
+  if (fs::is_regular_file(dir.decision_cost(), ec)) {
+    const json c = json::parse(read_text(dir.decision_cost()), nullptr, false);
+    auto at = [&](const char* k) { return c.is_object() && c.contains(k) && c[k].is_number(); };
+    if (at("decision_share") && at("probe_s") && at("check_s") && at("train_s"))
+      h << "<p>structure decisions cost <b>" << num(100.0 * c["decision_share"].get<double>())
+        << " %</b> of the training steps' time (validation probes "
+        << num(c["probe_s"].get<double>()) << " s, policy checks "
+        << num(c["check_s"].get<double>()) << " s, training " << num(c["train_s"].get<double>())
+        << " s" << (c.value("from_step", 0L) > 0 ? ", since the resume" : "") << ")</p>\n";
+  }
+  for (auto& e : r.events) {
+    const std::string& type = e.event.type;
+    if (type != "round_kept" && type != "round_rejected") continue;
+    h << "<p>step " << e.step << ": a round " << (type == "round_kept" ? "kept" : "taken back")
+      << " when the growth window ended, on the evidence <b>" << esc(e.text("evidence"))
+      << "</b> (share " << opt(e, "round_share") << ", its bound " << opt(e, "upper")
+      << " against min_share " << opt(e, "min_share") << ", trend t " << opt(e, "trend_t")
+      << ")</p>\n";
+  }
+  return h.str();
+}
+
 // The resolved configuration and the plugin lock.
 std::string run_files(const Run& r) {
   std::ostringstream h;
@@ -494,8 +529,8 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   std::string charts = metric_charts(r, plot, prefix, majority) +
                        heads_chart(r, edits, plot, prefix, full) + incrt_charts(r, plot, prefix) +
                        hkt_charts(r, plot, prefix) + signal_charts(r, plot, prefix);
-  std::string h =
-      "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) + edits_table(edits);
+  std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) +
+                  edits_table(edits) + decisions_paragraph(r);
   return full ? h + run_files(r) : h;
 }
 

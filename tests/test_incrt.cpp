@@ -2059,7 +2059,7 @@ TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and 
                          "a list of"));
 }
 
-TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as version 9") {
+TEST_CASE("incrt_geometric: policy states of versions 2 to 10 load, and save as version 10") {
   // one block: started, u+ u- (2-d), tracker lambdas, no Q, 4 checks, no calibration norms,
   // calibrated, Gamma0 and eleven more numbers, last growth, grown, heads, pending, [over],
   // pending directions
@@ -2085,14 +2085,14 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as v
     auto p = growth("plugin: incrt_geometric\ncriterion: gain");
     p->load_state(text);
     const std::string out = p->save_state();
-    CHECK(out.rfind("incrt_geometric 9 1 5 7 1 block 0 1 ", 0) == 0);
+    CHECK(out.rfind("incrt_geometric 10 1 5 7 1 block 0 1 ", 0) == 0);
     CHECK(p->summary().at("K_obs") == 1.0);
     CHECK(p->summary().at("gamma_res0") == 2.0);
     auto q = growth("plugin: incrt_geometric\ncriterion: gain");
     q->load_state(out);
-    CHECK(q->save_state() == out);  // version 9 is a fixed point
+    CHECK(q->save_state() == out);  // version 10 is a fixed point
     if (v == 8)
-      CHECK(out == "incrt_geometric 9" + text.substr(std::string("incrt_geometric 8").size()));
+      CHECK(out == "incrt_geometric 10" + text.substr(std::string("incrt_geometric 8").size()));
     // the energy criterion reads and drops the gain state of older texts, and saves none
     auto e = growth("plugin: incrt_geometric\ncriterion: energy");
     e->load_state(text);
@@ -2107,8 +2107,8 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 9 load, and save as v
     }
   }
   auto p = growth("plugin: incrt_geometric");
-  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 10 end"); }),
-                         "incrt: policy state: expected version '2' to '9', got '10'"));
+  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 11 end"); }),
+                         "incrt: policy state: expected version '2' to '10', got '11'"));
 }
 
 // ---- criterion learning: rounds while the model learns (the default) -------------------------
@@ -2217,7 +2217,9 @@ TEST_CASE(
     CHECK(s.observe(probe_at(660, total, 1.8), o).kind == K::None);
     CHECK(s.observe(probe_at(670, total, 1.6), o).kind == K::Grow);
   }
-  SUBCASE("a round that pays at z only when the window ends is kept") {
+  SUBCASE("take_back unproven: a round that pays at z only when the window ends is kept") {
+    GainOptions o;
+    o.take_back_useless = false;
     LearningState s;
     s.observe(probe_at(10, total, 2.0), o);
     REQUIRE(s.observe(probe_at(20, total, 1.8), o).kind == K::Grow);
@@ -2232,6 +2234,97 @@ TEST_CASE(
   SUBCASE("a solved task grows nothing") {
     LearningState s;
     CHECK(s.observe(probe_at(10, total, 0.04), o).kind == K::Stop);
+  }
+}
+
+TEST_CASE(
+    "incrt learning rule, take_back useless (the default): a round unpaid at the window's end is "
+    "taken back only on evidence that its heads are useless; unproven takes it back for want of "
+    "evidence that they pay") {
+  using namespace learning_test;
+  const size_t total = 1000;
+  // the round of issue 59's one-head seed: 0.69 % of the loss at t 2.1 when the window ends
+  auto judged = [&](const GainOptions& o, auto share_at, double t) {
+    LearningState s;
+    s.observe(probe_at(10, total, 2.0), o);
+    REQUIRE(s.observe(probe_at(20, total, 1.8), o).kind == K::Grow);
+    s.grown(1, 1.8, 20);
+    s.round = {{0, 1}};
+    for (size_t step = 30; step <= 600; step += 10)
+      REQUIRE(s.observe(probe_at(step, total, 1.75, share_at(step), t), o).kind == K::None);
+    const GainDecision d = s.observe(probe_at(610, total, 1.75, share_at(610), t), o);
+    return std::make_pair(d, s);
+  };
+  const auto flat = [](size_t) { return 0.0069; };
+  GainOptions useless;  // the default
+  SUBCASE("a share under min_share whose bound reaches it: kept") {
+    auto [d, s] = judged(useless, flat, 2.1);
+    CHECK(d.kind == K::Keep);
+    CHECK(std::string(d.evidence) == "not_shown_useless");
+    // 0.69 % + 2 standard errors of 0.69 % / 2.1
+    CHECK(d.upper == doctest::Approx(0.0069 + 2.0 * 0.0069 / 2.1));
+    CHECK(s.kept_unpaid == 1);
+    CHECK(s.rejected == 0);
+    CHECK(!s.waiting());
+  }
+  SUBCASE("the same round under take_back unproven: taken back") {
+    GainOptions unproven;
+    unproven.take_back_useless = false;
+    auto [d, s] = judged(unproven, flat, 2.1);
+    CHECK(d.kind == K::Reject);
+    CHECK(std::string(d.evidence) == "unproven");
+    CHECK(s.rejected == 1);
+  }
+  SUBCASE("a share tight under min_share: taken back as useless") {
+    auto [d, s] = judged(useless, flat, 20.0);  // se 0.035 %: bound 0.76 %
+    CHECK(d.kind == K::Reject);
+    CHECK(std::string(d.evidence) == "useless");
+    CHECK(d.upper < useless.min_share);
+  }
+  SUBCASE("a share tight under min_share but rising through the round: kept") {
+    // 0 at the round's start, 0.8 % when the window ends, noise-free: the bound is under
+    // min_share, the trend's t is not
+    auto [d, s] = judged(
+        useless, [](size_t step) { return 0.008 * double(step) / 610.0; }, 50.0);
+    CHECK(d.upper < useless.min_share);
+    CHECK(d.trend_t > useless.z_back);
+    CHECK(d.kind == K::Keep);
+    CHECK(std::string(d.evidence) == "rising");
+  }
+  SUBCASE(
+      "a promising round (a share over 0 whose bound reaches min_share) is followed by the "
+      "next once it has trained as long as the model took to start learning") {
+    LearningState s;
+    CHECK(s.observe(probe_at(10, total, 2.0), useless).kind == K::None);
+    CHECK(s.observe(probe_at(100, total, 1.8), useless).kind == K::Grow);  // onset: 90 steps
+    s.grown(1, 1.8, 100);
+    // 0.8 % at t 1.5: not paid (t < z_early), not shown useless (bound 0.8 + 2 x 0.53 %)
+    std::vector<std::pair<size_t, K>> decisions;
+    for (size_t step = 110; step <= 300; step += 10) {
+      const GainDecision d = s.observe(probe_at(step, total, 1.6, 0.008, 1.5), useless);
+      if (d.kind != K::None) decisions.push_back({step, d.kind});
+      if (d.kind == K::Grow) {
+        CHECK(std::string(d.evidence) == "promising");
+        break;
+      }
+    }
+    REQUIRE(decisions.size() == 1);
+    CHECK(decisions[0] == std::make_pair(size_t(190), K::Grow));  // 90 steps after the round
+    // the same round while the loss has stopped falling (1.75 > 0.95 x 1.8) waits
+    LearningState f;
+    f.observe(probe_at(10, total, 2.0), useless);
+    REQUIRE(f.observe(probe_at(100, total, 1.8), useless).kind == K::Grow);
+    f.grown(1, 1.8, 100);
+    for (size_t step = 110; step <= 600; step += 10)
+      CHECK(f.observe(probe_at(step, total, 1.75, 0.008, 1.5), useless).kind == K::None);
+    CHECK(f.observe(probe_at(610, total, 1.75, 0.008, 1.5), useless).kind == K::Keep);
+  }
+  SUBCASE("a share falling through the round is not rising") {
+    auto [d, s] = judged(
+        useless, [](size_t step) { return 0.008 * (1.0 - double(step) / 700.0); }, 50.0);
+    CHECK(d.trend_t < 0);
+    CHECK(d.kind == K::Reject);
+    CHECK(std::string(d.evidence) == "useless");
   }
 }
 
@@ -2353,7 +2446,7 @@ TEST_CASE(
     }
   CHECK(paid);
   const std::string state = drv.policy->save_state();
-  CHECK(state.rfind("incrt_geometric 9 ", 0) == 0);
+  CHECK(state.rfind("incrt_geometric 10 ", 0) == 0);
   CHECK(state.find(" learning ") != std::string::npos);
   auto again = growth("plugin: incrt_geometric");
   again->load_state(state);
@@ -2383,7 +2476,10 @@ TEST_CASE(
     }
     drv2.check();
   }
-  CHECK(small.slots.size() == 2);  // the round grew and waits (step 400 < the window's 600)
+  // the first round is promising (a positive share whose bound reaches min_share): the next
+  // grows on its promise once it has trained as long as the model took to start learning; that
+  // one must pay before another grows, and it waits (step 400 < the window's 600)
+  CHECK(small.slots.size() == 4);
   CHECK(drv2.policy->on_trial(drv2.step));
   CHECK(probes > 0);
 }

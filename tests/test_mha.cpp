@@ -250,6 +250,57 @@ TEST_CASE("preserve_function: the block output is unchanged by a growth") {
   clear_tape();
 }
 
+TEST_CASE(
+    "a block grown from one head to four takes a fixed four-head block's fused paths: the same "
+    "ops on the tape and the same bits, forward and backward") {
+  // what a growth policy makes of a one-head block (heads of d_k 16 added one by one) against
+  // the block a fixed 4-head config builds, given the same weights: a grown head that fell off
+  // the fused projections or the one-product output map would change the tape and the bits
+  for (const char* kind : {"mha", "hkt"}) {
+    INFO(kind);
+    const std::string opts = std::string("plugin: ") + kind + "\nd_k: 16\nheads: ";
+    auto fixed = make_block(opts + "4\n", 64, 5);
+    auto grown = make_block(opts + "1\n", 64, 6);
+    Rng rng(2, "g");
+    for (int i = 0; i < 3; ++i) {
+      HeadInit init;
+      init.preserve_function = true;
+      grown->add_head(init, rng, size_t(10 * (i + 1)));
+    }
+    REQUIRE(grown->heads().size() == 4);
+    std::map<std::string, Var> src;
+    for (auto& [n, p] : fixed->named_parameters()) src[n] = p;
+    size_t copied = 0;
+    for (auto& [n, p] : grown->named_parameters()) {
+      REQUIRE(src.count(n));  // the same names: heads.0 .. heads.3
+      REQUIRE(src[n].value().shape() == p.value().shape());
+      Tensor& dst = const_cast<Var&>(p).value();
+      std::copy(src[n].value().data(), src[n].value().data() + dst.size(), dst.data());
+      ++copied;
+    }
+    REQUIRE(copied == src.size());
+    Tensor x = gf_test::randn({2, 48, 64}, 9);
+    auto run = [&](AttentionBlock& blk, size_t& tape) {
+      Var xin = parameter(x.clone());
+      for (auto& [n, p] : blk.named_parameters()) const_cast<Var&>(p).zero_grad();
+      Var y = blk.forward(xin, ForwardContext{});
+      tape = tape_size();
+      backward(gf_test::weighted_sum(y));
+      std::vector<float> all = y.value().to_vector();
+      for (float g : xin.grad().to_vector()) all.push_back(g);
+      for (auto& [n, p] : blk.named_parameters())
+        for (float g : p.grad().to_vector()) all.push_back(g);
+      return all;
+    };
+    size_t tape_fixed = 0, tape_grown = 0;
+    const std::vector<float> a = run(*fixed, tape_fixed), b = run(*grown, tape_grown);
+    CHECK(tape_grown == tape_fixed);
+    REQUIRE(a.size() == b.size());
+    CHECK(a == b);
+    clear_tape();
+  }
+}
+
 TEST_CASE("projections of all heads in one product equal each head's own") {
   // d_k 3, d_v 5: columns of different heads share vectors and scalar tails
   auto blk = make_block("plugin: mha\nheads: 3\nd_k: 3\nd_v: 5\n", 8);

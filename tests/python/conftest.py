@@ -32,6 +32,7 @@ model:
   attention:
     plugin: mha
     heads: 2
+    d_k: 8
 optimizer: {plugin: adamw, lr: 0.003}
 train:
   steps: 40

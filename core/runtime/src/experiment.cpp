@@ -25,13 +25,51 @@ using trainer_detail::read_resolved_config;
 using trainer_detail::resolved_configuration;
 using trainer_detail::text_crc;
 
+namespace {
+// The head width of a block that a growth policy grows, when the config leaves d_k unset: that
+// of a fixed 4-head model (d_model / 4), at most 64. The block's own default, d_model / heads,
+// would make every head grown from one head as wide as the whole model. Written into CFG (so
+// config.resolved.yaml and checkpoints carry it); returns the line that says so, "" when the
+// config names the width, grows nothing, or its attention block has no per-head width.
+std::string default_growing_width(ConfigNode& cfg, const Registry& registry) {
+  const ConfigNode growth = cfg.child("growth"), model = cfg.child("model");
+  if (!growth.valid() || !growth.is_map() || !growth.has("plugin") ||
+      !growth.child("plugin").is_scalar() || growth.child("plugin").as_string() == "none")
+    return "";
+  if (!model.valid() || !model.is_map() || !model.has("attention")) return "";
+  const ConfigNode attn = model.child("attention");
+  if (!attn.is_map() || attn.has("d_k") || !attn.has("plugin") || !attn.child("plugin").is_scalar())
+    return "";
+  const ComponentInfo* info = registry.find(Kind::Attention, attn.child("plugin").as_string());
+  if (!info) return "";  // named when the model is built
+  bool has_dk = false, has_heads = false;
+  for (const OptionSpec& o : info->spec.options) {
+    has_dk = has_dk || o.name == "d_k";
+    has_heads = has_heads || o.name == "heads";
+  }
+  if (!has_dk || !has_heads) return "";
+  size_t d_model = ModelSettings{}.d_model;
+  if (model.has("d_model") && model.child("d_model").is_scalar()) {
+    const long long d = model.child("d_model").as_int();  // a bad value is named by the model
+    if (d > 0) d_model = static_cast<size_t>(d);
+  }
+  const size_t width = std::min<size_t>(kGrowingHeadWidthMax, std::max<size_t>(1, d_model / 4));
+  cfg.apply_override("model.attention.d_k=" + std::to_string(width));
+  return "model.attention.d_k: " + std::to_string(width) +
+         " (unset; a growing block's heads are as wide as a fixed 4-head model's, d_model / 4 "
+         "at most " +
+         std::to_string(kGrowingHeadWidthMax) +
+         ", not d_model / heads; compare with fixed models of this d_k, or set d_k)";
+}
+}  // namespace
+
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
                        const std::string& data_record, const std::string& data_need)
     : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
   // plugins, a policy's import and the data load may take long or hang: Ctrl-C ends them
   AbandonableCall setup("the run's setup (its plugins, policies, data and model)");
   const Options top(cfg_, options(), "the configuration");
-  const ExperimentSettings es = ExperimentSettings::table().read(top);
+  ExperimentSettings es = ExperimentSettings::table().read(top);
   name_ = es.name;
   if (name_.empty() || name_.find('/') != std::string::npos)
     top.fail("name", "a run name must be non-empty and contain no '/'");
@@ -47,6 +85,14 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   // threads: 0 = this machine's cores, shared among the processes of an MPI job running on it
   set_num_threads(threads_ ? threads_ : cores_per_process());
   registry_->load_directories(Registry::search_path(plugin_paths));
+  // a new run's defaults that depend on other parts (a checkpoint's config has them written)
+  if (data_record.empty()) {
+    const std::string width = default_growing_width(cfg_, *registry_);
+    if (!width.empty()) {
+      notes_.push_back(width);
+      es = ExperimentSettings::table().read(Options(cfg_, options(), "the configuration"));
+    }
+  }
 
   // validate the cheap parts before the (possibly slow) data load
   build_training_parts(es);

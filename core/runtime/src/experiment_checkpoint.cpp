@@ -106,10 +106,12 @@ std::string structure_record(const std::vector<std::vector<int>>& heads, long st
 void Experiment::record_structure(const RunDir& dir, long step) {
   if (!comm_->root() || resolved_config_.empty()) return;  // rank 0 alone writes
   const auto heads = trainer_detail::head_ids(*model_);
-  // heads as the configuration builds them: the file says so already (and stays as it was)
-  if (heads == start_heads_) return;
+  // heads as the configuration builds them: the configuration alone (a record of heads grown
+  // earlier and taken back since would no longer match the checkpoint)
   dir.write(dir.resolved_config(),
-            resolved_config_ + trainer_detail::structure_record(heads, step));
+            heads == start_heads_
+                ? resolved_config_
+                : resolved_config_ + trainer_detail::structure_record(heads, step));
 }
 
 void Experiment::load_weights(const std::string& path) {

@@ -122,6 +122,7 @@ std::string RunDir::resolved_config() const { return file("config.resolved.yaml"
 std::string RunDir::plugins_lock() const { return file("plugins.lock"); }
 std::string RunDir::metrics() const { return file("metrics.jsonl"); }
 std::string RunDir::events() const { return file("events.jsonl"); }
+std::string RunDir::decision_cost() const { return file("decision_cost.json"); }
 std::string RunDir::checkpoints() const { return file("checkpoints"); }
 std::string RunDir::last_checkpoint() const {
   return (fs::path(checkpoints()) / "last.safetensors").string();

@@ -189,6 +189,7 @@ class Experiment::Loop {
       out.pruning_columns = ex_.pruning_->summary_columns();
     }
     report_->summary(st_.step, out.growth_summary, out.pruning_summary);
+    write_decision_cost(start_step);
     report_->say("run directory: " + dir_.root() + "\nsee it: growformer report " + dir_.root() +
                  "\n");
     return 0;
@@ -228,6 +229,7 @@ class Experiment::Loop {
     if (comm_.size() > 1)
       o << "\n  data-parallel: " << comm_.size() << " processes (" << comm_.backend() << "), "
         << shard_range(ts_.batch_size, 0, comm_.size()).second << " examples each per step";
+    for (const std::string& n : ex_.notes_) o << "\n  " << n;
     o << "\n  run directory " << dir_.root() << "\n";
     return o.str();
   }
@@ -330,6 +332,34 @@ class Experiment::Loop {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  }
+
+  /// What the structure decisions cost since this process started the run (or resumed it):
+  /// the validation probes the policies asked for (their muted evaluations included) and the
+  /// policies' checks, against the training steps' time; said in a line and written (rank 0)
+  /// to decision_cost.json, not to events.jsonl, whose every line a resumed run repeats
+  /// exactly. Nothing when no policy can change the structure.
+  void write_decision_cost(long start_step) {
+    auto none = [this](const char* key) {
+      const ConfigNode n = ex_.cfg_.child(key);
+      return !n.valid() || !n.is_map() || !n.has("plugin") || !n.child("plugin").is_scalar() ||
+             n.child("plugin").as_string() == "none";
+    };
+    if ((none("growth") && none("pruning")) || !(phase_.train > 0)) return;
+    const double spent = phase_.probe + phase_.policy;
+    std::ostringstream o;
+    o.precision(3);
+    o << "structure decisions: validation probes " << phase_.probe << " s, policy checks "
+      << phase_.policy << " s: " << 100.0 * spent / phase_.train << " % of the training steps' "
+      << phase_.train << " s\n";
+    report_->say(o.str());
+    if (!comm_.root()) return;
+    const nlohmann::json j = {{"train_s", phase_.train},
+                              {"probe_s", phase_.probe},
+                              {"check_s", phase_.policy},
+                              {"decision_share", spent / phase_.train},
+                              {"from_step", start_step}};
+    dir_.write(dir_.decision_cost(), j.dump() + "\n");
   }
 
   /// Rank 0's line on where the time of the steps went: with GROWFORMER_DP_TIMING=1 (any

@@ -315,7 +315,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 9 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 10 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& [index, st] : blocks_) {
       os << "block " << index << ' ';
@@ -335,9 +335,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// the learning onset; 5 (before growth_until counted from a reopening) as never reopened;
   /// 6 (before the round's shares) with none measured; 7 (before the paired test) without the
   /// shares' standard errors; 4 to 8 hold the gain rule's state whatever the criterion (9: the
-  /// criterion's own, named: `gain`, `learning`, or `none` for energy).
+  /// criterion's own, named: `gain`, `learning`, or `none` for energy); 10 adds the learning
+  /// rule's share trend and its count of rounds kept unpaid (9: none).
   void load_state(const std::string& text) override {
-    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 9, "incrt");
+    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 10, "incrt");
     if (!opened) return;
     gf::state::Reader& r = *opened;
     const int version = r.version();
@@ -678,19 +679,34 @@ class IncrtGeometric : public gf::GrowthPolicy {
       note(view, "growth_stop", {{"settled", dec.settled}, {"grow_until", set_.gain.grow_until}});
     } else if (dec.kind == K::Reject) {
       reject_round(view, before, dec, edits);
+    } else if (dec.kind == K::Keep) {
+      note(view, "round_kept",
+           {{"round_heads", double(before.round.size())},
+            {"round_age", double(view.step - before.round_step)},
+            {"round_share", dec.share},
+            {"round_t", dec.t},
+            {"upper", dec.upper},
+            {"trend_t", dec.trend_t},
+            {"min_share", set_.gain.min_share}},
+           dec.evidence);
+      rule_->round().clear();
     } else if (dec.kind == K::Grow) {
       grow_round(view, dec, edits);
     }
   }
 
   /// An event of the round rule with the step and NUMS.
+  /// EVIDENCE, when given, is the `evidence` string: what decided a round at the window's end.
   static void note(const gf::TrainView& view, const char* type,
-                   std::vector<std::pair<std::string, double>> nums) {
+                   std::vector<std::pair<std::string, double>> nums,
+                   const std::string& evidence = "") {
     gf::Event e;
     e.type = type;
     e.numbers = {{"step", double(view.step)}};
-    for (auto& kv : nums) e.numbers.push_back(kv);
+    for (auto& kv : nums)
+      if (std::isfinite(kv.second)) e.numbers.push_back(kv);  // unmeasured: left out, not null
     e.strings = {{"policy", "incrt_geometric"}};
+    if (!evidence.empty()) e.strings.push_back({"evidence", evidence});
     if (view.events) view.events->emit(e);
   }
 
@@ -734,6 +750,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
           {"min_gain", set_.gain.min_gain}, {"settled_before", before.prev},
           {"settled", dec.settled},         {"share", std::isfinite(dec.share) ? dec.share : -1.0}};
       e.cause.strings = {{"policy", "incrt_geometric"}, {"reason", "round_rejected"}};
+      if (*dec.evidence) e.cause.strings.push_back({"evidence", dec.evidence});
       edits.push_back(std::move(e));
     }
     rule_->round().clear();
@@ -747,7 +764,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
           {"round_age", double(view.step - before.round_step)},
           {"round_t", std::isfinite(dec.t) ? dec.t : -1.0},
           {"test", set_.gain.paired ? 1.0 : 0.0},
-          {"patience_steps", before.patience}});
+          {"patience_steps", before.patience},
+          {"upper", dec.upper},
+          {"trend_t", dec.trend_t}},
+         dec.evidence);
   }
 
   /// Grow: one round over the editable blocks, each sized and aimed by its uncaptured planes.
@@ -792,6 +812,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
             {"policy", "incrt_geometric"},
             {"init", e.init.mode},
             {"criterion", set_.criterion == Criterion::Learning ? "learning" : "gain"}};
+        if (*dec.evidence) e.cause.strings.push_back({"evidence", dec.evidence});
         edits.push_back(std::move(e));
       }
       if (n == 0)
@@ -940,6 +961,17 @@ void round_test_options(IncrtTable& t) {
            "gain, round_test paired: the waiting round's heads sit out every N-th training step "
            "(0: never), so that muting them on the probe measures what they add",
            0, 1e9)
+      .choice("take_back", &S::gain, &G::take_back_useless, "useless",
+              "learning: what takes back a round still unpaid when the growth window ends. "
+              "useless: evidence that its heads carry less than min_share (the median share plus "
+              "z_back standard errors is under min_share, and its trend over the round's probes "
+              "is not rising at z_back); a round without that evidence is kept. unproven (the "
+              "earlier rule): every round that did not reach min_share at a t of z",
+              {{"useless", true}, {"unproven", false}})
+      .add("z_back", &S::gain, &G::z_back, "2",
+           "learning, take_back useless: the standard errors of the share's upper bound and of "
+           "its trend",
+           0.0)
       .add("z_early", &S::gain, &G::z_early, "3",
            "gain, round_test paired: the t statistic that pays a round before the growth window "
            "ends",

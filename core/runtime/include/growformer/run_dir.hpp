@@ -39,6 +39,7 @@ class RunDir {
   std::string plugins_lock() const;     // plugins.lock
   std::string metrics() const;          // metrics.jsonl
   std::string events() const;           // events.jsonl
+  std::string decision_cost() const;    // decision_cost.json: wall times, so not an event
   std::string checkpoints() const;      // checkpoints/
   std::string last_checkpoint() const;  // checkpoints/last.safetensors
   std::string best_checkpoint() const;  // checkpoints/best.safetensors

@@ -162,6 +162,9 @@ class Experiment {
 
   /// The learning-rate schedule of the run (peak from optimizer.lr, shape from train).
   const LrSchedule& schedule() const { return schedule_; }
+  /// Defaults this experiment chose from other parts of the config, one line each (the head
+  /// width of a growing block); `train` and `config check` print them.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   class Loop;
@@ -177,8 +180,8 @@ class Experiment {
   void check_without_data(ConfigNode data_node);
   int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
   void save(const std::string& path);
-  /// config.resolved.yaml with the record of the heads at STEP (checkpoints/last's), when they
-  /// differ from those the configuration builds (start_heads_).
+  /// config.resolved.yaml with the record of the heads at STEP (checkpoints/last's) when they
+  /// differ from those the configuration builds (start_heads_), without one when they do not.
   void record_structure(const RunDir& dir, long step);
   TrainingParts parts();
 
@@ -203,7 +206,12 @@ class Experiment {
   Communicator* comm_ = &serial_communicator();
   void use_communicator(const RunFlags& flags);
   RunOutcome outcome_;
+  std::vector<std::string> notes_;
 };
+
+/// The widest default head of a block a growth policy grows (model.attention.d_k unset): its
+/// heads are d_model / 4 wide, at most this.
+inline constexpr size_t kGrowingHeadWidthMax = 64;
 
 /// `growformer resume RUN_DIR`: from the last checkpoint, or from step 0 with the run's
 /// config.resolved.yaml when it stopped before writing one. The run directory is locked.

@@ -113,11 +113,17 @@ struct GainOptions {
                              // rule's costs are
   size_t mute_every = 2;     // paired: the waiting round's heads sit out every N-th training
                              // step (0: never), so the older heads keep working without them
+  // learning: what takes a round back when the growth window ends unpaid. useless (default):
+  // only evidence that its heads are worth less than min_share (the share's upper bound at
+  // z_back standard errors under min_share, and not rising); a round without that evidence is
+  // kept. unproven (the earlier rule): every round not shown to pay at t >= z.
+  bool take_back_useless = true;
+  double z_back = 2.0;  // learning, take_back useless: the upper bound's standard errors
 };
 
 /// What a probe decided.
 struct GainDecision {
-  enum class Kind { None, Grow, Reject, Stop, Reopen } kind = Kind::None;
+  enum class Kind { None, Grow, Reject, Stop, Reopen, Keep } kind = Kind::None;
   double settled = 0.0;  // the settled probe loss (Grow, Reject, Stop)
   double gain = std::numeric_limits<double>::quiet_NaN();  // the last round's gain (if any)
   // the last round's share: the median over the settling window of (L with its heads muted -
@@ -126,6 +132,11 @@ struct GainDecision {
   // paired: the median over the settling window of the share's t statistic and standard error
   double t = std::numeric_limits<double>::quiet_NaN();
   double share_se = std::numeric_limits<double>::quiet_NaN();
+  // learning: the evidence a round was judged on at the growth window's end (Keep, Reject):
+  // the share's upper bound (share + z_back se) and the t of its trend over the round's probes
+  double upper = std::numeric_limits<double>::quiet_NaN();
+  double trend_t = std::numeric_limits<double>::quiet_NaN();
+  const char* evidence = "";  // paid | useless | not_shown_useless | rising | unproven
 };
 
 /// The round rule's state across probes (saved with the policy state).

@@ -44,6 +44,10 @@ struct LearningConstants {
   static constexpr double probe_cost = 0.25;
   /// Once growth stopped, the reopen watch probes this many times less often.
   static constexpr size_t stopped_slowdown = 4;
+  /// The trend of a round's share is fitted over at most its last this many probes, and read
+  /// from at least trend_min (a line through fewer has no spread to test against).
+  static constexpr size_t trend_probes = 32;
+  static constexpr size_t trend_min = 4;
 };
 
 /// One validation probe as a round rule reads it.
@@ -68,10 +72,15 @@ struct LearningState {
   size_t round_step = 0;                                    // the step the waiting round grew at
   double prev = std::numeric_limits<double>::quiet_NaN();   // the probe loss it grew at
   std::vector<std::pair<size_t, long>> round;               // (block, head id) of the waiting round
-  Vec shares, share_ses;  // the waiting round's share and its se at its last W probes
+  Vec shares, share_ses;          // the waiting round's share and its se at its last W probes
+  Vec trend_steps, trend_shares;  // the waiting round's share at each of its probes (the trend)
   double best = std::numeric_limits<double>::quiet_NaN();  // stopped: the lowest probe loss since
   size_t rise = 0;  // stopped: consecutive probes over (1 + reopen_rise) x best
   size_t rounds = 0, rejected = 0, reopened = 0;
+  size_t kept_unpaid = 0;  // rounds kept at the window's end without evidence they are useless
+  // take_back useless: the waiting round was grown on its predecessor's promise, not its pay
+  // (it must pay before another round grows); and the round about to grow will be
+  bool on_promise = false, next_on_promise = false;
   long onset = -1;        // steps from the run's first probe to its learning onset (the
                           // first warm-up's; reported, not used by the decisions)
   size_t next_probe = 0;  // the check index of the next probe
@@ -135,7 +144,7 @@ struct LearningState {
       return out;
     }
     if (!learnt) return out;
-    if (!fits(p.step, p.total, p.step - first_step, o)) {
+    if (!o.take_back_useless && !fits(p.step, p.total, p.step - first_step, o)) {
       out.kind = GainDecision::Kind::Stop;  // too late for a round to be judged
       stop(p.loss);
       return out;
@@ -152,11 +161,15 @@ struct LearningState {
     }
     rounds += 1;
     phase = Trial;
+    on_promise = next_on_promise;
+    next_on_promise = false;
     round_step = step;
     prev = loss;
     round.clear();  // the round's heads are told by the edits, after this
     shares.clear();
     share_ses.clear();
+    trend_steps.clear();
+    trend_shares.clear();
   }
 
   /// The waiting round's share and t over its last W probes (medians; NaN while fewer).
@@ -194,7 +207,12 @@ struct LearningState {
                               .add("rejected", &L::rejected)
                               .add("reopened", &L::reopened)
                               .add("onset", &L::onset)
-                              .add("next_probe", &L::next_probe);
+                              .add("next_probe", &L::next_probe)
+                              .add("trend_steps", &L::trend_steps, 10)
+                              .add("trend_shares", &L::trend_shares, 10)
+                              .add("kept_unpaid", &L::kept_unpaid, 10)
+                              .add("on_promise", &L::on_promise, 10)
+                              .add("next_on_promise", &L::next_on_promise, 10);
     return f;
   }
   void save(std::ostringstream& os) const {
@@ -208,6 +226,9 @@ struct LearningState {
       throw RuntimeError("incrt_geometric: policy state: bad phase");
     if (share_ses.size() != shares.size())
       throw RuntimeError("incrt_geometric: policy state: shares and their errors differ in length");
+    if (trend_steps.size() != trend_shares.size())
+      throw RuntimeError(
+          "incrt_geometric: policy state: the share trend's steps and shares differ");
   }
 
  private:
@@ -224,14 +245,23 @@ struct LearningState {
         shares.erase(shares.begin());
         share_ses.erase(share_ses.begin());
       }
+      trend_steps.push_back(double(p.step));
+      trend_shares.push_back(shares.back());
+      while (trend_shares.size() > LearningConstants::trend_probes) {
+        trend_steps.erase(trend_steps.begin());
+        trend_shares.erase(trend_shares.begin());
+      }
     }
     fill(out);
     const bool is_late = late(p.step, p.total, o);
     const bool pays = std::isfinite(out.share) && std::isfinite(out.t) &&
                       out.share >= o.min_share && out.t >= (is_late ? o.z : o.z_early);
     if (pays) {
-      // paid: the next round grows now, if the window leaves it the time this one needed
-      const bool next = !is_late && fits(p.step, p.total, p.step - round_step, o);
+      out.evidence = "paid";
+      // paid: the next round grows now, if the window leaves it the time this one needed (under
+      // take_back useless a round that cannot be judged in time is kept, so it grows anyway)
+      const bool next =
+          !is_late && (o.take_back_useless || fits(p.step, p.total, p.step - round_step, o));
       out.kind = next ? GainDecision::Kind::Grow : GainDecision::Kind::Stop;
       if (next)
         phase = WarmUp;  // the caller grows the next round now (grown() starts its trial)
@@ -239,12 +269,89 @@ struct LearningState {
         stop(p.loss);
       return out;
     }
+    if (!is_late && promising(p, out, o)) {
+      out.evidence = "promising";
+      out.kind = GainDecision::Kind::Grow;
+      phase = WarmUp;
+      next_on_promise = true;
+      return out;
+    }
     if (is_late) {
-      out.kind = GainDecision::Kind::Reject;
-      rejected += 1;
+      // unpaid when the window ends: taken back on evidence that its heads are useless (or, with
+      // take_back unproven, for want of evidence that they pay); kept otherwise
+      if (judge_unpaid(out, o)) {
+        out.kind = GainDecision::Kind::Reject;
+        rejected += 1;
+      } else {
+        out.kind = GainDecision::Kind::Keep;
+        kept_unpaid += 1;
+      }
       stop(p.loss);
     }
     return out;
+  }
+
+  /// take_back useless: a round not yet paid, but not shown useless, whose heads have trained as
+  /// long as the model took to start learning while the probe loss kept falling: the next round
+  /// grows without waiting for proof (a missing head costs more than a spare one). Its share is
+  /// positive and its upper bound reaches min_share; the loss fell onset_fall since it grew. A
+  /// round itself grown on a promise must pay before another grows, so rounds grown on promise
+  /// at most double what the paid rounds show the task uses.
+  bool promising(const ProbeReading& p, GainDecision& out, const GainOptions& o) const {
+    if (!o.take_back_useless || on_promise || !std::isfinite(out.share) ||
+        !std::isfinite(out.share_se))
+      return false;
+    out.upper = out.share + o.z_back * out.share_se;
+    const double age = double(p.step - round_step);
+    const double maturity = double(std::max<long>(onset, 1));
+    return out.share > 0 && out.upper >= o.min_share && age >= maturity &&
+           p.loss <= prev * (1.0 - LearningConstants::onset_fall);
+  }
+
+  /// The evidence on a round unpaid at the window's end (into OUT); true when it is taken back.
+  /// useless: the median share's upper bound, share + z_back se, is under min_share and the
+  /// share is not rising (its least-squares trend over the round's probes under z_back standard
+  /// errors). A share still rising, or one whose bound reaches min_share, keeps the round: the
+  /// heads the model has not yet learnt to use are not judged by what they carry now.
+  bool judge_unpaid(GainDecision& out, const GainOptions& o) const {
+    out.trend_t = trend_t();
+    if (std::isfinite(out.share) && std::isfinite(out.share_se))
+      out.upper = out.share + o.z_back * out.share_se;
+    if (!o.take_back_useless) {
+      out.evidence = "unproven";
+      return true;
+    }
+    const bool rising = std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
+    const bool useless = std::isfinite(out.upper) && out.upper < o.min_share && !rising;
+    out.evidence = useless ? "useless" : rising ? "rising" : "not_shown_useless";
+    return useless;
+  }
+
+  /// The t statistic of the least-squares slope of the round's share against the step (NaN
+  /// with fewer than trend_min probes or no spread in the steps).
+  double trend_t() const {
+    const size_t n = trend_shares.size();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (n < LearningConstants::trend_min) return nan;
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; ++i) {
+      mx += trend_steps[i] / double(n);
+      my += trend_shares[i] / double(n);
+    }
+    double sxx = 0, sxy = 0;
+    for (size_t i = 0; i < n; ++i) {
+      sxx += (trend_steps[i] - mx) * (trend_steps[i] - mx);
+      sxy += (trend_steps[i] - mx) * (trend_shares[i] - my);
+    }
+    if (!(sxx > 0)) return nan;
+    const double slope = sxy / sxx;
+    double sse = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double r = trend_shares[i] - my - slope * (trend_steps[i] - mx);
+      sse += r * r;
+    }
+    const double se = std::sqrt(sse / double(n - 2) / sxx);
+    return se > 0 ? slope / se : slope > 0 ? 1e300 : slope < 0 ? -1e300 : 0.0;
   }
 
   GainDecision stopped(const ProbeReading& p, const GainOptions& o) {
@@ -271,6 +378,8 @@ struct LearningState {
     rise = 0;
     shares.clear();
     share_ses.clear();
+    trend_steps.clear();
+    trend_shares.clear();
   }
 };
 

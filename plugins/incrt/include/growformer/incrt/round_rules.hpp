@@ -161,6 +161,7 @@ class LearningRule final : public RoundRule {
   void summarize(std::map<std::string, double>& out) const override {
     out["rounds"] = double(s_.rounds);
     out["rounds_rejected"] = double(s_.rejected);
+    out["rounds_kept_unpaid"] = double(s_.kept_unpaid);
     out["reopened"] = double(s_.reopened);
     if (s_.onset >= 0) out["onset_steps"] = double(s_.onset);
   }
