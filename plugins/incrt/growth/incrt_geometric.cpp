@@ -160,8 +160,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
   explicit IncrtGeometric(const gf::Options& o) : set_(IncrtSettings::table().read(o)) {
     if (set_.thresholds == Thresholds::Absolute && !o.is_set("theta_w"))
       o.fail("theta_w", "thresholds: absolute needs an explicit theta_w");
-    // probe_examples unset: 256 for the learning rule (its probe interval keeps the cost at a
-    // quarter of training), 512 for the gain rule (the paired test's power at a plateau)
+    // probe_examples unset: 256 for the learning rule (its probe interval keeps the cost at 15 %
+    // of training), 512 for the gain rule (the paired test's power at a plateau)
     if (set_.gain.probe_examples == 0)
       set_.gain.probe_examples = set_.criterion == Criterion::Gain ? 512 : 256;
     // z unset: 1 for learning (the last look decides keep or take back: a round whose heads carry
@@ -896,7 +896,7 @@ void round_options(IncrtTable& t) {
       .add("probe_examples", &S::gain, &G::probe_examples, "~",
            "learning, gain: validation examples per probe (at most the validation split); unset = "
            "256 "
-           "for learning (its probes every so many checks that they cost at most a quarter of the "
+           "for learning (its probes every so many checks that they cost at most 15 % of the "
            "training work), 512 for gain",
            1, 1e7)
       .add("probe_every", &S::gain, &G::probe_every, "2",

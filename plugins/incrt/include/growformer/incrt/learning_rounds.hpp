@@ -11,7 +11,7 @@
 //   the window ends is taken back, and growth stops.
 // - stopped: the probe loss rising well over the best it reached since (a changed task) reopens
 //   growth, as a new warm-up.
-// The probe's examples and interval are derived so that the probe costs at most a quarter of the
+// The probe's examples and interval are derived so that the probe costs at most 15 % of the
 // training work (`probe_interval`). The state is a pure function of the probes it was fed.
 #pragma once
 
@@ -40,8 +40,10 @@ struct LearningConstants {
   /// a loss flat at chance shows no structure for a head to be aimed at.
   static constexpr double onset_fall = 0.05;
   /// The probe costs at most this fraction of the training work (a probe example's forward pass
-  /// counted as a third of a training example's forward and backward pass).
-  static constexpr double probe_cost = 0.25;
+  /// counted as a third of a training example's forward and backward pass; measured, that count
+  /// is generous: at 0.25 the probes took 11..13 % of the training steps' time on the development
+  /// family, so 0.15 keeps the decisions, checks included, near a tenth).
+  static constexpr double probe_cost = 0.15;
   /// Once growth stopped, the reopen watch probes this many times less often.
   static constexpr size_t stopped_slowdown = 4;
   /// The trend of a round's share is fitted over at most its last this many probes, and read
@@ -279,7 +281,7 @@ struct LearningState {
     if (is_late) {
       // unpaid when the window ends: taken back on evidence that its heads are useless (or, with
       // take_back unproven, for want of evidence that they pay); kept otherwise
-      if (judge_unpaid(out, o)) {
+      if (judge_unpaid(p, out, o)) {
         out.kind = GainDecision::Kind::Reject;
         rejected += 1;
       } else {
@@ -302,18 +304,24 @@ struct LearningState {
         !std::isfinite(out.share_se))
       return false;
     out.upper = out.share + o.z_back * out.share_se;
-    const double age = double(p.step - round_step);
-    const double maturity = double(std::max<long>(onset, 1));
-    return out.share > 0 && out.upper >= o.min_share && age >= maturity &&
+    return out.share > 0 && out.upper >= o.min_share && mature(p) &&
            p.loss <= prev * (1.0 - LearningConstants::onset_fall);
   }
 
+  /// The waiting round has trained as long as the model took to start learning (its onset):
+  /// younger, what its heads carry says little of what they will carry, while the older heads
+  /// still absorb what is easy to learn.
+  bool mature(const ProbeReading& p) const {
+    return double(p.step - round_step) >= double(std::max<long>(onset, 1));
+  }
+
   /// The evidence on a round unpaid at the window's end (into OUT); true when it is taken back.
-  /// useless: the median share's upper bound, share + z_back se, is under min_share and the
-  /// share is not rising (its least-squares trend over the round's probes under z_back standard
-  /// errors). A share still rising, or one whose bound reaches min_share, keeps the round: the
-  /// heads the model has not yet learnt to use are not judged by what they carry now.
-  bool judge_unpaid(GainDecision& out, const GainOptions& o) const {
+  /// useless: the median share's upper bound, share + z_back se, is under min_share, the share
+  /// is not rising (its least-squares trend over the round's probes under z_back standard
+  /// errors) and the round is mature. A share still rising, one whose bound reaches min_share,
+  /// or a round younger than the onset keeps the round: the heads the model has not yet learnt
+  /// to use are not judged by what they carry now.
+  bool judge_unpaid(const ProbeReading& p, GainDecision& out, const GainOptions& o) const {
     out.trend_t = trend_t();
     if (std::isfinite(out.share) && std::isfinite(out.share_se))
       out.upper = out.share + o.z_back * out.share_se;
@@ -322,8 +330,9 @@ struct LearningState {
       return true;
     }
     const bool rising = std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
-    const bool useless = std::isfinite(out.upper) && out.upper < o.min_share && !rising;
-    out.evidence = useless ? "useless" : rising ? "rising" : "not_shown_useless";
+    const bool young = !mature(p);
+    const bool useless = std::isfinite(out.upper) && out.upper < o.min_share && !rising && !young;
+    out.evidence = useless ? "useless" : rising ? "rising" : young ? "young" : "not_shown_useless";
     return useless;
   }
 
