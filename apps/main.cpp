@@ -121,11 +121,14 @@ int cmd_inspect(const std::vector<std::string>& args) {
   po::options_description o("inspect options");
   std::string ck;
   std::vector<std::string> paths;
-  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
-      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")("json", "print JSON");
+  o.add_options()("checkpoint", po::value(&ck)->required(),
+                  "checkpoint (.safetensors), or a run directory (its best checkpoint, else its "
+                  "last)")("plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      "json", "print JSON");
   bool help;
-  auto vm = parse("growformer inspect CHECKPOINT", o, {{"checkpoint", 1}}, args, &help);
+  auto vm = parse("growformer inspect CHECKPOINT|RUN_DIR", o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
+  ck = gf::checkpoint_in(ck);  // a run directory: its best checkpoint, else its last
   gf::CheckpointModel m = gf::read_checkpoint_model(gf::load_checkpoint(ck), ck);
   // parameter counts straight from the file: blocks and heads as the model names them
   std::map<std::string, size_t> per_block, per_head;
@@ -455,7 +458,7 @@ const char* kTopUsage =
     "  plugins [list | describe NAME] [--json]\n"
     "  config check CONFIG [--set KEY=VALUE]...\n"
     "  report RUN_DIR... [--out DIR]\n"
-    "  inspect CHECKPOINT\n"
+    "  inspect CHECKPOINT|RUN_DIR\n"
     "  analyze CHECKPOINT [--data-batches N] [--json]\n"
     "  bench CONFIG [--steps N] [--torch-ref PATH]\n"
     "  sweep SWEEP.yaml\n"

@@ -478,7 +478,7 @@ std::string run_files(const Run& r) {
   h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
   h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th "
        "class=l>library</th>"
-       "<th class=l>sha256</th></tr>\n";
+       "<th class=l>checksum (FNV-1a 64)</th></tr>\n";
   for (auto& l : r.plugins)
     h << "<tr><td class=l>" << esc(l.plugin) << "</td><td class=l>" << esc(l.version)
       << "</td><td class=l>" << esc(l.path) << "</td><td class=l>" << esc(l.checksum.substr(0, 16))
