@@ -274,7 +274,7 @@ void list_plugins(const gf::Registry& reg, bool as_json) {
       if (c.kind == kind)
         std::cout << "  " << c.spec.name
                   << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
-                  << c.spec.doc << "  [" << c.plugin << "]\n";
+                  << c.spec.doc.substr(0, c.spec.doc.find('\n')) << "  [" << c.plugin << "]\n";
   }
   std::cout << "libraries:\n";
   for (auto& l : reg.libraries())
@@ -382,7 +382,8 @@ void markdown_components(const gf::Registry& reg, const std::string& want) {
       if (c.kind != kind || (!want.empty() && c.spec.name != want)) continue;
       any = true;
       std::cout << "## " << gf::kind_name(c.kind) << " `" << c.spec.name << "`\n\n"
-                << md_cell(c.spec.doc) << " (plugin library `" << c.plugin << "`)\n\n";
+                << md_cell(c.spec.doc.substr(0, c.spec.doc.find('\n'))) << " (plugin library `"
+                << c.plugin << "`)\n\n";
       if (c.spec.options.empty()) {
         std::cout << "No options.\n\n";
         continue;

@@ -20,6 +20,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -41,14 +43,47 @@ namespace {
 
 using namespace pybind11::literals;
 
-// The growformer program has no interpreter: start one (without Python's signal handlers, so
-// Ctrl-C stays the trainer's) and release the GIL, which every call below takes. It is never
-// finalised: the process ends with it.
+// Starts the interpreter this build was made for: its executable as the program name (Python
+// finds its standard library and site-packages from there, a virtual environment's too), not
+// `python3` looked up on PATH, which could be another Python's (pyenv's, say) and give this
+// libpython another version's standard library. When that executable is gone, its prefix as
+// the home, unless PYTHONHOME says otherwise. Without Python's signal handlers.
+void start_build_interpreter() {
+#if PY_VERSION_HEX >= 0x03080000
+  PyConfig config;  // as py::initialize_interpreter(false) makes it, with the program name
+  PyConfig_InitIsolatedConfig(&config);
+  config.isolated = 0;
+  config.use_environment = 1;
+  config.install_signal_handlers = 0;
+  std::error_code ec;
+  PyStatus st = PyStatus_Ok();
+  if (std::filesystem::exists(GF_PYTHON_EXECUTABLE, ec))
+    st = PyConfig_SetBytesString(&config, &config.program_name, GF_PYTHON_EXECUTABLE);
+  else if (!std::getenv("PYTHONHOME") && *GF_PYTHON_HOME)
+    st = PyConfig_SetBytesString(&config, &config.home, GF_PYTHON_HOME);
+  if (PyStatus_Exception(st)) {
+    PyConfig_Clear(&config);
+    throw gf::RuntimeError("the `python` policy plugin cannot configure Python " +
+                           std::string(GF_PYTHON_EXECUTABLE));
+  }
+  try {
+    py::initialize_interpreter(&config);  // clears config
+  } catch (const std::exception& e) {
+    throw gf::RuntimeError("the `python` policy plugin cannot start Python " +
+                           std::string(GF_PYTHON_EXECUTABLE) + ": " + e.what());
+  }
+#else
+  py::initialize_interpreter(false);
+#endif
+}
+
+// The growformer program has no interpreter: start one (start_build_interpreter) and release
+// the GIL, which every call below takes. It is never finalised: the process ends with it.
 void ensure_interpreter() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (Py_IsInitialized()) return;
-    py::initialize_interpreter(false);
+    start_build_interpreter();
     PyEval_SaveThread();
   });
 }
