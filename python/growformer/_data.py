@@ -207,6 +207,12 @@ def _inputs(x, where):
                      f"{type(x).__name__}") from None
     if not rows:
         return "text", []
+    for i, r in enumerate(rows):  # a gap in a column of texts (pandas reads one as NaN)
+        if r is None or (isinstance(r, float) and math.isnan(r)):
+            raise _error(f"{where}[{i}]: the text is missing ({'None' if r is None else 'NaN'}); "
+                         "drop the row or give its text")
+        if isinstance(r, (bytes, bytearray)):
+            raise _error(f"{where}[{i}]: bytes, not a text; decode it first (bytes.decode)")
     if all(isinstance(r, str) for r in rows):
         return "text", [_check_text(r, f"{where}[{i}]") for i, r in enumerate(rows)]
     for i, r in enumerate(rows):
