@@ -96,3 +96,28 @@ def test_load_takes_a_checkpoints_folder_and_names_a_config(trained, tiny):
     assert gf.load(trained.parent).evaluate("test") == gf.load(trained).evaluate("test")
     with pytest.raises(RuntimeError, match=r"a text file \(a YAML config\?\), not a checkpoint"):
         gf.load(tiny)
+
+
+def test_load_does_not_print_the_files_an_embedded_config_names(tmp_path):
+    rows = ["%s %s\t%d" % (w, "good" if i % 2 else "bad", i % 2)
+            for i, w in enumerate(["film", "plot", "story", "fun"] * 10)]
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    cfg = {"name": "t", "seed": 3, "threads": 1,
+           "data": {"plugin": "text_tsv", "train": str(tmp_path / "train.tsv")},
+           "model": {"d_model": 8, "layers": 1, "max_len": 8,
+                     "attention": {"plugin": "mha", "heads": 1}},
+           "train": {"steps": 4, "batch_size": 8, "eval_every": 2, "log_every": 2}}
+    run = tmp_path / "run"
+    assert gf.Experiment(cfg).train(run)["finished"]
+    ck = run / "checkpoints" / "last.safetensors"
+    secret = tmp_path / "secret"
+    secret.write_text("root:*:SECRET-CONTENT:0:99999:7:::\n")
+    edit_checkpoint(ck, lambda m: m.update(
+        config=m["config"].replace(str(tmp_path / "train.tsv"), str(secret))))
+    model = gf.load(ck)  # reads no data
+    with pytest.raises(gf.ConfigError) as e:
+        model.evaluate("val")
+    assert "SECRET" not in str(e.value) and str(secret) in str(e.value), str(e.value)
+    with pytest.raises(gf.ConfigError) as e:
+        gf.load(ck, data="all")
+    assert "SECRET" not in str(e.value) and "withheld" in str(e.value), str(e.value)
