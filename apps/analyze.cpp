@@ -11,6 +11,7 @@
 #include <growformer/linalg.hpp>
 #include <growformer/run_events.hpp>
 #include <growformer/trainer.hpp>
+#include <growformer/trainer_state.hpp>
 
 #include "commands.hpp"
 
@@ -175,6 +176,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
                   {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (batches < 1) throw UsageError("--data-batches must be >= 1");
+  ck = gf::checkpoint_in(ck);  // a run directory: its best checkpoint, else its last
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
   const gf::CheckpointPlugins plugins =
       gf::checkpoint_plugin_paths(loaded, ck, paths, vm.count(kTrustOption) > 0);
