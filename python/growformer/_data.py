@@ -432,6 +432,8 @@ def stage_for_eval(data, folder, text_key, label_key, plugin="text_tsv"):
 def predict_texts(inputs, text_column):
     """Inputs to predict on, read once: a list of str (a DataFrame: its text column; a Series or
     numpy array: its values) or of token id lists; ValueError naming the index of a bad one."""
+    if isinstance(inputs, (str, bytes)):  # not a sequence of one-character texts
+        raise TypeError("the inputs are one str; give a list of texts ([text])")
     if _is_frame(inputs):
         col = _column(inputs, (text_column,), ("text", "sentence"), "predict", "text", "text_column")
         inputs = inputs[col]
@@ -441,6 +443,8 @@ def predict_texts(inputs, text_column):
         inputs = inputs.tolist()
     rows = list(inputs)
     for i, r in enumerate(rows):
+        if isinstance(r, (bytes, bytearray)):
+            raise ValueError(f"input {i} is bytes, not a text; decode it first (bytes.decode)")
         if isinstance(r, str):
             try:
                 r.encode("utf-8")
