@@ -300,11 +300,19 @@ std::string heads_chart(const Run& r, const std::vector<const gf::RunEvent*>& ed
   Figure f{prefix + "heads", "heads per block", "step", "heads"};
   f.from_zero = true;
   for (size_t b = 0; b < blocks; ++b) {
+    // the logged counts, and each edit's count after it at its own step (a log point may come
+    // long after the edit: the line steps where the marker is)
     Series s{"block " + std::to_string(b), "steps"};
     for (auto& j : r.train) {
       std::vector<double> heads = j.list("heads");
       if (heads.size() > b) s.pts.push_back({get(j, "step"), heads[b]});
     }
+    for (auto* e : edits) {
+      std::vector<double> heads = e->list("heads");
+      if (heads.size() > b && std::isfinite(heads[b])) s.pts.push_back({get(*e, "step"), heads[b]});
+    }
+    std::stable_sort(s.pts.begin(), s.pts.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
     f.series.push_back(s);
   }
   Series grow{"growth", "points-up"}, prune{"prune", "points-down"};
