@@ -13,6 +13,7 @@ import math
 import numbers
 import os
 import struct
+import warnings
 
 import numpy as np
 
@@ -249,6 +250,12 @@ def split_rows(value, where, text_column, label_column):
                      f"label columns, not {type(value).__name__}")
     if len(xs) == 0:
         raise _error(f"{where}: the split is empty")
+    floats = [v for v in (y.tolist() if _is_series(y) else y)
+              if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)]
+    if floats:  # 1.0 read as the class 1: said, not silent
+        warnings.warn(f"{where}: the labels are floats ({floats[0]!r}, ...); each is read as the "
+                      "int class it equals (1.0 as 1); give ints or strs to say so",
+                      stacklevel=4)
     return kind, xs, ys
 
 
