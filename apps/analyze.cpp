@@ -11,6 +11,7 @@
 #include <growformer/linalg.hpp>
 #include <growformer/run_events.hpp>
 #include <growformer/trainer.hpp>
+#include <growformer/trainer_state.hpp>
 
 #include "commands.hpp"
 
@@ -168,14 +169,24 @@ int cmd_analyze(const std::vector<std::string>& args) {
   long batches = 1;
   o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
       "data-batches", po::value(&batches), "validation batches used as probes (default 1)")(
-      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      kTrustOption, kTrustDoc);
   bool help;
   auto vm = parse("growformer analyze CHECKPOINT [--data-batches N] [--json]", o,
                   {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
   if (batches < 1) throw UsageError("--data-batches must be >= 1");
+  ck = gf::checkpoint_in(ck);  // a run directory: its best checkpoint, else its last
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  auto ex = gf::experiment_from_checkpoint(loaded, ck, paths);
+  const gf::CheckpointPlugins plugins =
+      gf::checkpoint_plugin_paths(loaded, ck, paths, vm.count(kTrustOption) > 0);
+  std::unique_ptr<gf::Experiment> ex;
+  try {
+    ex = gf::inference_from_checkpoint(loaded, ck, plugins.paths);
+  } catch (const gf::ConfigError& e) {
+    gf::rethrow_with_missing_plugins(e, ck, plugins, "`--plugin-path DIR`",
+                                     "`--trust-checkpoint-plugins`");
+  }
   ex->load_weights(loaded, ck);
   const auto& split = ex->data().val.empty() ? ex->data().train : ex->data().val;
   auto blocks = ex->model().blocks();

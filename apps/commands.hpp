@@ -28,6 +28,12 @@ boost::program_options::variables_map parse(
     const std::string& usage, boost::program_options::options_description& opts,
     std::initializer_list<std::pair<const char*, int>> positional,
     const std::vector<std::string>& args, bool* help);
+/// `--trust-checkpoint-plugins` of eval, predict and analyze: the plugin folders a checkpoint
+/// records are searched (and their libraries loaded) only with it.
+inline constexpr const char* kTrustOption = "trust-checkpoint-plugins";
+inline constexpr const char* kTrustDoc =
+    "load the plugin libraries the checkpoint records (native code: only for a checkpoint you "
+    "trust; --plugin-path DIR names one folder instead)";
 /// Loads a config file and applies --set overrides.
 gf::ConfigNode load_config(const std::string& path, const std::vector<std::string>& sets);
 

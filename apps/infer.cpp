@@ -101,18 +101,40 @@ gf::ConfigNode embedded_config(const std::string& text, const std::string& path,
   return cfg;
 }
 
+// Applies `--set data.KEY=VALUE` (a relative path that exists: against the current folder) to
+// CFG; returns the KEY of each.
+std::set<std::string> apply_data_sets(gf::ConfigNode& cfg, const std::vector<std::string>& sets) {
+  std::set<std::string> set_keys;
+  for (const std::string& s : sets) {
+    if (s.rfind("data.", 0) != 0)
+      throw UsageError("--set " + s +
+                       ": only data.KEY=VALUE can change (the model is the checkpoint's)");
+    set_keys.insert(s.substr(5, s.find_first_of(".=", 5) - 5));
+    auto eq = s.find('=');
+    std::string value = eq == std::string::npos ? "" : s.substr(eq + 1);
+    if (!value.empty() && fs::path(value).is_relative() && fs::exists(value))
+      cfg.apply_override(s.substr(0, eq + 1) + fs::absolute(value).string());
+    else
+      cfg.apply_override(s);
+  }
+  return set_keys;
+}
+
+const char* kGiveFileHint = "give the file yourself with --set data.KEY=FILE to see it";
+
 // The checkpoint's experiment, its data changed by `--set data.KEY=VALUE` or replaced by the
 // `data` section of another config; the dataset tokenises with the checkpoint's tokenizer.
 // With that tokenizer only the data named by `need` is read (Experiment's data_need): "none"
 // for predict, the evaluated split for eval, so files of other splits need not exist. Plugins
-// come from --plugin-path and the folders the checkpoint records (the libraries of a run that
-// were found outside the built-in folders); one that is gone is named in the error.
-std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck,
-                                                      const std::string& path,
-                                                      const std::vector<std::string>& given_paths,
-                                                      const std::vector<std::string>& data_sets,
-                                                      const std::string& data_config,
-                                                      const std::string& need) {
+// come from --plugin-path, and with TRUST (--trust-checkpoint-plugins) from the folders the
+// checkpoint records (the libraries of a run that were found outside the built-in folders); a
+// component not found names the recorded libraries (and how to opt in, or those gone). The data
+// files only the embedded config names (into EMBEDDED) must be regular files, and an error
+// reading one does not quote it (gf::withhold_file_contents).
+std::unique_ptr<gf::Experiment> checkpoint_experiment(
+    const gf::Checkpoint& ck, const std::string& path, const std::vector<std::string>& given_paths,
+    bool trust, const std::vector<std::string>& data_sets, const std::string& data_config,
+    const std::string& need, std::vector<std::string>* embedded = nullptr) {
   gf::check_checkpoint_format(ck, path);  // before its config builds anything
   auto cfg_text = ck.metadata.find("config");
   if (cfg_text == ck.metadata.end())
@@ -124,34 +146,32 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(const gf::Checkpoint& ck,
                           ": the checkpoint has no saved tokenizer (it was written before "
                           "tokenizers were saved), so other data cannot be tokenised as in "
                           "training; `growformer resume` it once, or re-train");
-  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, path, given_paths);
+  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, path, given_paths, trust);
   const std::vector<std::string>& plugin_paths = plugins.paths;
   auto dir = ck.metadata.find("config_dir");
+  std::vector<std::string> files;  // named by the embedded config alone
   try {
     gf::ConfigNode cfg =
         embedded_config(cfg_text->second, path, dir == ck.metadata.end() ? "" : dir->second,
                         data_config, plugin_paths);
-    std::set<std::string> set_keys;  // the KEY of each data.KEY... given
-    for (const std::string& s : data_sets) {
-      if (s.rfind("data.", 0) != 0)
-        throw UsageError("--set " + s +
-                         ": only data.KEY=VALUE can change (the model is the checkpoint's)");
-      set_keys.insert(s.substr(5, s.find_first_of(".=", 5) - 5));
-      // a path given on the command line is relative to the current directory
-      auto eq = s.find('=');
-      std::string value = eq == std::string::npos ? "" : s.substr(eq + 1);
-      if (!value.empty() && fs::path(value).is_relative() && fs::exists(value))
-        cfg.apply_override(s.substr(0, eq + 1) + fs::absolute(value).string());
-      else
-        cfg.apply_override(s);
-    }
+    std::set<std::string> set_keys = apply_data_sets(cfg, data_sets);
     drop_other_mode_options(cfg, set_keys, plugin_paths);
-    auto ex = std::make_unique<gf::Experiment>(
-        cfg, plugin_paths, record == ck.metadata.end() ? "" : record->second, need);
+    if (data_config.empty() && need != "none")
+      files = gf::embedded_data_files(cfg.child("data"), set_keys, path);
+    if (embedded) *embedded = files;
+    auto ex = std::make_unique<gf::Experiment>(cfg, plugin_paths,
+                                               record == ck.metadata.end() ? "" : record->second,
+                                               need, gf::ExperimentUse::inference);
     ex->load_weights(ck, path);
     return ex;
   } catch (const gf::ConfigError& e) {
-    gf::rethrow_with_missing_plugins(e, path, plugins, "`--plugin-path DIR`");
+    gf::rethrow_with_missing_plugins(
+        gf::ConfigError(gf::withhold_file_contents(e.what(), files, kGiveFileHint)), path, plugins,
+        "`--plugin-path DIR`", "`--trust-checkpoint-plugins`");
+  } catch (const gf::RuntimeError& e) {
+    const std::string msg = gf::withhold_file_contents(e.what(), files, kGiveFileHint);
+    if (msg == e.what()) throw;
+    throw gf::RuntimeError(msg);
   }
 }
 
@@ -356,7 +376,8 @@ int cmd_eval(const std::vector<std::string>& args) {
       "data", po::value(&data_config),
       "evaluate on the `data:` section of this config, or (text_tsv models, a file not named "
       ".yaml/.yml) on this data file as the test split: TSV, CSV or JSON lines")(
-      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder");
+      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      kTrustOption, kTrustDoc);
   bool help;
   auto vm = parse(
       "growformer eval CHECKPOINT|RUN_DIR [--split val|test|train|all] [--set data.KEY=VALUE]... "
@@ -365,6 +386,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   if (help) return 0;
   if (split != "val" && split != "test" && split != "train" && split != "all")
     throw UsageError("--split must be val, test, train or all");
+  std::string label = split;
   ck = gf::checkpoint_in(ck);
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
   if (!data_config.empty() && !is_config_file(data_config) &&
@@ -374,11 +396,14 @@ int cmd_eval(const std::vector<std::string>& args) {
       throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
     sets.push_back("data.test=" + fs::absolute(data_config).string());
     sets.push_back("data.format=auto");
+    label = data_config;  // the output names the file, not the split it stands in for
     data_config.clear();
   }
   std::unique_ptr<gf::Experiment> ex;
+  std::vector<std::string> embedded;
   try {
-    ex = checkpoint_experiment(loaded, ck, paths, sets, data_config, split);
+    ex = checkpoint_experiment(loaded, ck, paths, vm.count(kTrustOption) > 0, sets, data_config,
+                               split, &embedded);
   } catch (const gf::ConfigError& e) {
     const std::string what = e.what();
     bool unreadable = what.find("cannot open") != std::string::npos ||
@@ -408,7 +433,12 @@ int cmd_eval(const std::vector<std::string>& args) {
     print_eval_json(ck, split, loss, r, names, ex->model().heads_per_block());
     return 0;
   }
-  print_eval(split, r, loss, names, confusion);
+  if (!embedded.empty()) {
+    std::cerr << "data files named by " << ck << "'s embedded config:";
+    for (const std::string& f : embedded) std::cerr << " " << f;
+    std::cerr << "\n";
+  }
+  print_eval(label, r, loss, names, confusion);
   return 0;
 }
 
@@ -419,7 +449,7 @@ struct PredictArgs {
   std::string ck, input, out_path, format = "tsv", bad = "fail";
   std::vector<std::string> paths;
   long batch = 0, threads = -1;
-  bool quiet = false, help = false;
+  bool quiet = false, help = false, trust = false;
 };
 
 PredictArgs parse_predict_args(const std::vector<std::string>& args) {
@@ -438,7 +468,7 @@ PredictArgs parse_predict_args(const std::vector<std::string>& args) {
       "threads", po::value(&a.threads),
       "worker threads (default: the run's setting; 0 = all cores)")(
       "quiet,q", "no progress output")("plugin-path", po::value(&a.paths)->composing(),
-                                       "extra plugin folder");
+                                       "extra plugin folder")(kTrustOption, kTrustDoc);
   auto vm = parse(
       "growformer predict CHECKPOINT|RUN_DIR INPUT [--out FILE] [--format tsv|jsonl] "
       "[--bad-records fail|skip]",
@@ -449,6 +479,7 @@ PredictArgs parse_predict_args(const std::vector<std::string>& args) {
   if (a.batch < 0) throw UsageError("--batch-size must be positive");
   if (!fs::exists(a.input)) throw gf::ConfigError(a.input + ": no such input file");
   a.quiet = vm.count("quiet") > 0;
+  a.trust = vm.count(kTrustOption) > 0;
   return a;
 }
 }  // namespace
@@ -468,7 +499,7 @@ int cmd_predict(const std::vector<std::string>& cli) {
                           ": the checkpoint has no saved tokenizer (it was written before "
                           "tokenizers were saved); `growformer resume` it once, or re-train");
   // the checkpoint alone: model, saved tokenizer and classes; no training data is read
-  auto ex = checkpoint_experiment(loaded, ck, paths, {}, "", "none");
+  auto ex = checkpoint_experiment(loaded, ck, paths, a.trust, {}, "", "none");
   threads = clamp_threads(threads);
   if (threads >= 0) gf::set_num_threads(static_cast<size_t>(threads));
   auto reader = ex->dataset().open_records(input);

@@ -121,11 +121,14 @@ int cmd_inspect(const std::vector<std::string>& args) {
   po::options_description o("inspect options");
   std::string ck;
   std::vector<std::string> paths;
-  o.add_options()("checkpoint", po::value(&ck)->required(), "checkpoint (.safetensors)")(
-      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")("json", "print JSON");
+  o.add_options()("checkpoint", po::value(&ck)->required(),
+                  "checkpoint (.safetensors), or a run directory (its best checkpoint, else its "
+                  "last)")("plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      "json", "print JSON");
   bool help;
-  auto vm = parse("growformer inspect CHECKPOINT", o, {{"checkpoint", 1}}, args, &help);
+  auto vm = parse("growformer inspect CHECKPOINT|RUN_DIR", o, {{"checkpoint", 1}}, args, &help);
   if (help) return 0;
+  ck = gf::checkpoint_in(ck);  // a run directory: its best checkpoint, else its last
   gf::CheckpointModel m = gf::read_checkpoint_model(gf::load_checkpoint(ck), ck);
   // parameter counts straight from the file: blocks and heads as the model names them
   std::map<std::string, size_t> per_block, per_head;
@@ -273,7 +276,7 @@ void list_plugins(const gf::Registry& reg, bool as_json) {
       if (c.kind == kind)
         std::cout << "  " << c.spec.name
                   << std::string(c.spec.name.size() < 22 ? 22 - c.spec.name.size() : 1, ' ')
-                  << c.spec.doc << "  [" << c.plugin << "]\n";
+                  << c.spec.doc.substr(0, c.spec.doc.find('\n')) << "  [" << c.plugin << "]\n";
   }
   std::cout << "libraries:\n";
   for (auto& l : reg.libraries())
@@ -381,7 +384,8 @@ void markdown_components(const gf::Registry& reg, const std::string& want) {
       if (c.kind != kind || (!want.empty() && c.spec.name != want)) continue;
       any = true;
       std::cout << "## " << gf::kind_name(c.kind) << " `" << c.spec.name << "`\n\n"
-                << md_cell(c.spec.doc) << " (plugin library `" << c.plugin << "`)\n\n";
+                << md_cell(c.spec.doc.substr(0, c.spec.doc.find('\n'))) << " (plugin library `"
+                << c.plugin << "`)\n\n";
       if (c.spec.options.empty()) {
         std::cout << "No options.\n\n";
         continue;
@@ -457,7 +461,7 @@ const char* kTopUsage =
     "  plugins [list | describe NAME] [--json]\n"
     "  config check CONFIG [--set KEY=VALUE]...\n"
     "  report RUN_DIR... [--out DIR]\n"
-    "  inspect CHECKPOINT\n"
+    "  inspect CHECKPOINT|RUN_DIR\n"
     "  analyze CHECKPOINT [--data-batches N] [--json]\n"
     "  bench CONFIG [--steps N] [--torch-ref PATH]\n"
     "  sweep SWEEP.yaml\n"

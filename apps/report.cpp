@@ -303,11 +303,19 @@ std::string heads_chart(const Run& r, const std::vector<const gf::RunEvent*>& ed
   Figure f{prefix + "heads", "heads per block", "step", "heads"};
   f.from_zero = true;
   for (size_t b = 0; b < blocks; ++b) {
+    // the logged counts, and each edit's count after it at its own step (a log point may come
+    // long after the edit: the line steps where the marker is)
     Series s{"block " + std::to_string(b), "steps"};
     for (auto& j : r.train) {
       std::vector<double> heads = j.list("heads");
       if (heads.size() > b) s.pts.push_back({get(j, "step"), heads[b]});
     }
+    for (auto* e : edits) {
+      std::vector<double> heads = e->list("heads");
+      if (heads.size() > b && std::isfinite(heads[b])) s.pts.push_back({get(*e, "step"), heads[b]});
+    }
+    std::stable_sort(s.pts.begin(), s.pts.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
     f.series.push_back(s);
   }
   Series grow{"growth", "points-up"}, prune{"prune", "points-down"};
@@ -513,7 +521,7 @@ std::string run_files(const Run& r) {
   h << "<h3>resolved configuration</h3><pre>" << esc(r.config) << "</pre>\n";
   h << "<h3>plugins</h3><table><tr><th class=l>plugin</th><th class=l>version</th><th "
        "class=l>library</th>"
-       "<th class=l>sha256</th></tr>\n";
+       "<th class=l>checksum (FNV-1a 64)</th></tr>\n";
   for (auto& l : r.plugins)
     h << "<tr><td class=l>" << esc(l.plugin) << "</td><td class=l>" << esc(l.version)
       << "</td><td class=l>" << esc(l.path) << "</td><td class=l>" << esc(l.checksum.substr(0, 16))

@@ -74,6 +74,13 @@ TEST_CASE("wrong types, ranges and choices") {
   CHECK(has(e, "did you mean `slow`?"));
   CHECK(has(config_error("sec:\n  sizes: 3\n", kSpecs), "expected a list of int"));
   CHECK(has(config_error("sec:\n  steps: [1]\n", kSpecs), "expected a single value"));
+  // a quoted number is a string: refused where a number goes (plain numbers, overrides too)
+  CHECK(has(config_error("sec:\n  steps: \"2\"\n", kSpecs),
+            "expected an integer, found the string \"2\" (quoted)"));
+  CHECK(has(config_error("sec:\n  lr: '0.5'\n", kSpecs), "expected a number, found the string"));
+  CHECK(has(config_error("sec:\n  sizes: [1, \"2\"]\n", kSpecs), "(quoted)"));
+  CHECK(config_error("sec:\n  steps: 2\n  lr: 0.5\n", kSpecs).empty());
+  CHECK(config_error("sec: {}\n", kSpecs, "sec.steps=3").empty());
 }
 
 TEST_CASE("a duplicate key is an error with its location") {

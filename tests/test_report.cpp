@@ -291,3 +291,41 @@ TEST_CASE("report: a report that fails on a full disk keeps the previous report.
   for (auto& e : fs::directory_iterator(html.parent_path()))
     CHECK(!has(e.path().filename().string(), ".tmp-"));  // no partial file left
 }
+
+TEST_CASE("report: the heads line steps at the edit, not at the next log point") {
+  const fs::path dir = fs::temp_directory_path() / ("gf_report_steps_" + std::to_string(getpid()));
+  fs::create_directories(dir / "fake" / "bin");
+  fs::create_directories(dir / "dat");
+  // a gnuplot that keeps the data files of each figure and writes an empty SVG
+  std::ofstream(dir / "fake/bin/gnuplot")
+      << "#!/bin/sh\n[ \"$1\" = --version ] && exit 0\n"
+         "cp \"$(dirname \"$1\")\"/*.dat \"$GF_DAT_COPY\"/ 2>/dev/null\n"
+         "out=$(sed -n 's/^set output \"\\(.*\\)\"$/\\1/p' \"$1\")\n"
+         "echo \"<svg xmlns='http://www.w3.org/2000/svg'></svg>\" > \"$out\"\n";
+  fs::permissions(dir / "fake/bin/gnuplot", fs::perms::owner_all);
+  std::ofstream(dir / "run.yaml")
+      << "name: s\nseed: 1\nthreads: 1\n"
+         "data: {plugin: listops, train_size: 64, val_size: 16, test_size: 16, min_length: 4, "
+         "max_length: 12, max_depth: 2, max_args: 3}\n"
+         "model: {d_model: 8, layers: 1, max_len: 16, attention: {plugin: mha, heads: 1, "
+         "max_heads: 4}}\n"
+         "optimizer: {plugin: adamw, lr: 0.003}\n"
+         "train: {steps: 20, batch_size: 8, warmup: 1, eval_every: 0, log_every: 10, "
+         "check_every: 3}\n"
+         "growth: {plugin: fixed_schedule, every: 3, start: 3, max_heads: 2}\n";
+  const std::string run_dir = (dir / "run").string(), out = (dir / "out.txt").string();
+  Cli t = run(std::string(GF_BIN) + " train " + (dir / "run.yaml").string() + " --run-dir " +
+                  run_dir + " --quiet",
+              out);
+  REQUIRE_MESSAGE(t.status == 0, t.output);
+  Cli r =
+      run("PATH=" + (dir / "fake/bin").string() + ":$PATH GF_DAT_COPY=" + (dir / "dat").string() +
+              " " + GF_BIN + " report " + run_dir,
+          out);
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  // block 0: 2 heads from the growth at step 3, which lies before the first log point (10)
+  std::string block0 = read_text(dir / "dat/heads_0.dat");
+  INFO(block0);
+  CHECK(has("\n" + block0, "\n3 2\n"));  // before: only the log points, 10 and 20
+  fs::remove_all(dir);
+}

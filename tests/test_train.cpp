@@ -911,3 +911,15 @@ TEST_CASE("memory: a head that would not fit is refused as an event, and trainin
   fs::remove(out);
 #endif
 }
+
+TEST_CASE("cli: pruning.min_heads 0 is refused when the config is read, naming the option") {
+  const std::string cfg = tmpdir("min_heads0") + ".yaml";
+  for (const char* plugin : {"magnitude", "directional_energy"}) {
+    std::ofstream(cfg) << kTiny << "pruning: {plugin: " << plugin << ", min_heads: 0}\n";
+    Cli c = run_cli("config check " + cfg);
+    INFO(c.output);
+    CHECK(c.status == 2);
+    CHECK(has(c.output, "min_heads"));
+  }
+  fs::remove(cfg);
+}

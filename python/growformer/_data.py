@@ -13,6 +13,7 @@ import math
 import numbers
 import os
 import struct
+import warnings
 
 import numpy as np
 
@@ -207,6 +208,12 @@ def _inputs(x, where):
                      f"{type(x).__name__}") from None
     if not rows:
         return "text", []
+    for i, r in enumerate(rows):  # a gap in a column of texts (pandas reads one as NaN)
+        if r is None or (isinstance(r, float) and math.isnan(r)):
+            raise _error(f"{where}[{i}]: the text is missing ({'None' if r is None else 'NaN'}); "
+                         "drop the row or give its text")
+        if isinstance(r, (bytes, bytearray)):
+            raise _error(f"{where}[{i}]: bytes, not a text; decode it first (bytes.decode)")
     if all(isinstance(r, str) for r in rows):
         return "text", [_check_text(r, f"{where}[{i}]") for i, r in enumerate(rows)]
     for i, r in enumerate(rows):
@@ -243,6 +250,12 @@ def split_rows(value, where, text_column, label_column):
                      f"label columns, not {type(value).__name__}")
     if len(xs) == 0:
         raise _error(f"{where}: the split is empty")
+    floats = [v for v in (y.tolist() if _is_series(y) else y)
+              if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)]
+    if floats:  # 1.0 read as the class 1: said, not silent
+        warnings.warn(f"{where}: the labels are floats ({floats[0]!r}, ...); each is read as the "
+                      "int class it equals (1.0 as 1); give ints or strs to say so",
+                      stacklevel=4)
     return kind, xs, ys
 
 
@@ -426,6 +439,8 @@ def stage_for_eval(data, folder, text_key, label_key, plugin="text_tsv"):
 def predict_texts(inputs, text_column):
     """Inputs to predict on, read once: a list of str (a DataFrame: its text column; a Series or
     numpy array: its values) or of token id lists; ValueError naming the index of a bad one."""
+    if isinstance(inputs, (str, bytes)):  # not a sequence of one-character texts
+        raise TypeError("the inputs are one str; give a list of texts ([text])")
     if _is_frame(inputs):
         col = _column(inputs, (text_column,), ("text", "sentence"), "predict", "text", "text_column")
         inputs = inputs[col]
@@ -435,6 +450,8 @@ def predict_texts(inputs, text_column):
         inputs = inputs.tolist()
     rows = list(inputs)
     for i, r in enumerate(rows):
+        if isinstance(r, (bytes, bytearray)):
+            raise ValueError(f"input {i} is bytes, not a text; decode it first (bytes.decode)")
         if isinstance(r, str):
             try:
                 r.encode("utf-8")

@@ -119,13 +119,22 @@ std::unique_ptr<gf::GrowthPolicy> make(const gf::Options& o, const std::string& 
   return std::unique_ptr<gf::GrowthPolicy>(load_bridge()(a));
 }
 
+// The second line of each component's documentation (the first is its summary, the line of
+// docs/OPTIONS.md): the interpreter a policy runs in, this build's.
+const std::string kInterpreter =
+    "\n  interpreter: " GF_PYTHON_EXECUTABLE " (Python " GF_PYTHON_VERSION ", " GF_LIBPYTHON
+    "), the one the growformer program starts whatever python3 is first on PATH (inside a "
+    "python3 process, the policy runs in that process's Python)";
+
 void register_python(gf::Registry& r) {
-  r.add_growth({"python", "a growth policy class written in Python (class: module.Class)",
-                PythonSettings::table().specs()},
-               [](const gf::Options& o) { return make(o, "growth"); });
-  r.add_pruning({"python", "a pruning rule class written in Python (class: module.Class)",
-                 PythonSettings::table().specs()},
-                [](const gf::Options& o) { return make(o, "pruning"); });
+  r.add_growth(
+      {"python", "a growth policy class written in Python (class: module.Class)" + kInterpreter,
+       PythonSettings::table().specs()},
+      [](const gf::Options& o) { return make(o, "growth"); });
+  r.add_pruning(
+      {"python", "a pruning rule class written in Python (class: module.Class)" + kInterpreter,
+       PythonSettings::table().specs()},
+      [](const gf::Options& o) { return make(o, "pruning"); });
 }
 
 }  // namespace

@@ -371,6 +371,14 @@ std::string other_data_hint(const std::string& plugin) {
   return "evaluate other data with `growformer eval CHECKPOINT --set data.KEY=FILE`";
 }
 
+// MSG (an error reading the data files a checkpoint's config names) without what it could quote
+// of them (gf::withhold_file_contents).
+std::string withheld(const PyExperiment& p, const std::string& msg) {
+  return gf::withhold_file_contents(
+      msg, gf::embedded_data_files(p.ex->config().child("data"), {}, p.source),
+      "evaluate the file yourself with evaluate(data=...) to see it");
+}
+
 // SPLIT of a model loaded with data=None: read from the files of its config when first asked
 // for, with the checkpoint's saved tokenizer (only that split's file, where the dataset can),
 // and kept. The checkpoint holds no data: a file that is gone is one error naming it and the
@@ -379,6 +387,7 @@ const std::vector<gf::Example>& lazy_split(PyExperiment& p, const std::string& s
   auto it = p.lazy.find(split);
   if (it != p.lazy.end()) return it->second;
   const std::string plugin = data_plugin(*p.ex);
+  gf::embedded_data_files(p.ex->config().child("data"), {}, p.source);  // refuses a device
   gf::ConfigNode node = gf::ConfigNode::load_string(p.ex->config().child("data").dump(), "<data>",
                                                     p.ex->config().base_dir());
   auto unreadable = [&](const char* what) {
@@ -400,9 +409,9 @@ const std::vector<gf::Example>& lazy_split(PyExperiment& p, const std::string& s
     Busy busy;
     d = ds->load();
   } catch (const gf::ConfigError& e) {
-    throw unreadable(e.what());
+    throw unreadable(withheld(p, e.what()).c_str());
   } catch (const gf::RuntimeError& e) {
-    throw unreadable(e.what());
+    throw unreadable(withheld(p, e.what()).c_str());
   }
   const gf::DataSplits& mine = p.ex->data();
   if (d.num_classes != mine.num_classes || d.vocab_size != mine.vocab_size)
@@ -858,7 +867,7 @@ py::list heads(const PyExperiment& p) {
 // "train", "val" or "test" read that now; "none" reads none. Plugins come from PLUGIN_PATHS and
 // the folders the checkpoint records.
 std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_obj,
-                                   py::object plugin_paths_obj) {
+                                   py::object plugin_paths_obj, bool trust_plugins) {
   const std::string checkpoint = gf::checkpoint_in(path_arg(checkpoint_obj, "load: checkpoint"));
   const std::vector<std::string> given = path_list(plugin_paths_obj, "load: plugin_paths");
   forget_policy_error();
@@ -884,16 +893,14 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_ob
   if (data != "all" && record == ck.metadata.end())
     throw gf::ConfigError(checkpoint +
                           ": the checkpoint has no saved tokenizer; load it with data='all'");
-  auto dir = ck.metadata.find("config_dir");
-  gf::ConfigNode node = gf::ConfigNode::load_string(cfg->second, checkpoint + " (embedded config)",
-                                                    dir == ck.metadata.end() ? "" : dir->second);
-  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, checkpoint, given);
+  const gf::CheckpointPlugins plugins =
+      gf::checkpoint_plugin_paths(ck, checkpoint, given, trust_plugins);
   try {
-    p->ex = std::make_unique<gf::Experiment>(node, plugins.paths,
-                                             record == ck.metadata.end() ? "" : record->second,
-                                             data == "lazy" ? "none" : data);
+    p->ex = gf::inference_from_checkpoint(ck, checkpoint, plugins.paths,
+                                          data == "lazy" ? "none" : data);
   } catch (const gf::ConfigError& e) {
-    gf::rethrow_with_missing_plugins(e, checkpoint, plugins, "plugin_paths=[DIR]");
+    gf::rethrow_with_missing_plugins(e, checkpoint, plugins, "plugin_paths=[DIR]",
+                                     "trust_plugins=True");
   }
   p->ex->load_weights(ck, checkpoint);
   p->data_need = data;
@@ -1169,9 +1176,12 @@ checkpoints/last.safetensors. The checkpoint stands alone: predict() needs no da
 DATA: None (the default) reads no data now; a split ('train', 'val', 'test') is read from the
 files of the model's config when first evaluated or asked for (split_tokens), and a file that is
 gone is an error naming it; 'all' reads every split now, 'train', 'val' or 'test' that one now,
-'none' none ever. PLUGIN_PATHS: more plugin folders; the folders of plugins the run loaded from
-outside the built-in ones are recorded in the checkpoint and searched too (an error names a
-recorded plugin that is gone and its folder).)doc";
+'none' none ever. PLUGIN_PATHS: more plugin folders. The folders of plugins the run loaded from
+outside the built-in ones are recorded in the checkpoint; they are searched only with
+TRUST_PLUGINS=True (their libraries are native code: trust the checkpoint's source first).
+Without it an error names the recorded libraries when a component is not found. The checkpoint's
+growth and pruning policies are never built: the experiment predicts and evaluates, and a run
+continues with growformer.resume.)doc";
 
 /// growformer.Experiment: building, training, evaluation and prediction.
 void bind_experiment_runs(py::class_<PyExperiment>& cls) {
@@ -1192,7 +1202,7 @@ void bind_experiment_runs(py::class_<PyExperiment>& cls) {
           [](PyExperiment& p, py::object run_dir_obj, py::object callback, long every,
              long stop_after, bool quiet, py::object data) {
             const std::string run_dir = path_arg(run_dir_obj, "train: run_dir");
-            if (p.data_need != "all")
+            if (p.data_need != "all" || !p.source.empty())
               throw gf::ConfigError(
                   "an experiment loaded from a checkpoint trains with "
                   "growformer.resume(run_dir), not train");
@@ -1312,7 +1322,7 @@ void bind_experiment_properties(py::class_<PyExperiment>& cls) {
 /// load, resume and the run-log readers.
 void bind_functions(py::module_& m) {
   m.def("load", &load, "checkpoint"_a, "data"_a = py::none(),
-        "plugin_paths"_a = std::vector<std::string>{}, kLoadDoc);
+        "plugin_paths"_a = std::vector<std::string>{}, "trust_plugins"_a = false, kLoadDoc);
   m.def(
       "resume",
       [](py::object run_dir_obj, py::object callback, long every, long stop_after, bool quiet,

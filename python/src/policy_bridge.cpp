@@ -20,6 +20,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -41,14 +43,47 @@ namespace {
 
 using namespace pybind11::literals;
 
-// The growformer program has no interpreter: start one (without Python's signal handlers, so
-// Ctrl-C stays the trainer's) and release the GIL, which every call below takes. It is never
-// finalised: the process ends with it.
+// Starts the interpreter this build was made for: its executable as the program name (Python
+// finds its standard library and site-packages from there, a virtual environment's too), not
+// `python3` looked up on PATH, which could be another Python's (pyenv's, say) and give this
+// libpython another version's standard library. When that executable is gone, its prefix as
+// the home, unless PYTHONHOME says otherwise. Without Python's signal handlers.
+void start_build_interpreter() {
+#if PY_VERSION_HEX >= 0x03080000
+  PyConfig config;  // as py::initialize_interpreter(false) makes it, with the program name
+  PyConfig_InitIsolatedConfig(&config);
+  config.isolated = 0;
+  config.use_environment = 1;
+  config.install_signal_handlers = 0;
+  std::error_code ec;
+  PyStatus st = PyStatus_Ok();
+  if (std::filesystem::exists(GF_PYTHON_EXECUTABLE, ec))
+    st = PyConfig_SetBytesString(&config, &config.program_name, GF_PYTHON_EXECUTABLE);
+  else if (!std::getenv("PYTHONHOME") && *GF_PYTHON_HOME)
+    st = PyConfig_SetBytesString(&config, &config.home, GF_PYTHON_HOME);
+  if (PyStatus_Exception(st)) {
+    PyConfig_Clear(&config);
+    throw gf::RuntimeError("the `python` policy plugin cannot configure Python " +
+                           std::string(GF_PYTHON_EXECUTABLE));
+  }
+  try {
+    py::initialize_interpreter(&config);  // clears config
+  } catch (const std::exception& e) {
+    throw gf::RuntimeError("the `python` policy plugin cannot start Python " +
+                           std::string(GF_PYTHON_EXECUTABLE) + ": " + e.what());
+  }
+#else
+  py::initialize_interpreter(false);
+#endif
+}
+
+// The growformer program has no interpreter: start one (start_build_interpreter) and release
+// the GIL, which every call below takes. It is never finalised: the process ends with it.
 void ensure_interpreter() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (Py_IsInitialized()) return;
-    py::initialize_interpreter(false);
+    start_build_interpreter();
     PyEval_SaveThread();
   });
 }
@@ -154,6 +189,46 @@ void add_fields(gf::Event& e, py::handle fields, const std::string& where) {
   }
 }
 
+// The class A names (module.Class, the module imported with A's folders on sys.path); the GIL
+// is held. ConfigError naming WHERE when it cannot be found.
+py::object policy_class(const PolicyArgs& a, const std::string& where) {
+  size_t dot = a.class_path.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == a.class_path.size())
+    throw gf::ConfigError(where + "`" + a.class_path + "` is not module.Class");
+  std::string mod_name = a.class_path.substr(0, dot), cls_name = a.class_path.substr(dot + 1);
+  py::object cls;
+  try {
+    py::list path = py::module_::import("sys").attr("path");
+    for (auto it = a.paths.rbegin(); it != a.paths.rend(); ++it)
+      if (!path.contains(py::str(*it))) path.insert(0, py::str(*it));
+    if (!a.python_dir.empty() && !path.contains(py::str(a.python_dir))) path.append(a.python_dir);
+    py::module_ mod = py::module_::import(mod_name.c_str());
+    if (mod_name == "__main__" && !py::hasattr(mod, cls_name.c_str()))
+      throw gf::ConfigError(where + "`" + a.class_path + "` was defined in the script that " +
+                            "started the run, which this process is not running; resume the " +
+                            "run from that script (growformer.resume(run_dir)), or move the " +
+                            "class into a module beside it and name it as module.Class");
+    if (!py::hasattr(mod, cls_name.c_str()))
+      throw gf::ConfigError(where + "module `" + mod_name + "` (" +
+                            py::str(mod.attr("__file__")).cast<std::string>() + ") has no `" +
+                            cls_name + "`");
+    cls = mod.attr(cls_name.c_str());
+  } catch (py::error_already_set& e) {
+    std::string search;
+    try {
+      search = py::str(py::module_::import("sys").attr("path")).cast<std::string>();
+    } catch (...) {
+      PyErr_Clear();
+    }
+    std::string msg = where + "cannot import module `" + mod_name +
+                      "`: " + describe_python_error(e) + "\n  sys.path: " + search +
+                      "\n  (add its folder to `" + a.role + ".path` or PYTHONPATH)";
+    remember_policy_error(msg, e);
+    throw gf::ConfigError(msg);
+  }
+  return cls;
+}
+
 class PythonPolicy : public gf::GrowthPolicy {
  public:
   explicit PythonPolicy(const PolicyArgs& a) : role_(a.role), class_path_(a.class_path) {
@@ -161,35 +236,7 @@ class PythonPolicy : public gf::GrowthPolicy {
     ensure_interpreter();
     py::gil_scoped_acquire gil;
     const std::string where = a.class_where + ": `" + a.role + ".class`: ";
-    size_t dot = a.class_path.rfind('.');
-    if (dot == std::string::npos || dot == 0 || dot + 1 == a.class_path.size())
-      throw gf::ConfigError(where + "`" + a.class_path + "` is not module.Class");
-    std::string mod_name = a.class_path.substr(0, dot), cls_name = a.class_path.substr(dot + 1);
-    py::object cls;
-    try {
-      py::list path = py::module_::import("sys").attr("path");
-      for (auto it = a.paths.rbegin(); it != a.paths.rend(); ++it)
-        if (!path.contains(py::str(*it))) path.insert(0, py::str(*it));
-      if (!a.python_dir.empty() && !path.contains(py::str(a.python_dir))) path.append(a.python_dir);
-      py::module_ mod = py::module_::import(mod_name.c_str());
-      if (!py::hasattr(mod, cls_name.c_str()))
-        throw gf::ConfigError(where + "module `" + mod_name + "` (" +
-                              py::str(mod.attr("__file__")).cast<std::string>() + ") has no `" +
-                              cls_name + "`");
-      cls = mod.attr(cls_name.c_str());
-    } catch (py::error_already_set& e) {
-      std::string search;
-      try {
-        search = py::str(py::module_::import("sys").attr("path")).cast<std::string>();
-      } catch (...) {
-        PyErr_Clear();
-      }
-      std::string msg = where + "cannot import module `" + mod_name +
-                        "`: " + describe_python_error(e) + "\n  sys.path: " + search +
-                        "\n  (add its folder to `" + a.role + ".path` or PYTHONPATH)";
-      remember_policy_error(msg, e);
-      throw gf::ConfigError(msg);
-    }
+    py::object cls = policy_class(a, where);
     if (!PyCallable_Check(cls.ptr()))
       throw gf::ConfigError(where + "`" + a.class_path + "` is " + short_repr(cls) +
                             ", not a class");

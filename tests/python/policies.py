@@ -242,3 +242,15 @@ class RaisesInInit:
 
     def check(self, view):
         return []
+
+
+class AddMany:
+    """Asks for N heads in block 0 at the check of step `at`, all in one check."""
+
+    def __init__(self, n=65534, at=10):
+        self.n, self.at = n, at
+
+    def check(self, view):
+        if view.step != self.at:
+            return []
+        return [{"op": "add_head", "block": 0, "reason": "many"} for _ in range(self.n)]

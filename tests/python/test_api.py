@@ -1,7 +1,10 @@
 """The module's API as a Python user meets it: paths and numpy integers where paths and ints go,
 one result dict for train(), a stopped run and resume(), counts as ints, a policy's exception
 as the __cause__ of the error, and a policy class given as the class object."""
+import os
 import pathlib
+import subprocess
+import sys
 import traceback
 
 import numpy as np
@@ -180,3 +183,26 @@ def test_a_policy_class_given_as_the_class_object(tiny, tmp_path):
                      "options": {"at": lambda: 20}}
     with pytest.raises(gf.ConfigError, match=r"growth\.options\.at: <function .*> \(function\) is not a config value"):
         gf.Experiment(cfg)
+
+
+def test_a_policy_class_of_the_script_names_the_way_to_resume(tiny, tmp_path):
+    # a class defined in the script that trains (its __main__): the program, which runs no
+    # script, says so and how to go on, instead of "cannot import module `__main__`"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "import growformer as gf\n"
+        "class EveryN:\n"
+        "    def check(self, view):\n"
+        "        return []\n"
+        "cfg = gf.Config.load(sys.argv[1]).to_dict()\n"
+        "cfg['growth'] = {'plugin': 'python', 'class': EveryN}\n"
+        "assert gf.Experiment(cfg).train(sys.argv[2], stop_after=10)['stopped_at'] == 10\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, str(script), tiny, str(tmp_path / "run")], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    rc, out = cli("resume", str(tmp_path / "run"), "--quiet")
+    assert rc == 2, out
+    assert "`__main__.EveryN` was defined in the script that started the run" in out, out
+    assert "growformer.resume(run_dir)" in out, out

@@ -155,6 +155,19 @@ def test_bad_data_is_one_message_naming_the_split_and_row(tmp_path):
         gf.Experiment(config(), data=(texts, labels[:5] + [1] + labels[6:]))
     with pytest.raises(gf.ConfigError, match=r"data\['train'\]\[1\]\[4\]: the label is missing \(NaN\)"):
         gf.Experiment(config(), data=(texts, [0.0] * 4 + [float("nan")] + [1.0] * 35))
+    # float labels are read as the int classes they equal, and it is said
+    with pytest.warns(UserWarning, match=r"data\['train'\]: the labels are floats \(0\.0, \.\.\.\)"):
+        gf.Experiment(config(), data=(texts, [float(i % 2) for i in range(40)]))
+    # a missing text names its row and the cause (not "a text among token id sequences")
+    gap = pd.DataFrame({"text": texts[:6] + [float("nan")] + texts[7:], "label": labels})
+    with pytest.raises(gf.ConfigError, match=r"data\['train'\]\['text'\]\[6\]: the text is "
+                                             r"missing \(NaN\)"):
+        gf.Experiment(config(), data=gap)
+    with pytest.raises(gf.ConfigError, match=r"data\['train'\]\[0\]\[2\]: the text is missing "
+                                             r"\(None\)"):
+        gf.Experiment(config(), data=(texts[:2] + [None] + texts[3:], labels))
+    with pytest.raises(gf.ConfigError, match=r"data\['train'\]\[0\]\[0\]: bytes, not a text"):
+        gf.Experiment(config(), data=([t.encode() for t in texts], labels))
     df = pd.DataFrame({"review": texts, "label": labels})
     with pytest.raises(gf.ConfigError, match=r"the DataFrame has no text column \(looked for 'text' or "
                                              r"'sentence'; set data.text_column .*columns: review, label"):

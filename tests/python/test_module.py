@@ -133,6 +133,12 @@ def test_predict_strings_of_a_text_dataset(tmp_path):
     assert np.array_equal(model.predict(["good\tfun", "good\nfun"]), model.predict(["good fun"] * 2))
     with pytest.raises(ValueError, match="predict: input 1 is empty"):
         model.predict(["good", " \t"])
+    # one str is not a list of one-character texts; bytes are not texts
+    for call in (model.predict, model.tokenize):
+        with pytest.raises(TypeError, match=r"one str; give a list of texts|wrap one string"):
+            call("good fun")
+        with pytest.raises(ValueError, match=r"input 1 is bytes, not a text"):
+            call(["good", b"fun"])
 
 
 def test_parameters_and_heads_are_copies_by_name(tiny, tmp_path):

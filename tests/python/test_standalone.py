@@ -151,23 +151,28 @@ def test_plugin_folders_recorded_in_the_checkpoint(tmp_path):
     assert gf.Experiment(cfg, plugin_paths=[folder]).train(run)["finished"]
     ck = run / "checkpoints" / "best.safetensors"
     want = gf.load(ck, plugin_paths=[folder]).predict(["good fun"])
-    # found again through the checkpoint: no plugin_paths, no --plugin-path
-    assert np.array_equal(gf.load(ck).predict(["good fun"]), want)
+    # the checkpoint's recorded folder is searched only when the user trusts it
+    with pytest.raises(gf.ConfigError, match=r"(?s)temperature_dot.*trust_plugins=True"):
+        gf.load(ck)
+    assert np.array_equal(gf.load(ck, trust_plugins=True).predict(["good fun"]), want)
     rc, out = cli("eval", str(ck), "--json")
+    assert rc == 2 and "--trust-checkpoint-plugins" in out, out
+    rc, out = cli("eval", str(ck), "--json", "--trust-checkpoint-plugins")
     assert rc == 0, out
     (tmp_path / "in.txt").write_text("good fun\n")
-    rc, out = cli("predict", str(ck), str(tmp_path / "in.txt"), "--quiet")
+    rc, out = cli("predict", str(ck), str(tmp_path / "in.txt"), "--quiet",
+                  "--trust-checkpoint-plugins")
     assert rc == 0, out
     # the folder gone: the error names the plugin, where it was and how to give it
     moved = tmp_path / "elsewhere"
     os.rename(folder, moved)
     with pytest.raises(gf.ConfigError) as e:
-        gf.load(ck)
+        gf.load(ck, trust_plugins=True)
     msg = str(e.value)
     assert "temperature_dot" in msg and str(folder) in msg and "plugin_paths=[DIR]" in msg, msg
-    rc, out = cli("eval", str(ck))
+    rc, out = cli("eval", str(ck), "--trust-checkpoint-plugins")
     assert rc == 2 and "temperature_dot" in out and str(folder) in out and "--plugin-path DIR" in out, out
-    rc, out = cli("predict", str(ck), str(tmp_path / "in.txt"))
+    rc, out = cli("predict", str(ck), str(tmp_path / "in.txt"), "--trust-checkpoint-plugins")
     assert rc == 2 and "--plugin-path DIR" in out, out
     assert np.array_equal(gf.load(ck, plugin_paths=[moved]).predict(["good fun"]), want)
     rc, out = cli("eval", str(ck), "--json", "--plugin-path", str(moved))

@@ -152,6 +152,15 @@ RawCheckpoint split_header(const uint8_t* bytes, size_t fsize, const std::string
                        " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  // a text file (a YAML config, say) read as a checkpoint: its first bytes make a huge length
+  bool text = n > fsize - 8;
+  for (size_t i = 0; text && i < 8; ++i)
+    text = bytes[i] == '\t' || bytes[i] == '\n' || bytes[i] == '\r' ||
+           (bytes[i] >= 0x20 && bytes[i] < 0x7f);
+  if (text)
+    throw RuntimeError(path +
+                       ": a text file (a YAML config?), not a checkpoint: give a checkpoint "
+                       "(.safetensors) or the run directory that holds one");
   if (n > fsize - 8)
     throw RuntimeError(path + ": corrupt or truncated checkpoint: header claims " +
                        std::to_string(n) + " bytes but the file has " + std::to_string(fsize - 8));

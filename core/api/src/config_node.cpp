@@ -125,8 +125,16 @@ std::string ConfigNode::as_string() const {
   return impl_->node.Scalar();
 }
 
+namespace {
+// A quoted scalar ("2", '0.5') is a string in YAML: an option that takes a number refuses it
+// rather than reading the digits (yaml-cpp tags a quoted scalar "!", a plain one "?").
+bool quoted(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "!"; }
+}  // namespace
+
 int64_t ConfigNode::as_int() const {
   std::string s = as_string();
+  if (quoted(impl_->node))
+    fail("expected an integer, found the string \"" + s + "\" (quoted): write it without quotes");
   try {
     size_t pos = 0;
     long long v = std::stoll(s, &pos);
@@ -142,6 +150,8 @@ int64_t ConfigNode::as_int() const {
 
 double ConfigNode::as_float() const {
   std::string s = as_string();
+  if (quoted(impl_->node))
+    fail("expected a number, found the string \"" + s + "\" (quoted): write it without quotes");
   try {
     size_t pos = 0;
     double v = std::stod(s, &pos);

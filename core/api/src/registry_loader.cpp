@@ -214,6 +214,12 @@ void Registry::load_directories(const std::vector<std::string>& dirs) {
   }
 }
 
+std::string Registry::library_checksum(const std::string& path) {
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) throw RuntimeError(path + ": cannot read plugin library");
+  return file_checksum(path);
+}
+
 std::vector<std::string> Registry::search_path(const std::vector<std::string>& cli_paths) {
   std::vector<std::string> out;
   auto split = [&](const std::string& s) {

@@ -64,8 +64,9 @@ std::string default_growing_width(ConfigNode& cfg, const Registry& registry) {
 }  // namespace
 
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
-                       const std::string& data_record, const std::string& data_need)
-    : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()) {
+                       const std::string& data_record, const std::string& data_need,
+                       ExperimentUse use)
+    : cfg_(std::move(cfg)), registry_(std::make_unique<Registry>()), use_(use) {
   // plugins, a policy's import and the data load may take long or hang: Ctrl-C ends them
   AbandonableCall setup("the run's setup (its plugins, policies, data and model)");
   const Options top(cfg_, options(), "the configuration");
@@ -86,7 +87,7 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   set_num_threads(threads_ ? threads_ : cores_per_process());
   registry_->load_directories(Registry::search_path(plugin_paths));
   // a new run's defaults that depend on other parts (a checkpoint's config has them written)
-  if (data_record.empty()) {
+  if (data_record.empty() && use_ == ExperimentUse::training) {
     const std::string width = default_growing_width(cfg_, *registry_);
     if (!width.empty()) {
       notes_.push_back(width);
@@ -114,6 +115,14 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
 void Experiment::build_training_parts(const ExperimentSettings& top) {
   Options to(top.train, TrainSettings::options(), "train");
   settings_ = TrainSettings(to);
+  if (use_ == ExperimentUse::inference) {
+    // the model needs none of them: a policy named by a checkpoint's config is never built
+    for (const ConfigNode* n : {&top.optimizer, &top.growth, &top.pruning})
+      if (n->valid()) n->mark_consumed();
+    if (settings_.switch_at > 0 && settings_.switch_data.valid())
+      settings_.switch_data.mark_consumed();
+    return;
+  }
   optimizer_ = registry_->create_optimizer(top.optimizer);
   schedule_.peak = optimizer_->peak_lr();
   schedule_.warmup = settings_.warmup;
@@ -125,6 +134,14 @@ void Experiment::build_training_parts(const ExperimentSettings& top) {
 }
 
 Experiment::~Experiment() = default;
+
+void Experiment::require_training(const char* what) const {
+  if (use_ == ExperimentUse::training) return;
+  throw ConfigError(std::string(what) +
+                    ": this experiment was built for inference from a checkpoint (no growth or "
+                    "pruning policy, no optimizer); continue a run with `growformer resume "
+                    "RUN_DIR` (growformer.resume), or train a new one from its config");
+}
 
 Batch Experiment::make_batch(const std::vector<Example>& split,
                              const std::vector<size_t>& idx) const {
@@ -154,6 +171,7 @@ void check_same_on_every_process(Communicator& comm, const char* what, const std
 }  // namespace
 
 int Experiment::train(const RunFlags& flags) {
+  require_training("train");
   use_communicator(flags);
   check_same_on_every_process(*comm_, "--run-dir", flags.run_dir);
   std::string root_dir;
@@ -186,6 +204,7 @@ int Experiment::train(const RunFlags& flags) {
 }
 
 int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
+  require_training("restart");
   use_communicator(flags);
   check_same_on_every_process(*comm_, "the run directory", run_dir);
   RunDir dir(run_dir);
@@ -202,6 +221,7 @@ int Experiment::restart(const std::string& run_dir, const RunFlags& flags) {
 }
 
 int Experiment::resume(const std::string& run_dir, const RunFlags& flags) {
+  require_training("resume");
   use_communicator(flags);
   check_same_on_every_process(*comm_, "the run directory", run_dir);
   RunDir dir(run_dir);

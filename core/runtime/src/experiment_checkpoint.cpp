@@ -10,6 +10,7 @@
 
 #include "growformer/checkpoint.hpp"
 #include "growformer/json_text.hpp"
+#include "growformer/trainer_state.hpp"
 #include "trainer_impl.hpp"
 
 namespace gf {
@@ -127,19 +128,51 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(
   return experiment_from_checkpoint(load_checkpoint(path), path, plugin_paths);
 }
 
-std::unique_ptr<Experiment> experiment_from_checkpoint(
-    const Checkpoint& ck, const std::string& path, const std::vector<std::string>& plugin_paths) {
+namespace {
+// The embedded config of checkpoint CK (relative data paths against the original config's
+// folder) and its data record ("" in checkpoints written before it was saved).
+ConfigNode embedded_config(const Checkpoint& ck, const std::string& path, std::string* record) {
   check_checkpoint_format(ck, path);  // before its config builds anything
   auto it = ck.metadata.find("config");
   if (it == ck.metadata.end())
     throw RuntimeError(path + ": not a growformer checkpoint (no embedded config)");
   auto dir = ck.metadata.find("config_dir");
-  // relative data paths resolve against the original config's folder
-  ConfigNode cfg = ConfigNode::load_string(it->second, path + " (embedded config)",
-                                           dir == ck.metadata.end() ? "" : dir->second);
-  auto data = ck.metadata.find("data");  // absent in checkpoints written before it was saved
-  return std::make_unique<Experiment>(cfg, plugin_paths,
-                                      data == ck.metadata.end() ? "" : data->second);
+  auto data = ck.metadata.find("data");
+  *record = data == ck.metadata.end() ? "" : data->second;
+  return ConfigNode::load_string(it->second, path + " (embedded config)",
+                                 dir == ck.metadata.end() ? "" : dir->second);
+}
+}  // namespace
+
+std::unique_ptr<Experiment> experiment_from_checkpoint(
+    const Checkpoint& ck, const std::string& path, const std::vector<std::string>& plugin_paths) {
+  std::string record;
+  ConfigNode cfg = embedded_config(ck, path, &record);
+  return std::make_unique<Experiment>(cfg, plugin_paths, record);
+}
+
+std::unique_ptr<Experiment> inference_from_checkpoint(const Checkpoint& ck, const std::string& path,
+                                                      const std::vector<std::string>& plugin_paths,
+                                                      const std::string& data_need) {
+  std::string record;
+  ConfigNode cfg = embedded_config(ck, path, &record);
+  // the data files only the checkpoint names: regular files, and errors that do not quote them
+  const std::vector<std::string> files = data_need == "none" && !record.empty()
+                                             ? std::vector<std::string>()
+                                             : embedded_data_files(cfg.child("data"), {}, path);
+  const char* hint = "give the file yourself (a data config, or --set data.KEY=FILE) to see it";
+  try {
+    return std::make_unique<Experiment>(cfg, plugin_paths, record, data_need,
+                                        ExperimentUse::inference);
+  } catch (const ConfigError& e) {
+    const std::string msg = withhold_file_contents(e.what(), files, hint);
+    if (msg == e.what()) throw;
+    throw ConfigError(msg);
+  } catch (const RuntimeError& e) {
+    const std::string msg = withhold_file_contents(e.what(), files, hint);
+    if (msg == e.what()) throw;
+    throw RuntimeError(msg);
+  }
 }
 
 }  // namespace gf

@@ -116,7 +116,7 @@ void Experiment::load_data(ConfigNode data_node, const std::string& data_record,
   if (data_.num_classes < 2)
     throw ConfigError("data: the dataset has " + std::to_string(data_.num_classes) +
                       " class(es); classification needs at least 2");
-  if (settings_.switch_at > 0 && all) load_switch_data();
+  if (settings_.switch_at > 0 && all && use_ == ExperimentUse::training) load_switch_data();
 }
 
 void Experiment::check_without_data(ConfigNode data_node) {

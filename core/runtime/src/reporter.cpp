@@ -44,6 +44,15 @@ std::ofstream open_log(const std::string& path) {
 }  // namespace
 
 class Reporter::Sink : public EventSink {
+  // The counts the editor writes (heads per block, heads asked for) as JSON integers; other
+  // numbers as they are (null when not finite).
+  static json number(const std::string& key, double v) {
+    if (!std::isfinite(v)) return json(nullptr);
+    if ((key == "heads" || key == "requested") && v == std::floor(v) && std::fabs(v) < 9e15)
+      return json(static_cast<long long>(v));
+    return json(v);
+  }
+
  public:
   explicit Sink(const std::string& path) : path(path) {
     if (!path.empty()) out = open_log(path);
@@ -57,9 +66,13 @@ class Reporter::Sink : public EventSink {
     j["type"] = e.type;
     if (e.block >= 0) j["block"] = e.block;
     if (e.head >= 0) j["head"] = e.head;
-    for (auto& [k, v] : e.numbers) j[k] = std::isfinite(v) ? json(v) : json(nullptr);
+    for (auto& [k, v] : e.numbers) j[k] = number(k, v);
     for (auto& [k, v] : e.strings) j[k] = v;
-    for (auto& [k, v] : e.lists) j[k] = v;
+    for (auto& [k, v] : e.lists) {
+      json list = json::array();
+      for (double x : v) list.push_back(number(k, x));
+      j[k] = list;
+    }
     write_line(out, path, dump_json(j));
   }
 };

@@ -1,6 +1,8 @@
 #include "growformer/structure_editor.hpp"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "growformer/errors.hpp"
 #include "growformer/interrupt.hpp"
@@ -169,14 +171,29 @@ std::vector<Edit> StructureEditor::check(size_t step) {
       AbandonableCall c = policy_call(policies_[p], "check", step);
       edits = policies_[p].policy->check(view(step, p));
     }
-    for (Edit& e : edits)
-      if (apply(e, p, step) != kRefused) applied.push_back(std::move(e));
+    // the heads asked for in each block, admitted (or refused as one event) before any is added
+    std::map<size_t, size_t> adds;
+    for (const Edit& e : edits)
+      if (e.kind == Edit::Kind::AddHead && e.block < blocks_.size()) ++adds[e.block];
+    std::set<size_t> refused;
+    for (const auto& [block, count] : adds)
+      if (refuse_heads(block, count, p)) refused.insert(block);
+    for (Edit& e : edits) {
+      if (e.kind == Edit::Kind::AddHead && refused.count(e.block)) continue;
+      if (edit(e, p, step) != kRefused) applied.push_back(std::move(e));
+    }
   }
   if (model_ && optimizer_) forget_removed(*optimizer_, before, *model_);
   return applied;
 }
 
 int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
+  if (e.kind == Edit::Kind::AddHead && e.block < blocks_.size() && refuse_heads(e.block, 1, p))
+    return kRefused;
+  return edit(e, p, step);
+}
+
+int StructureEditor::edit(const Edit& e, size_t p, size_t step) {
   if (e.block >= blocks_.size())
     throw RuntimeError("a growth or pruning policy asked to edit block " + std::to_string(e.block) +
                        " of " + std::to_string(blocks_.size()));
@@ -185,7 +202,6 @@ int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
   Event ev = e.cause;
   ev.block = static_cast<long>(e.block);
   if (e.kind == Edit::Kind::AddHead) {
-    if (refuse_head(e, p)) return kRefused;
     new_id = blk->add_head(e.init, *policies_[p].rng, step);
     ev.type = ev.type.empty() ? "grow" : ev.type;
     ev.head = new_id;
@@ -207,14 +223,15 @@ int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
   return new_id;
 }
 
-bool StructureEditor::refuse_head(const Edit& e, size_t p) {
+bool StructureEditor::refuse_heads(size_t block, size_t count, size_t p) {
   if (!admit_head_) return false;
-  const std::string why = admit_head_(e.block);
+  const std::string why = admit_head_(block, count);
   if (why.empty()) return false;
   Event ev;
   ev.type = "growth_refused";
-  ev.block = static_cast<long>(e.block);
-  ev.numbers = {{"heads", static_cast<double>(blocks_[e.block]->num_heads())}};
+  ev.block = static_cast<long>(block);
+  ev.numbers = {{"heads", static_cast<double>(blocks_[block]->num_heads())},
+                {"requested", static_cast<double>(count)}};
   ev.strings = {{"reason", why}, {"policy", policies_[p].role}};
   if (events_) events_->emit(ev);
   return true;

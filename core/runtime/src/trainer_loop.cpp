@@ -84,7 +84,8 @@ class Experiment::Loop {
                  {ex.pruning_.get(), &st_.pruning_rng, "pruning", plugin_of(ex.cfg_, "pruning")}},
                 &report_->events(), static_cast<size_t>(ts_.steps)) {
     editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
-    editor_.set_head_admission([this](size_t block) { return admit_head(block); });
+    editor_.set_head_admission(
+        [this](size_t block, size_t count) { return admit_heads(block, count); });
     need_probe_ = editor_.needs_probe();
     need_masks_ = editor_.needs_head_mask_grads();
     const char* timing = std::getenv("GROWFORMER_DP_TIMING");
@@ -443,44 +444,46 @@ class Experiment::Loop {
     verify_same_model(step, "after the structure check");
   }
 
-  /// Whether a step still fits in memory with one more head in block B: "" when it does (the
-  /// head is added), else why not (the growth is refused with an event, training goes on). What
-  /// the process holds besides tensors, the largest tensor memory a step has taken so far, the
-  /// heads admitted earlier in this check, and the new head's parameters (with gradients and
+  /// Whether a step still fits in memory with COUNT more heads in block B: "" when it does (the
+  /// heads are added), else why not (the growth is refused with one event, training goes on).
+  /// What the process holds besides tensors, the largest tensor memory a step has taken so far,
+  /// the heads admitted earlier in this check, and the new heads' parameters (with gradients and
   /// optimizer state) and activations, against the limit the up-front estimate used.
-  std::string admit_head(size_t b) {
+  std::string admit_heads(size_t b, size_t count) {
     const MemoryLimit lim = memory_limit();
     const PoolStats ps = pool_stats();
     const double other =
         std::max(0.0, process_memory(lim) - static_cast<double>(ps.bytes_live + ps.bytes_cached));
-    const double head = head_bytes(b);
+    const double heads = head_bytes(b) * static_cast<double>(count);
     // The pool's cached buffers count beside the step's peak: a step with one more head asks for
     // larger tensors than the cached ones, which then stay mapped beside the new ones (measured:
     // counting the peak alone let a 350 MB address space run out one head after the last
     // admitted one).
     const double need = other + static_cast<double>(ps.bytes_cached) +
-                        static_cast<double>(ps.bytes_peak) + admitted_bytes_ + head;
+                        static_cast<double>(ps.bytes_peak) + admitted_bytes_ + heads;
+    const std::string what = count == 1 ? "one more head" : std::to_string(count) + " more heads";
     const std::string kept = "training goes on with " + std::to_string(blocks_[b]->num_heads()) +
                              " heads there (lower train.batch_size or max_heads, or give the "
                              "process more memory)";
     double over = need > lim.bytes ? 1.0 : 0.0;
-    if (comm_.size() > 1) {  // every process decides alike: a head is added everywhere or nowhere
+    if (comm_.size() > 1) {  // every process decides alike: heads are added everywhere or nowhere
       comm_.allreduce_sum(&over, 1);
       if (over > 0 && need <= lim.bytes)
-        return "another process of this data-parallel run has no memory for one more head in "
-               "block " +
-               std::to_string(b) + "; " + kept;
+        return "another process of this data-parallel run has no memory for " + what +
+               " in block " + std::to_string(b) + "; " + kept;
     }
     if (over == 0) {
-      admitted_bytes_ += head;
+      admitted_bytes_ += heads;
       return "";
     }
-    const std::string why = "a training step with one more head in block " + std::to_string(b) +
-                            " would need about " + gib(need) + " (" + gib(head) +
-                            " for the head), more than the " + gib(lim.bytes) + " of " + lim.from +
-                            "; " + kept;
+    const std::string why = "a training step with " + what + " in block " + std::to_string(b) +
+                            " would need about " + gib(need) + " (" + gib(heads) + " for the " +
+                            (count == 1 ? "head" : "heads") + "), more than the " + gib(lim.bytes) +
+                            " of " + lim.from + "; " + kept;
     if (!said_refused_)  // once on the console; every refusal is a `growth_refused` event
-      report_->say("\nstep " + std::to_string(step_) + ": a head is refused: " + why + "\n");
+      report_->say("\nstep " + std::to_string(step_) + ": " +
+                   (count == 1 ? "a head is" : std::to_string(count) + " heads are") +
+                   " refused: " + why + "\n");
     said_refused_ = true;
     return why;
   }
@@ -759,7 +762,7 @@ class Experiment::Loop {
   long step_ = 0;              // the step being trained (-1: the final test)
   bool best_due_ = false;      // this step's validation is the best so far: checkpoints/best is due
   long saved_step_ = -1;       // the step of checkpoints/last (-1: none yet)
-  double admitted_bytes_ = 0;  // the heads admitted in this check (admit_head)
+  double admitted_bytes_ = 0;  // the heads admitted in this check (admit_heads)
   bool said_refused_ = false;  // a refused head was reported on the console
   // wall seconds per phase of the loop (the timing line of GROWFORMER_DP_TIMING=1)
   struct PhaseTimes {

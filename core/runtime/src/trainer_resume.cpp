@@ -3,6 +3,8 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,22 +20,79 @@ using trainer_detail::kConfigDirLine;
 using trainer_detail::read_resolved_config;
 
 namespace {
+std::string folder_of(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return (ec ? fs::path(path) : p).lexically_normal().string();
+}
+
+// A folder plugins.lock adds to the search path holds only the libraries the lock names, as they
+// were when the run started: each checked against the lock's checksum before anything loads
+// it (a library's static constructors run when it is loaded), any other libgf_*.so refused.
+void check_locked_folder(const RunDir& dir, const std::string& folder,
+                         const std::vector<PluginLock>& locked) {
+  const std::string use_as_is =
+      "; resume loads only the libraries the run used, as they were: put that build back, or "
+      "give `--plugin-path " +
+      printable(folder) + "` to load the folder as it is now";
+  std::set<std::string> names;
+  for (const PluginLock& l : locked) {
+    names.insert(fs::path(l.path).filename().string());
+    const std::string found = Registry::library_checksum(l.path);
+    if (found != l.checksum)
+      throw RuntimeError(dir.plugins_lock() + ": plugin `" + printable(l.plugin) + "` " +
+                         printable(l.version) + " from " + printable(l.path) +
+                         ": checksum expected " + printable(l.checksum) + ", found " + found +
+                         " (the file changed since the run started)" + use_as_is);
+  }
+  std::error_code ec;
+  for (const auto& ent : fs::directory_iterator(folder, ec)) {
+    const std::string name = ent.path().filename().string();
+    if (name.rfind("libgf_", 0) == 0 && ent.path().extension() == ".so" && !names.count(name))
+      throw RuntimeError(dir.plugins_lock() + ": " + printable(ent.path().string()) +
+                         " is a plugin library the run did not use (plugins.lock names in that "
+                         "folder only " +
+                         printable(fs::path(locked.front().path).filename().string()) +
+                         (locked.size() > 1 ? " and others" : "") + ")" + use_as_is);
+  }
+}
+
 // The plugin folders a resume searches: --plugin-path first, then the folders of the libraries
 // the run's plugins.lock names (so a plugin found through --plugin-path when the run started
-// needs no flag again). Lock entries whose library is gone are returned in MISSING.
+// needs no flag again), each checked by check_locked_folder unless it is searched anyway (given,
+// GROWFORMER_PLUGIN_PATH, built in). Lock entries whose library is gone are returned in MISSING.
 std::vector<std::string> resume_plugin_paths(const RunDir& dir, std::vector<std::string> paths,
-                                             std::vector<PluginLock>* missing) {
+                                             std::vector<PluginLock>* missing,
+                                             std::vector<PluginLock>* checked) {
   std::error_code ec;
   if (!fs::exists(dir.plugins_lock(), ec)) return paths;
+  std::set<std::string> searched;
+  for (const std::string& d : Registry::search_path(paths)) searched.insert(folder_of(d));
+  std::map<std::string, std::vector<PluginLock>> added;  // folder -> its locked libraries
   for (const PluginLock& l : read_plugin_lock(dir)) {
     if (!fs::is_regular_file(l.path, ec)) {
       missing->push_back(l);
       continue;
     }
     std::string folder = fs::path(l.path).parent_path().string();
+    if (searched.count(folder_of(folder))) continue;
+    added[folder].push_back(l);
+    checked->push_back(l);
     if (std::find(paths.begin(), paths.end(), folder) == paths.end()) paths.push_back(folder);
   }
+  for (const auto& [folder, locked] : added) check_locked_folder(dir, folder, locked);
   return paths;
+}
+
+// The version each checked library reports, once loaded, against the lock's (the checksums
+// matched, so this holds unless the lock was edited).
+void check_versions(const RunDir& dir, Registry& registry, const std::vector<PluginLock>& checked) {
+  for (const PluginLock& l : checked)
+    for (const LoadedLibrary& got : registry.libraries())
+      if (folder_of(got.path) == folder_of(l.path) && got.version != l.version)
+        throw RuntimeError(dir.plugins_lock() + ": plugin `" + printable(l.plugin) + "` from " +
+                           printable(l.path) + ": version expected " + printable(l.version) +
+                           ", found " + printable(got.version));
 }
 
 // A configuration error of a resume, with the lock's libraries that are missing now (a
@@ -59,8 +118,8 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
                                         "directory, e.g. runs/NAME, that `train` made"
                                       : ": no such run directory"));
   RunFlags flags = flags_in;
-  std::vector<PluginLock> missing;
-  flags.plugin_paths = resume_plugin_paths(dir, flags.plugin_paths, &missing);
+  std::vector<PluginLock> missing, checked;
+  flags.plugin_paths = resume_plugin_paths(dir, flags.plugin_paths, &missing, &checked);
   // stopped between writing the best and the last checkpoint: continue from the best (rank 0
   // copies it; the others look for last after it)
   Communicator* comm = flags.comm;
@@ -77,6 +136,7 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
     } catch (const ConfigError& e) {
       rethrow_with_missing(e, dir, missing);
     }
+    check_versions(dir, ex->registry(), checked);
     return ex->resume(run_dir, flags);
   }
   dir.refuse_restart_over_best();
@@ -102,6 +162,7 @@ int resume_run(const std::string& run_dir, const RunFlags& flags_in) {
   } catch (const ConfigError& e) {
     rethrow_with_missing(e, dir, missing);
   }
+  check_versions(dir, ex->registry(), checked);
   return ex->restart(run_dir, flags);
 }
 

@@ -1,6 +1,7 @@
 #include "growformer/trainer_state.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -176,14 +177,39 @@ std::string checkpoint_in(const std::string& path) {
   RunDir dir(path);
   for (const std::string& ck : {dir.best_checkpoint(), dir.last_checkpoint()})
     if (fs::is_regular_file(ck, ec)) return ck;
+  // a run's checkpoints/ folder itself
+  for (const char* name : {"best.safetensors", "last.safetensors"})
+    if (fs::is_regular_file(fs::path(path) / name, ec)) return (fs::path(path) / name).string();
   throw RuntimeError(path + ": a directory without a checkpoint: looked for " +
                      dir.best_checkpoint() + ", then " + dir.last_checkpoint() +
                      " (give a checkpoint file, or the "
                      "directory of a run that wrote one)");
 }
 
+namespace {
+// One recorded library as the messages name it.
+std::string recorded_line(const json& l, const std::string& lib) {
+  return "plugin `" + printable(l.value("plugin", std::string("?"))) + "` " +
+         printable(l.value("version", std::string())) + " from " + printable(lib);
+}
+
+// Why a recorded library is refused even with the opt-in ("" when it is not): a relative folder
+// or path would be resolved against the working directory (where the checkpoint was put, say),
+// and the folder searched is the one the library lies in.
+std::string refused_library(const std::string& lib, const std::string& folder) {
+  if (fs::path(folder).is_relative() || fs::path(lib).is_relative())
+    return "a relative folder or path (never resolved against the working directory)";
+  const std::string name = fs::path(lib).filename().string();
+  if (name.rfind("libgf_", 0) != 0 || fs::path(name).extension() != ".so")
+    return "not a plugin library's name (libgf_*.so)";
+  if (folder_key(fs::path(lib).parent_path().string()) != folder_key(folder))
+    return "the library does not lie in the recorded folder `" + printable(folder) + "`";
+  return "";
+}
+}  // namespace
+
 CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::string& path,
-                                          const std::vector<std::string>& given) {
+                                          const std::vector<std::string>& given, bool trust) {
   CheckpointPlugins out;
   out.paths = given;
   auto it = ck.metadata.find("plugin_libraries");
@@ -195,11 +221,19 @@ CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::strin
   for (const json& l : json_bytes_tree(libs)) {
     if (!l.is_object() || !l.value("path", json()).is_string() ||
         !l.value("folder", json()).is_string())
-      throw RuntimeError(path + ": corrupt `plugin_libraries` record: " + l.dump().substr(0, 120));
+      throw RuntimeError(
+          path + ": corrupt `plugin_libraries` record: " + printable(l.dump().substr(0, 120)));
     const std::string lib = l["path"].get<std::string>(), folder = l["folder"].get<std::string>();
+    const std::string refused = refused_library(lib, folder);
+    if (!trust) {
+      out.untrusted.push_back(recorded_line(l, lib) +
+                              (refused.empty() ? "" : " (refused: " + refused + ")"));
+      continue;
+    }
+    if (!refused.empty())
+      throw RuntimeError(path + ": records " + recorded_line(l, lib) + ": refused: " + refused);
     if (!fs::is_regular_file(lib, ec)) {
-      out.missing.push_back("plugin `" + l.value("plugin", std::string("?")) + "` " +
-                            l.value("version", std::string()) + " from " + lib);
+      out.missing.push_back(recorded_line(l, lib));
       continue;
     }
     if (std::find(out.paths.begin(), out.paths.end(), folder) == out.paths.end())
@@ -209,14 +243,82 @@ CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::strin
 }
 
 void rethrow_with_missing_plugins(const ConfigError& e, const std::string& path,
-                                  const CheckpointPlugins& plugins, const std::string& flag) {
-  if (plugins.missing.empty()) throw e;
+                                  const CheckpointPlugins& plugins, const std::string& flag,
+                                  const std::string& trust_flag) {
+  if (plugins.missing.empty() && plugins.untrusted.empty()) throw e;
   std::string msg = e.what();
-  msg += "\n  " + path +
-         " was trained with plugin libraries that are missing now (moved or deleted?):";
-  for (const std::string& m : plugins.missing) msg += "\n    " + m;
-  msg += "\n  put the library back there, or give " + flag + " with the folder it is in now";
+  if (!plugins.untrusted.empty()) {
+    msg += "\n  " + path +
+           " records plugin libraries it was trained with; none was loaded (a checkpoint's "
+           "libraries run native code, so they are used only when you ask):";
+    for (const std::string& m : plugins.untrusted) msg += "\n    " + m;
+    msg += "\n  if you trust this checkpoint and those files, give " + trust_flag + ", or give " +
+           flag + " with the folder of the plugin you mean";
+  }
+  if (!plugins.missing.empty()) {
+    msg += "\n  " + path +
+           " was trained with plugin libraries that are missing now (moved or deleted?):";
+    for (const std::string& m : plugins.missing) msg += "\n    " + m;
+    msg += "\n  put the library back there, or give " + flag + " with the folder it is in now";
+  }
   throw ConfigError(msg);
+}
+
+namespace {
+void collect_files(const ConfigNode& node, const std::string& base, std::vector<std::string>* out) {
+  if (node.is_map()) {
+    for (const std::string& k : node.keys()) collect_files(node.child(k), base, out);
+  } else if (node.is_sequence()) {
+    for (const ConfigNode& c : node.items()) collect_files(c, base, out);
+  } else if (node.is_scalar()) {
+    const std::string v = node.as_string();
+    if (v.empty() || v.size() > 4096) return;
+    std::error_code ec;
+    fs::path p = fs::path(v).is_absolute() || base.empty() ? fs::path(v) : fs::path(base) / v;
+    if (fs::exists(p, ec)) out->push_back(p.lexically_normal().string());
+  }
+}
+}  // namespace
+
+std::vector<std::string> embedded_data_files(const ConfigNode& data,
+                                             const std::set<std::string>& user_keys,
+                                             const std::string& checkpoint) {
+  std::vector<std::string> out;
+  if (!data.valid() || !data.is_map()) return out;
+  // a copy of the section: reading it here marks nothing of the real config consumed
+  ConfigNode copy = ConfigNode::load_string(data.dump(), "<data>", data.base_dir());
+  for (const std::string& k : copy.keys())
+    if (!user_keys.count(k)) collect_files(copy.child(k), data.base_dir(), &out);
+  for (const std::string& f : out) {
+    std::error_code ec;
+    fs::file_status st = fs::status(f, ec);
+    if (!fs::is_regular_file(st) && !fs::is_directory(st))
+      throw RuntimeError(checkpoint + ": its embedded config names `" + printable(f) +
+                         "` as data, which is not a regular file (a device, a FIFO or a "
+                         "socket): refused; give the data yourself with --set data.KEY=FILE");
+  }
+  return out;
+}
+
+std::string withhold_file_contents(const std::string& msg, const std::vector<std::string>& files,
+                                   const std::string& hint) {
+  for (const std::string& f : files) {
+    size_t at = msg.find(f);
+    if (at == std::string::npos) continue;
+    size_t end = at + f.size();
+    for (int field = 0; field < 2; ++field) {  // :LINE, :COLUMN
+      size_t d = end + 1;
+      while (d < msg.size() && std::isdigit(static_cast<unsigned char>(msg[d]))) ++d;
+      if (end < msg.size() && msg[end] == ':' && d > end + 1) end = d;
+    }
+    if (msg.compare(end, 14, ": cannot open ") == 0) continue;
+    return msg.substr(0, end) +
+           ": cannot be read as this data set's file (the reason is withheld: the file was "
+           "named by the checkpoint's embedded config, not by you, and the message could quote "
+           "its contents; " +
+           hint + ")";
+  }
+  return msg;
 }
 
 Checkpoint make_training_checkpoint(const TrainingParts& p) {

@@ -64,8 +64,8 @@ struct PruneCommon {
     return gf::OptionTable<PruneCommon>()
         .add("grace", &PruneCommon::grace, grace,
              "steps after a head's birth before it can be pruned", 0, 1e12)
-        .add("min_heads", &PruneCommon::min_heads, "1", "never prune a block below this many heads",
-             0, 1e6)
+        .add("min_heads", &PruneCommon::min_heads, "1",
+             "never prune a block below this many heads (a block keeps one at least)", 1, 1e6)
         .add("max_per_check", &PruneCommon::max_per_check, "1",
              "heads removed per block and check at most", 1, 1e6);
   }

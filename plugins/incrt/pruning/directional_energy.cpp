@@ -89,7 +89,8 @@ struct PruneSettings {
                1e9)
           .add("grace", &S::grace, "100", "steps after a head's birth before it can be pruned", 0,
                1e12)
-          .add("min_heads", &S::min_heads, "1", "never prune a block below this many heads", 0, 1e6)
+          .add("min_heads", &S::min_heads, "1",
+               "never prune a block below this many heads (a block keeps one at least)", 1, 1e6)
           .add("max_per_check", &S::max_per_check, "1", "heads removed per block and check at most",
                1, 1e6)
           .add("release_direction", &S::release_direction, "true",

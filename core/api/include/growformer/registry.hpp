@@ -26,7 +26,7 @@ const char* kind_name(Kind k);
 /// What a component declares about itself.
 struct ComponentSpec {
   std::string name;
-  std::string doc;  // one line
+  std::string doc;  // one line (more lines: details `plugins describe` prints, not the lists)
   OptionSpecs options;
 };
 
@@ -45,7 +45,8 @@ struct ComponentInfo {
 };
 
 struct LoadedLibrary {
-  std::string path, plugin, version, sha256;
+  std::string path, plugin, version;
+  std::string sha256;  // the file's checksum: Registry::library_checksum (FNV-1a 64, not SHA-256)
 };
 struct FailedLibrary {
   std::string path, error;
@@ -93,6 +94,10 @@ class Registry {
   /// initialiser or register callback throws uncaught, crashes or hangs (30 s) is recorded as
   /// failed with the child's message instead of ending this process.
   void load_directories(const std::vector<std::string>& dirs);
+  /// The checksum plugins.lock records of the library file PATH ("fnv1a64:HEX", FNV-1a 64 of
+  /// its bytes: a check that the file is the one a run used, not a signature); read, never
+  /// loaded. RuntimeError when it cannot be read.
+  static std::string library_checksum(const std::string& path);
   /// --plugin-path entries, then GROWFORMER_PLUGIN_PATH, then the build tree, then the install
   /// tree.
   static std::vector<std::string> search_path(const std::vector<std::string>& cli_paths);

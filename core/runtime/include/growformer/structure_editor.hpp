@@ -56,6 +56,8 @@ class StructureEditor {
   /// After the backward pass of STEP: the policies that asked for head-mask gradients.
   void after_backward(size_t step);
   /// A structure check at STEP: each policy in turn checks, and its edits are applied at once.
+  /// The heads a policy asks to add to a block are admitted together before any is added: all
+  /// of them, or none (one `growth_refused` event naming how many were asked for).
   /// Returns the edits applied, in order.
   std::vector<Edit> check(size_t step);
   /// Applies one edit of policy P at STEP: edits the block, logs it, tells every policy.
@@ -64,17 +66,20 @@ class StructureEditor {
   int apply(const Edit& e, size_t p, size_t step);
   static constexpr int kRefused = -2;
 
-  /// Asked before a policy's head is added to block BLOCK: "" to add it, else why not (the
-  /// trainer: the step would not fit in memory). Unset: every head is added.
-  using HeadAdmission = std::function<std::string(size_t block)>;
+  /// Asked before COUNT heads of a policy are added to block BLOCK: "" to add them, else why
+  /// not (the trainer: the step would not fit in memory). Unset: every head is added.
+  using HeadAdmission = std::function<std::string(size_t block, size_t count)>;
   void set_head_admission(HeadAdmission admit) { admit_head_ = std::move(admit); }
 
   /// What policy P sees at STEP.
   TrainView view(size_t step, size_t p) const;
 
  private:
-  /// Whether the admission refuses E's head (then its `growth_refused` event is emitted).
-  bool refuse_head(const Edit& e, size_t p);
+  /// Whether the admission refuses COUNT heads of policy P in BLOCK (then one
+  /// `growth_refused` event is emitted).
+  bool refuse_heads(size_t block, size_t count, size_t p);
+  /// Applies an edit already admitted.
+  int edit(const Edit& e, size_t p, size_t step);
 
   std::vector<AttentionBlock*> blocks_;
   std::vector<Policy> policies_;

@@ -104,6 +104,14 @@ struct ExperimentSettings {
   static const OptionTable<ExperimentSettings>& table();
 };
 
+/// What an experiment is built for. `training` (train, resume, restart, sweep): every part.
+/// `inference` (eval, predict, analyze, growformer.load): the model and its data only; the
+/// growth and pruning policies and the optimizer are never constructed (a checkpoint's embedded
+/// config names them, and building a policy may run its code: a Python class, a native
+/// plugin's factory), their config sections are only marked read, train.switch's data is not
+/// read, and train, resume and restart throw.
+enum class ExperimentUse { training, inference };
+
 class Experiment {
  public:
   /// Top-level config keys and their meaning: the specs of ExperimentSettings::table().
@@ -122,7 +130,8 @@ class Experiment {
   /// data's contents and the memory estimate are checked only when a run loads the data. This
   /// is what `sweep` runs on every job before the first one trains.
   Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
-             const std::string& data_record = "", const std::string& data_need = "all");
+             const std::string& data_record = "", const std::string& data_need = "all",
+             ExperimentUse use = ExperimentUse::training);
   ~Experiment();
 
   /// Trains into a fresh run directory; returns the exit status.
@@ -160,16 +169,21 @@ class Experiment {
   /// A padded batch of examples [idx...] truncated to the model's positions.
   Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx) const;
 
-  /// The learning-rate schedule of the run (peak from optimizer.lr, shape from train).
+  /// The learning-rate schedule of the run (peak from optimizer.lr, shape from train; peak 0
+  /// when built for inference).
   const LrSchedule& schedule() const { return schedule_; }
   /// Defaults this experiment chose from other parts of the config, one line each (the head
   /// width of a growing block); `train` and `config check` print them.
   const std::vector<std::string>& notes() const { return notes_; }
+  ExperimentUse use() const { return use_; }
 
  private:
   class Loop;
-  /// Train settings, optimizer, schedule, growth and pruning from the top-level options.
+  /// Train settings, optimizer, schedule, growth and pruning from the top-level options (for
+  /// inference the train settings alone; the other sections are marked read, nothing built).
   void build_training_parts(const ExperimentSettings& top);
+  /// ConfigError naming WHAT when this experiment was built for inference.
+  void require_training(const char* what) const;
   /// The dataset, its splits (or, with data_need "none", the record's shape) and the checks of
   /// the data against a checkpoint's data record.
   void load_data(ConfigNode data_node, const std::string& data_record,
@@ -204,6 +218,7 @@ class Experiment {
   std::string resolved_config_;  // that configuration (the file without its structure record)
   std::vector<std::vector<int>> start_heads_;  // each block's head ids as the config builds them
   Communicator* comm_ = &serial_communicator();
+  ExperimentUse use_ = ExperimentUse::training;
   void use_communicator(const RunFlags& flags);
   RunOutcome outcome_;
   std::vector<std::string> notes_;
@@ -220,13 +235,23 @@ inline constexpr size_t kGrowingHeadWidthMax = 64;
 /// libraries that are missing now.
 int resume_run(const std::string& run_dir, const RunFlags& flags);
 
-/// Loads a checkpoint's embedded config and rebuilds the experiment around it.
+/// Loads a checkpoint's embedded config and rebuilds the experiment around it, to train on
+/// (resume, sweep): its growth and pruning policies are built. Commands that only read the
+/// model use inference_from_checkpoint.
 std::unique_ptr<Experiment> experiment_from_checkpoint(
     const std::string& path, const std::vector<std::string>& plugin_paths);
 /// The same from a checkpoint already read (then `load_weights(checkpoint, path)` reads nothing).
 std::unique_ptr<Experiment> experiment_from_checkpoint(
     const Checkpoint& checkpoint, const std::string& path,
     const std::vector<std::string>& plugin_paths);
+/// The same for inference (ExperimentUse::inference; DATA_NEED as Experiment's): no growth or
+/// pruning policy and no optimizer is built; the weights are not loaded yet. The data files
+/// only the embedded config names must be regular files, and an error reading one does not
+/// quote it (embedded_data_files, withhold_file_contents in trainer_state.hpp).
+std::unique_ptr<Experiment> inference_from_checkpoint(const Checkpoint& checkpoint,
+                                                      const std::string& path,
+                                                      const std::vector<std::string>& plugin_paths,
+                                                      const std::string& data_need = "all");
 
 }  // namespace gf
 

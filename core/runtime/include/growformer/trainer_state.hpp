@@ -4,6 +4,7 @@
 #include "growformer/export.hpp"
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,22 +122,47 @@ CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& p
 /// when it has neither).
 std::string checkpoint_in(const std::string& path);
 
-/// The plugin folders to search for a checkpoint's components: GIVEN (--plugin-path), then the
+/// The plugin folders to search for a checkpoint's components: GIVEN (--plugin-path), then,
+/// only when the user opts in (TRUST: --trust-checkpoint-plugins, trust_plugins=True), the
 /// folders of the libraries the checkpoint records (metadata "plugin_libraries": those that
-/// came from outside the built-in folders) that still hold them. `missing` lists the recorded
-/// libraries that are gone, one line each (plugin, version, the library's path).
+/// came from outside the built-in folders) that still hold them. A checkpoint is data: without
+/// the opt-in none of its recorded folders is searched, listed or probed (a library's static
+/// constructors run when it is probed), and the recorded libraries are kept in `untrusted`, one
+/// line each, for the error when a component is not found. A recorded folder or path that is
+/// relative, or a path that does not lie in its folder or is not a `libgf_*.so`, is refused
+/// (RuntimeError with TRUST; an `untrusted` line saying so without): it is never resolved
+/// against the working directory. `missing` lists the recorded libraries that are gone (with
+/// TRUST), one line each (plugin, version, the library's path).
 struct CheckpointPlugins {
   std::vector<std::string> paths;
   std::vector<std::string> missing;
+  std::vector<std::string> untrusted;
 };
 CheckpointPlugins checkpoint_plugin_paths(const Checkpoint& ck, const std::string& path,
-                                          const std::vector<std::string>& given);
+                                          const std::vector<std::string>& given, bool trust);
 /// E (a component not found, say) with the recorded libraries that are missing now named, and
-/// FLAG (`--plugin-path DIR`, `plugin_paths=[DIR]`) as the way to give their folder; E itself
-/// when none is missing.
+/// FLAG (`--plugin-path DIR`, `plugin_paths=[DIR]`) as the way to give their folder; with the
+/// recorded libraries that were not used (no opt-in) named, and TRUST_FLAG
+/// (`--trust-checkpoint-plugins`, `trust_plugins=True`) or FLAG as the way to use them; E itself
+/// when there is neither.
 [[noreturn]] void rethrow_with_missing_plugins(const ConfigError& e, const std::string& path,
                                                const CheckpointPlugins& plugins,
-                                               const std::string& flag);
+                                               const std::string& flag,
+                                               const std::string& trust_flag);
+
+/// The files the data section DATA of a checkpoint's embedded config names: each string value
+/// (in lists too) that names an existing path once resolved against the config's folder, except
+/// under the top keys in USER_KEYS (given by the user: `--set data.KEY=...`). A checkpoint is
+/// data: these are files the user did not point at. RuntimeError naming CHECKPOINT when one is
+/// neither a regular file nor a folder (a device, a FIFO, a socket: refused).
+std::vector<std::string> embedded_data_files(const ConfigNode& data,
+                                             const std::set<std::string>& user_keys,
+                                             const std::string& checkpoint);
+/// MSG (an error reading data) with what it says after the name (and line) of one of FILES
+/// withheld, so that it cannot quote their contents; "cannot open" errors stay whole. HINT says
+/// how to see the whole message (give the file yourself).
+std::string withhold_file_contents(const std::string& msg, const std::vector<std::string>& files,
+                                   const std::string& hint);
 
 /// Restores every part (the model too) from a training checkpoint; returns its step.
 long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& parts);
