@@ -100,8 +100,9 @@ def rows(sweep, heldout):
             checks = (("acc", mean_sd(acc)[0] >= best_m - tol),
                       ("heads", all(h <= 2 * kstar for h in heads)),
                       ("wall", ratio is not None and ratio <= 1.2),
-                      ("cost", bool(costs) and mean_sd(costs)[0] <= 0.10))
-            goals = ", ".join(f"{n} {'yes' if ok else 'NO'}" for n, ok in checks)
+                      ("cost", None if not costs else mean_sd(costs)[0] <= 0.10))
+            goals = ", ".join(f"{n} {'n/a' if ok is None else 'yes' if ok else 'NO'}"
+                              for n, ok in checks)
         name = f"**{family}**" if family in heldout else family
         out.append("| " + " | ".join([
             name + ("" if arm == "learning" else f" ({arm})"),
