@@ -30,21 +30,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATTERY = os.path.join(HERE, "..", "configs", "experiments", "battery")
-
-
-def mean_sd(v):
-    if not v:
-        return None, None
-    m = sum(v) / len(v)
-    sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
-    return m, sd
-
-
-def fmt(v, digits=3):
-    m, sd = mean_sd(v)
-    if m is None:
-        return "-"
-    return f"{m:.{digits}f}" if len(v) < 2 else f"{m:.{digits}f} +- {sd:.{digits}f}"
+sys.path.insert(0, HERE)
+from budget_table import fmt, mean_sd  # noqa: E402  (the same statistics as issue 43's table)
 
 
 def load(sweep):
