@@ -220,12 +220,15 @@ int cmd_data(const std::vector<std::string>& args) {
     gf::ConfigNode cfg = load_config(config, sets);
     gf::Registry reg;
     reg.load_directories(gf::Registry::search_path(paths));
-    uint64_t seed = cfg.has("seed") ? static_cast<uint64_t>(cfg.child("seed").as_int()) : 1;
-    auto ds = reg.create_dataset(cfg.child("data"), gf::DatasetBuild{seed});
+    // the seed and the model's positions as the run reads them, defaults included (a config
+    // without model.max_len cuts at the model's 512 tokens, which the table counts)
+    const gf::ExperimentSettings es = gf::ExperimentSettings::table().read(
+        gf::Options(cfg, gf::Experiment::options(), "the configuration"));
+    const size_t max_len = gf::ModelSettings::table()
+                               .read(gf::Options(es.model, gf::Model::options(), "model"))
+                               .max_len;
+    auto ds = reg.create_dataset(es.data, gf::DatasetBuild{es.seed});
     gf::DataSplits s = ds->load();
-    size_t max_len = 0;
-    gf::ConfigNode m = cfg.child("model");
-    if (m.has("max_len")) max_len = static_cast<size_t>(m.child("max_len").as_int());
     gf::DataStats st = gf::compute_stats(s, max_len);
     std::cout << (vm.count("json") ? gf::stats_json(st) + "\n" : gf::format_stats_table(st));
     return 0;

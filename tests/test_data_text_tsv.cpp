@@ -561,6 +561,27 @@ TEST_CASE("text_tsv: the program trains on CSV, evaluates JSON lines, predicts p
   REQUIRE_MESSAGE(stats.status == 0, stats.output);
   nlohmann::json sj = nlohmann::json::parse(stats.output);
   CHECK(sj.dump().find("\"no\"") != std::string::npos);
+  CHECK(sj["max_len"] == 8);  // model.max_len, as the run cuts its texts
+  // without model.max_len the model's default (512) cuts, and data stats counts it so
+  {
+    std::string long_csv = "text,label\n";
+    for (int i = 0; i < 20; ++i) {
+      std::string words;
+      for (int w = 0; w < 600; ++w) words += (w ? " " : "") + std::string(w % 2 ? "good" : "fun");
+      long_csv += words + "," + (i % 2 ? "yes" : "no") + "\n";
+    }
+    gf::write_file(dir.file("long.csv"), long_csv);
+    std::ofstream(dir.file("long.yaml"))
+        << "name: t\nseed: 3\n"
+           "data: {plugin: text_tsv, train: long.csv, text_column: text, max_len: 1000}\n"
+           "model: {d_model: 16, layers: 1, attention: {plugin: mha, heads: 2}}\n";
+    Cli ls = run_cli("data stats " + dir.file("long.yaml") + " --json", out);
+    REQUIRE_MESSAGE(ls.status == 0, ls.output);
+    nlohmann::json lj = nlohmann::json::parse(ls.output);
+    CHECK(lj["max_len"] == 512);
+    CHECK(lj["splits"]["train"]["truncated"].get<size_t>() ==
+          lj["splits"]["train"]["size"].get<size_t>());  // every 600-word text is cut
+  }
   Cli t =
       run_cli("train " + dir.file("run.yaml") + " --run-dir " + dir.file("run") + " --quiet", out);
   REQUIRE_MESSAGE(t.status == 0, t.output);
