@@ -116,15 +116,19 @@ def run(argv):
             only = set(value.split(","))
         else:
             sys.exit(f"incrt_battery.py run: unknown option {flag}")
+    os.makedirs(out, exist_ok=True)
     for f in sorted(os.listdir(BATTERY)):
         name = f[:-5]
         if not f.endswith(".yaml") or (only and name not in only):
             continue
-        procs = [subprocess.Popen(
-            ["nice", binary, "sweep", os.path.join(BATTERY, f), "--set", "threads=1", "--out",
-             os.path.join(out, name), "--shard", f"{i}/2", "-q"],
-            stdout=open(os.path.join(out, f"{name}_{i}.log"), "a") if os.makedirs(out, exist_ok=True)
-            is None else None, stderr=subprocess.STDOUT) for i in range(2)]
+        procs = []
+        for i in range(2):  # two one-thread shards of the family's jobs, logs appended
+            log = open(os.path.join(out, f"{name}_{i}.log"), "a")
+            procs.append(subprocess.Popen(
+                ["nice", binary, "sweep", os.path.join(BATTERY, f), "--set", "threads=1", "--out",
+                 os.path.join(out, name), "--shard", f"{i}/2", "-q"],
+                stdout=log, stderr=subprocess.STDOUT))
+            log.close()
         for p in procs:
             p.wait()
         print(f"{name}: done", flush=True)
