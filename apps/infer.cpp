@@ -168,10 +168,8 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(
     gf::rethrow_with_missing_plugins(
         gf::ConfigError(gf::withhold_file_contents(e.what(), files, kGiveFileHint)), path, plugins,
         "`--plugin-path DIR`", "`--trust-checkpoint-plugins`");
-  } catch (const gf::RuntimeError& e) {
-    const std::string msg = gf::withhold_file_contents(e.what(), files, kGiveFileHint);
-    if (msg == e.what()) throw;
-    throw gf::RuntimeError(msg);
+  } catch (const gf::RuntimeError&) {
+    gf::rethrow_withholding(files, kGiveFileHint);
   }
 }
 

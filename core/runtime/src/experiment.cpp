@@ -25,22 +25,31 @@ using trainer_detail::read_resolved_config;
 using trainer_detail::resolved_configuration;
 using trainer_detail::text_crc;
 
+namespace trainer_detail {
+std::string plugin_of(const ConfigNode& top, const std::string& key) {
+  ConfigNode node = top.child(key);
+  if (!node.valid() || !node.is_map() || !node.has("plugin") || !node.child("plugin").is_scalar())
+    return "";
+  return node.child("plugin").as_string();
+}
+}  // namespace trainer_detail
+
 namespace {
+using trainer_detail::plugin_of;
+
 // The head width of a block that a growth policy grows, when the config leaves d_k unset: that
 // of a fixed 4-head model (d_model / 4), at most 64. The block's own default, d_model / heads,
 // would make every head grown from one head as wide as the whole model. Written into CFG (so
 // config.resolved.yaml and checkpoints carry it); returns the line that says so, "" when the
 // config names the width, grows nothing, or its attention block has no per-head width.
 std::string default_growing_width(ConfigNode& cfg, const Registry& registry) {
-  const ConfigNode growth = cfg.child("growth"), model = cfg.child("model");
-  if (!growth.valid() || !growth.is_map() || !growth.has("plugin") ||
-      !growth.child("plugin").is_scalar() || growth.child("plugin").as_string() == "none")
-    return "";
-  if (!model.valid() || !model.is_map() || !model.has("attention")) return "";
-  const ConfigNode attn = model.child("attention");
-  if (!attn.is_map() || attn.has("d_k") || !attn.has("plugin") || !attn.child("plugin").is_scalar())
-    return "";
-  const ComponentInfo* info = registry.find(Kind::Attention, attn.child("plugin").as_string());
+  const std::string growth = plugin_of(cfg, "growth");
+  if (growth.empty() || growth == "none") return "";
+  const ConfigNode model = cfg.child("model");
+  if (!model.valid() || !model.is_map()) return "";
+  const std::string attention = plugin_of(model, "attention");
+  if (attention.empty() || model.child("attention").has("d_k")) return "";
+  const ComponentInfo* info = registry.find(Kind::Attention, attention);
   if (!info) return "";  // named when the model is built
   bool has_dk = false, has_heads = false;
   for (const OptionSpec& o : info->spec.options) {

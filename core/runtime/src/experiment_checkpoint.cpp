@@ -164,14 +164,8 @@ std::unique_ptr<Experiment> inference_from_checkpoint(const Checkpoint& ck, cons
   try {
     return std::make_unique<Experiment>(cfg, plugin_paths, record, data_need,
                                         ExperimentUse::inference);
-  } catch (const ConfigError& e) {
-    const std::string msg = withhold_file_contents(e.what(), files, hint);
-    if (msg == e.what()) throw;
-    throw ConfigError(msg);
-  } catch (const RuntimeError& e) {
-    const std::string msg = withhold_file_contents(e.what(), files, hint);
-    if (msg == e.what()) throw;
-    throw RuntimeError(msg);
+  } catch (...) {
+    rethrow_withholding(files, hint);
   }
 }
 

@@ -54,5 +54,8 @@ std::vector<std::vector<int>> head_ids(const Model& model);
 // The record of HEADS (head_ids) at STEP, the step of checkpoints/last.safetensors.
 std::string structure_record(const std::vector<std::vector<int>>& heads, long step);
 
+// ---- the configuration (experiment.cpp)
+// The plugin the component KEY of TOP names ("" when it names none).
+std::string plugin_of(const ConfigNode& top, const std::string& key);
 }  // namespace trainer_detail
 }  // namespace gf

@@ -31,6 +31,7 @@ using json = nlohmann::json;
 using trainer_detail::gib;
 using trainer_detail::memory_limit;
 using trainer_detail::MemoryLimit;
+using trainer_detail::plugin_of;
 using trainer_detail::process_memory;
 
 namespace {
@@ -44,13 +45,6 @@ double majority_class_accuracy(const std::vector<Example>& train, const std::vec
   seen = std::min(test.size(), seen);
   for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
   return static_cast<double>(hit) / std::max<size_t>(1, seen);
-}
-
-/// The plugin the component KEY of TOP names ("" when it names none), for messages.
-std::string plugin_of(const ConfigNode& top, const std::string& key) {
-  ConfigNode node = top.child(key);
-  if (!node.is_map() || !node.has("plugin") || !node.child("plugin").is_scalar()) return "";
-  return node.child("plugin").as_string();
 }
 }  // namespace
 
@@ -342,9 +336,8 @@ class Experiment::Loop {
   /// exactly. Nothing when no policy can change the structure.
   void write_decision_cost(long start_step) {
     auto none = [this](const char* key) {
-      const ConfigNode n = ex_.cfg_.child(key);
-      return !n.valid() || !n.is_map() || !n.has("plugin") || !n.child("plugin").is_scalar() ||
-             n.child("plugin").as_string() == "none";
+      const std::string p = plugin_of(ex_.cfg_, key);
+      return p.empty() || p == "none";
     };
     if ((none("growth") && none("pruning")) || !(phase_.train > 0)) return;
     const double spent = phase_.probe + phase_.policy;

@@ -321,6 +321,20 @@ std::string withhold_file_contents(const std::string& msg, const std::vector<std
   return msg;
 }
 
+void rethrow_withholding(const std::vector<std::string>& files, const std::string& hint) {
+  try {
+    throw;
+  } catch (const ConfigError& e) {
+    const std::string msg = withhold_file_contents(e.what(), files, hint);
+    if (msg == e.what()) throw;
+    throw ConfigError(msg);
+  } catch (const RuntimeError& e) {
+    const std::string msg = withhold_file_contents(e.what(), files, hint);
+    if (msg == e.what()) throw;
+    throw RuntimeError(msg);
+  }
+}
+
 Checkpoint make_training_checkpoint(const TrainingParts& p) {
   Checkpoint ck;
   for (auto& [n, v] : p.model->named_parameters()) ck.tensors[kModel + n] = v.value();

@@ -964,9 +964,11 @@ void round_test_options(IncrtTable& t) {
       .choice("take_back", &S::gain, &G::take_back_useless, "useless",
               "learning: what takes back a round still unpaid when the growth window ends. "
               "useless: evidence that its heads carry less than min_share (the median share plus "
-              "z_back standard errors is under min_share, and its trend over the round's probes "
-              "is not rising at z_back); a round without that evidence is kept. unproven (the "
-              "earlier rule): every round that did not reach min_share at a t of z",
+              "z_back standard errors is under min_share, its trend over the round's probes is "
+              "not rising at z_back, and it has trained as long as the learning onset); a round "
+              "without that evidence is kept, and one whose share is positive with a bound "
+              "reaching min_share lets the next round grow once mature. unproven (the earlier "
+              "rule): every round that did not reach min_share at a t of z",
               {{"useless", true}, {"unproven", false}})
       .add("z_back", &S::gain, &G::z_back, "2",
            "learning, take_back useless: the standard errors of the share's upper bound and of "

@@ -163,6 +163,10 @@ std::vector<std::string> embedded_data_files(const ConfigNode& data,
 /// how to see the whole message (give the file yourself).
 std::string withhold_file_contents(const std::string& msg, const std::vector<std::string>& files,
                                    const std::string& hint);
+/// Inside a catch block: the exception being handled again, a ConfigError or RuntimeError with
+/// its message passed through withhold_file_contents, any other as it is.
+[[noreturn]] void rethrow_withholding(const std::vector<std::string>& files,
+                                      const std::string& hint);
 
 /// Restores every part (the model too) from a training checkpoint; returns its step.
 long restore_training(const Checkpoint& ck, const std::string& path, const TrainingParts& parts);

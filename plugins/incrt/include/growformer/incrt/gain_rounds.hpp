@@ -115,8 +115,9 @@ struct GainOptions {
                              // step (0: never), so the older heads keep working without them
   // learning: what takes a round back when the growth window ends unpaid. useless (default):
   // only evidence that its heads are worth less than min_share (the share's upper bound at
-  // z_back standard errors under min_share, and not rising); a round without that evidence is
-  // kept. unproven (the earlier rule): every round not shown to pay at t >= z.
+  // z_back standard errors under min_share, not rising, the round mature); a round without that
+  // evidence is kept, and a promising round lets the next grow. unproven (the earlier rule):
+  // every round not shown to pay at t >= z.
   bool take_back_useless = true;
   double z_back = 2.0;  // learning, take_back useless: the upper bound's standard errors
 };
@@ -136,7 +137,9 @@ struct GainDecision {
   // the share's upper bound (share + z_back se) and the t of its trend over the round's probes
   double upper = std::numeric_limits<double>::quiet_NaN();
   double trend_t = std::numeric_limits<double>::quiet_NaN();
-  const char* evidence = "";  // paid | useless | not_shown_useless | rising | unproven
+  // what decided a round: paid | promising (Grow); useless | unproven (Reject); rising | young |
+  // not_shown_useless (Keep)
+  const char* evidence = "";
 };
 
 /// The round rule's state across probes (saved with the policy state).

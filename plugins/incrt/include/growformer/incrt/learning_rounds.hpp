@@ -7,8 +7,11 @@
 // - trial: do the round's heads carry part of the loss the probe measures? At every probe the
 //   round's heads are muted on the probe (paired, example by example); the round pays when the
 //   median share over the last W probes reaches min_share with a paired t of z_early (z once the
-//   growth window has ended). A paid round is followed at once by the next; a round unpaid when
-//   the window ends is taken back, and growth stops.
+//   growth window has ended). A paid round is followed at once by the next, and so is a
+//   promising one (take_back useless: a positive share whose bound reaches min_share, once it has
+//   trained as long as the onset). When the window ends a round still unpaid is taken back only
+//   on evidence that its heads are useless (take_back unproven: whenever it has not paid), and
+//   growth stops.
 // - stopped: the probe loss rising well over the best it reached since (a changed task) reopens
 //   growth, as a new warm-up.
 // The probe's examples and interval are derived so that the probe costs at most 15 % of the
@@ -84,7 +87,7 @@ struct LearningState {
   // (it must pay before another round grows); and the round about to grow will be
   bool on_promise = false, next_on_promise = false;
   long onset = -1;        // steps from the run's first probe to its learning onset (the
-                          // first warm-up's; reported, not used by the decisions)
+                          // first warm-up's): how long a round trains before it is judged
   size_t next_probe = 0;  // the check index of the next probe
 
   bool waiting() const { return phase == Trial; }
