@@ -44,8 +44,8 @@ struct LearningConstants {
   static constexpr double onset_fall = 0.05;
   /// The probe costs at most this fraction of the training work (a probe example's forward pass
   /// counted as a third of a training example's forward and backward pass; measured, that count
-  /// is generous: at 0.25 the probes took 11..13 % of the training steps' time on the development
-  /// family, so 0.15 keeps the decisions, checks included, near a tenth).
+  /// is generous: at 0.25 the probes took 10..13 % of the training steps' time on the development
+  /// family, checks included 12..16 %; at 0.15, 8.5..9.4 % with the checks).
   static constexpr double probe_cost = 0.15;
   /// Once growth stopped, the reopen watch probes this many times less often.
   static constexpr size_t stopped_slowdown = 4;
