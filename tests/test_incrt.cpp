@@ -2497,3 +2497,54 @@ TEST_CASE(
   CHECK(drv2.policy->on_trial(drv2.step));
   CHECK(probes > 0);
 }
+
+TEST_CASE(
+    "incrt_geometric learning: the checks skip the energy statistics unless energy_stats: on, "
+    "and the rounds, their steps and their directions are the same either way") {
+  // one scripted run: a loss that falls all run long; the round's heads carry 4 % of it
+  auto run = [](const std::string& yaml, std::vector<gf::Edit>& grown) {
+    const size_t d = 8;
+    FakeBlock block(d, 16);
+    block.add(random_head(d, 4, 1));
+    Driver drv{growth(yaml), &block, anisotropic_probe(4, 6, d, 2)};
+    drv.total = 1000;
+    drv.start();
+    for (int i = 0; i < 60; ++i) {
+      const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+      drv.metrics = gf::RunMetrics{};
+      drv.metrics.train_steps = drv.every;
+      const double loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+      if (want > 0) {
+        drv.metrics.probe_examples = 60;
+        drv.metrics.probe_loss = loss;
+        for (const auto& set : drv.policy->probe_ablations(drv.view())) {
+          gf::Ablation a;
+          a.heads = set;
+          a.loss = loss * 1.04;
+          a.diff_sd = 0.1 * loss;
+          drv.metrics.ablations.push_back(a);
+        }
+      }
+      for (gf::Edit& e : drv.check()) {
+        e.cause.numbers.push_back({"at", double(drv.step)});
+        grown.push_back(e);
+      }
+    }
+    return drv.of_type("check").size();
+  };
+  std::vector<gf::Edit> off, on;
+  CHECK(run("plugin: incrt_geometric", off) == 0);  // the default: no statistics, no events
+  CHECK(run("plugin: incrt_geometric\nenergy_stats: on", on) == 60);
+  REQUIRE(off.size() >= 3);  // the onset's round and the rounds its pay grew
+  REQUIRE(on.size() == off.size());
+  for (size_t i = 0; i < off.size(); ++i) {
+    CHECK(number(off[i].cause, "at") == number(on[i].cause, "at"));
+    CHECK(off[i].init.direction == on[i].init.direction);  // C measured where the round grows
+    CHECK(!off[i].init.direction.empty());
+  }
+  // the energy and gain criteria decide on the statistics
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nenergy_stats: off\n"),
+                  gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: gain\nenergy_stats: off\n"),
+                  gf::ConfigError);
+}

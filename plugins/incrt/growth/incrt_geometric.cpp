@@ -127,9 +127,14 @@ enum class Round { Double, Planes, One };
 /// the paper's energy threshold.
 enum class Criterion { Learning, Gain, Energy };
 
+/// Whether each check measures the block's energy, spectrum and trackers: the energy and gain
+/// criteria decide on them; the learning rule reads only its probes (and C where a round grows).
+enum class EnergyStats { Auto, On, Off };
+
 /// The policy's options, each declared once (`table()`: spec, parsing and member).
 struct IncrtSettings {
   Criterion criterion = Criterion::Learning;
+  EnergyStats energy_stats = EnergyStats::Auto;
   Round round = Round::Double;
   double plane_threshold = 0.5;
   gf::incrt::GainOptions gain;
@@ -167,12 +172,23 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // z unset: 1 for learning (the last look decides keep or take back: a round whose heads carry
     // min_share of the loss at one standard error is kept), 2 for gain
     set_.gain.z = std::isfinite(set_.z) ? set_.z : set_.criterion == Criterion::Gain ? 2.0 : 1.0;
-    if (set_.criterion == Criterion::Gain) rule_ = std::make_unique<gf::incrt::GainRule>(set_.gain);
-    if (set_.criterion == Criterion::Learning)
-      rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
+    if (set_.energy_stats == EnergyStats::Off && set_.criterion != Criterion::Learning)
+      o.fail("energy_stats", std::string("criterion ") +
+                                 (set_.criterion == Criterion::Gain ? "gain" : "energy") +
+                                 " decides on the energy statistics: they cannot be off");
+    stats_ = set_.energy_stats == EnergyStats::On || set_.criterion != Criterion::Learning;
+    rule_ = make_rule();
   }
 
   bool needs_probe() const override { return true; }
+
+  /// The round rule of the criterion (none for energy: its decisions are the checks' own).
+  std::unique_ptr<gf::incrt::RoundRule> make_rule() const {
+    if (set_.criterion == Criterion::Gain) return std::make_unique<gf::incrt::GainRule>(set_.gain);
+    if (set_.criterion == Criterion::Learning)
+      return std::make_unique<gf::incrt::LearningRule>(set_.gain);
+    return nullptr;
+  }
 
   /// criterion: gain, at a probe while a round waits for its test: the round's heads muted.
   std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
@@ -264,7 +280,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
         }
       }
       st.grown += 1;
-      st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
+      if (stats_) st.tracker.reset(d, rng_, st.q);  // restart both trackers in the new complement
     } else {
       const bool release = e.release_direction.value_or(set_.release_direction);
       if (rule_) {
@@ -284,7 +300,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
     }
   }
 
-  std::vector<std::string> summary_columns() const override { return {"K_obs", "K_pred"}; }
+  std::vector<std::string> summary_columns() const override {
+    if (!stats_) return {"K_obs"};  // K_pred reads the spectrum at the end of calibration
+    return {"K_obs", "K_pred"};
+  }
 
   std::map<std::string, double> summary() const override {
     std::map<std::string, double> out;
@@ -352,9 +371,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
     }
     gain_checks_ = 0;
     gain_pending_ = 0;
-    if (set_.criterion == Criterion::Gain) rule_ = std::make_unique<gf::incrt::GainRule>(set_.gain);
-    if (set_.criterion == Criterion::Learning)
-      rule_ = std::make_unique<gf::incrt::LearningRule>(set_.gain);
+    rule_ = make_rule();
     if (version >= 4) {
       load_rule_state(r, version);
       gain_checks_ = r.u64();
@@ -621,11 +638,16 @@ class IncrtGeometric : public gf::GrowthPolicy {
     const std::vector<gf::HeadInfo> heads = bv.block->heads();
     const size_t d = bv.probe->input.dim(2);
     st.heads = heads.size();
+    st.pending = false;  // an edit returned by the last check that was not applied
+    if (!stats_) {       // the learning rule: C is measured where a round grows (grow_round)
+      forget_dead_heads(st, heads);
+      round_inputs_.erase(bv.index);
+      return;
+    }
     if (!st.started) {
       st.tracker.reset(d, rng_, st.q);
       st.started = true;
     }
-    st.pending = false;  // an edit returned by the last check that was not applied
     forget_dead_heads(st, heads);
     gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
     if (rule_) round_inputs_[bv.index] = {ps.c, ps.present_motors(), ps.seq_len};
@@ -775,9 +797,14 @@ class IncrtGeometric : public gf::GrowthPolicy {
                   std::vector<gf::Edit>& edits) {
     size_t added = 0;
     for (const gf::BlockView& bv : view.blocks) {
-      auto in = round_inputs_.find(bv.index);
-      if (!bv.block || !bv.block->can_edit_heads() || in == round_inputs_.end()) continue;
+      if (!bv.block || !bv.block->can_edit_heads()) continue;
       const std::vector<gf::HeadInfo> heads = bv.block->heads();
+      if (!stats_ && bv.probe && bv.probe->input.defined()) {
+        const gf::incrt::ProbeStats ps = gf::incrt::ProbeStats::measure(bv, heads, set_.probe);
+        round_inputs_[bv.index] = {ps.c, ps.present_motors(), ps.seq_len};
+      }
+      auto in = round_inputs_.find(bv.index);
+      if (in == round_inputs_.end()) continue;
       const size_t cap = std::min(set_.max_heads > 0 ? set_.max_heads : static_cast<size_t>(-1),
                                   bv.block->max_heads());
       const size_t room = cap > heads.size() ? cap - heads.size() : 0;
@@ -860,6 +887,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   };
   std::map<size_t, RoundInputs> round_inputs_;
 
+  bool stats_ = true;  // checks measure the energy statistics (energy_stats)
   bool seeded_ = false;
   gf::Rng rng_;
   std::map<size_t, BlockState> blocks_;
@@ -884,6 +912,12 @@ void round_options(IncrtTable& t) {
        {{"learning", Criterion::Learning},
         {"gain", Criterion::Gain},
         {"energy", Criterion::Energy}})
+      .choice("energy_stats", &S::energy_stats, "auto",
+              "whether each check measures the block's residual energy, spectrum and trackers "
+              "(the `check` events, the report's INCRT chart, K_pred): auto = for the energy and "
+              "gain criteria, which decide on them; on = for learning too (its decisions do not "
+              "change; the checks cost more); off = learning only",
+              {{"auto", EnergyStats::Auto}, {"on", EnergyStats::On}, {"off", EnergyStats::Off}})
       .choice(
           "round", &S::round, "double",
           "gain: heads per round: double (as many as the block has), planes (the uncaptured planes "
