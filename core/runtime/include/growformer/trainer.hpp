@@ -34,7 +34,8 @@ namespace gf {
 /// `train:`, each option declared once in table().
 struct TrainSettings {
   static const OptionTable<TrainSettings>& table();
-  static OptionSpecs options();  // table().specs()
+  static OptionSpecs options();         // table().specs()
+  static OptionSpecs switch_options();  // `train.switch:`
   explicit TrainSettings(const Options& o);
   TrainSettings() = default;
   long steps = 1000, batch_size = 32, warmup = 100, eval_every = 200, log_every = 20;
