@@ -213,46 +213,14 @@ std::string fixed(double v, int digits) {
   return b;
 }
 
-/// The confusion matrix of ROWS and their mean loss (into LOSS), in the batches of
-/// Experiment::evaluate, so loss and accuracy are the figures training logs.
-std::vector<std::vector<size_t>> evaluate_rows(gf::Experiment& ex,
-                                               const std::vector<const gf::Example*>& rows,
-                                               double& loss) {
-  const size_t C = ex.data().num_classes, B = static_cast<size_t>(ex.settings().batch_size);
-  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
-  std::vector<gf::Example> chunk;
-  std::vector<size_t> idx;
-  loss = 0;
-  gf::NoGradGuard ng;
-  for (size_t start = 0; start < rows.size(); start += B) {
-    size_t n = std::min(B, rows.size() - start);
-    chunk.clear();
-    idx.clear();
-    for (size_t i = 0; i < n; ++i) {
-      chunk.push_back(*rows[start + i]);
-      idx.push_back(i);
-    }
-    gf::Batch b = ex.make_batch(chunk, idx);
-    gf::Var logits = ex.model().forward(b, false, nullptr);
-    gf::Var l = gf::ops::cross_entropy(logits, b.labels);
-    loss += static_cast<double>(l.value()[0]) * n;
-    for (size_t i = 0; i < n; ++i) {
-      const float* row = logits.value().data() + i * C;
-      size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
-      confusion[static_cast<size_t>(b.labels[i])][arg]++;
-    }
-    gf::clear_tape();
-  }
-  return confusion;
-}
-
 /// The text report of `eval`: the figures, per-class precision/recall/F1, the confusion matrix.
-void print_eval(const std::string& split, const gf::ClassificationReport& r, double loss,
-                const std::vector<std::string>& names,
-                const std::vector<std::vector<size_t>>& confusion) {
+void print_eval(const std::string& split, const gf::EvalResult& e,
+                const std::vector<std::string>& names) {
+  const gf::ClassificationReport& r = e.classes;
+  const std::vector<std::vector<size_t>>& confusion = r.confusion;
   const size_t C = confusion.size();
-  std::cout << split << ": accuracy " << fixed(r.accuracy, 4) << ", loss " << fixed(loss, 4)
-            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << r.examples << " examples\n";
+  std::cout << split << ": accuracy " << fixed(e.accuracy, 4) << ", loss " << fixed(e.loss, 4)
+            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << e.examples << " examples\n";
   size_t w = 5;
   for (auto& n : names) w = std::max(w, n.size());
   std::cout << "\n" << std::string(w - 5, ' ') << "class  precision  recall      f1  support\n";
@@ -319,13 +287,6 @@ std::vector<double> predict_batch(gf::Experiment& ex, std::vector<gf::Record>& r
   return prob;
 }
 
-/// The data's class names, numbered where a class has none.
-std::vector<std::string> class_names(const gf::DataSplits& d) {
-  std::vector<std::string> names = d.class_names;
-  for (size_t c = names.size(); c < d.num_classes; ++c) names.push_back(std::to_string(c));
-  return names;
-}
-
 /// --threads at most this machine's cores (with a warning).
 long clamp_threads(long threads) {
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
@@ -333,29 +294,6 @@ long clamp_threads(long threads) {
   std::cerr << "warning: --threads " << threads << " is more than the " << cores
             << " cores of this machine; using " << cores << "\n";
   return static_cast<long>(cores);
-}
-
-// The evaluation as one JSON object on stdout (eval --json).
-void print_eval_json(const std::string& ck, const std::string& split, double loss,
-                     const gf::ClassificationReport& r, const std::vector<std::string>& names,
-                     const std::vector<size_t>& heads) {
-  json classes = json::array();
-  for (size_t c = 0; c < r.classes.size(); ++c)
-    classes.push_back({{"name", names[c]},
-                       {"precision", r.classes[c].precision},
-                       {"recall", r.classes[c].recall},
-                       {"f1", r.classes[c].f1},
-                       {"support", r.classes[c].support}});
-  std::cout << gf::dump_json(json({{"checkpoint", ck},
-                                   {"split", split},
-                                   {"loss", loss},
-                                   {"accuracy", r.accuracy},
-                                   {"macro_f1", r.macro_f1},
-                                   {"examples", r.examples},
-                                   {"classes", classes},
-                                   {"confusion", r.confusion},
-                                   {"heads", heads}}))
-            << "\n";
 }
 
 }  // namespace
@@ -414,21 +352,19 @@ int cmd_eval(const std::vector<std::string>& args) {
                           "FILE or --set data.test=FILE; `growformer predict` needs no data)");
   }
   const gf::DataSplits& d = ex->data();
-  std::vector<const gf::Example*> rows;
+  std::vector<gf::Example> all;
   for (auto* s : {&d.train, &d.val, &d.test}) {
     const char* name = s == &d.train ? "train" : s == &d.val ? "val" : "test";
-    if (split == "all" || split == name)
-      for (auto& e : *s) rows.push_back(&e);
+    if (split == "all" || split == name) all.insert(all.end(), s->begin(), s->end());
   }
-  if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
-
-  double loss = 0;
-  const std::vector<std::vector<size_t>> confusion = evaluate_rows(*ex, rows, loss);
-  gf::ClassificationReport r = gf::classification_report(confusion);
-  loss /= static_cast<double>(rows.size());
-  const std::vector<std::string> names = class_names(d);
+  if (all.empty()) throw gf::RuntimeError("the " + split + " split is empty");
+  const gf::EvalResult r = ex->evaluate(all);
   if (vm.count("json")) {
-    print_eval_json(ck, split, loss, r, names, ex->model().heads_per_block());
+    json j = gf::json_bytes_tree(json::parse(ex->evaluation_json(r)));
+    j["checkpoint"] = ck;
+    j["split"] = split;
+    j["heads"] = ex->model().heads_per_block();
+    std::cout << gf::dump_json(j) << "\n";
     return 0;
   }
   if (!embedded.empty()) {
@@ -436,7 +372,7 @@ int cmd_eval(const std::vector<std::string>& args) {
     for (const std::string& f : embedded) std::cerr << " " << f;
     std::cerr << "\n";
   }
-  print_eval(label, r, loss, names, confusion);
+  print_eval(label, r, ex->class_names());
   return 0;
 }
 
@@ -505,7 +441,7 @@ int cmd_predict(const std::vector<std::string>& cli) {
   const gf::DataSplits& d = ex->data();
   size_t C = d.num_classes, B = batch > 0 ? static_cast<size_t>(batch)
                                           : static_cast<size_t>(ex->settings().batch_size);
-  const std::vector<std::string> names = class_names(d);
+  const std::vector<std::string> names = ex->class_names();
   std::ofstream file;
   if (!out_path.empty()) {
     file.open(out_path);

@@ -500,42 +500,26 @@ py::array_t<double> probabilities(gf::Experiment& ex, std::vector<gf::Example> r
 }
 
 // ---- evaluation as `growformer eval` reports it -------------------------------------------
-// Loss, accuracy, macro-F1, per-class precision, recall and F1, and the confusion matrix of
-// ROWS, in the batches of `growformer eval` (the first MAX_BATCHES; 0: all).
+// The experiment's evaluation (Experiment::evaluate: loss, accuracy, macro-F1, per-class
+// precision, recall and F1, the confusion matrix) of ROWS, in the batches of `growformer eval`
+// (the first MAX_BATCHES; 0: all), as a dict with the keys of `eval --json`.
 py::dict eval_report(gf::Experiment& ex, const std::vector<gf::Example>& rows, long max_batches) {
-  const size_t C = ex.data().num_classes;
-  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
-  double loss = 0;
-  size_t n = 0;
+  gf::EvalResult r;
   {
     py::gil_scoped_release nogil;
     Busy busy;
-    gf::NoGradGuard ng;
-    for (const auto& idx :
-         gf::sequential_batches(rows.size(), ex.settings().batch_size, max_batches)) {
-      gf::Batch b = ex.make_batch(rows, idx);
-      gf::Var logits = ex.model().forward(b, false, nullptr);
-      loss += static_cast<double>(gf::ops::cross_entropy(logits, b.labels).value()[0]) * b.batch;
-      for (size_t i = 0; i < b.batch; ++i) {
-        const float* row = logits.value().data() + i * C;
-        confusion[static_cast<size_t>(b.labels[i])]
-                 [static_cast<size_t>(std::max_element(row, row + C) - row)]++;
-      }
-      n += b.batch;
-      gf::clear_tape();
-    }
+    r = ex.evaluate(rows, max_batches);
   }
-  gf::ClassificationReport r = gf::classification_report(confusion);
-  std::vector<std::string> names = ex.data().class_names;
-  for (size_t c = names.size(); c < C; ++c) names.push_back(std::to_string(c));
+  const std::vector<std::string> names = ex.class_names();
   py::list classes;
-  for (size_t c = 0; c < C; ++c)
-    classes.append(py::dict("name"_a = names[c], "precision"_a = r.classes[c].precision,
-                            "recall"_a = r.classes[c].recall, "f1"_a = r.classes[c].f1,
-                            "support"_a = r.classes[c].support));
-  return py::dict("loss"_a = n ? loss / static_cast<double>(n) : 0.0, "accuracy"_a = r.accuracy,
-                  "macro_f1"_a = r.macro_f1, "examples"_a = n, "classes"_a = classes,
-                  "confusion"_a = py::cast(r.confusion));
+  for (size_t c = 0; c < r.classes.classes.size(); ++c) {
+    const gf::ClassFigures& f = r.classes.classes[c];
+    classes.append(py::dict("name"_a = names[c], "precision"_a = f.precision, "recall"_a = f.recall,
+                            "f1"_a = f.f1, "support"_a = f.support));
+  }
+  return py::dict("loss"_a = r.loss, "accuracy"_a = r.accuracy, "macro_f1"_a = r.classes.macro_f1,
+                  "examples"_a = r.examples, "classes"_a = classes,
+                  "confusion"_a = py::cast(r.classes.confusion));
 }
 
 // MSG with the staged file FILE named as the data it holds: "FILE:N:" as "WHAT row N-1:" (line
