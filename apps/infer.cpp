@@ -36,8 +36,8 @@ namespace gfapp {
 
 namespace {
 
-// `--set data.KEY=VALUE` that switches the data set's mode (listops' `source: files` for a
-// model trained on generated data) drops the embedded options of the mode left: the
+// `--set data.KEY=VALUE` that switches the data set's mode (`source: files` for a model
+// trained on generated data, say) drops the embedded options of the mode left: the
 // checkpoint's resolved config spells them all out, and the dataset refuses them in the other
 // mode. An option is another mode's when its spec says `mode: "KEY=VALUE"` and the data's KEY,
 // set on the command line, now has another value; options set on the command line stay.
@@ -62,7 +62,7 @@ void drop_other_mode_options(const gf::ConfigNode& cfg, const std::set<std::stri
 }
 
 // A `data:` section given with `eval --data CONFIG` for the checkpoint's own dataset plugin
-// takes the options it leaves out that the plugin requires (text_tsv's `train`) from the
+// takes the options it leaves out that the plugin requires (a training file, say) from the
 // checkpoint's: with the saved tokenizer only the evaluated split's file is read, so a section
 // naming just `test: FILE` evaluates FILE, the training files gone.
 void fill_required_from_checkpoint(gf::ConfigNode data, const gf::ConfigNode& saved,
@@ -174,9 +174,8 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(
 }
 
 // `eval --data VALUE`: a config whose `data:` section replaces the checkpoint's, or, for a
-// text_tsv model and a file not named .yaml or .yml, a data file evaluated as its test split
-// (any format text_tsv reads, the checkpoint's text and label columns) like `--set
-// data.test=FILE --set data.format=auto`.
+// model whose dataset reads a labelled file as its test split (DataFormats::test_file_options)
+// and a file not named .yaml or .yml, that data file evaluated as its test split.
 bool is_config_file(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
@@ -192,6 +191,34 @@ std::string embedded_data_plugin(const gf::Checkpoint& ck, const std::string& pa
   return data.valid() && data.is_map() && data.has("plugin") && data.child("plugin").is_scalar()
              ? data.child("plugin").as_string()
              : "";
+}
+
+std::string known_datasets(const gf::Registry& reg) {
+  std::string s;
+  for (const gf::ComponentInfo& c : reg.components())
+    if (c.kind == gf::Kind::Dataset) s += (s.empty() ? "" : ", ") + c.spec.name;
+  return s.empty() ? "none" : s;
+}
+
+// The data options with which the dataset of checkpoint CK (read from PATH) reads FILE as its
+// test split; none when it reads no single labelled file. Plugins as checkpoint_experiment
+// finds them.
+std::vector<std::string> test_file_options(const gf::Checkpoint& ck, const std::string& path,
+                                           const std::vector<std::string>& given, bool trust,
+                                           const std::string& file) {
+  const std::string plugin = embedded_data_plugin(ck, path);
+  if (plugin.empty()) return {};
+  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, path, given, trust);
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(plugins.paths));
+  if (!reg.find(gf::Kind::Dataset, plugin))
+    gf::rethrow_with_missing_plugins(
+        gf::ConfigError(path + ": its dataset `" + plugin + "`, which reads --data " + file +
+                        ", is not found\n  known dataset components: " + known_datasets(reg)),
+        path, plugins, "`--plugin-path DIR`", "`--trust-checkpoint-plugins`");
+  const gf::DataFormats* formats = reg.data_formats(plugin);
+  if (!formats) return {};
+  return formats->test_file_options(fs::absolute(file).string());
 }
 
 // Logits of a batch of examples as class probabilities (row-major, n x C).
@@ -310,10 +337,11 @@ int cmd_eval(const std::vector<std::string>& args) {
       "set", po::value(&sets)->composing(),
       "change the data: data.KEY=VALUE (repeatable; e.g. data.test=FILE)")(
       "data", po::value(&data_config),
-      "evaluate on the `data:` section of this config, or (text_tsv models, a file not named "
-      ".yaml/.yml) on this data file as the test split: TSV, CSV or JSON lines")(
-      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
-      kTrustOption, kTrustDoc);
+      "evaluate on the `data:` section of this config, or (a file not named .yaml/.yml, for "
+      "datasets that read one labelled file, as text_tsv does: TSV, CSV or JSON lines) on this "
+      "data file as the test split")("json", "print JSON")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(kTrustOption,
+                                                                            kTrustDoc);
   bool help;
   auto vm = parse(
       "growformer eval CHECKPOINT|RUN_DIR [--split val|test|train|all] [--set data.KEY=VALUE]... "
@@ -325,21 +353,24 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::string label = split;
   ck = gf::checkpoint_in(ck);
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  if (!data_config.empty() && !is_config_file(data_config) &&
-      embedded_data_plugin(loaded, ck) == "text_tsv") {
-    if (!fs::exists(data_config)) throw gf::ConfigError("--data " + data_config + ": no such file");
-    if (vm.count("split") && split != "test")
-      throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
-    sets.push_back("data.test=" + fs::absolute(data_config).string());
-    sets.push_back("data.format=auto");
-    label = data_config;  // the output names the file, not the split it stands in for
-    data_config.clear();
+  const bool trust = vm.count(kTrustOption) > 0;
+  if (!data_config.empty() && !is_config_file(data_config)) {
+    const std::vector<std::string> options =
+        test_file_options(loaded, ck, paths, trust, data_config);
+    if (!options.empty()) {
+      if (!fs::exists(data_config))
+        throw gf::ConfigError("--data " + data_config + ": no such file");
+      if (vm.count("split") && split != "test")
+        throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
+      for (const std::string& o : options) sets.push_back("data." + o);
+      label = data_config;  // the output names the file, not the split it stands in for
+      data_config.clear();
+    }
   }
   std::unique_ptr<gf::Experiment> ex;
   std::vector<std::string> embedded;
   try {
-    ex = checkpoint_experiment(loaded, ck, paths, vm.count(kTrustOption) > 0, sets, data_config,
-                               split, &embedded);
+    ex = checkpoint_experiment(loaded, ck, paths, trust, sets, data_config, split, &embedded);
   } catch (const gf::ConfigError& e) {
     const std::string what = e.what();
     bool unreadable = what.find("cannot open") != std::string::npos ||
