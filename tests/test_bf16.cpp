@@ -161,73 +161,94 @@ TEST_CASE("bf16: precision switch, its scope, and the kernel set below avx512 tu
   CHECK(kernels::product_precision() == Precision::float32);
 }
 
+namespace {
+// The bf16 kernel sets this machine runs ("avx512_bf16", and "amx" where it can), each set in
+// turn while F runs; the one in use before is restored.
+void each_bf16_set(const std::function<void(const std::string&)>& f) {
+  const std::string before = kernels::bf16_kernels_name();
+  for (const char* set : {"avx512_bf16", "amx"}) {
+    if (!kernels::set_bf16_kernels(set)) {
+      MESSAGE("bf16 kernels " << set << ": not on this machine");
+      continue;
+    }
+    CHECK(kernels::bf16_kernels_name() == set);
+    f(set);
+  }
+  kernels::set_bf16_kernels(before);
+}
+}  // namespace
+
 TEST_CASE("bf16: every product against float64 of its rounded and of its given inputs") {
   if (!bf16_here()) return;
   kernels::PrecisionScope bf16(Precision::bf16);
-  size_t visible = 0, total = 0;
-  uint64_t seed = 100;
-  for (const Shape3& s : kShapes) {
-    const size_t m = s.m, n = s.n, len = s.len;
-    CAPTURE(m);
-    CAPTURE(n);
-    CAPTURE(len);
-    const std::vector<float> a = values(m * len, ++seed), b = values(len * n, ++seed),
-                             c0 = values(m * n, ++seed), bias = values(n, ++seed);
-    const float alpha = 0.37f;
-    auto ref = [&](size_t i, size_t j) {  // (A B)[i, j], A m x len, B len x n
-      Ref r;
-      for (size_t q = 0; q < len; ++q) r.add(a[i * len + q], b[q * n + j]);
-      return r;
-    };
-    std::vector<float> c(m * n), cmax(m * n), rowmax(m, -INFINITY);
-    kernels::gemm_short_k(m, n, len, alpha, a.data(), len, b.data(), n, c.data(), n);
-    kernels::gemm_short_k_max(m, n, len, alpha, a.data(), len, b.data(), n, cmax.data(), n,
-                              rowmax.data());
-    std::vector<float> acc = c0, rows = c0, bia(m * n), alphas = values(m, ++seed);
-    kernels::gemm_acc_nd(m, len, n, alpha, a.data(), len, b.data(), n, acc.data(), n);
-    kernels::gemm_acc_nd_rows(m, len, n, alphas.data(), a.data(), len, b.data(), n, rows.data(), n);
-    kernels::gemm_bias(m, n, len, a.data(), len, b.data(), n, bias.data(), bia.data(), n);
-    // the columns in three parts, each stored dense: the same bits as gemm_bias's
-    const size_t off[4] = {0, n / 3, n / 3 + (n - n / 3) / 2, n};
-    std::vector<std::vector<float>> part(3);
-    float* dst[3];
-    for (size_t p = 0; p < 3; ++p) {
-      part[p].assign(m * (off[p + 1] - off[p]) + 1, 0.0f);
-      dst[p] = part[p].data();
-    }
-    kernels::gemm_bias_parts(m, n, len, a.data(), len, b.data(), n, bias.data(), off, 3, dst);
-    for (size_t i = 0; i < m; ++i) {
-      float mx = -INFINITY;
-      for (size_t j = 0; j < n; ++j) {
-        const Ref r = ref(i, j);
-        const size_t e = i * n + j;
-        visible += check_element(c[e], 0, alpha, r, len);
-        check_element(acc[e], c0[e], alpha, r, len);
-        check_element(rows[e], c0[e], alphas[i], r, len);
-        check_element(bia[e], bias[j], 1.0, r, len);
-        ++total;
-        CHECK(bits(cmax[e]) == bits(c[e]));
-        mx = std::max(mx, c[e]);
-        const size_t p = j < off[1] ? 0 : j < off[2] ? 1 : 2;
-        CHECK(bits(part[p][i * (off[p + 1] - off[p]) + j - off[p]]) == bits(bia[e]));
-      }
-      CHECK(rowmax[i] == mx);
-    }
-    // C (len x n) += alpha X^T Y with X = A^T laid out m x len ... here X (m x len), Y (m x n)
-    const std::vector<float> y = values(m * n, ++seed), t0 = values(len * n, ++seed);
-    std::vector<float> t = t0;
-    kernels::gemm_acc_tnd(m, len, n, alpha, a.data(), len, y.data(), n, t.data(), n);
-    for (size_t i = 0; i < len; ++i)
-      for (size_t j = 0; j < n; ++j) {
+  each_bf16_set([](const std::string& set) {
+    CAPTURE(set);
+    size_t visible = 0, total = 0;
+    uint64_t seed = 100;
+    for (const Shape3& s : kShapes) {
+      const size_t m = s.m, n = s.n, len = s.len;
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(len);
+      const std::vector<float> a = values(m * len, ++seed), b = values(len * n, ++seed),
+                               c0 = values(m * n, ++seed), bias = values(n, ++seed);
+      const float alpha = 0.37f;
+      auto ref = [&](size_t i, size_t j) {  // (A B)[i, j], A m x len, B len x n
         Ref r;
-        for (size_t q = 0; q < m; ++q) r.add(a[q * len + i], y[q * n + j]);
-        check_element(t[i * n + j], t0[i * n + j], alpha, r, m);
+        for (size_t q = 0; q < len; ++q) r.add(a[i * len + q], b[q * n + j]);
+        return r;
+      };
+      std::vector<float> c(m * n), cmax(m * n), rowmax(m, -INFINITY);
+      kernels::gemm_short_k(m, n, len, alpha, a.data(), len, b.data(), n, c.data(), n);
+      kernels::gemm_short_k_max(m, n, len, alpha, a.data(), len, b.data(), n, cmax.data(), n,
+                                rowmax.data());
+      std::vector<float> acc = c0, rows = c0, bia(m * n), alphas = values(m, ++seed);
+      kernels::gemm_acc_nd(m, len, n, alpha, a.data(), len, b.data(), n, acc.data(), n);
+      kernels::gemm_acc_nd_rows(m, len, n, alphas.data(), a.data(), len, b.data(), n, rows.data(),
+                                n);
+      kernels::gemm_bias(m, n, len, a.data(), len, b.data(), n, bias.data(), bia.data(), n);
+      // the columns in three parts, each stored dense: the same bits as gemm_bias's
+      const size_t off[4] = {0, n / 3, n / 3 + (n - n / 3) / 2, n};
+      std::vector<std::vector<float>> part(3);
+      float* dst[3];
+      for (size_t p = 0; p < 3; ++p) {
+        part[p].assign(m * (off[p + 1] - off[p]) + 1, 0.0f);
+        dst[p] = part[p].data();
       }
-  }
-  // the rounding is there: most elements are further from the unrounded sum than float32
-  // accumulation alone allows (float32 products would put none there)
-  INFO(visible << " of " << total);
-  CHECK(visible > total / 2);
+      kernels::gemm_bias_parts(m, n, len, a.data(), len, b.data(), n, bias.data(), off, 3, dst);
+      for (size_t i = 0; i < m; ++i) {
+        float mx = -INFINITY;
+        for (size_t j = 0; j < n; ++j) {
+          const Ref r = ref(i, j);
+          const size_t e = i * n + j;
+          visible += check_element(c[e], 0, alpha, r, len);
+          check_element(acc[e], c0[e], alpha, r, len);
+          check_element(rows[e], c0[e], alphas[i], r, len);
+          check_element(bia[e], bias[j], 1.0, r, len);
+          ++total;
+          CHECK(bits(cmax[e]) == bits(c[e]));
+          mx = std::max(mx, c[e]);
+          const size_t p = j < off[1] ? 0 : j < off[2] ? 1 : 2;
+          CHECK(bits(part[p][i * (off[p + 1] - off[p]) + j - off[p]]) == bits(bia[e]));
+        }
+        CHECK(rowmax[i] == mx);
+      }
+      // C (len x n) += alpha X^T Y with X = A^T laid out m x len ... here X (m x len), Y (m x n)
+      const std::vector<float> y = values(m * n, ++seed), t0 = values(len * n, ++seed);
+      std::vector<float> t = t0;
+      kernels::gemm_acc_tnd(m, len, n, alpha, a.data(), len, y.data(), n, t.data(), n);
+      for (size_t i = 0; i < len; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          Ref r;
+          for (size_t q = 0; q < m; ++q) r.add(a[q * len + i], y[q * n + j]);
+          check_element(t[i * n + j], t0[i * n + j], alpha, r, m);
+        }
+    }
+    // the rounding is there: most elements are further from the unrounded sum than float32
+    // accumulation alone allows (float32 products would put none there)
+    INFO(visible << " of " << total);
+    CHECK(visible > total / 2);
+  });
 }
 
 namespace {
@@ -261,69 +282,75 @@ Var attention_fn(const std::vector<Var>& in) {
 
 TEST_CASE("bf16: a linear layer's and the attention's gradients against float64 with the bound") {
   if (!bf16_here()) return;
-  // linear: dX = G W^T, dW = X^T G, db = sum G (G: the weighted sum's weights): dX and dW
-  // are one bf16 product each, db a float32 sum
-  const size_t m = 37, in = 24, out = 20;
-  const std::vector<Tensor> lin = {randn({m, in}, 1), randn({in, out}, 2), randn({out}, 3)};
-  std::vector<Tensor> g32, g16;
-  {
-    kernels::PrecisionScope s(Precision::float32);
-    g32 = grads_of(linear_fn, lin);
-  }
-  {
-    kernels::PrecisionScope s(Precision::bf16);
-    g16 = grads_of(linear_fn, lin);
-  }
-  // each gradient element is a sum of m (dW) or out (dX) products of two factors rounded to
-  // bf16: within 2 u16 + u16^2 of their sum |.|; float32's gradient is exact to far less
-  for (size_t k = 0; k < 3; ++k) {
-    CAPTURE(k);
-    const double nw = normwise(g16[k], g32[k]);
-    CHECK(nw <= (k == 2 ? 1e-6 : 3 * kU16));
-    if (k < 2) CHECK(nw > 0.0);  // rounded: not the float32 gradient
-  }
-  // the attention (scores, softmax, P V and their backward): each product rounds its two
-  // inputs, the softmax's inputs carry the scores' rounding; a chain of three products
-  // each way, so within a few times the one-product bound, normwise
-  const size_t B = 2, T = 40, d = 16;
-  const std::vector<Tensor> att = {randn({B, T, d}, 4), randn({B, T, d}, 5), randn({B, T, d}, 6)};
-  {
-    kernels::PrecisionScope s(Precision::float32);
-    g32 = grads_of(attention_fn, att);
-  }
-  {
-    kernels::PrecisionScope s(Precision::bf16);
-    g16 = grads_of(attention_fn, att);
-  }
-  for (size_t k = 0; k < 3; ++k) {
-    CAPTURE(k);
-    const double nw = normwise(g16[k], g32[k]);
-    MESSAGE("attention gradient " << k << ": normwise difference from float32 " << nw);
-    CHECK(nw <= 8 * kU16);
-    CHECK(nw > 0.0);
-  }
+  each_bf16_set([](const std::string& set) {
+    CAPTURE(set);
+    // linear: dX = G W^T, dW = X^T G, db = sum G (G: the weighted sum's weights): dX and dW
+    // are one bf16 product each, db a float32 sum
+    const size_t m = 37, in = 24, out = 20;
+    const std::vector<Tensor> lin = {randn({m, in}, 1), randn({in, out}, 2), randn({out}, 3)};
+    std::vector<Tensor> g32, g16;
+    {
+      kernels::PrecisionScope s(Precision::float32);
+      g32 = grads_of(linear_fn, lin);
+    }
+    {
+      kernels::PrecisionScope s(Precision::bf16);
+      g16 = grads_of(linear_fn, lin);
+    }
+    // each gradient element is a sum of m (dW) or out (dX) products of two factors rounded to
+    // bf16: within 2 u16 + u16^2 of their sum |.|; float32's gradient is exact to far less
+    for (size_t k = 0; k < 3; ++k) {
+      CAPTURE(k);
+      const double nw = normwise(g16[k], g32[k]);
+      CHECK(nw <= (k == 2 ? 1e-6 : 3 * kU16));
+      if (k < 2) CHECK(nw > 0.0);  // rounded: not the float32 gradient
+    }
+    // the attention (scores, softmax, P V and their backward): each product rounds its two
+    // inputs, the softmax's inputs carry the scores' rounding; a chain of three products
+    // each way, so within a few times the one-product bound, normwise
+    const size_t B = 2, T = 40, d = 16;
+    const std::vector<Tensor> att = {randn({B, T, d}, 4), randn({B, T, d}, 5), randn({B, T, d}, 6)};
+    {
+      kernels::PrecisionScope s(Precision::float32);
+      g32 = grads_of(attention_fn, att);
+    }
+    {
+      kernels::PrecisionScope s(Precision::bf16);
+      g16 = grads_of(attention_fn, att);
+    }
+    for (size_t k = 0; k < 3; ++k) {
+      CAPTURE(k);
+      const double nw = normwise(g16[k], g32[k]);
+      MESSAGE(set << ": attention gradient " << k << ": normwise difference from float32 " << nw);
+      CHECK(nw <= 8 * kU16);
+      CHECK(nw > 0.0);
+    }
+  });
 }
 
 TEST_CASE("bf16: the ops give the same bits on 1 and 2 threads and on a second call") {
   if (!bf16_here()) return;
   kernels::PrecisionScope s(Precision::bf16);
-  const size_t threads = num_threads();
-  const std::vector<Tensor> lin = {randn({300, 64}, 11), randn({64, 96}, 12), randn({96}, 13)};
-  const std::vector<Tensor> att = {randn({3, 200, 16}, 14), randn({3, 200, 16}, 15),
-                                   randn({3, 200, 16}, 16)};
-  std::vector<std::vector<Tensor>> runs;
-  for (size_t t : {1, 2, 2}) {
-    set_num_threads(t);
-    std::vector<Tensor> r = grads_of(linear_fn, lin);
-    for (Tensor& g : grads_of(attention_fn, att)) r.push_back(g);
-    runs.push_back(r);
-  }
-  set_num_threads(threads);
-  for (size_t k = 0; k < runs[0].size(); ++k) {
-    CAPTURE(k);
-    CHECK(std::memcmp(runs[0][k].data(), runs[1][k].data(), runs[0][k].size() * 4) == 0);
-    CHECK(std::memcmp(runs[1][k].data(), runs[2][k].data(), runs[1][k].size() * 4) == 0);
-  }
+  each_bf16_set([](const std::string& set) {
+    CAPTURE(set);
+    const size_t threads = num_threads();
+    const std::vector<Tensor> lin = {randn({300, 64}, 11), randn({64, 96}, 12), randn({96}, 13)};
+    const std::vector<Tensor> att = {randn({3, 200, 16}, 14), randn({3, 200, 16}, 15),
+                                     randn({3, 200, 16}, 16)};
+    std::vector<std::vector<Tensor>> runs;
+    for (size_t t : {1, 2, 2}) {
+      set_num_threads(t);
+      std::vector<Tensor> r = grads_of(linear_fn, lin);
+      for (Tensor& g : grads_of(attention_fn, att)) r.push_back(g);
+      runs.push_back(r);
+    }
+    set_num_threads(threads);
+    for (size_t k = 0; k < runs[0].size(); ++k) {
+      CAPTURE(k);
+      CHECK(std::memcmp(runs[0][k].data(), runs[1][k].data(), runs[0][k].size() * 4) == 0);
+      CHECK(std::memcmp(runs[1][k].data(), runs[2][k].data(), runs[1][k].size() * 4) == 0);
+    }
+  });
 }
 
 namespace {

@@ -2,8 +2,14 @@
 // product kernels read (kernels.cpp), the portable bf16 rounding and the bf16 peak.
 #include "growformer/precision.hpp"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -22,11 +28,57 @@ bool cpu_has_bf16() {
   return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
 }
 
-const simd::Bf16Kernels& bf16_table() {
-  static const simd::Bf16Kernels t = simd::bf16_kernels_avx512();
+// AMX-BF16 and AMX-TILE (CPUID 7.0 EDX bits 22, 24), and Linux's leave to use the tiles' 8 KiB
+// of state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; Linux 5.16 and later), asked once.
+bool amx_usable() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return ok;
+}
+
+// The bf16 kernels: "amx" where AMX can run, else "avx512_bf16"; GROWFORMER_BF16 names one
+// (avx512_bf16 where AMX is there but not wanted; amx where it cannot run falls back, saying so).
+const simd::Bf16Kernels* choose_table() {
+  static const simd::Bf16Kernels avx = simd::bf16_kernels_avx512(), amx = simd::bf16_kernels_amx();
+  const char* env = std::getenv("GROWFORMER_BF16");
+  const std::string want = env ? env : "";
+  if (!want.empty() && want != "amx" && want != "avx512_bf16")
+    throw std::invalid_argument("GROWFORMER_BF16=" + want +
+                                " is not a bf16 kernel set: use amx or avx512_bf16");
+  if (want == "avx512_bf16") return &avx;
+  if (amx_usable()) return &amx;
+  if (want == "amx")
+    std::fprintf(stderr,
+                 "growformer: GROWFORMER_BF16=amx, but this CPU or system cannot run AMX tiles; "
+                 "using avx512_bf16\n");
+  return &avx;
+}
+
+const simd::Bf16Kernels*& bf16_choice() {
+  static const simd::Bf16Kernels* t = choose_table();
   return t;
 }
+const simd::Bf16Kernels& bf16_table() { return *bf16_choice(); }
 }  // namespace
+
+std::string bf16_kernels_name() { return bf16_available() ? bf16_table().name : ""; }
+
+bool set_bf16_kernels(const std::string& name) {
+  if (!bf16_available()) return false;
+  static const simd::Bf16Kernels avx = simd::bf16_kernels_avx512(), amx = simd::bf16_kernels_amx();
+  const simd::Bf16Kernels* t = name == "avx512_bf16"           ? &avx
+                               : name == "amx" && amx_usable() ? &amx
+                                                               : nullptr;
+  if (!t) return false;
+  bf16_choice() = t;
+  if (g_bf16.load()) g_bf16.store(t);
+  return true;
+}
 
 namespace simd {
 const Bf16Kernels* bf16_products() { return g_bf16.load(std::memory_order_relaxed); }

@@ -27,6 +27,15 @@ const char* precision_name(Precision p);
 std::string bf16_unavailable_reason();
 inline bool bf16_available() { return bf16_unavailable_reason().empty(); }
 
+/// The bf16 kernels in use: "amx" (AMX-BF16 tiles, TDPBF16PS) where the CPU has them and Linux
+/// grants the tiles, else "avx512_bf16" (vdpbf16ps); GROWFORMER_BF16=avx512_bf16|amx chooses
+/// (amx where it cannot run falls back with a message; another value throws
+/// std::invalid_argument naming the variable). Empty where bf16 cannot run.
+std::string bf16_kernels_name();
+/// Switches the bf16 kernels ("amx", "avx512_bf16"; tests compare them); false where that set
+/// cannot run.
+bool set_bf16_kernels(const std::string& name);
+
 /// The products' precision, process-wide (every thread, every model). Setting bf16 where it
 /// cannot run throws std::runtime_error with bf16_unavailable_reason(); set_simd to a set below
 /// avx512 turns bf16 off.

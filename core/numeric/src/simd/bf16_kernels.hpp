@@ -14,9 +14,10 @@ namespace simd {
 /// their own operands to bf16 pairs); each output element is one chain of vdpbf16ps over the
 /// contraction's pairs in order, from 0, whatever the tile or thread it falls in.
 struct Bf16Kernels {
+  const char* name;  // "avx512_bf16" (vdpbf16ps) or "amx" (TDPBF16PS)
   /// ITERS rounds of independent vdpbf16ps on registers only (the set's bf16 peak)
   float (*dot_loop)(size_t iters);
-  double dot_loop_flops;  // flops of one round (2 per product, 2 products per float32 lane)
+  double dot_loop_flops;  // flops of one round (2 per product)
   /// y[j] = x[j] rounded to bf16 by the instruction the products use (vcvtneps2bf16), as float
   void (*round)(const float* x, float* y, size_t n);
   void (*gemm_short_k)(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
@@ -36,6 +37,8 @@ struct Bf16Kernels {
 
 /// The AVX512_BF16 table (call only where the CPU has it).
 Bf16Kernels bf16_kernels_avx512();
+/// The AMX-BF16 table (call only where the CPU has it and the process may use the tiles).
+Bf16Kernels bf16_kernels_amx();
 
 /// The bf16 table when the products run in bf16 (growformer/precision.hpp), else null.
 const Bf16Kernels* bf16_products();
