@@ -431,6 +431,30 @@ TEST_CASE("bf16: a small run's loss falls and stays near float32's; the same see
   // bf16_if_available here: bf16
   CHECK(train_losses(tmp, "b16_if", {"precision=bf16_if_available"}) == b16);
   kernels::set_product_precision(Precision::float32);
+  // eval: the model's precision by default, --precision to choose; where bf16 cannot run
+  // (GROWFORMER_ISA=avx2) the bf16 model is refused unless --precision float32
+  const std::string b16_ck = tmp.file("b16") + "/checkpoints/last.safetensors";
+  auto eval_loss = [&](const std::string& env, const std::string& flags, int* status) {
+    const gf_test::Shell sh = gf_test::run_shell(env + " " + GF_BIN + " eval " + b16_ck +
+                                                 " --split val --json " + flags + " 2>/dev/null");
+    *status = sh.status;
+    if (sh.status != 0) return "status " + std::to_string(sh.status);
+    return nlohmann::json::parse(sh.output)["loss"].dump();
+  };
+  int st = 0;
+  const std::string own = eval_loss("", "", &st);
+  CHECK(st == 0);
+  CHECK(eval_loss("", "--precision bf16", &st) == own);
+  const std::string f32_loss = eval_loss("", "--precision float32", &st);
+  CHECK(st == 0);
+  CHECK(f32_loss != own);
+  CHECK(eval_loss("GROWFORMER_ISA=avx2", "--precision float32", &st) != own);
+  CHECK(st == 0);
+  const gf_test::Shell refused = gf_test::run_shell("GROWFORMER_ISA=avx2 " + std::string(GF_BIN) +
+                                                    " eval " + b16_ck + " --split val");
+  INFO(refused.output);
+  CHECK(refused.status == 2);
+  CHECK(refused.output.find("AVX512_BF16") != std::string::npos);
   // the checkpoint's config carries the precision: a model built from it for eval or predict
   // uses bf16, and one from the float32 run float32
   for (const char* run : {"b16", "f32"}) {
