@@ -503,4 +503,10 @@ TEST_CASE("bf16: refused with one message where AVX512_BF16 is absent (GROWFORME
   CHECK(sh.status == 2);
   CHECK(sh.output.find("precision") != std::string::npos);
   CHECK(sh.output.find("AVX512_BF16") != std::string::npos);
+  // a GROWFORMER_BF16 that names no bf16 kernel set stops the program at start, on any CPU
+  const gf_test::Shell bad =
+      gf_test::run_shell("GROWFORMER_BF16=amx2 " + std::string(GF_BIN) + " --version");
+  INFO(bad.output);
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("GROWFORMER_BF16=amx2 is not a bf16 kernel set") != std::string::npos);
 }

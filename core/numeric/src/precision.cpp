@@ -43,13 +43,19 @@ bool amx_usable() {
 
 // The bf16 kernels: "amx" where AMX can run, else "avx512_bf16"; GROWFORMER_BF16 names one
 // (avx512_bf16 where AMX is there but not wanted; amx where it cannot run falls back, saying so).
-const simd::Bf16Kernels* choose_table() {
-  static const simd::Bf16Kernels avx = simd::bf16_kernels_avx512(), amx = simd::bf16_kernels_amx();
+// GROWFORMER_BF16 ("" when unset); throws std::invalid_argument for a value that is no set.
+std::string bf16_env() {
   const char* env = std::getenv("GROWFORMER_BF16");
   const std::string want = env ? env : "";
   if (!want.empty() && want != "amx" && want != "avx512_bf16")
     throw std::invalid_argument("GROWFORMER_BF16=" + want +
                                 " is not a bf16 kernel set: use amx or avx512_bf16");
+  return want;
+}
+
+const simd::Bf16Kernels* choose_table() {
+  static const simd::Bf16Kernels avx = simd::bf16_kernels_avx512(), amx = simd::bf16_kernels_amx();
+  const std::string want = bf16_env();
   if (want == "avx512_bf16") return &avx;
   if (amx_usable()) return &amx;
   if (want == "amx")
@@ -66,7 +72,10 @@ const simd::Bf16Kernels*& bf16_choice() {
 const simd::Bf16Kernels& bf16_table() { return *bf16_choice(); }
 }  // namespace
 
-std::string bf16_kernels_name() { return bf16_available() ? bf16_table().name : ""; }
+std::string bf16_kernels_name() {
+  bf16_env();  // a value that is no set is an error on any CPU
+  return bf16_available() ? bf16_table().name : "";
+}
 
 bool set_bf16_kernels(const std::string& name) {
   if (!bf16_available()) return false;
