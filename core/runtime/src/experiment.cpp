@@ -88,9 +88,10 @@ kernels::Precision apply_precision(const std::string& want, const Options& top, 
     return Precision::bf16;
   }
   if (want == "bf16")
-    top.fail("precision", "bf16 needs AVX512_BF16 and cannot run here: " + why +
-                              "; use precision: float32, or bf16_if_available to fall back to "
-                              "float32 where bf16 cannot run");
+    top.fail("precision",
+             "bf16 needs AVX512_BF16 and the avx512 kernel set, and cannot run here: " + why +
+                 "; use precision: float32, or bf16_if_available to fall back to "
+                 "float32 where bf16 cannot run");
   kernels::set_product_precision(Precision::float32);
   *note = "precision: float32 (bf16_if_available fell back: " + why + ")";
   return Precision::float32;
