@@ -36,8 +36,8 @@ namespace gfapp {
 
 namespace {
 
-// `--set data.KEY=VALUE` that switches the data set's mode (listops' `source: files` for a
-// model trained on generated data) drops the embedded options of the mode left: the
+// `--set data.KEY=VALUE` that switches the data set's mode (`source: files` for a model
+// trained on generated data, say) drops the embedded options of the mode left: the
 // checkpoint's resolved config spells them all out, and the dataset refuses them in the other
 // mode. An option is another mode's when its spec says `mode: "KEY=VALUE"` and the data's KEY,
 // set on the command line, now has another value; options set on the command line stay.
@@ -62,7 +62,7 @@ void drop_other_mode_options(const gf::ConfigNode& cfg, const std::set<std::stri
 }
 
 // A `data:` section given with `eval --data CONFIG` for the checkpoint's own dataset plugin
-// takes the options it leaves out that the plugin requires (text_tsv's `train`) from the
+// takes the options it leaves out that the plugin requires (a training file, say) from the
 // checkpoint's: with the saved tokenizer only the evaluated split's file is read, so a section
 // naming just `test: FILE` evaluates FILE, the training files gone.
 void fill_required_from_checkpoint(gf::ConfigNode data, const gf::ConfigNode& saved,
@@ -182,9 +182,8 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(
 }
 
 // `eval --data VALUE`: a config whose `data:` section replaces the checkpoint's, or, for a
-// text_tsv model and a file not named .yaml or .yml, a data file evaluated as its test split
-// (any format text_tsv reads, the checkpoint's text and label columns) like `--set
-// data.test=FILE --set data.format=auto`.
+// model whose dataset reads a labelled file as its test split (DataFormats::test_file_options)
+// and a file not named .yaml or .yml, that data file evaluated as its test split.
 bool is_config_file(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
@@ -200,6 +199,34 @@ std::string embedded_data_plugin(const gf::Checkpoint& ck, const std::string& pa
   return data.valid() && data.is_map() && data.has("plugin") && data.child("plugin").is_scalar()
              ? data.child("plugin").as_string()
              : "";
+}
+
+std::string known_datasets(const gf::Registry& reg) {
+  std::string s;
+  for (const gf::ComponentInfo& c : reg.components())
+    if (c.kind == gf::Kind::Dataset) s += (s.empty() ? "" : ", ") + c.spec.name;
+  return s.empty() ? "none" : s;
+}
+
+// The data options with which the dataset of checkpoint CK (read from PATH) reads FILE as its
+// test split; none when it reads no single labelled file. Plugins as checkpoint_experiment
+// finds them.
+std::vector<std::string> test_file_options(const gf::Checkpoint& ck, const std::string& path,
+                                           const std::vector<std::string>& given, bool trust,
+                                           const std::string& file) {
+  const std::string plugin = embedded_data_plugin(ck, path);
+  if (plugin.empty()) return {};
+  const gf::CheckpointPlugins plugins = gf::checkpoint_plugin_paths(ck, path, given, trust);
+  gf::Registry reg;
+  reg.load_directories(gf::Registry::search_path(plugins.paths));
+  if (!reg.find(gf::Kind::Dataset, plugin))
+    gf::rethrow_with_missing_plugins(
+        gf::ConfigError(path + ": its dataset `" + plugin + "`, which reads --data " + file +
+                        ", is not found\n  known dataset components: " + known_datasets(reg)),
+        path, plugins, "`--plugin-path DIR`", "`--trust-checkpoint-plugins`");
+  const gf::DataFormats* formats = reg.data_formats(plugin);
+  if (!formats) return {};
+  return formats->test_file_options(fs::absolute(file).string());
 }
 
 // Logits of a batch of examples as class probabilities (row-major, n x C).
@@ -221,46 +248,14 @@ std::string fixed(double v, int digits) {
   return b;
 }
 
-/// The confusion matrix of ROWS and their mean loss (into LOSS), in the batches of
-/// Experiment::evaluate, so loss and accuracy are the figures training logs.
-std::vector<std::vector<size_t>> evaluate_rows(gf::Experiment& ex,
-                                               const std::vector<const gf::Example*>& rows,
-                                               double& loss) {
-  const size_t C = ex.data().num_classes, B = static_cast<size_t>(ex.settings().batch_size);
-  std::vector<std::vector<size_t>> confusion(C, std::vector<size_t>(C, 0));
-  std::vector<gf::Example> chunk;
-  std::vector<size_t> idx;
-  loss = 0;
-  gf::NoGradGuard ng;
-  for (size_t start = 0; start < rows.size(); start += B) {
-    size_t n = std::min(B, rows.size() - start);
-    chunk.clear();
-    idx.clear();
-    for (size_t i = 0; i < n; ++i) {
-      chunk.push_back(*rows[start + i]);
-      idx.push_back(i);
-    }
-    gf::Batch b = ex.make_batch(chunk, idx);
-    gf::Var logits = ex.model().forward(b, false, nullptr);
-    gf::Var l = gf::ops::cross_entropy(logits, b.labels);
-    loss += static_cast<double>(l.value()[0]) * n;
-    for (size_t i = 0; i < n; ++i) {
-      const float* row = logits.value().data() + i * C;
-      size_t arg = static_cast<size_t>(std::max_element(row, row + C) - row);
-      confusion[static_cast<size_t>(b.labels[i])][arg]++;
-    }
-    gf::clear_tape();
-  }
-  return confusion;
-}
-
 /// The text report of `eval`: the figures, per-class precision/recall/F1, the confusion matrix.
-void print_eval(const std::string& split, const gf::ClassificationReport& r, double loss,
-                const std::vector<std::string>& names,
-                const std::vector<std::vector<size_t>>& confusion) {
+void print_eval(const std::string& split, const gf::EvalResult& e,
+                const std::vector<std::string>& names) {
+  const gf::ClassificationReport& r = e.classes;
+  const std::vector<std::vector<size_t>>& confusion = r.confusion;
   const size_t C = confusion.size();
-  std::cout << split << ": accuracy " << fixed(r.accuracy, 4) << ", loss " << fixed(loss, 4)
-            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << r.examples << " examples\n";
+  std::cout << split << ": accuracy " << fixed(e.accuracy, 4) << ", loss " << fixed(e.loss, 4)
+            << ", macro-F1 " << fixed(r.macro_f1, 4) << " on " << e.examples << " examples\n";
   size_t w = 5;
   for (auto& n : names) w = std::max(w, n.size());
   std::cout << "\n" << std::string(w - 5, ' ') << "class  precision  recall      f1  support\n";
@@ -327,13 +322,6 @@ std::vector<double> predict_batch(gf::Experiment& ex, std::vector<gf::Record>& r
   return prob;
 }
 
-/// The data's class names, numbered where a class has none.
-std::vector<std::string> class_names(const gf::DataSplits& d) {
-  std::vector<std::string> names = d.class_names;
-  for (size_t c = names.size(); c < d.num_classes; ++c) names.push_back(std::to_string(c));
-  return names;
-}
-
 /// --threads at most this machine's cores (with a warning).
 long clamp_threads(long threads) {
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
@@ -341,29 +329,6 @@ long clamp_threads(long threads) {
   std::cerr << "warning: --threads " << threads << " is more than the " << cores
             << " cores of this machine; using " << cores << "\n";
   return static_cast<long>(cores);
-}
-
-// The evaluation as one JSON object on stdout (eval --json).
-void print_eval_json(const std::string& ck, const std::string& split, double loss,
-                     const gf::ClassificationReport& r, const std::vector<std::string>& names,
-                     const std::vector<size_t>& heads) {
-  json classes = json::array();
-  for (size_t c = 0; c < r.classes.size(); ++c)
-    classes.push_back({{"name", names[c]},
-                       {"precision", r.classes[c].precision},
-                       {"recall", r.classes[c].recall},
-                       {"f1", r.classes[c].f1},
-                       {"support", r.classes[c].support}});
-  std::cout << gf::dump_json(json({{"checkpoint", ck},
-                                   {"split", split},
-                                   {"loss", loss},
-                                   {"accuracy", r.accuracy},
-                                   {"macro_f1", r.macro_f1},
-                                   {"examples", r.examples},
-                                   {"classes", classes},
-                                   {"confusion", r.confusion},
-                                   {"heads", heads}}))
-            << "\n";
 }
 
 }  // namespace
@@ -380,9 +345,10 @@ int cmd_eval(const std::vector<std::string>& args) {
       "set", po::value(&sets)->composing(),
       "change the data: data.KEY=VALUE (repeatable; e.g. data.test=FILE)")(
       "data", po::value(&data_config),
-      "evaluate on the `data:` section of this config, or (text_tsv models, a file not named "
-      ".yaml/.yml) on this data file as the test split: TSV, CSV or JSON lines")(
-      "json", "print JSON")("plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      "evaluate on the `data:` section of this config, or (a file not named .yaml/.yml, for "
+      "datasets that read one labelled file, as text_tsv does: TSV, CSV or JSON lines) on this "
+      "data file as the test split")("json", "print JSON")(
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
       "precision", po::value(&g_precision), kPrecisionDoc)(kTrustOption, kTrustDoc);
   bool help;
   auto vm = parse(
@@ -395,21 +361,24 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::string label = split;
   ck = gf::checkpoint_in(ck);
   gf::Checkpoint loaded = gf::load_checkpoint(ck);
-  if (!data_config.empty() && !is_config_file(data_config) &&
-      embedded_data_plugin(loaded, ck) == "text_tsv") {
-    if (!fs::exists(data_config)) throw gf::ConfigError("--data " + data_config + ": no such file");
-    if (vm.count("split") && split != "test")
-      throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
-    sets.push_back("data.test=" + fs::absolute(data_config).string());
-    sets.push_back("data.format=auto");
-    label = data_config;  // the output names the file, not the split it stands in for
-    data_config.clear();
+  const bool trust = vm.count(kTrustOption) > 0;
+  if (!data_config.empty() && !is_config_file(data_config)) {
+    const std::vector<std::string> options =
+        test_file_options(loaded, ck, paths, trust, data_config);
+    if (!options.empty()) {
+      if (!fs::exists(data_config))
+        throw gf::ConfigError("--data " + data_config + ": no such file");
+      if (vm.count("split") && split != "test")
+        throw UsageError("--data FILE is evaluated as the test split; drop --split " + split);
+      for (const std::string& o : options) sets.push_back("data." + o);
+      label = data_config;  // the output names the file, not the split it stands in for
+      data_config.clear();
+    }
   }
   std::unique_ptr<gf::Experiment> ex;
   std::vector<std::string> embedded;
   try {
-    ex = checkpoint_experiment(loaded, ck, paths, vm.count(kTrustOption) > 0, sets, data_config,
-                               split, &embedded);
+    ex = checkpoint_experiment(loaded, ck, paths, trust, sets, data_config, split, &embedded);
   } catch (const gf::ConfigError& e) {
     const std::string what = e.what();
     bool unreadable = what.find("cannot open") != std::string::npos ||
@@ -422,21 +391,19 @@ int cmd_eval(const std::vector<std::string>& args) {
                           "FILE or --set data.test=FILE; `growformer predict` needs no data)");
   }
   const gf::DataSplits& d = ex->data();
-  std::vector<const gf::Example*> rows;
+  std::vector<gf::Example> all;
   for (auto* s : {&d.train, &d.val, &d.test}) {
     const char* name = s == &d.train ? "train" : s == &d.val ? "val" : "test";
-    if (split == "all" || split == name)
-      for (auto& e : *s) rows.push_back(&e);
+    if (split == "all" || split == name) all.insert(all.end(), s->begin(), s->end());
   }
-  if (rows.empty()) throw gf::RuntimeError("the " + split + " split is empty");
-
-  double loss = 0;
-  const std::vector<std::vector<size_t>> confusion = evaluate_rows(*ex, rows, loss);
-  gf::ClassificationReport r = gf::classification_report(confusion);
-  loss /= static_cast<double>(rows.size());
-  const std::vector<std::string> names = class_names(d);
+  if (all.empty()) throw gf::RuntimeError("the " + split + " split is empty");
+  const gf::EvalResult r = ex->evaluate(all);
   if (vm.count("json")) {
-    print_eval_json(ck, split, loss, r, names, ex->model().heads_per_block());
+    json j = gf::json_bytes_tree(json::parse(ex->evaluation_json(r)));
+    j["checkpoint"] = ck;
+    j["split"] = split;
+    j["heads"] = ex->model().heads_per_block();
+    std::cout << gf::dump_json(j) << "\n";
     return 0;
   }
   if (!embedded.empty()) {
@@ -444,7 +411,7 @@ int cmd_eval(const std::vector<std::string>& args) {
     for (const std::string& f : embedded) std::cerr << " " << f;
     std::cerr << "\n";
   }
-  print_eval(label, r, loss, names, confusion);
+  print_eval(label, r, ex->class_names());
   return 0;
 }
 
@@ -514,7 +481,7 @@ int cmd_predict(const std::vector<std::string>& cli) {
   const gf::DataSplits& d = ex->data();
   size_t C = d.num_classes, B = batch > 0 ? static_cast<size_t>(batch)
                                           : static_cast<size_t>(ex->settings().batch_size);
-  const std::vector<std::string> names = class_names(d);
+  const std::vector<std::string> names = ex->class_names();
   std::ofstream file;
   if (!out_path.empty()) {
     file.open(out_path);

@@ -374,10 +374,42 @@ std::string md_bound(double v, gf::OptType t) {
   return o.str();
 }
 
+// A table of option specs SPECS, as docs/OPTIONS.md shows them.
+void markdown_options(const gf::OptionSpecs& specs) {
+  std::cout << "| option | type | default | values | what it does |\n|---|---|---|---|---|\n";
+  for (auto& s : specs) {
+    std::string values;
+    for (auto& ch : s.choices) values += (values.empty() ? "" : ", ") + ch;
+    if (values.empty() && (std::isfinite(s.min) || std::isfinite(s.max)))
+      values = (std::isfinite(s.min) ? md_bound(s.min, s.type) : "") + " .. " +
+               (std::isfinite(s.max) ? md_bound(s.max, s.type) : "");
+    std::string def = s.required ? "required" : s.default_value.empty() ? "\"\"" : s.default_value;
+    if (!s.mode.empty()) values += (values.empty() ? "" : "; ") + std::string("when ") + s.mode;
+    std::cout << "| `" << s.name << "` | " << gf::opt_type_name(s.type) << " | `" << md_cell(def)
+              << "` | " << md_cell(values) << " | " << md_cell(s.doc) << " |\n";
+  }
+}
+
+// The run's own tables (the config's top level, `train:`, `train.switch:`, `model:`), read by
+// the trainer rather than a plugin: the first sections of docs/OPTIONS.md.
+void markdown_run_tables() {
+  const std::pair<const char*, gf::OptionSpecs> tables[] = {
+      {"the config's top level", gf::Experiment::options()},
+      {"`train:`", gf::TrainSettings::options()},
+      {"`train.switch:`", gf::TrainSettings::switch_options()},
+      {"`model:`", gf::Model::options()}};
+  for (const auto& [what, specs] : tables) {
+    std::cout << "## run: " << what << "\n\nRead by the trainer (core/runtime).\n\n";
+    markdown_options(specs);
+    std::cout << "\n";
+  }
+}
+
 // `plugins describe --markdown [NAME]`: each component (of NAME, or every one) as a section of
 // docs/OPTIONS.md: its kind, name, library and documentation, then a table of its options. The
 // file is made from this output and a test (options_doc) checks it against the built plugins.
 void markdown_components(const gf::Registry& reg, const std::string& want) {
+  if (want.empty()) markdown_run_tables();
   auto all = reg.components();
   std::vector<std::string> names;
   bool any = false;
@@ -394,20 +426,7 @@ void markdown_components(const gf::Registry& reg, const std::string& want) {
         std::cout << "No options.\n\n";
         continue;
       }
-      std::cout << "| option | type | default | values | what it does |\n|---|---|---|---|---|\n";
-      for (auto& s : c.spec.options) {
-        std::string values;
-        for (auto& ch : s.choices) values += (values.empty() ? "" : ", ") + ch;
-        if (values.empty() && (std::isfinite(s.min) || std::isfinite(s.max)))
-          values = (std::isfinite(s.min) ? md_bound(s.min, s.type) : "") + " .. " +
-                   (std::isfinite(s.max) ? md_bound(s.max, s.type) : "");
-        std::string def = s.required                ? "required"
-                          : s.default_value.empty() ? "\"\""
-                                                    : s.default_value;
-        if (!s.mode.empty()) values += (values.empty() ? "" : "; ") + std::string("when ") + s.mode;
-        std::cout << "| `" << s.name << "` | " << gf::opt_type_name(s.type) << " | `"
-                  << md_cell(def) << "` | " << md_cell(values) << " | " << md_cell(s.doc) << " |\n";
-      }
+      markdown_options(c.spec.options);
       std::cout << "\n";
     }
   if (!any) no_such_component(reg, want, names);

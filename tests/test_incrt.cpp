@@ -790,14 +790,14 @@ TEST_CASE("incrt_geometric: unknown option and bad choice are config errors") {
 // ---- pruning -----------------------------------------------------------------------------
 
 TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reopen on a rise") {
-  gf::incrt::GainOptions o;
+  gf::incrt::RoundOptions o;
   o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
   o.settle_tolerance = 0.01;
   o.min_gain = 0.05;
   o.reopen_rise = 0.25;
   o.grow_until = 0.6;
-  using K = gf::incrt::GainDecision::Kind;
+  using K = gf::incrt::RoundDecision::Kind;
   gf::incrt::GainState g;
   size_t step = 0;
   auto feed = [&](std::vector<double> losses) {
@@ -820,7 +820,7 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
   g.grown(2, 0.4, step);
   g.round = {{0, 3}, {0, 4}};
   // the next round brings 2.5 %: taken back, growth stops at the earlier plateau
-  gf::incrt::GainDecision d;
+  gf::incrt::RoundDecision d;
   for (double l : {0.395, 0.39, 0.39, 0.39}) d = g.observe(l, step += 10, 1000, o);
   CHECK(d.kind == K::Reject);
   CHECK(d.gain == doctest::Approx((0.4 - 0.39) / 0.4));
@@ -848,7 +848,7 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
   CHECK(after == K::Grow);
   // a round settled after grow_until of the run: growth stops instead of growing
   gf::incrt::GainState late;
-  gf::incrt::GainDecision e;
+  gf::incrt::RoundDecision e;
   for (double l : {2.0, 1.0, 0.5, 0.5, 0.5, 0.5}) e = late.observe(l, 700, 1000, o);
   CHECK(e.kind == K::Stop);
   CHECK(late.done);
@@ -857,14 +857,14 @@ TEST_CASE("gain rounds: settle on the windowed median, pay or be taken back, reo
 TEST_CASE(
     "gain rounds, paired: a solved task (probe loss under the floor) is settled, grows no "
     "round, stops past the window; its rise is measured against the floor") {
-  gf::incrt::GainOptions o;  // paired (the default)
+  gf::incrt::RoundOptions o;  // paired (the default)
   o.settle_probes = 2;
   o.settle_tolerance = 0.01;
   o.loss_floor = 0.05;
   o.reopen_rise = 0.25;
   o.grow_until = 0.6;
   REQUIRE(o.paired);
-  using K = gf::incrt::GainDecision::Kind;
+  using K = gf::incrt::RoundDecision::Kind;
   gf::incrt::GainState g;
   size_t step = 0;
   // learns, then the loss keeps falling tenfold a probe under the floor: each window is far
@@ -888,12 +888,12 @@ TEST_CASE(
 TEST_CASE(
     "gain rounds: a round is judged only after it trained as long as the first head took "
     "to start learning") {
-  gf::incrt::GainOptions o;
+  gf::incrt::RoundOptions o;
   o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
   o.min_gain = 0.05;
   o.grow_until = 0.9;
-  using K = gf::incrt::GainDecision::Kind;
+  using K = gf::incrt::RoundDecision::Kind;
   for (double patience : {1.5, 0.0}) {
     o.round_patience = patience;
     gf::incrt::GainState g;
@@ -966,12 +966,12 @@ TEST_CASE(
 }
 
 TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's gain") {
-  gf::incrt::GainOptions o;
+  gf::incrt::RoundOptions o;
   o.paired = false;  // the relative test (round_test: relative)
   o.settle_probes = 2;
   o.min_gain = 0.05;
   o.grow_until = 0.9;
-  using K = gf::incrt::GainDecision::Kind;
+  using K = gf::incrt::RoundDecision::Kind;
   for (bool attribution : {true, false}) {
     o.attribution = attribution;
     gf::incrt::GainState g;
@@ -980,7 +980,7 @@ TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's
     g.grown(1, 1.0, step);
     // the loss falls 40 % while the round waits (the older heads keep training), but muting
     // the round's heads costs only 1 % of it: the new heads carry almost none of the fall
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     for (double l : {0.8, 0.6, 0.6, 0.6, 0.6}) {
       d = g.observe(l, step += 10, 1000, o, l * 1.01);
       if (d.kind != K::None) break;
@@ -995,7 +995,7 @@ TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's
   size_t step = 0;
   for (double l : {2.7, 2.0, 1.0, 1.0, 1.0, 1.0}) g.observe(l, step += 10, 1000, o);
   g.grown(1, 1.0, step);
-  gf::incrt::GainDecision d;
+  gf::incrt::RoundDecision d;
   for (double l : {0.8, 0.6, 0.6, 0.6, 0.6}) {
     d = g.observe(l, step += 10, 1000, o, l * 1.5);
     if (d.kind != K::None) break;
@@ -1007,13 +1007,13 @@ TEST_CASE("gain rounds: a fall the round's heads do not carry is not the round's
 TEST_CASE(
     "gain rounds, paired test: a small share pays when it is significant, waits while "
     "the answer is open, and is judged again when the growth window ends") {
-  gf::incrt::GainOptions o;  // paired (the default), min_share 1 %, z 2, z_early 3
+  gf::incrt::RoundOptions o;  // paired (the default), min_share 1 %, z 2, z_early 3
   REQUIRE(o.paired);
   o.settle_probes = 2;
   o.min_gain = 0.05;
   o.grow_until = 0.5;
   o.round_patience = 1.5;
-  using K = gf::incrt::GainDecision::Kind;
+  using K = gf::incrt::RoundDecision::Kind;
   // a first head that learns after 30 steps and settles at 1.0 (onset 30: patience 45 steps)
   auto started = [&](gf::incrt::GainState& g, size_t& step) {
     for (double l : {2.7, 2.7, 2.7, 1.5, 1.0, 1.0, 1.0, 1.0}) {
@@ -1030,7 +1030,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     for (int i = 0; i < 6 && d.kind == K::None; ++i)
       d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.005);
     CHECK(d.kind == K::Grow);
@@ -1038,7 +1038,7 @@ TEST_CASE(
     CHECK(d.t == doctest::Approx(4.0));
     CHECK(d.gain == doctest::Approx(0.0));
     // the relative rule takes the same round back (no 5 % fall)
-    gf::incrt::GainOptions rel = o;
+    gf::incrt::RoundOptions rel = o;
     rel.paired = false;
     gf::incrt::GainState h;
     size_t s2 = 0;
@@ -1048,7 +1048,7 @@ TEST_CASE(
       if (h.observe(l, s2, 1000, rel).kind == K::Grow) break;
     }
     h.grown(1, 1.0, s2);
-    gf::incrt::GainDecision e;
+    gf::incrt::RoundDecision e;
     for (int i = 0; i < 20 && e.kind == K::None; ++i)
       e = h.observe(1.0, s2 += 10, 1000, rel, 1.02, 0.005);
     CHECK(e.kind == K::Reject);
@@ -1059,7 +1059,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     double l = 1.0;
     int probes = 0;
     for (; probes < 6 && d.kind == K::None; ++probes) {
@@ -1075,12 +1075,12 @@ TEST_CASE(
   // 0.4 %, under min_share: the round does not pay and is taken back
   {
     for (double floor : {0.05, 0.5}) {
-      gf::incrt::GainOptions f = o;
+      gf::incrt::RoundOptions f = o;
       f.loss_floor = floor;
       gf::incrt::GainState g;
       size_t step = 0;
       started(g, step);
-      gf::incrt::GainDecision d;
+      gf::incrt::RoundDecision d;
       while (step < 900 && d.kind == K::None)
         d = g.observe(0.001, step += 10, 1000, f, 0.003, 0.0001);
       CHECK(d.share == doctest::Approx(0.002 / floor));
@@ -1094,7 +1094,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     size_t decided = 0;
     while (step < 900 && d.kind == K::None) {
       d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.02);
@@ -1111,7 +1111,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 1.001, 0.001);
     CHECK(d.kind == K::Reject);
     CHECK(step == 510);
@@ -1122,7 +1122,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 0.98, 0.005);
     CHECK(d.kind == K::Reject);
     CHECK(step == 510);
@@ -1134,7 +1134,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 1.02, 0.008);
     CHECK(d.kind == K::Stop);
     CHECK(step == 510);
@@ -1144,12 +1144,12 @@ TEST_CASE(
   }
   // a share of 3 % with a tiny error, but under the floor min_share = 5 %: not paid
   {
-    gf::incrt::GainOptions hi = o;
+    gf::incrt::RoundOptions hi = o;
     hi.min_share = 0.05;
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, hi, 1.03, 0.001);
     CHECK(d.kind == K::Reject);
   }
@@ -1158,7 +1158,7 @@ TEST_CASE(
     gf::incrt::GainState g;
     size_t step = 0;
     started(g, step);
-    gf::incrt::GainDecision d;
+    gf::incrt::RoundDecision d;
     while (step < 900 && d.kind == K::None) d = g.observe(1.0, step += 10, 1000, o, 1.5);
     CHECK(d.kind == K::Reject);
     CHECK(!std::isfinite(d.t));
@@ -1166,7 +1166,7 @@ TEST_CASE(
 }
 
 TEST_CASE("gain rounds: the state round-trips mid-phase and decides the same") {
-  gf::incrt::GainOptions o;
+  gf::incrt::RoundOptions o;
   o.settle_probes = 3;
   gf::incrt::GainState a;
   for (double l : {2.0, 1.4, 1.1, 0.9}) a.observe(l, 100, 1000, o);
@@ -2115,12 +2115,12 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 10 load, and save as 
 
 namespace learning_test {
 
-using gf::incrt::GainDecision;
-using gf::incrt::GainOptions;
 using gf::incrt::GainState;
 using gf::incrt::LearningState;
 using gf::incrt::ProbeReading;
-using K = GainDecision::Kind;
+using gf::incrt::RoundDecision;
+using gf::incrt::RoundOptions;
+using K = RoundDecision::Kind;
 
 /// A loss that falls steadily for the whole run and never settles: 2.5 e^(-step / 800) (about
 /// 1.2 % every 10 steps, 5 % every 40).
@@ -2144,13 +2144,13 @@ TEST_CASE(
     "incrt learning rule: a round grows as soon as the probe shows learning and the next as soon "
     "as it pays, on a loss that never settles; the gain rule grows nothing there") {
   using namespace learning_test;
-  const GainOptions o;  // min_share 1 %, z 2, z_early 3, grow_until 0.6, loss floor 0.05
+  const RoundOptions o;  // min_share 1 %, z 2, z_early 3, grow_until 0.6, loss floor 0.05
   const size_t total = 1000;
   LearningState s;
   std::vector<std::pair<size_t, K>> decisions;
   for (size_t step = 10; step <= 300; step += 10) {
     const double share = s.waiting() ? 0.10 : 0.0;  // a waiting round carries 10 % at t = 10
-    const GainDecision d = s.observe(probe_at(step, total, falling(step), share, 10.0), o);
+    const RoundDecision d = s.observe(probe_at(step, total, falling(step), share, 10.0), o);
     if (d.kind == K::None) continue;
     decisions.push_back({step, d.kind});
     if (d.kind == K::Grow) s.grown(1, d.settled, step);
@@ -2168,7 +2168,7 @@ TEST_CASE(
   GainState g;
   for (size_t step = 10; step <= 600; step += 10) {
     g.watch(falling(step), step, o.min_gain);
-    const GainDecision d = g.observe(falling(step), step, total, o);
+    const RoundDecision d = g.observe(falling(step), step, total, o);
     CHECK(d.kind != K::Grow);
   }
 }
@@ -2177,13 +2177,13 @@ TEST_CASE(
     "incrt learning rule: flat at chance grows nothing; a round that does not pay waits for the "
     "window's end, is taken back, and a rise reopens growth") {
   using namespace learning_test;
-  const GainOptions o;
+  const RoundOptions o;
   const size_t total = 1000;
   SUBCASE("flat") {
     LearningState s;
     std::vector<std::pair<size_t, K>> decisions;
     for (size_t step = 10; step <= 700; step += 10) {
-      const GainDecision d =
+      const RoundDecision d =
           s.observe(probe_at(step, total, 2.48 + 0.01 * std::sin(double(step))), o);
       if (d.kind != K::None) decisions.push_back({step, d.kind});
     }
@@ -2202,7 +2202,7 @@ TEST_CASE(
     // only at the window's end (z 2), not before (z_early 3)
     for (size_t step = 30; step <= 600; step += 10)
       CHECK(s.observe(probe_at(step, total, 1.5, 0.005, 50.0), o).kind == K::None);
-    const GainDecision r = s.observe(probe_at(610, total, 1.5, 0.005, 50.0), o);
+    const RoundDecision r = s.observe(probe_at(610, total, 1.5, 0.005, 50.0), o);
     CHECK(r.kind == K::Reject);
     CHECK(r.share == doctest::Approx(0.005));
     CHECK(s.rejected == 1);
@@ -2218,7 +2218,7 @@ TEST_CASE(
     CHECK(s.observe(probe_at(670, total, 1.6), o).kind == K::Grow);
   }
   SUBCASE("take_back unproven: a round that pays at z only when the window ends is kept") {
-    GainOptions o;
+    RoundOptions o;
     o.take_back_useless = false;
     LearningState s;
     s.observe(probe_at(10, total, 2.0), o);
@@ -2226,7 +2226,7 @@ TEST_CASE(
     s.grown(2, 1.8, 20);
     for (size_t step = 30; step <= 600; step += 10)
       CHECK(s.observe(probe_at(step, total, 1.5, 0.025, 2.5), o).kind == K::None);
-    const GainDecision d = s.observe(probe_at(610, total, 1.5, 0.025, 2.5), o);
+    const RoundDecision d = s.observe(probe_at(610, total, 1.5, 0.025, 2.5), o);
     CHECK(d.kind == K::Stop);
     CHECK(d.t == doctest::Approx(2.5));
     CHECK(s.rejected == 0);
@@ -2244,7 +2244,7 @@ TEST_CASE(
   using namespace learning_test;
   const size_t total = 1000;
   // the round of issue 59's one-head seed: 0.69 % of the loss at t 2.1 when the window ends
-  auto judged = [&](const GainOptions& o, auto share_at, double t) {
+  auto judged = [&](const RoundOptions& o, auto share_at, double t) {
     LearningState s;
     s.observe(probe_at(10, total, 2.0), o);
     REQUIRE(s.observe(probe_at(20, total, 1.8), o).kind == K::Grow);
@@ -2252,11 +2252,11 @@ TEST_CASE(
     s.round = {{0, 1}};
     for (size_t step = 30; step <= 600; step += 10)
       REQUIRE(s.observe(probe_at(step, total, 1.75, share_at(step), t), o).kind == K::None);
-    const GainDecision d = s.observe(probe_at(610, total, 1.75, share_at(610), t), o);
+    const RoundDecision d = s.observe(probe_at(610, total, 1.75, share_at(610), t), o);
     return std::make_pair(d, s);
   };
   const auto flat = [](size_t) { return 0.0069; };
-  GainOptions useless;  // the default
+  RoundOptions useless;  // the default
   SUBCASE("a share under min_share whose bound reaches it: kept") {
     auto [d, s] = judged(useless, flat, 2.1);
     CHECK(d.kind == K::Keep);
@@ -2268,7 +2268,7 @@ TEST_CASE(
     CHECK(!s.waiting());
   }
   SUBCASE("the same round under take_back unproven: taken back") {
-    GainOptions unproven;
+    RoundOptions unproven;
     unproven.take_back_useless = false;
     auto [d, s] = judged(unproven, flat, 2.1);
     CHECK(d.kind == K::Reject);
@@ -2301,7 +2301,7 @@ TEST_CASE(
     // 0.8 % at t 1.5: not paid (t < z_early), not shown useless (bound 0.8 + 2 x 0.53 %)
     std::vector<std::pair<size_t, K>> decisions;
     for (size_t step = 110; step <= 300; step += 10) {
-      const GainDecision d = s.observe(probe_at(step, total, 1.6, 0.008, 1.5), useless);
+      const RoundDecision d = s.observe(probe_at(step, total, 1.6, 0.008, 1.5), useless);
       if (d.kind != K::None) decisions.push_back({step, d.kind});
       if (d.kind == K::Grow) {
         CHECK(std::string(d.evidence) == "promising");
@@ -2328,7 +2328,7 @@ TEST_CASE(
     s.grown(1, 1.8, 590);
     for (size_t step : {595, 598, 600})
       REQUIRE(s.observe(probe_at(step, total, 1.75, 0.0069, 20.0), useless).kind == K::None);
-    const GainDecision d = s.observe(probe_at(601, total, 1.75, 0.0069, 20.0), useless);
+    const RoundDecision d = s.observe(probe_at(601, total, 1.75, 0.0069, 20.0), useless);
     CHECK(d.upper < useless.min_share);
     CHECK(d.kind == K::Keep);
     CHECK(std::string(d.evidence) == "young");
@@ -2357,7 +2357,7 @@ TEST_CASE(
   s.phase = LearningState::Stopped;           // the reopen watch: four times as sparse
   CHECK(s.probe_interval(32, 10, 256) == 8);
 
-  const GainOptions o;
+  const RoundOptions o;
   const size_t total = 1000;
   LearningState a;
   a.observe(probe_at(10, total, 2.0), o);
@@ -2377,8 +2377,8 @@ TEST_CASE(
   b.save(again);
   CHECK(again.str() == os.str());
   for (size_t step = 40; step <= 200; step += 10) {
-    const GainDecision da = a.observe(probe_at(step, total, 1.6, 0.05, 4.0), o);
-    const GainDecision db = b.observe(probe_at(step, total, 1.6, 0.05, 4.0), o);
+    const RoundDecision da = a.observe(probe_at(step, total, 1.6, 0.05, 4.0), o);
+    const RoundDecision db = b.observe(probe_at(step, total, 1.6, 0.05, 4.0), o);
     CHECK(int(da.kind) == int(db.kind));
     if (da.kind == K::Grow) {
       a.grown(1, da.settled, step);
@@ -2496,4 +2496,55 @@ TEST_CASE(
   CHECK(small.slots.size() == 4);
   CHECK(drv2.policy->on_trial(drv2.step));
   CHECK(probes > 0);
+}
+
+TEST_CASE(
+    "incrt_geometric learning: the checks skip the energy statistics unless energy_stats: on, "
+    "and the rounds, their steps and their directions are the same either way") {
+  // one scripted run: a loss that falls all run long; the round's heads carry 4 % of it
+  auto run = [](const std::string& yaml, std::vector<gf::Edit>& grown) {
+    const size_t d = 8;
+    FakeBlock block(d, 16);
+    block.add(random_head(d, 4, 1));
+    Driver drv{growth(yaml), &block, anisotropic_probe(4, 6, d, 2)};
+    drv.total = 1000;
+    drv.start();
+    for (int i = 0; i < 60; ++i) {
+      const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+      drv.metrics = gf::RunMetrics{};
+      drv.metrics.train_steps = drv.every;
+      const double loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+      if (want > 0) {
+        drv.metrics.probe_examples = 60;
+        drv.metrics.probe_loss = loss;
+        for (const auto& set : drv.policy->probe_ablations(drv.view())) {
+          gf::Ablation a;
+          a.heads = set;
+          a.loss = loss * 1.04;
+          a.diff_sd = 0.1 * loss;
+          drv.metrics.ablations.push_back(a);
+        }
+      }
+      for (gf::Edit& e : drv.check()) {
+        e.cause.numbers.push_back({"at", double(drv.step)});
+        grown.push_back(e);
+      }
+    }
+    return drv.of_type("check").size();
+  };
+  std::vector<gf::Edit> off, on;
+  CHECK(run("plugin: incrt_geometric", off) == 0);  // the default: no statistics, no events
+  CHECK(run("plugin: incrt_geometric\nenergy_stats: on", on) == 60);
+  REQUIRE(off.size() >= 3);  // the onset's round and the rounds its pay grew
+  REQUIRE(on.size() == off.size());
+  for (size_t i = 0; i < off.size(); ++i) {
+    CHECK(number(off[i].cause, "at") == number(on[i].cause, "at"));
+    CHECK(off[i].init.direction == on[i].init.direction);  // C measured where the round grows
+    CHECK(!off[i].init.direction.empty());
+  }
+  // the energy and gain criteria decide on the statistics
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nenergy_stats: off\n"),
+                  gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: gain\nenergy_stats: off\n"),
+                  gf::ConfigError);
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "growformer/plugin.hpp"
+#include "growformer/tokenizer_fields.hpp"
 #include "testing.hpp"
 
 using namespace gf;
@@ -129,6 +130,75 @@ TEST_CASE("objects keep their library loaded after the registry is gone") {
   opt->step(ps, 0.1f);
   CHECK(p.value()[0] == doctest::Approx(0.9));
   opt.reset();
+}
+
+TEST_CASE(
+    "a dataset's formats: which datasets take data in memory, and they outlive the registry") {
+  std::shared_ptr<const DataFormats> images;
+  {
+    Registry r;
+    r.load_directories({GF_PLUGIN_DIR});
+    // what a config with data in memory and no data plugin reads it with
+    CHECK(r.datasets_for("texts", true) == std::vector<std::string>{"text_tsv"});
+    CHECK(r.datasets_for("ids", true) == std::vector<std::string>{"text_tsv"});
+    CHECK(r.datasets_for("images", true) == std::vector<std::string>{"idx_images"});
+    CHECK(r.datasets_for("numbers", false).empty());  // no built-in dataset takes numbers
+    CHECK(r.data_formats("listops") == nullptr);      // it reads its own files only
+    CHECK(r.data_formats("no_such_dataset") == nullptr);
+    const DataFormats* text = r.data_formats("text_tsv");
+    REQUIRE(text != nullptr);
+    CHECK(text->test_file_options("/d/new.csv") ==
+          std::vector<std::string>{"format=auto", "test=\"/d/new.csv\""});
+    // the columns a DataFrame is read with: the config's, else the usual names
+    ConfigNode named = ConfigNode::load_string("text_column: review", "<t>");
+    CHECK(text->columns(named, StagePurpose::train).input == std::vector<std::string>{"review"});
+    CHECK(text->columns(named, StagePurpose::train).input_set);
+    CHECK(text->columns(ConfigNode(), StagePurpose::train).input ==
+          std::vector<std::string>{"text", "sentence"});
+    CHECK(r.find(Kind::Dataset, "idx_images")->formats->kinds() ==
+          std::vector<std::string>{"images"});
+    images = r.find(Kind::Dataset, "idx_images")->formats;
+  }
+  // a copy holds the plugin's library: its code is still there
+  CHECK(images->default_for() == std::vector<std::string>{"images"});
+}
+
+namespace {
+struct Saved {
+  std::string tokenizer;
+  int64_t size = 0;
+  std::vector<std::string> vocab;
+};
+const TokenizerFields<Saved>& saved_fields() {
+  static const auto t =
+      TokenizerFields<Saved>("toy")
+          .add("tokenizer", &Saved::tokenizer)
+          .add("size", &Saved::size)
+          .add("vocab", &Saved::vocab, [](const Saved& s) { return s.tokenizer == "word"; });
+  return t;
+}
+}  // namespace
+
+TEST_CASE("a saved tokenizer declared once: written and read back, a field only when it applies") {
+  Saved word{"word", 7, {"<pad>", "caf\xe9"}};  // bytes that are not UTF-8 survive
+  const std::string text = saved_fields().save(word);
+  CHECK(text.find("\"plugin\":\"toy\"") != std::string::npos);
+  Saved back;
+  saved_fields().load(text, back);
+  CHECK(back.tokenizer == "word");
+  CHECK(back.size == 7);
+  CHECK(back.vocab == word.vocab);
+  Saved chars{"char", 3, {"unused"}};
+  CHECK(saved_fields().save(chars).find("vocab") == std::string::npos);
+  Saved other;
+  other.vocab = {"kept"};
+  saved_fields().load(saved_fields().save(chars), other);
+  CHECK(other.vocab == std::vector<std::string>{"kept"});  // not read for `char`
+  CHECK(contains(error_of([&] { saved_fields().load(R"({"plugin":"text_tsv"})", other); }),
+                 "toy: the checkpoint's tokenizer belongs to dataset `text_tsv`, not toy"));
+  CHECK(contains(
+      error_of([&] { saved_fields().load(R"({"plugin":"toy","tokenizer":"word"})", other); }),
+      "toy: corrupt saved tokenizer"));
 }
 
 TEST_CASE("search path order: --plugin-path, GROWFORMER_PLUGIN_PATH, build tree, install tree") {

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Lists C++ functions longer than a limit (default 80 lines, header line to closing brace).
 
-    tools/long_functions.py [--limit N] [DIR ...]   (default: core data incrt plugins apps python)
+    tools/long_functions.py [--limit N] [PATH ...]   (default: core data plugins apps python tools)
 
-A function is a brace block opened on a line that looks like a function header (a name, an
-argument list, no control keyword); lambdas inside a function count towards it. Comments and
-strings are blanked first, so braces in them do not count. Exits 1 when any function is over.
+A PATH is a folder (every .cpp, .hpp, .h and .cc under it) or one file, relative to the
+repository's root or absolute. A function is a brace block opened on a line that looks like a
+function header (a name, an argument list, no control keyword); lambdas inside a function count
+towards it. Comments and strings are blanked first, so braces in them do not count. Python is
+not read (its functions are not checked). Exits 1 when any function is over, 2 when a PATH does
+not exist (a default folder that was moved must be renamed here, not silently skipped).
 """
 import argparse
 import os
@@ -81,21 +84,34 @@ def functions(path):
                 pending += ch
 
 
+def sources(root, paths):
+    """The C++ files under each path (a folder or a file); exits 2 on a path that does not exist."""
+    out = []
+    for d in paths:
+        full = os.path.join(root, d)
+        if os.path.isfile(full):
+            out.append(full)
+            continue
+        if not os.path.isdir(full):
+            print(f"long_functions: no such file or folder: {d}", file=sys.stderr)
+            sys.exit(2)
+        for sub, subdirs, files in os.walk(full):
+            subdirs[:] = sorted(s for s in subdirs if not s.startswith(("build", ".")))
+            out += [os.path.join(sub, f) for f in sorted(files) if f.endswith((".cpp", ".hpp", ".h", ".cc"))]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=80)
-    ap.add_argument("dirs", nargs="*", default=["core", "data", "incrt", "plugins", "apps", "python"])
+    ap.add_argument("paths", nargs="*", default=["core", "data", "plugins", "apps", "python", "tools"])
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     over = []
-    for d in a.dirs:
-        for sub, _, files in os.walk(os.path.join(root, d)):
-            for f in sorted(files):
-                if f.endswith((".cpp", ".hpp", ".h", ".cc")):
-                    p = os.path.join(sub, f)
-                    for name, s, e, n in functions(p):
-                        if n > a.limit:
-                            over.append((n, os.path.relpath(p, root), s, name))
+    for p in sources(root, a.paths):
+        for name, s, e, n in functions(p):
+            if n > a.limit:
+                over.append((n, os.path.relpath(p, root), s, name))
     for n, p, s, name in sorted(over, reverse=True):
         print(f"{n:5d}  {p}:{s}  {name}")
     return 1 if over else 0

@@ -16,11 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "OPTIONS.md"
 INTRO = """# Options of every component
 
-Each component a plugin registers, with its options as YAML takes them (`model.attention:`,
+The run's own settings (the config's top level, `train:`, `train.switch:`, `model:`), then each
+component a plugin registers, with its options as YAML takes them (`model.attention:`,
 `model.attention.head:`, `growth:`, `pruning:`, `data:`, `optimizer:`). Made by
 `growformer plugins describe --markdown` (`tools/options_doc.py build/bin/growformer --write`);
-the `options_doc` test fails when a table here differs from what the built plugins declare.
-The trainer's own settings (`train:`, `model:`) are in the README.
+the `options_doc` test fails when a table here differs from what the build declares.
 
 """
 

@@ -13,6 +13,7 @@
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
+#include <growformer/tokenizer_fields.hpp>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -34,6 +35,37 @@ struct Settings : gf::GenomeSettings {  // region end 0 = whole record
   // a tokenizer saved with a checkpoint (DatasetBuild::tokenizer)
   bool restored = false;
   std::vector<std::string> classes;
+
+  /// The saved tokenizer: the k-mer settings, the region (resolved: start and end), the seed of
+  /// the ambiguity resolution and the classes.
+  static const gf::TokenizerFields<Settings>& saved() {
+    using S = Settings;
+    static const auto t =
+        gf::TokenizerFields<S>("fasta_variants")
+            .add("k", &S::k)
+            .add("stride", &S::stride)
+            .custom(
+                "ambiguous",
+                [](const S& s) { return nlohmann::json(gf::ambiguous_name(s.ambiguous)); },
+                [](const nlohmann::json& j, S& s) {
+                  s.ambiguous = gf::parse_ambiguous(j.get<std::string>());
+                })
+            .custom(
+                "region",
+                [](const S& s) {
+                  return nlohmann::json({s.region.start, s.region.end});
+                },
+                [](const nlohmann::json& j, S& s) {
+                  s.region.start = j.at(0).get<size_t>();
+                  s.region.end = j.at(1).get<size_t>();
+                  s.region.gene.clear();
+                })
+            .add("max_len", &S::max_len)
+            .add("seed", &S::seed)
+            .add("classes", &S::classes)
+            .add("other_name", &S::other_name);
+    return t;
+  }
 
   static const gf::OptionTable<Settings>& table() {
     using S = Settings;
@@ -59,30 +91,6 @@ struct Settings : gf::GenomeSettings {  // region end 0 = whole record
     return t;
   }
 };
-
-// The saved tokenizer fixes the k-mer settings, the region and the classes.
-void restore(Settings& s, const std::string& state) {
-  try {
-    // labels and names are bytes, saved as json_text.hpp describes
-    const nlohmann::json j = gf::json_bytes_tree(nlohmann::json::parse(state));
-    if (j.value("plugin", "") != "fasta_variants")
-      throw gf::ConfigError("fasta_variants: the checkpoint's tokenizer belongs to dataset `" +
-                            j.value("plugin", std::string("?")) + "`, not fasta_variants");
-    s.k = j.at("k").get<int>();
-    s.stride = j.at("stride").get<int>();
-    s.ambiguous = gf::parse_ambiguous(j.at("ambiguous").get<std::string>());
-    s.region.start = j.at("region").at(0).get<size_t>();
-    s.region.end = j.at("region").at(1).get<size_t>();
-    s.region.gene.clear();
-    s.max_len = j.at("max_len").get<size_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-    s.classes = j.at("classes").get<std::vector<std::string>>();
-    s.other_name = j.at("other_name").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw gf::ConfigError(std::string("fasta_variants: corrupt saved tokenizer: ") + e.what());
-  }
-  s.restored = true;
-}
 
 /// Prediction records of a FASTA file (plain or gzip), read record by record.
 class FastaRecordReader : public gf::RecordReader {
@@ -221,15 +229,10 @@ class FastaVariants : public gf::Dataset {
     gf::require_nonempty_splits(d, "fasta_variants",
                                 std::to_string(used_) + " genomes; raise val_ratio/test_ratio");
     loaded_ = true;
-    d.tokenizer = gf::dump_json(nlohmann::json({{"plugin", "fasta_variants"},
-                                                {"k", s_.k},
-                                                {"stride", s_.stride},
-                                                {"ambiguous", gf::ambiguous_name(s_.ambiguous)},
-                                                {"region", {region_start_, region_end_}},
-                                                {"max_len", s_.max_len},
-                                                {"seed", s_.seed},
-                                                {"classes", names},
-                                                {"other_name", s_.other_name}}));
+    // what the checkpoint saves: the resolved region and the classes
+    s_.region = {region_start_, region_end_, "", ""};
+    s_.classes = names;
+    d.tokenizer = Settings::saved().save(s_);
     return d;
   }
 
@@ -431,7 +434,10 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   gf::check_genome_settings(o, s);
   s.fasta = o.resolve_path(s.fasta);
   s.metadata = o.resolve_path(s.metadata);
-  if (!b.tokenizer.empty()) restore(s, b.tokenizer);
+  if (!b.tokenizer.empty()) {
+    Settings::saved().load(b.tokenizer, s);
+    s.restored = true;
+  }
   return std::make_unique<FastaVariants>(std::move(s));
 }
 

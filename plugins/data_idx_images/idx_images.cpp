@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <growformer/config.hpp>
 #include <growformer/data/io.hpp>
 #include <growformer/data/split.hpp>
@@ -218,10 +219,112 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   return std::make_unique<IdxImages>(std::move(s));
 }
 
+// ---- images given in memory ---------------------------------------------------------------
+// An IDX file of unsigned bytes: magic 0x0801 (labels) or 0x0803 (images), the dimensions as
+// big-endian uint32, then the bytes.
+void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const uint8_t* bytes,
+               size_t size) {
+  std::ofstream f(path, std::ios::binary);
+  const char head[4] = {0, 0, 8, static_cast<char>(dims.size())};
+  f.write(head, 4);
+  for (uint32_t d : dims) {
+    const char be[4] = {static_cast<char>(d >> 24), static_cast<char>(d >> 16),
+                        static_cast<char>(d >> 8), static_cast<char>(d)};
+    f.write(be, 4);
+  }
+  f.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+  if (!f) throw gf::RuntimeError(path + ": cannot write the images given in memory");
+}
+
+// Images given in memory are written as IDX files; an IDX label is one byte, so labels are ints
+// 0..255 (class_names names the classes). Images to evaluate or predict on are the test split,
+// beside a stand-in training split of two blank images (the dataset reads one and carves val
+// from it).
+class ImageFormats : public gf::DataFormats {
+ public:
+  std::vector<std::string> kinds() const override { return {"images"}; }
+  std::vector<std::string> default_for() const override { return {"images"}; }
+  std::vector<std::string> file_options() const override {
+    return {"train_images", "train_labels", "test_images", "test_labels"};
+  }
+
+  void check_split(const gf::MemoryData& data, const gf::MemorySplit& split,
+                   const std::string& where) const override {
+    for (size_t i = 0; i < split.labels.size(); ++i) {
+      const std::string& y = split.labels[i];
+      const bool ok = data.int_labels && y.size() <= 3 && y.find('-') == std::string::npos &&
+                      std::stoi(y) <= 255;
+      if (!ok)
+        throw gf::ConfigError(where + "[1][" + std::to_string(i) +
+                              "]: the label of an image is an int 0..255 (IDX labels), not " +
+                              (data.int_labels ? y : "'" + y.substr(0, 38) + "'") +
+                              "; name the classes with data.class_names");
+    }
+  }
+
+  gf::StagedData stage(const gf::MemoryData& data, const gf::ConfigNode& section,
+                       const std::string& folder, gf::StagePurpose purpose) const override {
+    (void)section;
+    if (data.kind != "images") throw gf::ConfigError("idx_images reads images");
+    gf::StagedData out;
+    if (purpose != gf::StagePurpose::train) {
+      stage_test(data.splits.at(0), folder, purpose == gf::StagePurpose::predict, out);
+      return out;
+    }
+    bool has_test = false;
+    for (const gf::MemorySplit& s : data.splits) {
+      if (s.name == "val")
+        throw gf::ConfigError(
+            "data['val']: idx_images carves the validation images from the training images "
+            "(data.val_ratio); give 'train' and 'test'");
+      has_test = has_test || s.name == "test";
+    }
+    if (!has_test)
+      throw gf::ConfigError(
+          "data: idx_images reads a test split of images: give {'train': (images, labels), "
+          "'test': (images, labels)} (val is carved from train by data.val_ratio)");
+    for (const gf::MemorySplit& s : data.splits)
+      write_split(s, folder, s.name + "-images-idx3-ubyte", s.name + "-labels-idx1-ubyte",
+                  labels_of(s), out);
+    return out;
+  }
+
+ private:
+  static std::vector<uint8_t> labels_of(const gf::MemorySplit& s) {
+    std::vector<uint8_t> out;
+    for (const std::string& y : s.labels) out.push_back(static_cast<uint8_t>(std::stoi(y)));
+    return out;
+  }
+  static void write_split(const gf::MemorySplit& s, const std::string& folder,
+                          const std::string& images, const std::string& labels,
+                          const std::vector<uint8_t>& ys, gf::StagedData& out) {
+    const uint32_t n = static_cast<uint32_t>(s.size());
+    write_idx(folder + "/" + images, {n, uint32_t(s.height), uint32_t(s.width)}, s.pixels.data(),
+              s.pixels.size());
+    write_idx(folder + "/" + labels, {n}, ys.data(), ys.size());
+    out.files.push_back({s.name + "_images", images, s.name, false});
+    out.files.push_back({s.name + "_labels", labels, s.name, false});
+  }
+  static void stage_test(const gf::MemorySplit& test, const std::string& folder, bool unlabelled,
+                         gf::StagedData& out) {
+    std::vector<uint8_t> ys = unlabelled ? std::vector<uint8_t>(test.size(), 0) : labels_of(test);
+    gf::MemorySplit t = test;
+    t.name = "test";
+    write_split(t, folder, "test-images.idx", "test-labels.idx", ys, out);
+    gf::MemorySplit blank;
+    blank.name = "train";
+    blank.height = test.height;
+    blank.width = test.width;
+    blank.pixels.assign(2 * test.height * test.width, 0);
+    write_split(blank, folder, "train-images.idx", "train-labels.idx", {0, 0}, out);
+    out.options = {{"val_ratio", "0.5"}, {"max_train", "0"}, {"max_test", "0"}};
+  }
+};
+
 void register_components(gf::Registry& r) {
   r.add_dataset({"idx_images", "IDX images (Fashion-MNIST) as row-major pixel-token sequences",
                  Settings::table().specs()},
-                make);
+                make, std::make_shared<ImageFormats>());
 }
 
 }  // namespace

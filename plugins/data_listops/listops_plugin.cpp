@@ -86,6 +86,24 @@ struct ListOpsSettings {
   }
 };
 
+// The tokens of one record LINE into R (an error into R.error): the expression, or of a
+// tab-separated row the column that holds brackets or more than a digit.
+void read_record(const std::string& line, gf::Record& r) {
+  std::string expr = line;
+  size_t tab = line.find('\t');
+  if (tab != std::string::npos) {
+    std::string a = line.substr(0, tab), b = line.substr(tab + 1);
+    expr = a.find('[') != std::string::npos || a.size() > 2 ? a : b;
+  }
+  try {
+    r.tokens = lo::tokenize(expr);
+  } catch (const gf::RuntimeError& err) {
+    r.error = err.what();
+    return;
+  }
+  if (r.tokens.empty()) r.error = "empty expression";
+}
+
 class ListOpsDataset : public gf::Dataset {
  public:
   ListOpsDataset(const gf::Options& o, const gf::DatasetBuild& b)
@@ -171,19 +189,7 @@ class ListOpsDataset : public gf::Dataset {
         r = gf::Record();
         r.line = in_.line_number();
         r.id = std::to_string(r.line);
-        std::string expr = line;
-        size_t tab = line.find('\t');
-        if (tab != std::string::npos) {  // the column that holds brackets or more than a digit
-          std::string a = line.substr(0, tab), b = line.substr(tab + 1);
-          expr = a.find('[') != std::string::npos || a.size() > 2 ? a : b;
-        }
-        try {
-          r.tokens = lo::tokenize(expr);
-        } catch (const gf::RuntimeError& err) {
-          r.error = err.what();
-          return true;
-        }
-        if (r.tokens.empty()) r.error = "empty expression";
+        read_record(line, r);
         return true;
       }
 
@@ -191,6 +197,31 @@ class ListOpsDataset : public gf::Dataset {
       gf::LineReader in_;
     };
     return std::make_unique<Reader>(path);
+  }
+
+  // Strings to predict on: each one line as a file of records holds it.
+  std::unique_ptr<gf::RecordReader> open_strings(const std::vector<std::string>& inputs) override {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].find_first_of("\n\r") != std::string::npos)
+        throw gf::ConfigError("input " + std::to_string(i) +
+                              " holds a line break; a listops record is one line");
+    class Reader : public gf::RecordReader {
+     public:
+      explicit Reader(const std::vector<std::string>& inputs) : inputs_(inputs) {}
+      bool next(gf::Record& r) override {
+        if (at_ >= inputs_.size()) return false;
+        r = gf::Record();
+        r.line = at_ + 1;
+        r.id = std::to_string(at_);
+        read_record(inputs_[at_++], r);
+        return true;
+      }
+
+     private:
+      const std::vector<std::string>& inputs_;
+      size_t at_ = 0;
+    };
+    return std::make_unique<Reader>(inputs);
   }
 
   std::string describe() const override {

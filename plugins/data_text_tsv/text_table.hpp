@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <growformer/data/io.hpp>
+#include <growformer/dataset.hpp>
 
 namespace gf_text {
 
@@ -88,5 +89,8 @@ class TextTable {
 
 /// The format option's value ("auto", "tsv", ...); ConfigError naming the option otherwise.
 Format parse_format(const std::string& name);
+
+/// text_tsv's DataFormats (text_formats.cpp); SPECS: its options, whose defaults name the columns.
+std::shared_ptr<const gf::DataFormats> text_formats(gf::OptionSpecs specs);
 
 }  // namespace gf_text

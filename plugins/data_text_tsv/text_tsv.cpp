@@ -16,7 +16,9 @@
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
 #include <growformer/rng.hpp>
+#include <growformer/tokenizer_fields.hpp>
 #include <map>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -61,33 +63,25 @@ struct Settings : gf::SplitSettings {
   std::string only;  // with a saved tokenizer: the one split wanted (DatasetBuild::only)
 
   static const gf::OptionTable<Settings>& table();
-};
-
-// The saved tokenizer decides everything that shapes the tokens and labels, so new data is
-// tokenised exactly as the training data was.
-void restore(Settings& s, const std::string& state) {
-  nlohmann::json j;
-  try {
-    // words, labels and class names are bytes, saved as json_text.hpp describes
-    j = gf::json_bytes_tree(nlohmann::json::parse(state));
-    if (j.value("plugin", "") != "text_tsv")
-      throw gf::ConfigError("text_tsv: the checkpoint's tokenizer belongs to dataset `" +
-                            j.value("plugin", std::string("?")) + "`, not text_tsv");
-    s.tokenizer = j.at("tokenizer").get<std::string>();
-    s.lowercase = j.at("lowercase").get<bool>();
-    s.split_punct = j.at("split_punct").get<bool>();
-    s.strip_html = j.at("strip_html").get<bool>();
-    s.max_len = j.at("max_len").get<int64_t>();
-    s.label_int = j.at("label_int").get<bool>();
-    s.labels = j.at("labels").get<std::vector<std::string>>();
-    s.class_names = j.at("class_names").get<std::vector<std::string>>();
-    if (s.tokenizer == "word") s.vocab = j.at("vocab").get<std::vector<std::string>>();
-    if (s.tokenizer == "ids") s.num_tokens = j.at("num_tokens").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw gf::ConfigError(std::string("text_tsv: corrupt saved tokenizer: ") + e.what());
+  /// The saved tokenizer: what shapes the tokens and labels, so new data is tokenised exactly
+  /// as the training data was.
+  static const gf::TokenizerFields<Settings>& saved() {
+    using S = Settings;
+    static const auto t =
+        gf::TokenizerFields<S>("text_tsv")
+            .add("tokenizer", &S::tokenizer)
+            .add("lowercase", &S::lowercase)
+            .add("split_punct", &S::split_punct)
+            .add("strip_html", &S::strip_html)
+            .add("max_len", &S::max_len)
+            .add("label_int", &S::label_int)
+            .add("labels", &S::labels)
+            .add("class_names", &S::class_names)
+            .add("vocab", &S::vocab, [](const S& s) { return s.tokenizer == "word"; })
+            .add("num_tokens", &S::num_tokens, [](const S& s) { return s.tokenizer == "ids"; });
+    return t;
   }
-  s.restored = true;
-}
+};
 
 bool parse_int(const std::string& s, long long& v) {
   if (s.empty()) return false;
@@ -250,18 +244,14 @@ class TextTsv : public gf::Dataset {
     emit(train, d.train, index, d);
     emit(val, d.val, index, d);
     emit(test, d.test, index, d);
-    nlohmann::json state = {{"plugin", "text_tsv"},        {"tokenizer", s_.tokenizer},
-                            {"lowercase", s_.lowercase},   {"split_punct", s_.split_punct},
-                            {"strip_html", s_.strip_html}, {"max_len", s_.max_len},
-                            {"label_int", label_int_},     {"labels", labels_},
-                            {"class_names", d.class_names}};
-    if (s_.tokenizer == "word") state["vocab"] = d.vocab;
-    if (s_.tokenizer == "ids") state["num_tokens"] = num_tokens_;
-    // words, labels and class names are bytes: written losslessly (json_text.hpp)
-    d.tokenizer = gf::dump_json(state);
-    // inputs to predict on are tokenised with this vocabulary from now on
+    // inputs to predict on are tokenised with this vocabulary and these classes from now on,
+    // and they are what the checkpoint saves
     if (s_.tokenizer == "word") s_.vocab = d.vocab;
     if (s_.tokenizer == "ids") s_.num_tokens = num_tokens_;
+    s_.label_int = label_int_;
+    s_.labels = labels_;
+    s_.class_names = d.class_names;
+    d.tokenizer = Settings::saved().save(s_);
     loaded_ = true;
     return d;
   }
@@ -270,16 +260,11 @@ class TextTsv : public gf::Dataset {
   // lines with that key, or plain text, one text per line); the id is column (key) `id` when
   // present, else the line number. Other columns (a label, say) are ignored.
   std::unique_ptr<gf::RecordReader> open_records(const std::string& path) override {
-    if (!s_.restored && !loaded_ && s_.tokenizer != "char")
-      throw gf::ConfigError("text_tsv: " + s_.tokenizer +
-                            " tokens need the vocabulary of the "
-                            "training data (load the data first, or a checkpoint)");
+    require_vocabulary();
     class Reader : public gf::RecordReader {
      public:
-      Reader(const Settings& s, const std::string& path) : s_(s), in_(path, table_spec(s), false) {
-        for (size_t i = 2; i < s_.vocab.size(); ++i)
-          index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
-      }
+      Reader(const TextTsv& ds, const std::string& path)
+          : ds_(ds), in_(path, table_spec(ds.s_), false) {}
       bool next(gf::Record& r) override {
         gf_text::TextRow row;
         if (!in_.next(row)) return false;
@@ -287,47 +272,89 @@ class TextTsv : public gf::Dataset {
         r.line = row.line;
         r.id = row.has_id ? row.id : std::to_string(row.line);
         r.error = std::move(row.error);
-        if (r.error.empty()) r.error = tokens(std::move(row.text), r.tokens);
+        if (r.error.empty()) r.error = ds_.record_tokens(std::move(row.text), r.tokens);
         if (!r.error.empty()) r.tokens.clear();
         return true;
       }
 
      private:
-      std::string tokens(std::string text, std::vector<int32_t>& out) {
-        size_t max_len = static_cast<size_t>(s_.max_len);
-        if (s_.tokenizer == "ids") {
-          std::string e = parse_ids(text, max_len, out);
-          for (size_t i = 0; e.empty() && i < out.size(); ++i)
-            e = check_id(out[i], s_.num_tokens, false);
-          return e;
-        }
-        text = preprocess(std::move(text), s_);
-        if (s_.tokenizer == "char") {
-          size_t n = max_len ? std::min(max_len, text.size()) : text.size();
-          for (size_t i = 0; i < n; ++i) out.push_back(2 + static_cast<unsigned char>(text[i]));
-        } else {
-          for (const auto& w : split_words(text, s_.split_punct, max_len)) {
-            auto t = index_.find(w);
-            out.push_back(t == index_.end() ? kUnk : t->second);
-          }
-        }
-        if (out.empty()) out.push_back(kUnk);  // as in training
-        return "";
-      }
-      const Settings& s_;
+      const TextTsv& ds_;
       gf_text::TextTable in_;
-      std::unordered_map<std::string, int32_t> index_;
     };
-    return std::make_unique<Reader>(s_, path);
+    index_vocabulary();
+    return std::make_unique<Reader>(*this, path);
+  }
+
+  // Strings to predict on: each the text of one record.
+  std::unique_ptr<gf::RecordReader> open_strings(const std::vector<std::string>& inputs) override {
+    require_vocabulary();
+    class Reader : public gf::RecordReader {
+     public:
+      Reader(const TextTsv& ds, const std::vector<std::string>& inputs)
+          : ds_(ds), inputs_(inputs) {}
+      bool next(gf::Record& r) override {
+        if (at_ >= inputs_.size()) return false;
+        r = gf::Record();
+        r.line = at_ + 1;
+        r.id = std::to_string(at_);
+        r.error = ds_.record_tokens(inputs_[at_++], r.tokens);
+        if (!r.error.empty()) r.tokens.clear();
+        return true;
+      }
+
+     private:
+      const TextTsv& ds_;
+      const std::vector<std::string>& inputs_;
+      size_t at_ = 0;
+    };
+    index_vocabulary();
+    return std::make_unique<Reader>(*this, inputs);
   }
 
  private:
   Settings s_;
+  std::unordered_map<std::string, int32_t> vocab_index_;  // word -> id of records to predict on
   std::map<std::string, int32_t> class_of_;
   std::vector<std::string> labels_;  // label spellings by class id
   bool label_int_ = false;
   int64_t num_tokens_ = 0;  // ids: how many token ids
   bool loaded_ = false;     // load() ran: the vocabulary is known
+
+  void require_vocabulary() const {
+    if (!s_.restored && !loaded_ && s_.tokenizer != "char")
+      throw gf::ConfigError("text_tsv: " + s_.tokenizer +
+                            " tokens need the vocabulary of the "
+                            "training data (load the data first, or a checkpoint)");
+  }
+  void index_vocabulary() {
+    vocab_index_.clear();
+    for (size_t i = 2; i < s_.vocab.size(); ++i)
+      vocab_index_.emplace(s_.vocab[i], static_cast<int32_t>(i));
+  }
+
+  // The tokens of a record's TEXT into OUT, as the training texts were tokenised; "" or what is
+  // wrong.
+  std::string record_tokens(std::string text, std::vector<int32_t>& out) const {
+    size_t max_len = static_cast<size_t>(s_.max_len);
+    if (s_.tokenizer == "ids") {
+      std::string e = parse_ids(text, max_len, out);
+      for (size_t i = 0; e.empty() && i < out.size(); ++i)
+        e = check_id(out[i], s_.num_tokens, false);
+      return e;
+    }
+    text = preprocess(std::move(text), s_);
+    if (s_.tokenizer == "char") {
+      size_t n = max_len ? std::min(max_len, text.size()) : text.size();
+      for (size_t i = 0; i < n; ++i) out.push_back(2 + static_cast<unsigned char>(text[i]));
+    } else {
+      for (const auto& w : split_words(text, s_.split_punct, max_len)) {
+        auto t = vocab_index_.find(w);
+        out.push_back(t == vocab_index_.end() ? kUnk : t->second);
+      }
+    }
+    if (out.empty()) out.push_back(kUnk);  // as in training
+    return "";
+  }
 
   FileRows read_file(const std::string& path) {
     FileRows f;
@@ -632,7 +659,8 @@ std::unique_ptr<gf::Dataset> make(const gf::Options& o, const gf::DatasetBuild& 
   if (s.num_tokens > 0 && s.tokenizer != "ids")
     o.fail("num_tokens", "is an option of tokenizer: ids");
   if (!b.tokenizer.empty()) {
-    restore(s, b.tokenizer);
+    Settings::saved().load(b.tokenizer, s);
+    s.restored = true;
     s.only = b.only;
   }
   return std::make_unique<TextTsv>(std::move(s));
@@ -642,7 +670,7 @@ void register_components(gf::Registry& r) {
   r.add_dataset({"text_tsv",
                  "text classification from TSV, CSV or JSON lines files (char, word or id tokens)",
                  Settings::table().specs()},
-                make);
+                make, gf_text::text_formats(Settings::table().specs()));
 }
 
 }  // namespace

@@ -19,52 +19,29 @@
 // - Plain loops, where oneDNN has no primitive: the embedding gather and its scatter-add
 //   gradient, the cross-entropy loss and its gradient, and AdamW (OpenMP over elements).
 // implementations() names what oneDNN chose for each kind (brg: BRGEMM, gemm:jit, jit:...).
-#include "onednn_step.hpp"
+#include "onednn_step_impl.hpp"
 
 #include <omp.h>
 #include <unistd.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <map>
-#include <new>
-#include <set>
-#include <sstream>
-#include <stdexcept>
-#include <unordered_map>
-#include <utility>
-
 namespace gf_onednn {
 
+// declared, with what it does, in onednn_step_impl.hpp
+std::pair<size_t, size_t> step_detail::chunk_of(const StepShape& s, size_t threads) {
+  const size_t pair = s.seq * s.seq * sizeof(float);
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const size_t caches = (l2 > 0 ? static_cast<size_t>(l2) : size_t{1} << 20) * threads;
+  const size_t budget = std::max(pair, s.attention_chunk_bytes ? s.attention_chunk_bytes : caches);
+  size_t hc = 1, bc = 1;
+  for (size_t h = 1; h <= s.heads; ++h)
+    if (s.heads % h == 0 && h * pair <= budget) hc = h;
+  if (hc == s.heads)
+    for (size_t b = 1; b <= s.batch; ++b)
+      if (s.batch % b == 0 && b * s.heads * pair <= budget) bc = b;
+  return {bc, hc};
+}
+
 namespace {
-
-using dnnl::memory;
-using Dims = memory::dims;
-using dt = memory::data_type;
-using Args = std::unordered_map<int, memory>;
-
-/// Row-major f32 descriptor.
-memory::desc dense(const Dims& dims) {
-  Dims strides(dims.size());
-  memory::dim s = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= dims[i];
-  }
-  return memory::desc(dims, dt::f32, strides);
-}
-
-/// A strided view (the same buffer read with other strides).
-memory::desc view(const Dims& dims, const Dims& strides) {
-  return memory::desc(dims, dt::f32, strides);
-}
-
-size_t aligned_bytes(size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; }
 
 // The rows of a block of column_sums: the largest divisor of ROWS up to 256.
 size_t partial_block(size_t rows) {
@@ -84,29 +61,6 @@ size_t partial_floats(const StepShape& s) {
   if (nb_samples > 1) out = std::max(out, nb_samples * std::max(s.seq * s.d_model, s.classes));
   return std::max<size_t>(out, 1);
 }
-
-// Chunks of the attention (samples, heads): each chunk's block of the probabilities
-// (samples x heads x T x T) is made, normalised and multiplied by V one after the other while it
-// is in cache, and kept for the backward pass. A chunk holds at most
-// s.attention_chunk_bytes (0: the L2 caches of the threads), at least one head of one sample;
-// its heads divide the heads and, when all heads fit, its samples divide the batch.
-std::pair<size_t, size_t> chunk_of(const StepShape& s, size_t threads) {
-  const size_t pair = s.seq * s.seq * sizeof(float);
-  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  const size_t caches = (l2 > 0 ? static_cast<size_t>(l2) : size_t{1} << 20) * threads;
-  const size_t budget = std::max(pair, s.attention_chunk_bytes ? s.attention_chunk_bytes : caches);
-  size_t hc = 1, bc = 1;
-  for (size_t h = 1; h <= s.heads; ++h)
-    if (s.heads % h == 0 && h * pair <= budget) hc = h;
-  if (hc == s.heads)
-    for (size_t b = 1; b <= s.batch; ++b)
-      if (s.batch % b == 0 && b * s.heads * pair <= budget) bc = b;
-  return {bc, hc};
-}
-
-struct FreeFloat {
-  void operator()(float* p) const { std::free(p); }
-};
 
 std::string isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
@@ -150,131 +104,6 @@ void cap_isa(const std::string& max_isa) {
 }
 
 }  // namespace
-
-struct MhaStep::Impl {
-  struct Param {
-    std::string name;
-    std::vector<size_t> shape;
-    size_t n = 0;
-    float *w = nullptr, *g = nullptr, *m = nullptr, *v = nullptr;
-    bool decays = false;
-  };
-  /// A primitive with its bound arguments, or a plain loop.
-  struct Op {
-    dnnl::primitive prim;
-    Args args;
-    std::function<void()> loop;
-  };
-  /// A layer's parameters and the activations its backward pass reads.
-  struct Layer {
-    Param *ln1_g, *ln1_b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2,
-        *b2;
-    float *x, *h1, *mean1, *var1, *q, *k, *v, *p, *o, *x1, *h2, *mean2, *var2, *u, *act, *out;
-  };
-  /// One matmul: dst = scale * src x wei [+ bias] [+ dst (accumulate)] [+ residual].
-  struct MM {
-    memory::desc src, wei, dst;
-    float *a, *b, *c;
-    float* bias = nullptr;
-    float scale = 1.0f;
-    bool accumulate = false;
-    float* residual = nullptr;
-  };
-
-  dnnl::engine eng;
-  dnnl::stream strm;
-  StepShape s;
-  AdamWSettings opt;
-  size_t threads;
-  size_t bytes = 0;
-  std::vector<std::unique_ptr<float, FreeFloat>> bufs;
-  std::vector<std::unique_ptr<Param>> params;
-  std::vector<Layer> layers;
-  Param *embed = nullptr, *pos = nullptr, *lnf_g = nullptr, *lnf_b = nullptr, *cls_w = nullptr,
-        *cls_b = nullptr;
-  float *x0 = nullptr, *z = nullptr, *meanf = nullptr, *varf = nullptr, *pooled = nullptr,
-        *logits = nullptr, *dlogits = nullptr, *dpooled = nullptr, *ones = nullptr,
-        *partial = nullptr, *lnf_shift_scratch = nullptr;
-  size_t partial_size = 0;
-  float *gx = nullptr, *gtmp = nullptr, *gh = nullptr, *gF = nullptr, *gz = nullptr, *dO = nullptr,
-        *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dP = nullptr;
-  std::vector<Op> fwd, bwd;
-  std::map<std::string, std::set<std::string>> impls;
-  // the attention runs on chunks of CB samples x CH heads (one block of the probabilities)
-  memory::dim cb = 1, ch = 1;
-  long adam_t = 0;
-  float loss = 0;
-  const int32_t* ids = nullptr;
-  const int32_t* labels = nullptr;
-
-  Impl(const StepShape& shape, const AdamWSettings& a, size_t n_threads)
-      : eng(dnnl::engine::kind::cpu, 0), strm(eng), s(shape), opt(a), threads(n_threads) {}
-
-  memory::dim N() const { return static_cast<memory::dim>(s.batch * s.seq); }
-  memory::dim D() const { return static_cast<memory::dim>(s.d_model); }
-
-  float* alloc(size_t n) {
-    const size_t nb = aligned_bytes(n);
-    void* p = std::aligned_alloc(64, nb);
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, nb);
-    bufs.emplace_back(static_cast<float*>(p));
-    bytes += nb;
-    return static_cast<float*>(p);
-  }
-  Param* param(const std::string& name, std::vector<size_t> shape) {
-    auto p = std::make_unique<Param>();
-    p->name = name;
-    p->n = 1;
-    for (size_t e : shape) p->n *= e;
-    p->shape = std::move(shape);
-    p->w = alloc(p->n);
-    p->g = alloc(p->n);
-    p->m = alloc(p->n);
-    p->v = alloc(p->n);
-    p->decays = opt.decay == AdamWSettings::Decay::All ||
-                (opt.decay == AdamWSettings::Decay::Matrices && p->shape.size() >= 2);
-    params.push_back(std::move(p));
-    return params.back().get();
-  }
-  memory mem(const memory::desc& md, float* p) const { return memory(md, eng, p); }
-  void note(const char* kind, const dnnl::primitive_desc_base& pd) {
-    impls[kind].insert(pd.impl_info_str());
-  }
-  static void add(std::vector<Op>& list, dnnl::primitive p, Args args) {
-    list.push_back(Op{std::move(p), std::move(args), {}});
-  }
-  static void add_loop(std::vector<Op>& list, std::function<void()> f) {
-    list.push_back(Op{dnnl::primitive(), {}, std::move(f)});
-  }
-
-  void allocate();
-  void build_forward();
-  void build_backward();
-  void build_layer_forward(const Layer& l);
-  void build_layer_backward(const Layer& l);
-  void matmul(std::vector<Op>& list, const MM& m);
-  dnnl::primitive matmul_prim(const MM& m);
-  void matmul_bind(std::vector<Op>& list, const dnnl::primitive& p, const MM& m);
-  void choose_chunk();
-  void attention_forward(const Layer& l);
-  void attention_backward(const Layer& l);
-  void column_sums(std::vector<Op>& list, float* src, memory::dim rows, memory::dim cols,
-                   float* dst, float scale = 1.0f);
-  void add_into(std::vector<Op>& list, const memory::desc& a_md, float* a, const memory::desc& b_md,
-                float* b);
-  void linear_fwd(float* x, memory::dim rows, Param* w, Param* b, float* y, float* residual);
-  void linear_bwd(float* x, float* dy, memory::dim rows, Param* w, Param* b, float* dx,
-                  bool accumulate_dx);
-  dnnl::layer_normalization_forward::primitive_desc ln_pd() const;
-  void ln_fwd(float* x, Param* g, Param* b, float* y, float* mean, float* var);
-  void ln_bwd(float* x, float* mean, float* var, Param* g, Param* b, float* dy, float* dx,
-              float* diff_shift = nullptr);
-  void gather();
-  void scatter_embedding_grad();
-  void cross_entropy();
-  void run(std::vector<Op>& list);
-};
 
 // ---- buffers -------------------------------------------------------------------------------
 
@@ -488,177 +317,6 @@ void MhaStep::Impl::ln_bwd(float* x, float* mean, float* var, Param* g, Param* b
        {DNNL_ARG_DIFF_SRC, mem(md, dx)},
        {DNNL_ARG_DIFF_SCALE, mem(pmd, g->g)},
        {DNNL_ARG_DIFF_SHIFT, mem(pmd, diff_shift ? diff_shift : b->g)}});
-}
-
-// ---- the step ------------------------------------------------------------------------------
-
-void MhaStep::Impl::choose_chunk() {
-  const auto [bc, hc] = chunk_of(s, threads);
-  cb = static_cast<memory::dim>(bc), ch = static_cast<memory::dim>(hc);
-}
-
-void MhaStep::Impl::attention_forward(const Layer& l) {
-  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq),
-                    H = static_cast<memory::dim>(s.heads), dk = static_cast<memory::dim>(s.d_k),
-                    dv = static_cast<memory::dim>(s.d_v);
-  // a chunk's (b, h, t, j) of a (B T, H w) buffer, its transpose (b, h, j, t), and where it starts
-  auto heads = [&](memory::dim w) { return view({cb, ch, T, w}, {T * H * w, w, H * w, 1}); };
-  auto heads_t = [&](memory::dim w) { return view({cb, ch, w, T}, {T * H * w, w, 1, H * w}); };
-  auto at = [&](float* buf, memory::dim w, memory::dim b0, memory::dim h0) {
-    return buf + (b0 * T * H + h0) * w;
-  };
-  const memory::desc probs = dense({cb, ch, T, T});
-  MM scores{heads(dk), heads_t(dk), probs, l.q, l.k, l.p};
-  scores.scale = 1.0f / std::sqrt(static_cast<float>(s.d_k));
-  MM pv{probs, heads(dv), heads(dv), l.p, l.v, l.o};
-  const dnnl::primitive scores_p = matmul_prim(scores), pv_p = matmul_prim(pv);
-  dnnl::softmax_forward::primitive_desc spd(
-      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, probs, 3), eng);
-  note("softmax", spd);
-  const dnnl::softmax_forward softmax(spd);
-  for (memory::dim b0 = 0; b0 < B; b0 += cb)
-    for (memory::dim h0 = 0; h0 < H; h0 += ch) {
-      float* P = l.p + (b0 * H + h0) * T * T;  // the chunk's block: contiguous
-      scores.a = at(l.q, dk, b0, h0), scores.b = at(l.k, dk, b0, h0), scores.c = P;
-      matmul_bind(fwd, scores_p, scores);
-      add(fwd, softmax, {{DNNL_ARG_SRC, mem(probs, P)}, {DNNL_ARG_DST, mem(probs, P)}});
-      pv.a = P, pv.b = at(l.v, dv, b0, h0), pv.c = at(l.o, dv, b0, h0);
-      matmul_bind(fwd, pv_p, pv);
-    }
-}
-
-void MhaStep::Impl::build_layer_forward(const Layer& l) {
-  const memory::dim F = static_cast<memory::dim>(s.hidden);
-  ln_fwd(l.x, l.ln1_g, l.ln1_b, l.h1, l.mean1, l.var1);
-  linear_fwd(l.h1, N(), l.wq, l.bq, l.q, nullptr);
-  linear_fwd(l.h1, N(), l.wk, l.bk, l.k, nullptr);
-  linear_fwd(l.h1, N(), l.wv, l.bv, l.v, nullptr);
-  attention_forward(l);
-  linear_fwd(l.o, N(), l.wo, l.bo, l.x1, l.x);  // x1 = x + attention
-  ln_fwd(l.x1, l.ln2_g, l.ln2_b, l.h2, l.mean2, l.var2);
-  linear_fwd(l.h2, N(), l.w1, l.b1, l.u, nullptr);
-  const memory::desc hid = dense({N(), F});
-  dnnl::eltwise_forward::primitive_desc epd(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
-                                  dnnl::algorithm::eltwise_gelu_erf, hid, 0.0f, 0.0f),
-      eng);
-  note("eltwise", epd);
-  add(fwd, dnnl::eltwise_forward(epd),
-      {{DNNL_ARG_SRC, mem(hid, l.u)}, {DNNL_ARG_DST, mem(hid, l.act)}});
-  linear_fwd(l.act, N(), l.w2, l.b2, l.out, l.x1);  // out = x1 + mlp
-}
-
-void MhaStep::Impl::build_forward() {
-  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq);
-  add_loop(fwd, [this] { gather(); });
-  add_into(fwd, dense({B, T, D()}), x0, dense({1, T, D()}), pos->w);  // the first T positions
-  for (const Layer& l : layers) build_layer_forward(l);
-  float* last = layers.empty() ? x0 : layers.back().out;
-  float* normed = last;
-  if (s.final_norm) {
-    ln_fwd(last, lnf_g, lnf_b, z, meanf, varf);
-    normed = z;
-  }
-  // the mean over each sample's tokens: (1 x T) ones by (T x d) per sample, scaled by 1 / T
-  MM pool{dense({B, 1, T}), dense({B, T, D()}), dense({B, 1, D()}), ones, normed, pooled};
-  pool.scale = 1.0f / static_cast<float>(s.seq);
-  matmul(fwd, pool);
-  linear_fwd(pooled, B, cls_w, cls_b, logits, nullptr);
-  add_loop(fwd, [this] { cross_entropy(); });
-}
-
-// per chunk: dP = dO V^T, dV = P^T dO, dS = softmax'(P, dP), dQ = scale dS K,
-// dK = scale dS^T Q; dP and dS share one chunk-sized buffer
-void MhaStep::Impl::attention_backward(const Layer& l) {
-  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq),
-                    H = static_cast<memory::dim>(s.heads), dk = static_cast<memory::dim>(s.d_k),
-                    dv = static_cast<memory::dim>(s.d_v);
-  auto heads = [&](memory::dim w) { return view({cb, ch, T, w}, {T * H * w, w, H * w, 1}); };
-  auto heads_t = [&](memory::dim w) { return view({cb, ch, w, T}, {T * H * w, w, 1, H * w}); };
-  auto at = [&](float* buf, memory::dim w, memory::dim b0, memory::dim h0) {
-    return buf + (b0 * T * H + h0) * w;
-  };
-  const memory::desc probs = dense({cb, ch, T, T}),
-                     probs_t = view({cb, ch, T, T}, {ch * T * T, T * T, 1, T});
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.d_k));
-  MM dp{heads(dv), heads_t(dv), probs, dO, l.v, dP},
-      dv_{probs_t, heads(dv), heads(dv), l.p, dO, dV};
-  MM dq{probs, heads(dk), heads(dk), dP, l.k, dQ}, dk_{probs_t, heads(dk), heads(dk), dP, l.q, dK};
-  dq.scale = dk_.scale = scale;
-  const dnnl::primitive dp_p = matmul_prim(dp), dv_p = matmul_prim(dv_), dq_p = matmul_prim(dq),
-                        dk_p = matmul_prim(dk_);
-  dnnl::softmax_forward::primitive_desc sfd(
-      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, probs, 3), eng);
-  dnnl::softmax_backward::primitive_desc sbd(dnnl::softmax_backward::desc(probs, probs, 3), eng,
-                                             sfd);
-  note("softmax", sbd);
-  const dnnl::softmax_backward softmax(sbd);
-  for (memory::dim b0 = 0; b0 < B; b0 += cb)
-    for (memory::dim h0 = 0; h0 < H; h0 += ch) {
-      float* P = l.p + (b0 * H + h0) * T * T;
-      dp.a = at(dO, dv, b0, h0), dp.b = at(l.v, dv, b0, h0);
-      matmul_bind(bwd, dp_p, dp);
-      dv_.a = P, dv_.b = at(dO, dv, b0, h0), dv_.c = at(dV, dv, b0, h0);
-      matmul_bind(bwd, dv_p, dv_);
-      add(bwd, softmax,
-          {{DNNL_ARG_DST, mem(probs, P)},
-           {DNNL_ARG_DIFF_DST, mem(probs, dP)},
-           {DNNL_ARG_DIFF_SRC, mem(probs, dP)}});
-      dq.b = at(l.k, dk, b0, h0), dq.c = at(dQ, dk, b0, h0);
-      matmul_bind(bwd, dq_p, dq);
-      dk_.b = at(l.q, dk, b0, h0), dk_.c = at(dK, dk, b0, h0);
-      matmul_bind(bwd, dk_p, dk_);
-    }
-}
-
-void MhaStep::Impl::build_layer_backward(const Layer& l) {
-  const memory::dim F = static_cast<memory::dim>(s.hidden);
-  const memory::desc md = dense({N(), D()}), hid = dense({N(), F});
-  // gx holds d loss / d out; the MLP branch
-  linear_bwd(l.act, gx, N(), l.w2, l.b2, gF, false);
-  dnnl::eltwise_forward::primitive_desc epd(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
-                                  dnnl::algorithm::eltwise_gelu_erf, hid, 0.0f, 0.0f),
-      eng);
-  dnnl::eltwise_backward::primitive_desc ebd(
-      dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_erf, hid, hid, 0.0f, 0.0f), eng,
-      epd);
-  note("eltwise", ebd);
-  add(bwd, dnnl::eltwise_backward(ebd),
-      {{DNNL_ARG_SRC, mem(hid, l.u)},
-       {DNNL_ARG_DIFF_DST, mem(hid, gF)},
-       {DNNL_ARG_DIFF_SRC, mem(hid, gF)}});
-  linear_bwd(l.h2, gF, N(), l.w1, l.b1, gh, false);
-  ln_bwd(l.x1, l.mean2, l.var2, l.ln2_g, l.ln2_b, gh, gtmp);
-  add_into(bwd, md, gx, md, gtmp);  // gx = d loss / d x1
-  // the attention branch
-  linear_bwd(l.o, gx, N(), l.wo, l.bo, dO, false);
-  attention_backward(l);
-  linear_bwd(l.h1, dQ, N(), l.wq, l.bq, gh, false);
-  linear_bwd(l.h1, dK, N(), l.wk, l.bk, gh, true);
-  linear_bwd(l.h1, dV, N(), l.wv, l.bv, gh, true);
-  ln_bwd(l.x, l.mean1, l.var1, l.ln1_g, l.ln1_b, gh, gtmp);
-  add_into(bwd, md, gx, md, gtmp);  // gx = d loss / d x
-}
-
-void MhaStep::Impl::build_backward() {
-  const memory::dim B = static_cast<memory::dim>(s.batch), T = static_cast<memory::dim>(s.seq);
-  float* dnormed = s.final_norm ? gz : gx;
-  linear_bwd(pooled, dlogits, B, cls_w, cls_b, dpooled, false);
-  // d normed[b, t] = d pooled[b] / T: a rank-1 product per sample
-  MM spread{dense({B, T, 1}), dense({B, 1, D()}), dense({B, T, D()}), ones, dpooled, dnormed};
-  spread.scale = 1.0f / static_cast<float>(s.seq);
-  matmul(bwd, spread);
-  if (s.final_norm) {
-    float* last = layers.empty() ? x0 : layers.back().out;
-    // the shift's gradient (the sum of gz's rows, equal within a sample) from column_sums
-    ln_bwd(last, meanf, varf, lnf_g, lnf_b, gz, gx, lnf_shift_scratch);
-    column_sums(bwd, gz, N(), D(), lnf_b->g);
-  }
-  for (size_t i = layers.size(); i-- > 0;) build_layer_backward(layers[i]);
-  // positions: the sum over the batch, into the first T rows (the rows past T stay zero)
-  column_sums(bwd, gx, B, T * D(), pos->g);
-  add_loop(bwd, [this] { scatter_embedding_grad(); });
 }
 
 // ---- the loops oneDNN has no primitive for -------------------------------------------------

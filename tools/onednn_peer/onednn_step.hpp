@@ -2,7 +2,7 @@
 // residual blocks of multi-head attention and a GELU MLP, final layer norm, mean pooling, a
 // linear classifier, mean cross-entropy, backward, AdamW) written with oneDNN primitives: the
 // benchmark peer of `growformer bench --peer onednn`. This header names no oneDNN type; the
-// primitives live in onednn_step.cpp alone.
+// primitives live in onednn_step.cpp and onednn_step_lists.cpp alone (onednn_step_impl.hpp).
 //
 // Parameters are kept in the peer's own packing: per layer the heads' query, key and value
 // projections side by side (W_Q is d_model x heads*d_k, head h in columns h*d_k..), and the

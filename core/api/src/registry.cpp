@@ -84,6 +84,19 @@ void Registry::add_pruning(ComponentSpec spec, GrowthFactory f) {
 void Registry::add_dataset(ComponentSpec spec, DatasetFactory f) {
   add(Kind::Dataset, std::move(spec), std::move(f));
 }
+void Registry::add_dataset(ComponentSpec spec, DatasetFactory f,
+                           std::shared_ptr<const DataFormats> formats) {
+  // the formats' code is the library's: every copy of the pointer holds the library too, which
+  // is released after the formats
+  struct Held {
+    std::shared_ptr<boost::dll::shared_library> lib;
+    std::shared_ptr<const DataFormats> formats;
+  };
+  auto held = std::make_shared<Held>(Held{impl_->current_lib, std::move(formats)});
+  auto& e = impl_->add(Kind::Dataset, std::move(spec));
+  e.factory = std::move(f);
+  if (held->formats) e.info.formats = std::shared_ptr<const DataFormats>(held, held->formats.get());
+}
 void Registry::add_optimizer(ComponentSpec spec, OptimizerFactory f) {
   // Every optimizer takes its peak learning rate (the schedule's peak) under `lr`.
   const OptionSpec lr = LrSettings::table().specs().front();
@@ -175,6 +188,23 @@ const ComponentInfo* Registry::find(Kind kind, const std::string& name) const {
   for (const auto& e : impl_->entries)
     if (e.info.kind == kind && e.info.spec.name == name) return &e.info;
   return nullptr;
+}
+
+const DataFormats* Registry::data_formats(const std::string& name) const {
+  const ComponentInfo* info = find(Kind::Dataset, name);
+  return info ? info->formats.get() : nullptr;
+}
+
+std::vector<std::string> Registry::datasets_for(const std::string& kind, bool default_only) const {
+  std::vector<std::string> out;
+  for (const auto& e : impl_->entries) {
+    if (e.info.kind != Kind::Dataset || !e.info.formats) continue;
+    const std::vector<std::string> kinds =
+        default_only ? e.info.formats->default_for() : e.info.formats->kinds();
+    if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) out.push_back(e.info.spec.name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 const std::vector<LoadedLibrary>& Registry::libraries() const { return impl_->loaded; }

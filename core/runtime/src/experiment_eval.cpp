@@ -1,8 +1,14 @@
-// Evaluating an experiment on a split: loss, accuracy and per-row losses.
+// Evaluating an experiment on a split: loss, accuracy, the confusion matrix with the per-class
+// figures and macro-F1, and per-row losses. The one evaluation validation, the final test,
+// `growformer eval` and the Python module's evaluate report.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "growformer/batch_sampler.hpp"
+#include "growformer/json_text.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/trainer.hpp"
 
@@ -23,14 +29,32 @@ void append_row_losses(const Tensor& logits, const std::vector<int32_t>& labels,
     out.push_back(m + std::log(sum) - double(row[size_t(labels[i])]));
   }
 }
+
+// Counts each row of LOGITS ([B, C]) in CONFUSION (C x C, [true][predicted]): the predicted
+// class is the first largest logit.
+void add_to_confusion(const Tensor& logits, const std::vector<int32_t>& labels,
+                      std::vector<double>& confusion) {
+  const size_t b = logits.dim(0), c = logits.dim(1);
+  for (size_t i = 0; i < b; ++i) {
+    const float* row = logits.data() + i * c;
+    const size_t predicted = static_cast<size_t>(std::max_element(row, row + c) - row);
+    if (labels[i] < 0 || static_cast<size_t>(labels[i]) >= c)
+      throw RuntimeError("evaluate: label " + std::to_string(labels[i]) + " is not one of the " +
+                         std::to_string(c) + " classes");
+    confusion[static_cast<size_t>(labels[i]) * c + predicted] += 1;
+  }
+}
 }  // namespace
 
 EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batches,
                                 bool keep_examples) {
   NoGradGuard ng;
   EvalResult r;
-  double loss = 0;
-  size_t correct = 0;
+  const size_t C = data_.num_classes;
+  // the loss, the example count, then the confusion counts: one reduction across processes
+  // (doubles hold the counts exactly up to 2^53)
+  std::vector<double> sums(2 + C * C, 0.0);
+  std::vector<double> confusion(C * C, 0.0);
   Communicator& comm = *comm_;
   for (const auto& idx : sequential_batches(split.size(), settings_.batch_size, max_batches)) {
     if (interrupted()) throw Interrupted("during evaluation");
@@ -43,27 +67,49 @@ EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batc
     }
     Var logits = model_->forward(b, false, nullptr);
     Var l = ops::cross_entropy(logits, b.labels);
-    loss += static_cast<double>(l.value()[0]) * b.batch;
+    sums[0] += static_cast<double>(l.value()[0]) * b.batch;
+    sums[1] += static_cast<double>(b.batch);
     if (keep_examples) append_row_losses(logits.value(), b.labels, r.example_losses);
-    TrainWindow hits;
-    hits.add(logits, b, 0.f);
-    correct += static_cast<size_t>(hits.correct);
-    r.examples += b.batch;
+    add_to_confusion(logits.value(), b.labels, confusion);
   }
   clear_tape();
-  if (comm.size() > 1) {
-    // counts are summed exactly (doubles hold integers to 2^53)
-    double sums[3] = {loss, static_cast<double>(correct), static_cast<double>(r.examples)};
-    comm.allreduce_sum(sums, 3);
-    loss = sums[0];
-    correct = static_cast<size_t>(sums[1]);
-    r.examples = static_cast<size_t>(sums[2]);
-  }
+  std::copy(confusion.begin(), confusion.end(), sums.begin() + 2);
+  if (comm.size() > 1) comm.allreduce_sum(sums.data(), sums.size());
+  std::vector<std::vector<size_t>> counts(C, std::vector<size_t>(C, 0));
+  for (size_t t = 0; t < C; ++t)
+    for (size_t p = 0; p < C; ++p) counts[t][p] = static_cast<size_t>(sums[2 + t * C + p]);
+  r.classes = classification_report(counts);
+  r.examples = static_cast<size_t>(sums[1]);
   if (r.examples) {
-    r.loss = loss / r.examples;
-    r.accuracy = static_cast<double>(correct) / r.examples;
+    r.loss = sums[0] / r.examples;
+    r.accuracy = r.classes.accuracy;
   }
   return r;
+}
+
+std::vector<std::string> Experiment::class_names() const {
+  std::vector<std::string> names = data_.class_names;
+  for (size_t c = names.size(); c < data_.num_classes; ++c) names.push_back(std::to_string(c));
+  return names;
+}
+
+std::string Experiment::evaluation_json(const EvalResult& r) const {
+  const std::vector<std::string> names = class_names();
+  nlohmann::json classes = nlohmann::json::array();
+  for (size_t c = 0; c < r.classes.classes.size(); ++c) {
+    const ClassFigures& f = r.classes.classes[c];
+    classes.push_back({{"name", names[c]},
+                       {"precision", f.precision},
+                       {"recall", f.recall},
+                       {"f1", f.f1},
+                       {"support", f.support}});
+  }
+  return dump_json(nlohmann::json({{"loss", r.loss},
+                                   {"accuracy", r.accuracy},
+                                   {"macro_f1", r.classes.macro_f1},
+                                   {"examples", r.examples},
+                                   {"classes", classes},
+                                   {"confusion", r.classes.confusion}}));
 }
 
 }  // namespace gf

@@ -82,6 +82,7 @@ const OptionTable<TrainSettings>& TrainSettings::table() {
 }
 
 OptionSpecs TrainSettings::options() { return table().specs(); }
+OptionSpecs TrainSettings::switch_options() { return SwitchSettings::table().specs(); }
 
 TrainSettings::TrainSettings(const Options& o) {
   *this = table().read(o);

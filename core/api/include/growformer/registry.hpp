@@ -42,6 +42,8 @@ struct ComponentInfo {
   ComponentSpec spec;
   std::string plugin;   // library's plugin name
   std::string library;  // file it came from
+  /// A dataset's formats (data in memory, files to evaluate); null: it reads only its files.
+  std::shared_ptr<const DataFormats> formats;
 };
 
 struct LoadedLibrary {
@@ -67,6 +69,10 @@ class Registry {
   void add_growth(ComponentSpec spec, GrowthFactory f);
   void add_pruning(ComponentSpec spec, GrowthFactory f);
   void add_dataset(ComponentSpec spec, DatasetFactory f);
+  /// A dataset with FORMATS: the data it takes in memory and the files it evaluates
+  /// (DataFormats in dataset.hpp).
+  void add_dataset(ComponentSpec spec, DatasetFactory f,
+                   std::shared_ptr<const DataFormats> formats);
   void add_optimizer(ComponentSpec spec, OptimizerFactory f);
 
   // ---- creation from a config node with a `plugin:` key ----
@@ -104,6 +110,11 @@ class Registry {
 
   std::vector<ComponentInfo> components() const;
   const ComponentInfo* find(Kind kind, const std::string& name) const;
+  /// The formats of dataset NAME (null: unknown, or it has none).
+  const DataFormats* data_formats(const std::string& name) const;
+  /// The datasets that take data of KIND in memory (DataFormats::kinds), in name order; with
+  /// DEFAULT_ONLY those that are the dataset for it when a config names none.
+  std::vector<std::string> datasets_for(const std::string& kind, bool default_only) const;
   const std::vector<LoadedLibrary>& libraries() const;
   const std::vector<FailedLibrary>& failures() const;
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "growformer/classification.hpp"
 #include "growformer/growth.hpp"
 #include "growformer/run_dir.hpp"
 #include "growformer/trainer_state.hpp"
@@ -19,9 +20,14 @@ GROWFORMER_API_BEGIN
 
 namespace gf {
 
+/// An evaluation (Experiment::evaluate): what `growformer eval`, the Python module's evaluate,
+/// validation and the final test report.
 struct EvalResult {
   double loss = 0, accuracy = 0;
   size_t examples = 0;
+  /// The confusion matrix ([true][predicted]), the per-class precision, recall and F1, and
+  /// macro-F1 (classification.hpp); its accuracy is `accuracy`.
+  ClassificationReport classes;
   /// Each of this process's examples' cross-entropy, in split order (only when asked for:
   /// Experiment::evaluate's KEEP_EXAMPLES); the paired test of an ablation reads them.
   std::vector<double> example_losses;

@@ -35,7 +35,8 @@ namespace gf {
 /// `train:`, each option declared once in table().
 struct TrainSettings {
   static const OptionTable<TrainSettings>& table();
-  static OptionSpecs options();  // table().specs()
+  static OptionSpecs options();         // table().specs()
+  static OptionSpecs switch_options();  // `train.switch:`
   explicit TrainSettings(const Options& o);
   TrainSettings() = default;
   long steps = 1000, batch_size = 32, warmup = 100, eval_every = 200, log_every = 20;
@@ -143,11 +144,18 @@ class Experiment {
   int resume(const std::string& run_dir, const RunFlags& flags);
   /// Starts the run in RUN_DIR again from step 0 (it stopped before its first checkpoint).
   int restart(const std::string& run_dir, const RunFlags& flags);
-  /// Loss and accuracy on SPLIT (the first MAX_BATCHES batches; 0 = all). Under a communicator
+  /// Loss, accuracy, confusion matrix, per-class figures and macro-F1 on SPLIT (the first
+  /// MAX_BATCHES batches; 0 = all). Under a communicator
   /// of several processes (set by train/resume), every process evaluates its shard of each batch
   /// and the sums are reduced: every process gets the whole split's figures.
   EvalResult evaluate(const std::vector<Example>& split, long max_batches = 0,
                       bool keep_examples = false);
+  /// The data's class names by class index (the index as text where the data names none).
+  std::vector<std::string> class_names() const;
+  /// R as one JSON object (dump_json text), as `eval --json` and the Python module's evaluate
+  /// give it: loss, accuracy, macro_f1, examples, classes ([{name, precision, recall, f1,
+  /// support}] by class_names()) and confusion ([true][predicted] counts).
+  std::string evaluation_json(const EvalResult& r) const;
   /// Restores model structure and parameters (and, with optimizer, its state) from a checkpoint.
   void load_weights(const std::string& checkpoint_path);
   void load_weights(const Checkpoint& checkpoint, const std::string& path);

@@ -26,11 +26,12 @@
 #include <utility>
 #include <vector>
 
+#include <growformer/errors.hpp>
 #include <growformer/fields.hpp>
 #include <growformer/incrt/math.hpp>
 #include <growformer/state_text.hpp>
 
-#include <growformer/incrt/gain_rounds.hpp>
+#include <growformer/incrt/rounds.hpp>
 
 namespace gf::incrt {
 
@@ -93,22 +94,22 @@ struct LearningState {
   bool waiting() const { return phase == Trial; }
 
   /// The growth window's end: grow_until of the steps (after a reopening, of those left then).
-  double window_end(size_t total, const GainOptions& o) const {
+  double window_end(size_t total, const RoundOptions& o) const {
     return double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
   }
   /// Past the growth window.
-  bool late(size_t step, size_t total, const GainOptions& o) const {
+  bool late(size_t step, size_t total, const RoundOptions& o) const {
     return total > 0 && double(step) > window_end(total, o);
   }
   /// Whether a round grown at STEP can still be judged inside the window: it is given as many
   /// steps as the last round took to pay (the first round: as many as the model took to start
   /// learning), so a round is not grown only to be taken back untested when the window ends.
-  bool fits(size_t step, size_t total, size_t need, const GainOptions& o) const {
+  bool fits(size_t step, size_t total, size_t need, const RoundOptions& o) const {
     return total == 0 || double(step + need) <= window_end(total, o);
   }
 
   /// The t a round's share must reach at STEP: z_early inside the growth window, z at its end.
-  double z_needed(size_t step, size_t total, const GainOptions& o) const {
+  double z_needed(size_t step, size_t total, const RoundOptions& o) const {
     return late(step, total, o) ? o.z : o.z_early;
   }
 
@@ -129,8 +130,8 @@ struct LearningState {
 
   /// One probe: what to do now. After Grow the caller grows a round and calls grown(); after
   /// Reject it removes `round`'s heads (the state has already stopped).
-  GainDecision observe(const ProbeReading& p, const GainOptions& o) {
-    GainDecision out;
+  RoundDecision observe(const ProbeReading& p, const RoundOptions& o) {
+    RoundDecision out;
     if (!std::isfinite(p.loss)) return out;
     out.settled = p.loss;  // the probe the decision is taken at (the loss may still be falling)
     if (phase == Trial) return trial(p, o);
@@ -144,17 +145,17 @@ struct LearningState {
     if (learnt && onset < 0) onset = long(p.step - first_step);
     if (late(p.step, p.total, o) || p.loss <= o.loss_floor) {
       // nothing learnt in the window, or nothing left for a round to capture
-      out.kind = GainDecision::Kind::Stop;
+      out.kind = RoundDecision::Kind::Stop;
       stop(p.loss);
       return out;
     }
     if (!learnt) return out;
     if (!o.take_back_useless && !fits(p.step, p.total, p.step - first_step, o)) {
-      out.kind = GainDecision::Kind::Stop;  // too late for a round to be judged
+      out.kind = RoundDecision::Kind::Stop;  // too late for a round to be judged
       stop(p.loss);
       return out;
     }
-    out.kind = GainDecision::Kind::Grow;
+    out.kind = RoundDecision::Kind::Grow;
     return out;
   }
 
@@ -178,7 +179,7 @@ struct LearningState {
   }
 
   /// The waiting round's share and t over its last W probes (medians; NaN while fewer).
-  void fill(GainDecision& out) const {
+  void fill(RoundDecision& out) const {
     if (shares.size() < LearningConstants::window) return;
     out.share = median(shares);
     Vec ses, ts;
@@ -237,8 +238,8 @@ struct LearningState {
   }
 
  private:
-  GainDecision trial(const ProbeReading& p, const GainOptions& o) {
-    GainDecision out;
+  RoundDecision trial(const ProbeReading& p, const RoundOptions& o) {
+    RoundDecision out;
     out.settled = p.loss;
     if (std::isfinite(p.muted_loss)) {
       // a share of a negligible loss is negligible (on a solved task every head is used)
@@ -267,7 +268,7 @@ struct LearningState {
       // take_back useless a round that cannot be judged in time is kept, so it grows anyway)
       const bool next =
           !is_late && (o.take_back_useless || fits(p.step, p.total, p.step - round_step, o));
-      out.kind = next ? GainDecision::Kind::Grow : GainDecision::Kind::Stop;
+      out.kind = next ? RoundDecision::Kind::Grow : RoundDecision::Kind::Stop;
       if (next)
         phase = WarmUp;  // the caller grows the next round now (grown() starts its trial)
       else
@@ -276,7 +277,7 @@ struct LearningState {
     }
     if (!is_late && promising(p, out, o)) {
       out.evidence = "promising";
-      out.kind = GainDecision::Kind::Grow;
+      out.kind = RoundDecision::Kind::Grow;
       phase = WarmUp;
       next_on_promise = true;
       return out;
@@ -285,10 +286,10 @@ struct LearningState {
       // unpaid when the window ends: taken back on evidence that its heads are useless (or, with
       // take_back unproven, for want of evidence that they pay); kept otherwise
       if (judge_unpaid(p, out, o)) {
-        out.kind = GainDecision::Kind::Reject;
+        out.kind = RoundDecision::Kind::Reject;
         rejected += 1;
       } else {
-        out.kind = GainDecision::Kind::Keep;
+        out.kind = RoundDecision::Kind::Keep;
         kept_unpaid += 1;
       }
       stop(p.loss);
@@ -302,7 +303,7 @@ struct LearningState {
   /// positive and its upper bound reaches min_share; the loss fell onset_fall since it grew. A
   /// round itself grown on a promise must pay before another grows, so rounds grown on promise
   /// at most double what the paid rounds show the task uses.
-  bool promising(const ProbeReading& p, GainDecision& out, const GainOptions& o) const {
+  bool promising(const ProbeReading& p, RoundDecision& out, const RoundOptions& o) const {
     if (!o.take_back_useless || on_promise || !std::isfinite(out.share) ||
         !std::isfinite(out.share_se))
       return false;
@@ -324,7 +325,7 @@ struct LearningState {
   /// errors) and the round is mature. A share still rising, one whose bound reaches min_share,
   /// or a round younger than the onset keeps the round: the heads the model has not yet learnt
   /// to use are not judged by what they carry now.
-  bool judge_unpaid(const ProbeReading& p, GainDecision& out, const GainOptions& o) const {
+  bool judge_unpaid(const ProbeReading& p, RoundDecision& out, const RoundOptions& o) const {
     out.trend_t = trend_t();
     if (std::isfinite(out.share) && std::isfinite(out.share_se))
       out.upper = out.share + o.z_back * out.share_se;
@@ -366,8 +367,8 @@ struct LearningState {
     return se > 0 ? slope / se : slope > 0 ? 1e300 : slope < 0 ? -1e300 : 0.0;
   }
 
-  GainDecision stopped(const ProbeReading& p, const GainOptions& o) {
-    GainDecision out;
+  RoundDecision stopped(const ProbeReading& p, const RoundOptions& o) {
+    RoundDecision out;
     // the rise is measured against the best loss since the stop, at least the loss floor
     const double ref = std::max(std::isfinite(best) ? best : p.loss, o.loss_floor);
     rise = p.loss > ref * (1.0 + o.reopen_rise) ? rise + 1 : 0;
@@ -380,7 +381,7 @@ struct LearningState {
     rise = 0;
     reopened += 1;
     round.clear();
-    out.kind = GainDecision::Kind::Reopen;
+    out.kind = RoundDecision::Kind::Reopen;
     return out;
   }
 

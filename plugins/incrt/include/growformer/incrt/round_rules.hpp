@@ -57,7 +57,7 @@ class RoundRule {
     (void)step;
   }
   /// One probe (at a check where the rule may decide): the decision.
-  virtual GainDecision observe(const ProbeReading& p) = 0;
+  virtual RoundDecision observe(const ProbeReading& p) = 0;
   /// The policy grew ADDED heads (0: none; growth stops) at STEP after a Grow.
   virtual void grown(size_t added, double settled, size_t step) = 0;
   /// The rule's own numbers for the `probe` event (non-finite ones are left out) and its phase.
@@ -75,7 +75,7 @@ class RoundRule {
 /// `criterion: gain`: rounds at plateaus of the probe loss (GainState).
 class GainRule final : public RoundRule {
  public:
-  explicit GainRule(const GainOptions& o) : o_(o) {}
+  explicit GainRule(const RoundOptions& o) : o_(o) {}
   const char* name() const override { return "gain"; }
   bool wants_probe(size_t check) const override { return check % s_.probe_interval(o_) == 0; }
   size_t probe_examples() const override { return o_.probe_examples; }
@@ -88,7 +88,7 @@ class GainRule final : public RoundRule {
   RoundSnapshot snapshot() const override {
     return {s_.round, s_.round_step, s_.prev, s_.patience_steps(o_), s_.done, s_.done_at};
   }
-  GainDecision observe(const ProbeReading& p) override {
+  RoundDecision observe(const ProbeReading& p) override {
     return s_.observe(p.loss, p.step, p.total, o_, p.muted_loss, p.muted_se);
   }
   /// Every probe, calibrated or not: the learning onset.
@@ -113,14 +113,14 @@ class GainRule final : public RoundRule {
   GainState& state() { return s_; }
 
  private:
-  GainOptions o_;
+  RoundOptions o_;
   GainState s_;
 };
 
 /// `criterion: learning`: rounds while the model learns (LearningState).
 class LearningRule final : public RoundRule {
  public:
-  explicit LearningRule(const GainOptions& o) : o_(o) {}
+  explicit LearningRule(const RoundOptions& o) : o_(o) {}
   const char* name() const override { return "learning"; }
   bool wants_probe(size_t check) const override { return check >= s_.next_probe; }
   size_t probe_examples() const override { return o_.probe_examples; }
@@ -133,8 +133,8 @@ class LearningRule final : public RoundRule {
   RoundSnapshot snapshot() const override {
     return {s_.round, s_.round_step, s_.prev, 0.0, s_.phase == LearningState::Stopped, s_.best};
   }
-  GainDecision observe(const ProbeReading& p) override {
-    const GainDecision d = s_.observe(p, o_);
+  RoundDecision observe(const ProbeReading& p) override {
+    const RoundDecision d = s_.observe(p, o_);
     schedule(p);
     return d;
   }
@@ -170,7 +170,7 @@ class LearningRule final : public RoundRule {
   LearningState& state() { return s_; }
 
  private:
-  GainOptions o_;
+  RoundOptions o_;
   LearningState s_;
 };
 
