@@ -122,6 +122,13 @@ std::set<std::string> apply_data_sets(gf::ConfigNode& cfg, const std::vector<std
 
 const char* kGiveFileHint = "give the file yourself with --set data.KEY=FILE to see it";
 
+// `--precision` of eval and predict: the products' precision instead of the model's own (its
+// config's `precision:`); empty: the model's.
+std::string g_precision;
+const char* kPrecisionDoc =
+    "float32 | bf16 | bf16_if_available: the products' precision (default: the model's, "
+    "docs/NUMERICS.md)";
+
 // The checkpoint's experiment, its data changed by `--set data.KEY=VALUE` or replaced by the
 // `data` section of another config; the dataset tokenises with the checkpoint's tokenizer.
 // With that tokenizer only the data named by `need` is read (Experiment's data_need): "none"
@@ -156,6 +163,7 @@ std::unique_ptr<gf::Experiment> checkpoint_experiment(
                         data_config, plugin_paths);
     std::set<std::string> set_keys = apply_data_sets(cfg, data_sets);
     drop_other_mode_options(cfg, set_keys, plugin_paths);
+    if (!g_precision.empty()) cfg.apply_override("precision=" + g_precision);
     if (data_config.empty() && need != "none")
       files = gf::embedded_data_files(cfg.child("data"), set_keys, path);
     if (embedded) *embedded = files;
@@ -340,8 +348,8 @@ int cmd_eval(const std::vector<std::string>& args) {
       "evaluate on the `data:` section of this config, or (a file not named .yaml/.yml, for "
       "datasets that read one labelled file, as text_tsv does: TSV, CSV or JSON lines) on this "
       "data file as the test split")("json", "print JSON")(
-      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(kTrustOption,
-                                                                            kTrustDoc);
+      "plugin-path", po::value(&paths)->composing(), "extra plugin folder")(
+      "precision", po::value(&g_precision), kPrecisionDoc)(kTrustOption, kTrustDoc);
   bool help;
   auto vm = parse(
       "growformer eval CHECKPOINT|RUN_DIR [--split val|test|train|all] [--set data.KEY=VALUE]... "
@@ -433,7 +441,8 @@ PredictArgs parse_predict_args(const std::vector<std::string>& args) {
       "threads", po::value(&a.threads),
       "worker threads (default: the run's setting; 0 = all cores)")(
       "quiet,q", "no progress output")("plugin-path", po::value(&a.paths)->composing(),
-                                       "extra plugin folder")(kTrustOption, kTrustDoc);
+                                       "extra plugin folder")(
+      "precision", po::value(&g_precision), kPrecisionDoc)(kTrustOption, kTrustDoc);
   auto vm = parse(
       "growformer predict CHECKPOINT|RUN_DIR INPUT [--out FILE] [--format tsv|jsonl] "
       "[--bad-records fail|skip]",

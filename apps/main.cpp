@@ -11,6 +11,7 @@
 #include <growformer/trainer.hpp>
 #include <growformer/trainer_state.hpp>
 #include <growformer/kernels.hpp>
+#include <growformer/precision.hpp>
 #include <growformer/version.hpp>
 
 #include <boost/program_options.hpp>
@@ -560,7 +561,8 @@ int run_command(const std::string& cmd, int (*fn)(const std::vector<std::string>
 int main(int argc, char** argv) {
   gf::select_blas_kernels(argc, argv);  // may re-execute the program; see blas.hpp
   try {
-    gf::kernels::simd_name();  // a GROWFORMER_ISA that names no kernel set stops here
+    gf::kernels::simd_name();          // a GROWFORMER_ISA that names no kernel set stops here
+    gf::kernels::bf16_kernels_name();  // and a GROWFORMER_BF16 that names no bf16 set
   } catch (const std::exception& e) {
     std::cerr << "growformer: error: " << e.what() << "\n";
     return 2;
@@ -573,8 +575,10 @@ int main(int argc, char** argv) {
   if (args[0] == "--version") {
     std::cout << "growformer " GROWFORMER_VERSION "\nCPU: " << gf::cpu_model_name()
               << "\nBLAS kernels: " << gf::blas_selection_note()
-              << "\nSIMD kernels: " << gf::kernels::simd_note() << "\nABI "
-              << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
+              << "\nSIMD kernels: " << gf::kernels::simd_note() << "\nbf16 products: "
+              << (gf::kernels::bf16_available() ? gf::kernels::bf16_kernels_name()
+                                                : gf::kernels::bf16_unavailable_reason())
+              << "\nABI " << GROWFORMER_ABI_VERSION << ", " << GROWFORMER_FINGERPRINT << "\n";
     return 0;
   }
   std::string cmd = args[0];

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "growformer/blas.hpp"
+#include "growformer/precision.hpp"
+#include "simd/bf16_kernels.hpp"
 #include "simd/row_kernels.hpp"
 
 namespace gf {
@@ -145,6 +147,7 @@ bool set_simd(const std::string& name) {
   }
   if (!cpu_can(name)) return false;
   active_set() = set_named(name);
+  if (name != "avx512") set_product_precision(Precision::float32);  // bf16 runs AVX-512 kernels
   return true;
 }
 
@@ -154,11 +157,11 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-double fma_peak_gflops(size_t threads, double seconds) {
+namespace simd {
+double loop_peak_gflops(float (*loop)(size_t), double round_flops, size_t threads, double seconds) {
   if (threads == 0) threads = 1;
-  simd::RowKernels& k = active();
   const size_t chunk = 1u << 16;  // iterations per call: about 0.1 ms
-  k.fma_loop(chunk);              // warm up (frequency, caches)
+  loop(chunk);                    // warm up (frequency, caches)
   std::vector<double> rate(threads, 0.0);
   std::vector<float> sink(threads, 0.0f);
   auto work = [&](size_t t) {
@@ -171,11 +174,11 @@ double fma_peak_gflops(size_t threads, double seconds) {
       const double t0 = thread_cpu_seconds();
       double el = 0;
       do {
-        sink[t] += k.fma_loop(chunk);
+        sink[t] += loop(chunk);
         ++calls;
         el = thread_cpu_seconds() - t0;
       } while (el < seconds / 10);
-      best = std::max(best, static_cast<double>(calls) * chunk * k.fma_loop_flops / el);
+      best = std::max(best, static_cast<double>(calls) * chunk * round_flops / el);
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
           2 * seconds)
         break;
@@ -192,6 +195,12 @@ double fma_peak_gflops(size_t threads, double seconds) {
   for (float x : sink) keep = keep + x;
   (void)keep;
   return sum / 1e9;
+}
+}  // namespace simd
+
+double fma_peak_gflops(size_t threads, double seconds) {
+  simd::RowKernels& k = active();
+  return simd::loop_peak_gflops(k.fma_loop, k.fma_loop_flops, threads, seconds);
 }
 
 size_t attention_block_rows() { return g_block_rows; }
@@ -276,6 +285,7 @@ Panels::~Panels() {
 
 Panels pack_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy, bool short_k) {
   Panels p;
+  if (simd::bf16_products()) return p;  // the bf16 products pack their own operands
   const size_t nb = active().panel_width(m, len, n, short_k);
   if (nb == 0) return p;
   p.nb = nb, p.n = n, p.len = len;
@@ -294,34 +304,46 @@ Panels pack_panels(size_t m, size_t len, size_t n, const float* y, size_t ldy, b
 void gemm_short_k(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
                   const float* bt, size_t ldb, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * d);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, nullptr);
   simd::PanelView v;
   active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, view_of(panels, v), nullptr);
 }
 void gemm_short_k_max(size_t m, size_t n, size_t d, float alpha, const float* a, size_t lda,
                       const float* bt, size_t ldb, float* c, size_t ldc, float* rowmax) {
   add_matmul_flops(2ull * m * n * d);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, rowmax);
   active().gemm_short_k(m, n, d, alpha, a, lda, bt, ldb, c, ldc, nullptr, rowmax);
 }
 void gemm_acc_nd_rows(size_t m, size_t n, size_t d, const float* alpha, const float* x, size_t ldx,
                       const float* y, size_t ldy, float* c, size_t ldc) {
   add_matmul_flops(2ull * m * n * d);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_acc_nd_rows(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
   active().gemm_acc_nd_rows(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 void gemm_acc_nd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                  const float* y, size_t ldy, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * d);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_acc_nd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
   simd::PanelView v;
   active().gemm_acc_nd(m, n, d, alpha, x, ldx, y, ldy, c, ldc, view_of(panels, v));
 }
 void gemm_acc_tnd(size_t m, size_t n, size_t d, float alpha, const float* x, size_t ldx,
                   const float* y, size_t ldy, float* c, size_t ldc) {
   add_matmul_flops(2ull * m * n * d);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
   active().gemm_acc_tnd(m, n, d, alpha, x, ldx, y, ldy, c, ldc);
 }
 
 void gemm_bias(size_t m, size_t n, size_t k, const float* x, size_t ldx, const float* w, size_t ldw,
                const float* bias, float* c, size_t ldc, const Panels* panels) {
   add_matmul_flops(2ull * m * n * k);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc);
   simd::PanelView v;
   active().gemm_bias(m, n, k, x, ldx, w, ldw, bias, c, ldc, view_of(panels, v));
 }
@@ -330,6 +352,8 @@ void gemm_bias_parts(size_t m, size_t n, size_t k, const float* x, size_t ldx, c
                      size_t ldw, const float* bias, const size_t* off, size_t parts,
                      float* const* dst, const Panels* panels) {
   add_matmul_flops(2ull * m * n * k);
+  if (const simd::Bf16Kernels* b = simd::bf16_products())
+    return b->gemm_bias_parts(m, n, k, x, ldx, w, ldw, bias, off, parts, dst);
   simd::PanelView v;
   active().gemm_bias_parts(m, n, k, x, ldx, w, ldw, bias, off, parts, dst, view_of(panels, v));
 }

@@ -10,6 +10,7 @@
 #include "growformer/distributed.hpp"
 #include "growformer/json_text.hpp"
 #include "growformer/parallel.hpp"
+#include "growformer/precision.hpp"
 #include "growformer/version.hpp"
 #include "growformer/run_events.hpp"
 #include "trainer_impl.hpp"
@@ -72,6 +73,30 @@ std::string default_growing_width(ConfigNode& cfg, const Registry& registry) {
 }
 }  // namespace
 
+kernels::Precision apply_precision(const std::string& want, const Options& top, std::string* note) {
+  using kernels::Precision;
+  if (want == "float32") {
+    kernels::set_product_precision(Precision::float32);
+    return Precision::float32;
+  }
+  const std::string why = kernels::bf16_unavailable_reason();
+  if (why.empty()) {
+    kernels::set_product_precision(Precision::bf16);
+    *note =
+        "precision: bf16 (the products' inputs rounded to bf16, their sums in float32; "
+        "weights, optimizer, softmax, norms and losses in float32)";
+    return Precision::bf16;
+  }
+  if (want == "bf16")
+    top.fail("precision",
+             "bf16 needs AVX512_BF16 and the avx512 kernel set, and cannot run here: " + why +
+                 "; use precision: float32, or bf16_if_available to fall back to "
+                 "float32 where bf16 cannot run");
+  kernels::set_product_precision(Precision::float32);
+  *note = "precision: float32 (bf16_if_available fell back: " + why + ")";
+  return Precision::float32;
+}
+
 Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_paths,
                        const std::string& data_record, const std::string& data_need,
                        ExperimentUse use)
@@ -94,6 +119,9 @@ Experiment::Experiment(ConfigNode cfg, const std::vector<std::string>& plugin_pa
   }
   // threads: 0 = this machine's cores, shared among the processes of an MPI job running on it
   set_num_threads(threads_ ? threads_ : cores_per_process());
+  std::string precision_note;
+  precision_ = apply_precision(es.precision, top, &precision_note);
+  if (!precision_note.empty()) notes_.push_back(precision_note);
   registry_->load_directories(Registry::search_path(plugin_paths));
   // a new run's defaults that depend on other parts (a checkpoint's config has them written)
   if (data_record.empty() && use_ == ExperimentUse::training) {

@@ -107,6 +107,12 @@ const OptionTable<ExperimentSettings>& ExperimentSettings::table() {
     t.add("name", &S::name, "run", "run name (the run directory is runs/<name>)")
         .add("seed", &S::seed, "1", "seed of every random stream", 0, 9.2e18)
         .add("threads", &S::threads, "0", "worker threads (0 = all cores)", 0, 4096)
+        .choice("precision", &S::precision, "float32",
+                "the products' inputs (linear layers, attention scores and outputs, MLP, their "
+                "gradients): float32, or bf16 rounded with float32 sums (AVX512_BF16; "
+                "docs/NUMERICS.md); bf16 where the CPU lacks it is refused, bf16_if_available "
+                "falls back to float32 and says so; eval and predict use the model's",
+                names({"float32", "bf16", "bf16_if_available"}))
         .add("data", &S::data, "", "the dataset plugin and its options")
         .add("model", &S::model, "", "the model: width, depth, attention plugin")
         .add("optimizer", &S::optimizer, "{plugin: adamw}", "the optimizer plugin")

@@ -21,6 +21,7 @@
 #include "growformer/interrupt.hpp"
 #include "growformer/model.hpp"
 #include "growformer/optimizer.hpp"
+#include "growformer/precision.hpp"
 #include "growformer/registry.hpp"
 #include "growformer/reporter.hpp"
 #include "growformer/run_dir.hpp"
@@ -95,12 +96,13 @@ struct RunOutcome {
   std::vector<std::string> growth_columns, pruning_columns;
 };
 
-/// The top-level keys of a config, each declared once in table(): the run's name, seed and
-/// threads, and each part's section.
+/// The top-level keys of a config, each declared once in table(): the run's name, seed,
+/// threads and products' precision, and each part's section.
 struct ExperimentSettings {
   std::string name = "run";
   uint64_t seed = 1;
-  size_t threads = 0;  // 0 = all cores
+  size_t threads = 0;                 // 0 = all cores
+  std::string precision = "float32";  // float32 | bf16 | bf16_if_available
   ConfigNode data, model, optimizer, train, growth, pruning;
   static const OptionTable<ExperimentSettings>& table();
 };
@@ -174,6 +176,9 @@ class Experiment {
   const ConfigNode& config() const { return cfg_; }
   std::string name() const { return name_; }
   uint64_t seed() const { return seed_; }
+  /// The products' precision this experiment set (precision:, after bf16_if_available's
+  /// fallback); process-wide (growformer/precision.hpp), set again by each experiment built.
+  kernels::Precision precision() const { return precision_; }
   /// A padded batch of examples [idx...] truncated to the model's positions.
   Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx) const;
 
@@ -211,6 +216,7 @@ class Experiment {
   std::string name_, data_plugin_;
   uint64_t seed_ = 0;
   size_t threads_ = 0;
+  kernels::Precision precision_ = kernels::Precision::float32;
   std::unique_ptr<Registry> registry_;
   std::shared_ptr<Dataset> dataset_;
   DataSplits data_, switch_data_;
@@ -231,6 +237,12 @@ class Experiment {
   RunOutcome outcome_;
   std::vector<std::string> notes_;
 };
+
+/// `precision:` (WANT: float32 | bf16 | bf16_if_available) applied to the products,
+/// process-wide: returns the precision set and puts in NOTE the banner's line for anything but
+/// float32. bf16 where it cannot run is refused by TOP.fail, naming the key and why;
+/// bf16_if_available falls back to float32 and NOTE says why.
+kernels::Precision apply_precision(const std::string& want, const Options& top, std::string* note);
 
 /// The widest default head of a block a growth policy grows (model.attention.d_k unset): its
 /// heads are d_model / 4 wide, at most this.
