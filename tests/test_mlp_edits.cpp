@@ -504,3 +504,60 @@ TEST_CASE("mlp_schedule: its steps are checked when the config is read") {
   CHECK(policy("plugin: mlp_schedule\nat: [0]\n").find("steps start at 1") != std::string::npos);
   CHECK(policy("plugin: mlp_schedule\nat: [5]\nunits: 0\n").find("`units`") != std::string::npos);
 }
+
+TEST_CASE("a Python policy requests MLP edits and hears of them; a malformed one is refused") {
+  if (!gf_test::registry().find(Kind::Growth, "python")) {
+    MESSAGE("python policy plugin not built: skipped");
+    return;
+  }
+  const std::string path = std::string(GF_SOURCE_DIR) + "/tests/python";
+  auto run = [&](const std::string& policy, const std::string& dir) {
+    ConfigNode cfg = ConfigNode::load_string(kGrowing, "grow_mlp.yaml");
+    cfg.apply_override("growth={plugin: python, class: mlp_policies." + policy + ", path: [" +
+                       path + "]}");
+    cfg.apply_override("train.steps=25");
+    Experiment ex(cfg, {GF_PLUGIN_DIR});
+    RunFlags f;
+    f.run_dir = dir;
+    f.quiet = true;
+    ex.train(f);
+    return ex.model().mlp_widths();
+  };
+  const std::string dir = fresh_dir("python");
+  CHECK(run("GrowShrinkMlp", dir) == std::vector<size_t>{36, 30});
+  std::vector<json> seen, told, edits;
+  std::istringstream ev(text_of(dir + "/events.jsonl"));
+  for (std::string line; std::getline(ev, line);) {
+    json j = json::parse(line);
+    if (j["type"] == "mlp_seen") seen.push_back(j);
+    if (j["type"] == "mlp_told") told.push_back(j);
+    if (j.value("what", "") == "mlp_units") edits.push_back(j);
+  }
+  REQUIRE(seen.size() == 5);  // checks at 5, 10, 15, 20, 25
+  CHECK(seen[1]["widths"] == json::array({32, 32}));
+  CHECK(seen[2]["widths"] == json::array({36, 32}));
+  CHECK(seen[4]["widths"] == json::array({36, 30}));
+  REQUIRE(told.size() == 2);
+  CHECK(told[0]["op"] == "add_mlp_units");
+  CHECK(told[0]["first_unit"] == 32);
+  CHECK(told[1]["op"] == "remove_mlp_units");
+  REQUIRE(edits.size() == 2);
+  CHECK(edits[0]["reason"] == "wider");
+  CHECK(edits[1]["unit_indices"] == json::array({0, 1}));
+  fs::remove_all(dir);
+  auto refused = [&](const std::string& kind) {
+    try {
+      run("BadMlp, options: {kind: " + kind + "}", fresh_dir("python_bad"));
+    } catch (const RuntimeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(refused("zero").find("an add_mlp_units edit needs `units`, a count in [1, 2^20]") !=
+        std::string::npos);
+  CHECK(refused("beyond").find("unit 32 is not an index of block 0's MLP (its units: 0..31)") !=
+        std::string::npos);
+  CHECK(refused("all").find("removing all 32 units of block 0's MLP would leave it none") !=
+        std::string::npos);
+  fs::remove_all(fresh_dir("python_bad"));
+}
