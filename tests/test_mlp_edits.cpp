@@ -462,6 +462,13 @@ TEST_CASE(
   const auto text = gf_test::run_shell(std::string(GF_BIN) + " inspect " + last);
   CHECK(text.output.find("MLP width per block [48,48]") != std::string::npos);
 
+  // `growformer eval` (an inference build of the checkpoint) gives it too
+  const auto cli =
+      gf_test::run_shell(std::string(GF_BIN) + " eval " + last + " --split val --json");
+  REQUIRE_MESSAGE(cli.status == 0, cli.output);
+  const json evj = json::parse(cli.output.substr(cli.output.find('{')));
+  CHECK(evj["loss"].get<double>() == doctest::Approx(val.loss).epsilon(1e-6));
+
   // the report draws the widths over time and lists the MLP edits as such
   if (gf_test::run_shell("command -v gnuplot").status == 0) {
     const auto rep = gf_test::run_shell(std::string(GF_BIN) + " report " + full);
