@@ -145,13 +145,15 @@ int cmd_inspect(const std::vector<std::string>& args) {
                                      {"blocks", per_block},
                                      {"heads", per_head},
                                      {"heads_per_block", m.heads_per_block},
+                                     {"mlp_width_per_block", m.mlp_width_per_block},
                                      {"step", m.step}}),
                                2)
               << "\n";
     return 0;
   }
   std::cout << ck << "\n  step " << m.step << ", " << total << " parameters, heads per block "
-            << json(m.heads_per_block).dump() << "\n  architecture:\n";
+            << json(m.heads_per_block).dump() << ", MLP width per block "
+            << json(m.mlp_width_per_block).dump() << "\n  architecture:\n";
   for (size_t i = 0; i < m.architecture.size(); ++i)
     std::cout << "    layers." << i << ".attn: " << m.architecture[i] << "\n";
   std::cout << "  parameters per block:\n";

@@ -291,8 +291,11 @@ std::vector<const gf::RunEvent*> edits_of(const Run& r) {
 
 // Heads per block, with growth and prune markers at (step, heads after the edit); drawn when
 // FULL or when the structure changed.
-std::string heads_chart(const Run& r, const std::vector<const gf::RunEvent*>& edits, Plotter& plot,
+std::string heads_chart(const Run& r, std::vector<const gf::RunEvent*> edits, Plotter& plot,
                         const std::string& prefix, bool full) {
+  edits.erase(std::remove_if(edits.begin(), edits.end(),
+                             [](const gf::RunEvent* e) { return e->text("what") == "mlp_units"; }),
+              edits.end());
   size_t blocks = 0;
   for (auto& j : r.train) blocks = std::max(blocks, j.list("heads").size());
   bool structural = !edits.empty();
@@ -328,6 +331,22 @@ std::string heads_chart(const Run& r, const std::vector<const gf::RunEvent*>& ed
   f.series.push_back(grow);
   f.series.push_back(prune);
   return chart(plot.draw(f), f.id);
+}
+
+// Each block's MLP width after each MLP edit (`what: mlp_units`); none when no MLP was edited.
+std::string mlp_chart(const std::vector<const gf::RunEvent*>& edits, Plotter& plot,
+                      const std::string& prefix) {
+  Figure f{prefix + "mlp", "MLP width per block (after each MLP edit)", "step", "units"};
+  f.from_zero = true;
+  for (auto* e : edits) {
+    if (e->text("what") != "mlp_units") continue;
+    const std::vector<double> widths = e->list("mlp_widths");
+    for (size_t b = 0; b < widths.size(); ++b) {
+      if (f.series.size() <= b) f.series.push_back(Series{"block " + std::to_string(b), "steps"});
+      f.series[b].pts.push_back({get(*e, "step"), widths[b]});
+    }
+  }
+  return f.series.empty() ? "" : chart(plot.draw(f), f.id);
 }
 
 // INCRT: eigenvalues of the residual directional energy and thresholds, per block.
@@ -472,7 +491,8 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
   for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
   h << "</tr>\n";
   for (auto* e : edits) {
-    h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type) << "</td><td>"
+    const std::string what = e->text("what") == "mlp_units" ? " (MLP units)" : "";
+    h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type + what) << "</td><td>"
       << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
       << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads")))
       << "</td>";
@@ -535,8 +555,9 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   double majority = r.test ? get(*r.test, "majority_class_accuracy") : NAN;
   std::vector<const gf::RunEvent*> edits = edits_of(r);
   std::string charts = metric_charts(r, plot, prefix, majority) +
-                       heads_chart(r, edits, plot, prefix, full) + incrt_charts(r, plot, prefix) +
-                       hkt_charts(r, plot, prefix) + signal_charts(r, plot, prefix);
+                       heads_chart(r, edits, plot, prefix, full) + mlp_chart(edits, plot, prefix) +
+                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix) +
+                       signal_charts(r, plot, prefix);
   std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) +
                   edits_table(edits) + decisions_paragraph(r);
   return full ? h + run_files(r) : h;

@@ -4,6 +4,7 @@
 // and resume works with another process count.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -292,4 +293,31 @@ TEST_CASE("processes whose growth diverges stop at that check with a message nam
                       "structure check (step 2)") != std::string::npos);
   // the checkpoint of an earlier step (none here: the first check is at step 2) is not touched
   CHECK_FALSE(fs::exists(run + "/checkpoints/last.safetensors"));
+}
+
+TEST_CASE("2 processes grow the MLP as 1 process does: the same edits, widths and metrics") {
+  gf_test::TempDir dir;
+  std::string cfg = kTinyIncrt;
+  cfg = cfg.substr(0, cfg.find("growth:")) +
+        "growth: {plugin: mlp_schedule, at: [10, 24], units: 8}\n";
+  std::ofstream(dir.file("mlp.yaml")) << cfg;
+  std::string one = dir.file("one"), two = dir.file("two");
+  Run a = growformer(0, "train " + dir.file("mlp.yaml") + " -q --run-dir " + one, dir);
+  REQUIRE_MESSAGE(a.status == 0, a.output);
+  Run b = growformer(2, "train " + dir.file("mlp.yaml") + " -q --run-dir " + two, dir);
+  REQUIRE_MESSAGE(b.status == 0, b.output);
+  check_same_metrics(metrics_without_timing(one), metrics_without_timing(two), 1e-5);
+  auto mlp_edits = [](std::vector<json> all) {
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [](const json& j) { return j.value("what", "") != "mlp_units"; }),
+              all.end());
+    return all;
+  };
+  auto ea = mlp_edits(edits(one)), eb = mlp_edits(edits(two));
+  REQUIRE(ea.size() == 2);
+  REQUIRE(eb.size() == 2);
+  for (size_t i = 0; i < ea.size(); ++i)
+    for (auto k : {"type", "step", "block", "what", "units", "width", "mlp_widths", "policy"})
+      CHECK(ea[i].value(k, json()) == eb[i].value(k, json()));
+  CHECK(eb[1]["mlp_widths"] == json::array({80}));  // 64 + 8 + 8: both growths happened
 }

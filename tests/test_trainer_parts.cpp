@@ -306,7 +306,7 @@ TEST_CASE("structure editor: applies edits, logs them, tells every policy, forge
   REQUIRE(sink.events.size() == 2);
   CHECK(sink.events[0].type == "grow");
   CHECK(sink.events[0].strings ==
-        std::vector<std::pair<std::string, std::string>>{{"policy", "growth"}});
+        std::vector<std::pair<std::string, std::string>>{{"policy", "growth"}, {"what", "head"}});
   CHECK(sink.events[0].lists[0].second == std::vector<double>{3});
   CHECK(sink.events[1].type == "prune");
   CHECK(sink.events[1].head == first);

@@ -2,9 +2,12 @@
 //
 // The class (see examples/python/grow_on_plateau.py):
 //   __init__(self, **options)          the config's `options:` mapping as keyword arguments
-//   check(self, view) -> list          edits: {"op": "add_head", "block": b, "reason": "..."} or
-//                                      {"op": "remove_head", "block": b, "head": id, ...}
-//   optional: on_start(self, view), edited(self, edit, view), summary(self) -> {name: number},
+//   check(self, view) -> list          edits: {"op": "add_head", "block": b, "reason": "..."},
+//                                      {"op": "remove_head", "block": b, "head": id, ...},
+//                                      {"op": "add_mlp_units", "block": b, "units": n, ...} or
+//                                      {"op": "remove_mlp_units", "block": b, "units": [i, ...]}
+//   optional: on_start(self, view), edited(self, edit, view) (edit["op"] also "add_mlp_units" /
+//             "remove_mlp_units" for another policy's MLP edits), summary(self) -> {name: number},
 //             save_state(self) -> str and load_state(self, str) (without them the instance's
 //             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) ->
 //             int, probe_ablations(self, view) -> [[(block, head), ...], ...],
@@ -402,9 +405,15 @@ class PythonPolicy : public gf::GrowthPolicy {
     py::gil_scoped_acquire gil;
     if (!has("edited")) return;
     py::dict d;
-    d["op"] = e.kind == gf::Edit::Kind::AddHead ? "add_head" : "remove_head";
+    using K = gf::Edit::Kind;
+    d["op"] = e.kind == K::AddHead       ? "add_head"
+              : e.kind == K::RemoveHead  ? "remove_head"
+              : e.kind == K::AddMlpUnits ? "add_mlp_units"
+                                         : "remove_mlp_units";
     d["block"] = e.block;
-    d["head"] = e.kind == gf::Edit::Kind::AddHead ? new_head_id : e.head_id;
+    if (e.edits_heads()) d["head"] = e.kind == K::AddHead ? new_head_id : e.head_id;
+    if (e.kind == K::AddMlpUnits) d["first_unit"] = new_head_id, d["units"] = e.units;
+    if (e.kind == K::RemoveMlpUnits) d["units"] = e.unit_indices;
     d["cause"] = event_to_dict(e.cause);
     auto st = std::make_shared<ViewState>();
     py::object pv = make_view(view, st, true);
@@ -607,10 +616,12 @@ class PythonPolicy : public gf::GrowthPolicy {
           valid = m;
         }
       }
-      blocks.append(ns("index"_a = bv.index, "heads"_a = ids, "born"_a = born, "num_heads"_a = n,
-                       "max_heads"_a = cap == static_cast<size_t>(-1) ? py::object(py::none())
-                                                                      : py::object(py::int_(cap)),
-                       "can_edit"_a = editable, "probe"_a = probe, "valid"_a = valid));
+      blocks.append(ns(
+          "index"_a = bv.index, "heads"_a = ids, "born"_a = born, "num_heads"_a = n,
+          "max_heads"_a =
+              cap == static_cast<size_t>(-1) ? py::object(py::none()) : py::object(py::int_(cap)),
+          "can_edit"_a = editable, "probe"_a = probe, "valid"_a = valid,
+          "mlp_width"_a = bv.mlp ? py::object(py::int_(bv.mlp->width())) : py::object(py::none())));
     }
     return blocks;
   }
@@ -641,6 +652,7 @@ class PythonPolicy : public gf::GrowthPolicy {
     std::vector<BlockShape> blocks(view.blocks.size());
     for (size_t b = 0; b < view.blocks.size(); ++b) {
       const gf::AttentionBlock* block = view.blocks[b].block;
+      if (view.blocks[b].mlp) blocks[b].mlp_width = view.blocks[b].mlp->width();
       if (!block) continue;
       blocks[b].present = true;
       blocks[b].editable = block->can_edit_heads();

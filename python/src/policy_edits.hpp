@@ -47,6 +47,7 @@ struct BlockShape {
   std::string describe;   // for messages
   size_t max_heads = 0;
   std::vector<int> heads;  // its head ids
+  size_t mlp_width = 0;    // its MLP's units; 0 = no MLP the trainer edits
 };
 
 namespace edits_detail {
@@ -166,26 +167,72 @@ inline void parse_remove(const PolicyValue& d, const std::string& at, std::vecto
   }
 }
 
-// One edit, a dict: op, block, reason, info, then what add_head or remove_head takes; HEADS
-// are the blocks' head ids as the earlier edits leave them (updated).
+// An add_mlp_units edit's `units` (a count >= 1) or a remove_mlp_units edit's (distinct unit
+// indices below WIDTH, the block's width as the earlier edits leave it, not all of them);
+// WIDTH updated.
+inline void parse_units(const PolicyValue& d, const std::string& at, size_t& width, gf::Edit& e) {
+  const PolicyValue* units = d.get("units");
+  if (d.get("head") || d.get("init") || d.get("release_direction"))
+    throw gf::RuntimeError(at + ": an MLP edit takes `units`, not `head`, `init` or " +
+                           "`release_direction`");
+  if (width == 0)
+    throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " has no MLP to edit");
+  if (d.get("op")->text == "add_mlp_units") {
+    if (!units || units->kind != PolicyValue::Kind::Integer || !units->integer ||
+        *units->integer < 1 || *units->integer > (1 << 20))
+      throw gf::RuntimeError(at + ": an add_mlp_units edit needs `units`, a count in [1, 2^20]");
+    e.kind = gf::Edit::Kind::AddMlpUnits;
+    e.units = static_cast<size_t>(*units->integer);
+    width += e.units;
+    return;
+  }
+  if (!units || units->kind != PolicyValue::Kind::List || units->items.empty())
+    throw gf::RuntimeError(at + ": a remove_mlp_units edit needs `units`, a list of unit indices");
+  e.kind = gf::Edit::Kind::RemoveMlpUnits;
+  std::vector<bool> seen(width, false);
+  for (const PolicyValue& u : units->items) {
+    if (u.kind != PolicyValue::Kind::Integer || !u.integer || *u.integer < 0 ||
+        static_cast<unsigned long long>(*u.integer) >= width)
+      throw gf::RuntimeError(at + ": unit " + u.repr + " is not an index of block " +
+                             std::to_string(e.block) + "'s MLP (its units: 0.." +
+                             std::to_string(width - 1) + ")");
+    if (seen[static_cast<size_t>(*u.integer)])
+      throw gf::RuntimeError(at + ": unit " + u.repr + " is named twice");
+    seen[static_cast<size_t>(*u.integer)] = true;
+    e.unit_indices.push_back(static_cast<size_t>(*u.integer));
+  }
+  if (e.unit_indices.size() == width)
+    throw gf::RuntimeError(at + ": removing all " + std::to_string(width) + " units of block " +
+                           std::to_string(e.block) + "'s MLP would leave it none");
+  width -= e.unit_indices.size();
+}
+
+// One edit, a dict: op, block, reason, info, then what add_head or remove_head takes (or
+// add_mlp_units / remove_mlp_units: `units`); HEADS are the blocks' head ids and WIDTHS their
+// MLP widths as the earlier edits leave them (updated).
 inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
                            const std::vector<BlockShape>& blocks,
-                           std::vector<std::vector<int>>& heads, const std::string& class_path) {
+                           std::vector<std::vector<int>>& heads, std::vector<size_t>& widths,
+                           const std::string& class_path) {
   if (d.kind != PolicyValue::Kind::Dict)
     throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
-  static const char* const known[] = {"op",  "block", "head", "reason", "init", "release_direction",
-                                      "info"};
+  static const char* const known[] = {
+      "op", "block", "head", "reason", "init", "release_direction", "info", "units"};
   for (const auto& kv : d.entries) {
     const std::string key = kv.first.is_str() ? kv.first.text : "";
     if (std::none_of(std::begin(known), std::end(known), [&](const char* k) { return key == k; }))
       throw gf::RuntimeError(at + ": unknown key " + kv.first.repr +
-                             " (valid: op, block, head, reason, init, release_direction, info)");
+                             " (valid: op, block, head, reason, init, release_direction, info, "
+                             "units)");
   }
   const PolicyValue* op = d.get("op");
   const PolicyValue* block = d.get("block");
   const std::string ops = op && op->is_str() ? op->text : "";
-  if (ops != "add_head" && ops != "remove_head")
-    throw gf::RuntimeError(at + ": `op` must be \"add_head\" or \"remove_head\"");
+  const bool mlp = ops == "add_mlp_units" || ops == "remove_mlp_units";
+  if (ops != "add_head" && ops != "remove_head" && !mlp)
+    throw gf::RuntimeError(at +
+                           ": `op` must be \"add_head\", \"remove_head\", \"add_mlp_units\" or "
+                           "\"remove_mlp_units\"");
   std::optional<long long> bi =
       block && block->kind == PolicyValue::Kind::Integer ? block->integer : std::nullopt;
   if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= blocks.size())
@@ -194,7 +241,7 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
   gf::Edit e;
   e.block = static_cast<size_t>(*bi);
   const BlockShape& bs = blocks[e.block];
-  if (!bs.present || !bs.editable)
+  if (!mlp && (!bs.present || !bs.editable))
     throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
                            (bs.present ? bs.describe : std::string("?")) +
                            ") cannot add or remove heads");
@@ -210,7 +257,9 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
                              ": `info` must be a dict of name -> number, str or list of numbers");
     add_fields(e.cause, *info, at + ": `info`");
   }
-  if (ops == "add_head")
+  if (mlp)
+    parse_units(d, at, widths[e.block], e);
+  else if (ops == "add_head")
     parse_add(d, at, bs, ids, e);
   else
     parse_remove(d, at, ids, e);
@@ -232,13 +281,16 @@ inline std::vector<gf::Edit> parse_policy_edits(const PolicyValue& ret,
                            "{\"op\": \"add_head\", \"block\": 0, \"reason\": \"...\"}");
   // heads per block as the edits before each one leave them
   std::vector<std::vector<int>> heads(blocks.size());
-  for (size_t b = 0; b < blocks.size(); ++b)
+  std::vector<size_t> widths(blocks.size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
     if (blocks[b].present) heads[b] = blocks[b].heads;
+    widths[b] = blocks[b].mlp_width;
+  }
   std::vector<gf::Edit> out;
   size_t k = 0;
   for (const PolicyValue& item : ret.items) {
     const std::string at = where + ": edit " + std::to_string(k++) + " " + item.repr;
-    out.push_back(edits_detail::parse_edit(item, at, blocks, heads, class_path));
+    out.push_back(edits_detail::parse_edit(item, at, blocks, heads, widths, class_path));
   }
   return out;
 }

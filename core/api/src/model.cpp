@@ -1,5 +1,6 @@
 #include "growformer/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -39,6 +40,7 @@ ParamPlace Model::place_of(const std::string& name) {
 struct Model::Layer : Module {
   Var ln1_g, ln1_b, ln2_g, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   std::shared_ptr<AttentionBlock> attn;
+  std::unique_ptr<Mlp> mlp;  // over fc1_w, fc1_b, fc2_w
 };
 
 const OptionTable<ModelSettings>& ModelSettings::table() {
@@ -47,8 +49,10 @@ const OptionTable<ModelSettings>& ModelSettings::table() {
       OptionTable<S>()
           .add("d_model", &S::d_model, "64", "model width d", 1, 65536)
           .add("layers", &S::layers, "2", "number of residual blocks", 1, 1024)
-          .add("mlp_ratio", &S::mlp_ratio, "4", "MLP hidden width as a multiple of d_model", 0.25,
-               64)
+          .add("mlp_ratio", &S::mlp_ratio, "4",
+               "MLP hidden width as a multiple of d_model (where each block starts: MLP edits "
+               "change it)",
+               0.25, 64)
           .add("max_len", &S::max_len, "512", "learned positions (longer sequences are truncated)",
                1, 1 << 20)
           .choice("pool", &S::cls, "mean", "sequence pooling before the classifier",
@@ -74,6 +78,7 @@ Model::Model(const Options& o, const ModelSettings& s, size_t vocab, size_t clas
   d_ = s.d_model;
   const size_t L = s.layers;
   const size_t hidden = static_cast<size_t>(std::lround(s.mlp_ratio * static_cast<double>(d_)));
+  mlp_start_ = hidden;
   max_len_ = s.max_len;
   cls_ = s.cls;
   if (cls_ && max_len_ < 2) o.fail("max_len", "CLS pooling needs max_len >= 2");
@@ -114,6 +119,7 @@ Model::Model(const Options& o, const ModelSettings& s, size_t vocab, size_t clas
     layer->fc1_b = layer->register_parameter("mlp.fc1.b", Tensor({hidden}, 0.0f));
     layer->fc2_w = layer->register_parameter("mlp.fc2.w", uniform_init({hidden, d_}, hidden, rng));
     layer->fc2_b = layer->register_parameter("mlp.fc2.b", Tensor({d_}, 0.0f));
+    layer->mlp = std::make_unique<Mlp>(layer->fc1_w, layer->fc1_b, layer->fc2_w, max_mlp_width());
     register_module(kLayers + std::to_string(i), layer);
     layers_.push_back(layer);
   }
@@ -168,6 +174,18 @@ std::vector<AttentionBlock*> Model::blocks() const {
   return out;
 }
 
+std::vector<Mlp*> Model::mlps() const {
+  std::vector<Mlp*> out;
+  for (auto& l : layers_) out.push_back(l->mlp.get());
+  return out;
+}
+
+std::vector<size_t> Model::mlp_widths() const {
+  std::vector<size_t> out;
+  for (auto& l : layers_) out.push_back(l->mlp->width());
+  return out;
+}
+
 std::vector<size_t> Model::heads_per_block() const {
   std::vector<size_t> out;
   for (auto& l : layers_) out.push_back(l->attn->num_heads());
@@ -176,6 +194,11 @@ std::vector<size_t> Model::heads_per_block() const {
 
 WorkCount Model::step_work(size_t batch, size_t seq) const {
   if (cls_) return WorkCount::none("the model's work is counted for mean pooling, not `pool: cls`");
+  for (auto& l : layers_)
+    if (l->mlp->width() != layers_[0]->mlp->width())
+      return WorkCount::none(
+          "the blocks' MLP widths differ (grown); the model's work is counted "
+          "for one width");
   kernels::ModelShape s;
   s.batch = batch, s.seq = seq, s.d_model = d_, s.layers = layers_.size();
   s.hidden = layers_.empty() ? 0 : layers_[0]->fc1_w.dim(1);
@@ -196,6 +219,10 @@ std::string Model::describe() const {
     << " classes, " << num_parameters() << " parameters\n";
   for (size_t i = 0; i < layers_.size(); ++i)
     o << "  layers." << i << ".attn  " << layers_[i]->attn->describe() << "\n";
+  const std::vector<size_t> w = mlp_widths();
+  if (std::any_of(w.begin(), w.end(), [this](size_t u) { return u != mlp_start_; }))
+    for (size_t i = 0; i < w.size(); ++i)
+      o << "  layers." << i << ".mlp  " << w[i] << " units (grown from " << mlp_start_ << ")\n";
   return o.str();
 }
 

@@ -2,6 +2,7 @@
 // folder line and checksum, and an experiment rebuilt from a checkpoint.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -80,8 +81,13 @@ std::vector<std::vector<int>> head_ids(const Model& model) {
   return out;
 }
 
-std::string structure_record(const std::vector<std::vector<int>>& heads, long step) {
-  auto list = [](const std::vector<int>& v) {
+bool mlp_grown(const std::vector<size_t>& widths, size_t start_width) {
+  return std::any_of(widths.begin(), widths.end(), [&](size_t w) { return w != start_width; });
+}
+
+std::string structure_record(const std::vector<std::vector<int>>& heads,
+                             const std::vector<size_t>& mlp_widths, size_t start_width, long step) {
+  auto list = [](const auto& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s + "]";
@@ -94,9 +100,11 @@ std::string structure_record(const std::vector<std::vector<int>>& heads, long st
                   std::to_string(step) +
                   "  # of checkpoints/last.safetensors\n"
                   "#   final_heads: " +
-                  list(counts) +
-                  "  # per block (model.attention.heads above is the start)\n"
-                  "#   head_ids:\n";
+                  list(counts) + "  # per block (model.attention.heads above is the start)\n";
+  if (mlp_grown(mlp_widths, start_width))
+    r += "#   mlp_widths: " + list(mlp_widths) +
+         "  # units per block (model.mlp_ratio above: " + std::to_string(start_width) + ")\n";
+  r += "#   head_ids:\n";
   for (size_t i = 0; i < heads.size(); ++i)
     r += "#     layers." + std::to_string(i) + ".attn: " + list(heads[i]) + "\n";
   return r;
@@ -107,12 +115,14 @@ std::string structure_record(const std::vector<std::vector<int>>& heads, long st
 void Experiment::record_structure(const RunDir& dir, long step) {
   if (!comm_->root() || resolved_config_.empty()) return;  // rank 0 alone writes
   const auto heads = trainer_detail::head_ids(*model_);
-  // heads as the configuration builds them: the configuration alone (a record of heads grown
+  const auto widths = model_->mlp_widths();
+  const size_t start = model_->initial_mlp_width();
+  // the structure the configuration builds: the configuration alone (a record of heads grown
   // earlier and taken back since would no longer match the checkpoint)
   dir.write(dir.resolved_config(),
-            heads == start_heads_
+            heads == start_heads_ && !trainer_detail::mlp_grown(widths, start)
                 ? resolved_config_
-                : resolved_config_ + trainer_detail::structure_record(heads, step));
+                : resolved_config_ + trainer_detail::structure_record(heads, widths, start, step));
 }
 
 void Experiment::load_weights(const std::string& path) {

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
@@ -44,12 +45,15 @@ std::ofstream open_log(const std::string& path) {
 }  // namespace
 
 class Reporter::Sink : public EventSink {
-  // The counts the editor writes (heads per block, heads asked for) as JSON integers; other
-  // numbers as they are (null when not finite).
+  // The counts the editor writes (heads per block, heads asked for, MLP units) as JSON integers;
+  // other numbers as they are (null when not finite).
   static json number(const std::string& key, double v) {
     if (!std::isfinite(v)) return json(nullptr);
-    if ((key == "heads" || key == "requested") && v == std::floor(v) && std::fabs(v) < 9e15)
-      return json(static_cast<long long>(v));
+    static const char* const kCounts[] = {"heads", "requested",  "units",
+                                          "width", "mlp_widths", "unit_indices"};
+    const bool count = std::any_of(std::begin(kCounts), std::end(kCounts),
+                                   [&](const char* c) { return key == c; });
+    if (count && v == std::floor(v) && std::fabs(v) < 9e15) return json(static_cast<long long>(v));
     return json(v);
   }
 

@@ -29,6 +29,11 @@ void StructureEditor::set_optimizer(const Module* model, Optimizer* optimizer) {
   optimizer_ = optimizer;
 }
 
+void StructureEditor::set_model(Model* model, Optimizer* optimizer) {
+  set_optimizer(model, optimizer);
+  mlps_ = model ? model->mlps() : std::vector<Mlp*>();
+}
+
 bool StructureEditor::needs_probe() const {
   return std::any_of(policies_.begin(), policies_.end(),
                      [](const Policy& p) { return p.policy->needs_probe(); });
@@ -139,6 +144,7 @@ TrainView StructureEditor::view(size_t step, size_t p) const {
     BlockView bv;
     bv.index = i;
     bv.block = blocks_[i];
+    bv.mlp = i < mlps_.size() ? mlps_[i] : nullptr;
     if (probes_ && i < probes_->size() && (*probes_)[i].input.defined()) bv.probe = &(*probes_)[i];
     v.blocks.push_back(bv);
   }
@@ -194,14 +200,21 @@ int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
 }
 
 int StructureEditor::edit(const Edit& e, size_t p, size_t step) {
-  if (e.block >= blocks_.size())
-    throw RuntimeError("a growth or pruning policy asked to edit block " + std::to_string(e.block) +
-                       " of " + std::to_string(blocks_.size()));
+  if (e.block >= blocks_.size()) {
+    const Policy& pol = policies_[p];
+    throw RuntimeError("the " + pol.role + " policy" +
+                       (pol.name.empty() ? "" : " `" + pol.name + "`") + " asked to edit block " +
+                       std::to_string(e.block) + ", but the model has " +
+                       std::to_string(blocks_.size()) + " block(s)");
+  }
   AttentionBlock* blk = blocks_[e.block];
   int new_id = -1;
   Event ev = e.cause;
   ev.block = static_cast<long>(e.block);
-  if (e.kind == Edit::Kind::AddHead) {
+  if (!e.edits_heads()) {
+    new_id = edit_mlp(e, p, &ev);
+    if (new_id == kRefused) return kRefused;
+  } else if (e.kind == Edit::Kind::AddHead) {
     new_id = blk->add_head(e.init, *policies_[p].rng, step);
     ev.type = ev.type.empty() ? "grow" : ev.type;
     ev.head = new_id;
@@ -214,6 +227,7 @@ int StructureEditor::edit(const Edit& e, size_t p, size_t step) {
   for (auto* b : blocks_) heads.push_back(static_cast<double>(b->num_heads()));
   ev.lists.push_back({"heads", heads});
   ev.strings.push_back({"policy", policies_[p].role});
+  ev.strings.push_back({"what", e.edits_heads() ? "head" : "mlp_units"});
   if (events_) events_->emit(ev);
   // every policy hears of every edit (growth must know which heads pruning removed)
   for (size_t q = 0; q < policies_.size(); ++q) {

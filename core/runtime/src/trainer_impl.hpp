@@ -51,8 +51,12 @@ constexpr const char* kStructureLine = "# structure:";
 std::string resolved_configuration(const std::string& text);
 // Each block's head ids, in the model's order of blocks and each block's order of heads.
 std::vector<std::vector<int>> head_ids(const Model& model);
-// The record of HEADS (head_ids) at STEP, the step of checkpoints/last.safetensors.
-std::string structure_record(const std::vector<std::vector<int>>& heads, long step);
+// The record of HEADS (head_ids) at STEP, the step of checkpoints/last.safetensors, with each
+// block's MLP width (MLP_WIDTHS) when one differs from START_WIDTH, where every block starts.
+std::string structure_record(const std::vector<std::vector<int>>& heads,
+                             const std::vector<size_t>& mlp_widths, size_t start_width, long step);
+// Whether one of WIDTHS differs from START_WIDTH (an MLP was edited).
+bool mlp_grown(const std::vector<size_t>& widths, size_t start_width);
 
 // ---- the configuration (experiment.cpp)
 // The plugin the component KEY of TOP names ("" when it names none).

@@ -77,7 +77,7 @@ class Experiment::Loop {
                 {{ex.growth_.get(), &st_.growth_rng, "growth", plugin_of(ex.cfg_, "growth")},
                  {ex.pruning_.get(), &st_.pruning_rng, "pruning", plugin_of(ex.cfg_, "pruning")}},
                 &report_->events(), static_cast<size_t>(ts_.steps)) {
-    editor_.set_optimizer(ex.model_.get(), ex.optimizer_.get());
+    editor_.set_model(ex.model_.get(), ex.optimizer_.get());
     editor_.set_head_admission(
         [this](size_t block, size_t count) { return admit_heads(block, count); });
     need_probe_ = editor_.needs_probe();

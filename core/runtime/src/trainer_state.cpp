@@ -471,6 +471,10 @@ void restore_model(const Checkpoint& ck, const std::string& path, Model& model) 
   auto structures = checked_structures(ck, path, &blocks);
   for (size_t i = 0; i < blocks.size(); ++i)
     if (structures[i]) blocks[i]->restore_structure(*structures[i]);
+  const std::vector<size_t> widths = checked_mlp_widths(ck, path, &model);
+  const std::vector<Mlp*> mlps = model.mlps();
+  for (size_t i = 0; i < mlps.size(); ++i)
+    if (widths[i] && widths[i] != mlps[i]->width()) mlps[i]->resize(widths[i]);
   auto params = model.named_parameters();
   for (auto& [n, p] : params) {
     auto t = ck.tensors.find(kModel + n);
@@ -524,6 +528,7 @@ CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& p
     m.heads_per_block.push_back(s ? s->heads.size() : 0);
     m.architecture.push_back(s ? s->text() : std::string());
   }
+  m.mlp_width_per_block = checked_mlp_widths(ck, path);
   return m;
 }
 

@@ -1,5 +1,6 @@
 // Baseline growth policies for INCRT ablations: `fixed_schedule` (one head every
-// N steps up to K) and `random` (one head with probability p per check).
+// N steps up to K) and `random` (one head with probability p per check); `mlp_schedule` (MLP
+// units at given steps) is in mlp_schedule.cpp.
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <growformer/fields.hpp>
+
+#include "mlp_schedule.hpp"
 
 namespace {
 
@@ -184,6 +187,7 @@ void register_baselines(gf::Registry& r) {
                [](const gf::Options& o) {
                  return std::make_unique<RandomGrowth>(RandomSettings::table().read(o));
                });
+  register_mlp_schedule(r);
 }
 
 }  // namespace

@@ -204,6 +204,7 @@ class HeadImportance : public gf::GrowthPolicy {
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
     (void)view;
+    if (!e.edits_heads()) return;  // an MLP edit: no head came or went
     Acc& acc = acc_[e.block];
     if (e.kind == gf::Edit::Kind::RemoveHead)
       acc.sum.erase(e.head_id);

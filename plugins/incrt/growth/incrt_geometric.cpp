@@ -115,6 +115,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    if (!e.edits_heads()) return;  // another policy's MLP edit: no head came or went
     auto it = blocks_.find(e.block);
     if (it == blocks_.end()) return;
     BlockState& st = it->second;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "growformer/attention.hpp"
+#include "growformer/mlp.hpp"
 
 GROWFORMER_API_BEGIN
 
@@ -32,16 +33,23 @@ class EventSink {
   virtual void emit(const Event& e) = 0;
 };
 
-/// A structural edit, applied by the trainer between steps.
+/// A structural edit, applied by the trainer between steps: a head added to or removed from a
+/// block's attention, or units added to or removed from a block's MLP.
 struct Edit {
-  enum class Kind { AddHead, RemoveHead } kind = Kind::AddHead;
+  enum class Kind { AddHead, RemoveHead, AddMlpUnits, RemoveMlpUnits } kind = Kind::AddHead;
   size_t block = 0;
   int head_id = -1;  // RemoveHead
   HeadInit init;     // AddHead
+  size_t units = 0;  // AddMlpUnits: how many (appended after the block's current units)
+  MlpInit mlp_init;  // AddMlpUnits: their input weights (output weights are zero)
+  /// RemoveMlpUnits: the units' indices in the block's MLP as it is when the edit is applied.
+  std::vector<size_t> unit_indices;
   /// RemoveHead: whether policies that reserved directions for the head free them; unset =
   /// each policy's own default.
   std::optional<bool> release_direction;
   Event cause;  // logged with the edit
+  /// Whether the edit adds or removes a head (else it edits an MLP's units).
+  bool edits_heads() const { return kind == Kind::AddHead || kind == Kind::RemoveHead; }
 };
 
 /// One block's input (after its layer norm) on a training batch, (B, T, d), with its key mask
@@ -59,6 +67,8 @@ Probe make_probe(const Tensor& captured, const std::vector<uint8_t>& token_valid
 struct BlockView {
   size_t index = 0;
   AttentionBlock* block = nullptr;
+  /// The block's MLP (its width, its weights); null where the trainer edits no MLP.
+  const Mlp* mlp = nullptr;
   /// The block's probe of the last training batch when a policy asked for probes, else null.
   const Probe* probe = nullptr;
 };
@@ -156,7 +166,8 @@ class GrowthPolicy {
   virtual void after_backward(const TrainView& view) { (void)view; }
   /// Called every `check_every` steps.
   virtual std::vector<Edit> check(const TrainView& view) = 0;
-  /// Told after an edit was applied (new_head_id for AddHead).
+  /// Told after an edit was applied: NEW_HEAD_ID is the new head's id for AddHead, the index
+  /// of the first new unit for AddMlpUnits, -1 otherwise.
   virtual void edited(const Edit& e, int new_head_id, const TrainView& view) {
     (void)e;
     (void)new_head_id;
@@ -172,7 +183,7 @@ class GrowthPolicy {
   virtual void load_state(const std::string& s) { (void)s; }
 };
 
-/// Pruning rules share the growth interface: they return RemoveHead edits.
+/// Pruning rules share the growth interface: they return RemoveHead (or RemoveMlpUnits) edits.
 using PruningRule = GrowthPolicy;
 
 }  // namespace gf

@@ -11,6 +11,7 @@
 #include "growformer/attention.hpp"
 #include "growformer/config.hpp"
 #include "growformer/fields.hpp"
+#include "growformer/mlp.hpp"
 #include "growformer/module.hpp"
 
 GROWFORMER_API_BEGIN
@@ -70,6 +71,14 @@ class Model : public Module {
   /// Logits (B, num_classes).
   Var forward(const Batch& batch, bool training, Rng* dropout_rng);
   std::vector<AttentionBlock*> blocks() const;
+  /// Each block's MLP (the structure editor's MLP edits reshape it in place).
+  std::vector<Mlp*> mlps() const;
+  /// Each block's MLP width in hidden units.
+  std::vector<size_t> mlp_widths() const;
+  /// The width every block's MLP starts at (`mlp_ratio` x d_model).
+  size_t initial_mlp_width() const { return mlp_start_; }
+  /// The most units a block's MLP may hold: `mlp_ratio`'s upper bound (64) x d_model.
+  size_t max_mlp_width() const { return 64 * d_; }
   /// Positions available to tokens (max_len, minus one for the CLS slot).
   size_t max_tokens() const { return cls_ ? max_len_ - 1 : max_len_; }
   size_t d_model() const { return d_; }
@@ -88,7 +97,7 @@ class Model : public Module {
   Model(const Options& opts, size_t vocab_size, size_t num_classes, Registry& registry,
         uint64_t seed);
   struct Layer;
-  size_t d_, vocab_, classes_, max_len_;
+  size_t d_, vocab_, classes_, max_len_, mlp_start_ = 0;
   bool cls_;
   float dropout_;
   Var embed_, pos_, cls_vec_, lnf_g_, lnf_b_, head_w_, head_b_;

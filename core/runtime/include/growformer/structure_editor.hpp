@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "growformer/growth.hpp"
+#include "growformer/model.hpp"
 #include "growformer/module.hpp"
 #include "growformer/optimizer.hpp"
 
@@ -34,6 +35,11 @@ class StructureEditor {
 
   /// With both set, a check drops the optimizer state of every parameter of MODEL it removed.
   void set_optimizer(const Module* model, Optimizer* optimizer);
+  /// MODEL's blocks' MLPs become editable (AddMlpUnits, RemoveMlpUnits) and visible to the
+  /// policies (BlockView::mlp), and the optimizer state of the parameters an MLP edit reshapes
+  /// is carried: kept for the surviving units, zero for new ones. Also set_optimizer(MODEL,
+  /// OPTIMIZER); OPTIMIZER may be null.
+  void set_model(Model* model, Optimizer* optimizer);
   /// Probes (one per block; undefined tensors are skipped) the next views carry; null = none.
   void set_probes(const std::vector<Probe>* probes) { probes_ = probes; }
 
@@ -80,6 +86,10 @@ class StructureEditor {
   bool refuse_heads(size_t block, size_t count, size_t p);
   /// Applies an edit already admitted.
   int edit(const Edit& e, size_t p, size_t step);
+  /// Applies an MLP edit of policy P (checked first: RuntimeError naming the policy and the
+  /// block); returns the first new unit's index (AddMlpUnits), else -1; kRefused for units
+  /// past the block's most (then a `growth_refused` event is the only trace).
+  int edit_mlp(const Edit& e, size_t p, Event* ev);
 
   std::vector<AttentionBlock*> blocks_;
   std::vector<Policy> policies_;
@@ -89,8 +99,16 @@ class StructureEditor {
   const RunMetrics* metrics_ = nullptr;
   const Module* model_ = nullptr;
   Optimizer* optimizer_ = nullptr;
+  std::vector<Mlp*> mlps_;  // one per block; empty = no MLP edits
   HeadAdmission admit_head_;
 };
+
+/// Carries OPTIMIZER's state across an MLP edit of the block PREFIX ("layers.0."): each state
+/// tensor of a parameter kMlpUnitParams names ("<kind>.<param>", as Optimizer::state_tensors
+/// names them) is gathered as the parameter was (gather_units over SOURCE), through the
+/// optimizer's own state_tensors / load_state, so its scalars (AdamW's step counts) are kept.
+void carry_unit_state(Optimizer& optimizer, const Module& model, const std::string& prefix,
+                      const std::vector<long>& source);
 
 /// Drops the optimizer state of the names in BEFORE that MODEL no longer has.
 void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,

@@ -98,9 +98,16 @@ Checkpoint make_training_checkpoint(const TrainingParts& parts);
 std::vector<std::optional<BlockStructure>> checked_structures(
     const Checkpoint& ck, const std::string& path,
     const std::vector<AttentionBlock*>* model = nullptr);
-/// Recreates MODEL's structure from the checkpoint (checked_structures) and copies every
-/// parameter; RuntimeError naming PATH on another format, a structure that disagrees with the
-/// tensors, and a missing, extra or misshapen parameter.
+/// Each block's MLP width as the checkpoint records it: the units its tensors
+/// `model.layers.I.mlp.fc1.w` (d, H), `fc1.b` (H) and `fc2.w` (H, d) hold, the blocks counted
+/// from 0 while their fc1.w is there. RuntimeError "PATH: invalid checkpoint: block
+/// layers.I.mlp: ..." when the three disagree, a width is 0 or over MAX_WIDTH (given MODEL:
+/// its max_mlp_width(), and its number of blocks must match).
+std::vector<size_t> checked_mlp_widths(const Checkpoint& ck, const std::string& path,
+                                       const Model* model = nullptr);
+/// Recreates MODEL's structure from the checkpoint (checked_structures, checked_mlp_widths) and
+/// copies every parameter; RuntimeError naming PATH on another format, a structure that disagrees
+/// with the tensors, and a missing, extra or misshapen parameter.
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
 /// What a training checkpoint says of its model without building it (for `inspect`).
 struct CheckpointModel {
@@ -112,7 +119,8 @@ struct CheckpointModel {
   long step = 0;
   std::vector<Param> parameters;
   std::vector<size_t> heads_per_block;
-  std::vector<std::string> architecture;  // each block's saved structure
+  std::vector<size_t> mlp_width_per_block;  // checked_mlp_widths
+  std::vector<std::string> architecture;    // each block's saved structure
 };
 /// RuntimeError naming PATH when a metadata entry it reads is malformed.
 CheckpointModel read_checkpoint_model(const Checkpoint& ck, const std::string& path);
