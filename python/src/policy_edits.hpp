@@ -230,9 +230,10 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
   const std::string ops = op && op->is_str() ? op->text : "";
   const bool mlp = ops == "add_mlp_units" || ops == "remove_mlp_units";
   if (ops != "add_head" && ops != "remove_head" && !mlp)
-    throw gf::RuntimeError(at +
-                           ": `op` must be \"add_head\", \"remove_head\", \"add_mlp_units\" or "
-                           "\"remove_mlp_units\"");
+    throw gf::RuntimeError(
+        at +
+        ": `op` must be \"add_head\" or \"remove_head\" (heads), \"add_mlp_units\" "
+        "or \"remove_mlp_units\" (MLP units)");
   std::optional<long long> bi =
       block && block->kind == PolicyValue::Kind::Integer ? block->integer : std::nullopt;
   if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= blocks.size())

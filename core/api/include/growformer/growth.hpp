@@ -67,10 +67,11 @@ Probe make_probe(const Tensor& captured, const std::vector<uint8_t>& token_valid
 struct BlockView {
   size_t index = 0;
   AttentionBlock* block = nullptr;
-  /// The block's MLP (its width, its weights); null where the trainer edits no MLP.
-  const Mlp* mlp = nullptr;
   /// The block's probe of the last training batch when a policy asked for probes, else null.
   const Probe* probe = nullptr;
+  /// The block's MLP (its width, its weights); null where the trainer edits no MLP. Last, so
+  /// that a view written {index, block, probe} still reads as it did.
+  const Mlp* mlp = nullptr;
 };
 
 /// One head of one block.
