@@ -159,6 +159,28 @@ struct Driver {
 std::shared_ptr<gf::GrowthPolicy> growth(const std::string& yaml) {
   return gf_test::registry().create_growth(gf::ConfigNode::load_string(yaml));
 }
+
+/// The trainer's side of a check for a learning-rule test: a probe of EXAMPLES examples at the
+/// checks the policy asks for, whose loss is LOSS and whose ablations (the round's heads muted)
+/// cost SHARE of it with an example-wise spread of SD; then the check. Returns its edits.
+std::vector<gf::Edit> probe_and_check(Driver& drv, size_t examples, double loss, double share,
+                                      double sd) {
+  const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+  drv.metrics = gf::RunMetrics{};
+  drv.metrics.train_steps = drv.every;
+  if (want > 0) {
+    drv.metrics.probe_examples = std::min(want, examples);
+    drv.metrics.probe_loss = loss;
+    for (const auto& set : drv.policy->probe_ablations(drv.view())) {
+      gf::Ablation a;
+      a.heads = set;
+      a.loss = loss * (1.0 + share);
+      a.diff_sd = sd;
+      drv.metrics.ablations.push_back(a);
+    }
+  }
+  return drv.check();
+}
 std::shared_ptr<gf::GrowthPolicy> pruning(const std::string& yaml) {
   return gf_test::registry().create_pruning(gf::ConfigNode::load_string(yaml));
 }
@@ -2473,22 +2495,8 @@ TEST_CASE(
   drv2.total = 1000;
   drv2.start();
   for (int i = 0; i < 40; ++i) {
-    const size_t want = drv2.policy->validation_probe(drv2.step + drv2.every);
-    drv2.metrics = gf::RunMetrics{};
-    drv2.metrics.train_steps = drv2.every;
     const double loss = 2.5 * std::exp(-double(drv2.step) / 300.0);
-    if (want > 0) {
-      drv2.metrics.probe_examples = 30;
-      drv2.metrics.probe_loss = loss;
-      for (const auto& set : drv2.policy->probe_ablations(drv2.view())) {
-        gf::Ablation a;
-        a.heads = set;
-        a.loss = loss * 1.04;
-        a.diff_sd = 0.1 * loss;
-        drv2.metrics.ablations.push_back(a);
-      }
-    }
-    drv2.check();
+    probe_and_check(drv2, 30, loss, 0.04, 0.1 * loss);
   }
   // the first round is promising (a positive share whose bound reaches min_share): the next
   // grows on its promise once it has trained as long as the model took to start learning; that
@@ -2510,22 +2518,8 @@ TEST_CASE(
     drv.total = 1000;
     drv.start();
     for (int i = 0; i < 60; ++i) {
-      const size_t want = drv.policy->validation_probe(drv.step + drv.every);
-      drv.metrics = gf::RunMetrics{};
-      drv.metrics.train_steps = drv.every;
       const double loss = 2.5 * std::exp(-double(drv.step) / 300.0);
-      if (want > 0) {
-        drv.metrics.probe_examples = 60;
-        drv.metrics.probe_loss = loss;
-        for (const auto& set : drv.policy->probe_ablations(drv.view())) {
-          gf::Ablation a;
-          a.heads = set;
-          a.loss = loss * 1.04;
-          a.diff_sd = 0.1 * loss;
-          drv.metrics.ablations.push_back(a);
-        }
-      }
-      for (gf::Edit& e : drv.check()) {
+      for (gf::Edit& e : probe_and_check(drv, 60, loss, 0.04, 0.1 * loss)) {
         e.cause.numbers.push_back({"at", double(drv.step)});
         grown.push_back(e);
       }
