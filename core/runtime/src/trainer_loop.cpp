@@ -18,6 +18,7 @@
 #include "growformer/json_text.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/parallel.hpp"
+#include "growformer/precision.hpp"
 #include "growformer/run_events.hpp"
 #include "growformer/structure_editor.hpp"
 #include "trainer_impl.hpp"
@@ -725,6 +726,7 @@ class Experiment::Loop {
 };
 
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
+  kernels::PrecisionScope own_precision(precision_);  // whatever another experiment set since
   Loop loop(*this, dir, flags);
   try {
     return loop.run(start_step);
