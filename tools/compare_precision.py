@@ -2,7 +2,10 @@
 """bf16 against float32, seed by seed, from sweeps whose axis is `precision` (configs/experiments/
 bf16_*.yaml): final test accuracy (mean +- sd over seeds, and whether bf16 is within
 max(0.01, one sd) of float32), how far apart the validation loss curves are, and each seed's
-structure decisions (growth, take-backs and prunes: step and heads) compared.
+structure decisions (growth, take-backs and prunes: step and heads) compared. The loss gap is
+the largest difference of the two runs' validation losses at the same step, as a fraction of the
+float32 run's first validation loss (the curve's scale: a relative gap of two losses near zero
+would read large where the curves lie together).
 
     tools/compare_precision.py SWEEP_DIR [SWEEP_DIR ...] [--markdown]
 
@@ -78,7 +81,9 @@ def compare(d):
     for s in sorted(paired):
         a, b = paired[s]["float32"], paired[s]["bf16"]
         common = sorted(set(a["val"]) & set(b["val"]))
-        gap = max([gap] + [abs(a["val"][k] - b["val"][k]) / max(abs(a["val"][k]), 1e-12) for k in common])
+        # the gap at each validation, against the curve's scale (float32's first validation loss)
+        scale = max(abs(a["val"][common[0]]), 1e-12) if common else 1.0
+        gap = max([gap] + [abs(a["val"][k] - b["val"][k]) / scale for k in common])
         per_seed.append(f"seed {s}: {a['test']:.4f} / {b['test']:.4f}, heads {a['heads']} / {b['heads']}, "
                         f"decisions {first_difference(a['decisions'], b['decisions'])} "
                         f"({len(a['decisions'])} / {len(b['decisions'])})")
@@ -99,7 +104,7 @@ def main():
         return 1
     if a.markdown:
         print("| sweep | seeds | float32 test | bf16 test | bf16 within max(0.01, sd) | "
-              "largest relative gap of the validation losses |")
+              "largest gap of the validation losses (of float32's first) |")
         print("|---|---|---|---|---|---|")
     for r in rows:
         (mf, sf), (mb, sb) = r["float32"], r["bf16"]
@@ -110,7 +115,7 @@ def main():
         else:
             print(f"{r['sweep']}: {r['seeds']} seeds ({r['unpaired']} unpaired): float32 {mf:.4f} +- {sf:.4f}, "
                   f"bf16 {mb:.4f} +- {sb:.4f}: {'within' if r['within'] else 'NOT within'} "
-                  f"{r['tolerance']:.4f}; validation losses apart by at most {100 * r['max_val_loss_gap']:.1f} %")
+                  f"{r['tolerance']:.4f}; validation losses apart by at most {100 * r['max_val_loss_gap']:.1f} % of float32's first")
     for r in rows:
         print("")
         print(f"{r['sweep']} (float32 / bf16):")
