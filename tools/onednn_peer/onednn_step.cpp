@@ -18,6 +18,12 @@
 //   position table's gradient is column sums over the samples.
 // - Plain loops, where oneDNN has no primitive: the embedding gather and its scatter-add
 //   gradient, the cross-entropy loss and its gradient, and AdamW (OpenMP over elements).
+// - bf16 (StepShape::bf16, growformer's `precision: bf16`): each product's matmul reads bf16
+//   copies of its two inputs (shadow_of: a copy per float32 buffer, the same strides) and writes
+//   float32 with the same bias and post-ops; reorders in the lists make the copies once the
+//   float32 values are final (the weights at the head of the forward list, an attention
+//   chunk's probabilities into one chunk-sized copy after its softmax and again in the backward
+//   pass). Everything that is not a product of docs/NUMERICS.md's table stays float32.
 // implementations() names what oneDNN chose for each kind (brg: BRGEMM, gemm:jit, jit:...).
 #include "onednn_step_impl.hpp"
 
