@@ -20,7 +20,9 @@ so that the whole table at 1 and 2 threads takes about 15 minutes on a quiet Zen
 2 vCPUs (--estimate prints the sum of the per-shape estimates).
 
 Time it on a quiet machine: the 2-thread oneDNN step waits at OpenMP barriers whenever another
-process holds a core.
+process holds a core, its threads spinning (and slowing growformer's interleaved steps); with
+OMP_WAIT_POLICY=passive they sleep there instead (on a machine at load 10, the bench shape's
+2-thread float32 step of oneDNN took 487 ms so against 2,581 ms spinning; docs/results/speed.md).
 """
 import argparse
 import json
