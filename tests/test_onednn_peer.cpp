@@ -314,6 +314,14 @@ TEST_CASE("onednn peer: bf16: the peer's products are oneDNN's bf16 matmuls, as 
   const size_t chunks = kBatch / chunk_b * 2 / chunk_h, layers = 2;
   const auto [bf16_mm, f32_mm] = s.peer->step().matmul_counts();
   CHECK(bf16_mm == layers * (6 + 12 + 6 * chunks) + 3);
+  // the attention in chunks of one head of one sample, on one thread: the same gate
+  s.build(1, 1, 96);
+  REQUIRE(s.peer->step().attention_chunk() == std::make_pair(size_t{1}, size_t{1}));
+  const gf_onednn::GateResult one =
+      gf_onednn::run_gate(s.model, gf_test::registry(), s.opt_node, *s.peer, batch, 1e-3f);
+  INFO(one.summary());
+  CHECK(one.passed);
+  CHECK(s.peer->step().matmul_counts().first == layers * (6 + 12 + 6 * kBatch * 2) + 3);
   gf::kernels::PrecisionScope f32(gf::kernels::Precision::float32);
   s.build(2, 0, 96);
   CHECK(s.peer->step().matmul_counts().first == 0);
