@@ -425,13 +425,10 @@ class PeerBench {
  public:
   /// A model whose attention is not mha (hkt) is timed against the peer's step of the same
   /// model with mha blocks of HEADS heads: the gate checks that mha model against the peer, and
-  /// the timed model is the bench's own (time only: the peer computes no other block).
+  /// the timed model is the bench's own (time only: the peer computes no other block). The
+  /// peer's products take growformer's precision (`precision: bf16`: oneDNN's bf16 matmuls).
   PeerBench(const BenchArgs& a, const BenchConfig& bc, gf::Registry& reg, size_t heads) {
     if (a.peer.empty()) return;
-    if (gf::kernels::product_precision() == gf::kernels::Precision::bf16)
-      throw UsageError(
-          "--peer onednn composes the step in float32 only: its bf16 matmuls are "
-          "not written yet; run it without precision: bf16");
     attention_ = bc.model_settings.attention.child("plugin").as_string();
     gf::ConfigNode gate_node = bc.model;
     size_t grow_to = a.grow_to;
@@ -485,11 +482,13 @@ class PeerBench {
     out["onednn_gate_attention"] = "mha";
     out["onednn_library"] = gf_onednn::MhaStep::library_note();
     out["onednn_threads"] = peer_->step().threads();
+    out["onednn_precision"] = peer_->bf16() ? "bf16" : "float32";
     // its buffers stay allocated through the whole bench: peak_rss_mb includes them
     out["onednn_buffers_mb"] = static_cast<double>(peer_->step().bytes_allocated()) / (1 << 20);
     out["onednn_primitives"] = peer_->step().implementations();
     out["onednn_gate"] = {{"passed", g.passed},
                           {"tolerance", g.tolerance},
+                          {"update_tolerance", g.update_tolerance},
                           {"loss_growformer", g.loss_growformer},
                           {"loss_onednn", g.loss_onednn},
                           {"loss_error", g.loss_error},

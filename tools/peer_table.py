@@ -7,6 +7,8 @@ the kernels and the load average before and after each run.
 
     tools/peer_table.py BUILD/bin/growformer OUT [--only NAME] [--threads 1,2] [--retry-failed]
                         [--steps N] [--repeats N]   (every shape; default: each its own)
+                        [--precision bf16]          (both steps' products in bf16; the JSON
+                                                     files are then NAME_tN_bf16.json)
     tools/peer_table.py BUILD/bin/growformer OUT --print      # the table from OUT, nothing run
     tools/peer_table.py BUILD/bin/growformer OUT --estimate   # the expected wall time, nothing run
 
@@ -18,7 +20,9 @@ so that the whole table at 1 and 2 threads takes about 15 minutes on a quiet Zen
 2 vCPUs (--estimate prints the sum of the per-shape estimates).
 
 Time it on a quiet machine: the 2-thread oneDNN step waits at OpenMP barriers whenever another
-process holds a core.
+process holds a core, its threads spinning (and slowing growformer's interleaved steps); with
+OMP_WAIT_POLICY=passive they sleep there instead (on a machine at load 10, the bench shape's
+2-thread float32 step of oneDNN took 487 ms so against 2,581 ms spinning; docs/results/speed.md).
 """
 import argparse
 import json
@@ -74,7 +78,7 @@ def run_one(a, tag, config, extra, plan, threads, f):
     before = load()
     cmd = [a.program, "bench", str(ROOT / config), "--peer", "onednn", "--json",
            "--steps", str(steps), "--warmup", str(warmup), "--repeats", str(repeats),
-           "--set", f"threads={threads}"] + extra
+           "--set", f"threads={threads}", "--set", f"precision={a.precision}"] + extra
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
@@ -102,6 +106,8 @@ def main():
     ap.add_argument("--retry-failed", action="store_true")
     ap.add_argument("--steps", type=int, default=0, help="timed steps of every shape (default: its own)")
     ap.add_argument("--repeats", type=int, default=0, help="repeats of every shape (default: its own)")
+    ap.add_argument("--precision", default="float32", choices=["float32", "bf16"],
+                    help="the products' precision of both steps (precision: bf16: oneDNN's bf16 matmuls)")
     a = ap.parse_args()
 
     def plan_of(plan):
@@ -125,7 +131,7 @@ def main():
     rows = []
     for tag, name, config, extra, plan, pair in SHAPES:
         for threads in threads_list:
-            key = f"{tag}_t{threads}"
+            key = f"{tag}_t{threads}" + ("" if a.precision == "float32" else "_" + a.precision)
             if a.only and a.only not in tag:
                 continue
             f = out / f"{key}.json"
@@ -140,8 +146,11 @@ def main():
         print("no results in " + str(out), file=sys.stderr)
         return 1
     d0 = done[0]
+    products = d0.get("precision", "float32")
+    if products == "bf16":
+        products += f" (growformer's bf16 kernels {d0['bf16_kernels']}; oneDNN's bf16 matmuls)"
     print(f"CPU {d0['cpu']}; growformer kernels {d0['simd']}, OpenBLAS {d0['blas_core']}; "
-          f"{d0['onednn_library']}\n")
+          f"{d0['onednn_library']}; products {products}\n")
     print("| shape | threads | steps x repeats | growformer ms (median) | oneDNN ms (median) | "
           "growformer / oneDNN | gate (worst gradient error) | load before, after | wall s |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -28,14 +28,20 @@ class ModelPeer {
   /// `dot_product` heads of one shape, the same number in every block, `combine: sum`, not
   /// causal; no dropout; `pool: mean`) and that OPTIMIZER_NODE is `adamw`; throws
   /// gf::ConfigError naming what differs. Builds the peer step for BATCH x SEQ on THREADS
-  /// threads with oneDNN capped to growformer's kernel set, and copies MODEL's parameters in.
-  /// ATTENTION_CHUNK_BYTES: StepShape::attention_chunk_bytes (0: the threads' L2 caches).
+  /// threads with oneDNN capped to growformer's kernel sets (its float32 set; on avx512 its bf16
+  /// set too where bf16 can run: avx512_core_amx for AMX, avx512_core_bf16 for vdpbf16ps), and
+  /// copies MODEL's parameters in. The peer's products take the precision growformer's have now
+  /// (gf::kernels::product_precision()); bf16 where oneDNN's bf16 matmul cannot run throws
+  /// gf::ConfigError saying why. ATTENTION_CHUNK_BYTES: StepShape::attention_chunk_bytes (0: the
+  /// threads' L2 caches).
   ModelPeer(const gf::ConfigNode& model_node, const gf::ConfigNode& optimizer_node,
             gf::Registry& registry, const gf::Model& model, size_t batch, size_t seq,
             size_t threads, size_t attention_chunk_bytes = 0);
   ~ModelPeer();
 
   MhaStep& step() { return *step_; }
+  /// Whether the peer's products are bf16 (StepShape::bf16).
+  bool bf16() const { return step_->shape().bf16; }
   /// Copies every parameter of MODEL (growformer's naming) into the peer.
   void load_parameters(const gf::Model& model);
   /// Copies growformer's gradients of MODEL into the peer's gradient buffers.
@@ -66,9 +72,28 @@ class ModelPeer {
   std::vector<Place> places_;
 };
 
+/// The gate's tolerance on the loss and the gradients (norm-wise relative) in float32: both
+/// steps round every operation in float32, in different orders.
+constexpr double kGateTolerance = 1e-4;
+/// The gate's tolerance under bf16 (loss and gradients; AdamW's updates, float32 from the same
+/// gradients, keep kGateTolerance): 2^-5. Each bf16 product of either step is within
+/// (2^-7 + 2^-16) sum |a b| of the exact product of its inputs (docs/NUMERICS.md, "Why the
+/// bound holds"), so the two steps' products differ by up to 2^-6 of sum |a b| from one
+/// product even where their inputs agree; the inputs do not always agree (the attention's
+/// probabilities are rounded normalised here and unnormalised in growformer; float32 values
+/// that differ in their last bits round apart now and then), and a gradient is a chain of
+/// such products. 2^-5 (8 u) is the bound tests/test_bf16.cpp allows the attention's gradients
+/// against float32; measured: 1.3e-3 at most (bench shape, d 512, the test's model). A step
+/// whose products were float32 passes it too (it is within the bound of growformer's bf16
+/// step); it is told apart by its distance from growformer's float32 step and by counting its
+/// bf16 matmuls (tests/test_onednn_peer.cpp).
+constexpr double kGateToleranceBf16 = 1.0 / 32;
+
 /// What the gate compared: norm-wise relative errors |a - b| / |b| (b growformer's).
 struct GateResult {
-  double tolerance = 0;
+  double tolerance = 0;         // the loss's and the gradients'
+  double update_tolerance = 0;  // AdamW's updates'
+  bool bf16 = false;            // both steps' products in bf16
   float loss_growformer = 0, loss_onednn = 0;
   double loss_error = 0;
   struct Entry {
@@ -83,13 +108,15 @@ struct GateResult {
   std::string summary() const;
 };
 
-/// The correctness gate: one forward and backward of MODEL (growformer) on BATCH and of PEER
-/// as it stands (built from MODEL: its own copy of MODEL's parameters); the loss and every
-/// parameter's gradient must agree to TOLERANCE (norm-wise relative). Then one AdamW step of a
-/// fresh OPTIMIZER_NODE optimizer and of the peer's AdamW, both from growformer's gradients:
-/// every parameter's update must agree too. MODEL's parameters are left as they were, its
-/// gradients cleared; the peer holds MODEL's parameters after, its AdamW state reset.
+/// The correctness gate: one forward and backward of MODEL (growformer, at the products'
+/// precision in effect, which must be the peer's) on BATCH and of PEER as it stands (built from
+/// MODEL: its own copy of MODEL's parameters); the loss and every parameter's gradient must
+/// agree to TOLERANCE (norm-wise relative; 0: kGateTolerance, or kGateToleranceBf16 for a bf16
+/// peer). Then one AdamW step of a fresh OPTIMIZER_NODE optimizer and of the peer's AdamW, both
+/// from growformer's gradients: every parameter's update must agree to the smaller of
+/// TOLERANCE and kGateTolerance. MODEL's parameters are left as they were, its gradients
+/// cleared; the peer holds MODEL's parameters after, its AdamW state reset.
 GateResult run_gate(gf::Model& model, gf::Registry& registry, const gf::ConfigNode& optimizer_node,
-                    ModelPeer& peer, const gf::Batch& batch, float lr, double tolerance = 1e-4);
+                    ModelPeer& peer, const gf::Batch& batch, float lr, double tolerance = 0);
 
 }  // namespace gf_onednn

@@ -18,6 +18,12 @@
 //   position table's gradient is column sums over the samples.
 // - Plain loops, where oneDNN has no primitive: the embedding gather and its scatter-add
 //   gradient, the cross-entropy loss and its gradient, and AdamW (OpenMP over elements).
+// - bf16 (StepShape::bf16, growformer's `precision: bf16`): each product's matmul reads bf16
+//   copies of its two inputs (shadow_of: a copy per float32 buffer, the same strides) and writes
+//   float32 with the same bias and post-ops; reorders in the lists make the copies once the
+//   float32 values are final (the weights at the head of the forward list, an attention
+//   chunk's probabilities into one chunk-sized copy after its softmax and again in the backward
+//   pass). Everything that is not a product of docs/NUMERICS.md's table stays float32.
 // implementations() names what oneDNN chose for each kind (brg: BRGEMM, gemm:jit, jit:...).
 #include "onednn_step_impl.hpp"
 
@@ -91,7 +97,11 @@ void cap_isa(const std::string& max_isa) {
   if (done || max_isa.empty()) return;
   done = true;
   dnnl::cpu_isa isa = dnnl::cpu_isa::all;
-  if (max_isa == "avx512")
+  if (max_isa == "avx512_amx")
+    isa = dnnl::cpu_isa::avx512_core_amx;
+  else if (max_isa == "avx512_bf16")
+    isa = dnnl::cpu_isa::avx512_core_bf16;
+  else if (max_isa == "avx512")
     isa = dnnl::cpu_isa::avx512_core;
   else if (max_isa == "avx2")
     isa = dnnl::cpu_isa::avx2;
@@ -142,6 +152,11 @@ void MhaStep::Impl::allocate() {
     x = l.out;
     layers.push_back(l);
   }
+  for (const Layer& l : layers) {  // under bf16: the copies the layer's products read
+    for (Param* w : {l.wq, l.wk, l.wv, l.wo, l.w1, l.w2}) shadow(w->w, w->n);
+    shadow(l.h1, n * d), shadow(l.q, n * qw), shadow(l.k, n * qw), shadow(l.v, n * vw);
+    shadow(l.o, n * vw), shadow(l.h2, n * d), shadow(l.act, n * F);
+  }
   if (s.final_norm) {
     lnf_g = param("ln_f.gamma", {d});
     lnf_b = param("ln_f.beta", {d});
@@ -157,7 +172,14 @@ void MhaStep::Impl::allocate() {
   for (size_t i = 0; i < n; ++i) ones[i] = 1.0f;
   gx = alloc(n * d), gtmp = alloc(n * d), gh = alloc(n * d), gF = alloc(n * F);
   dO = alloc(n * vw), dQ = alloc(n * qw), dK = alloc(n * qw), dV = alloc(n * vw);
-  dP = alloc(static_cast<size_t>(cb * ch) * s.seq * s.seq);
+  const size_t chunk = static_cast<size_t>(cb * ch) * s.seq * s.seq;
+  dP = alloc(chunk);
+  if (s.bf16) {
+    shadow(cls_w->w, cls_w->n), shadow(pooled, s.batch * d), shadow(dlogits, s.batch * s.classes);
+    shadow(gx, n * d), shadow(gF, n * F), shadow(dO, n * vw), shadow(dQ, n * qw);
+    shadow(dK, n * qw), shadow(dV, n * vw), shadow(dP, chunk);
+    p16 = reinterpret_cast<uint16_t*>(alloc((chunk + 1) / 2));
+  }
   // the layer-norm weights start at one, as growformer's do
   for (auto& p : params)
     if (p->name.size() > 6 && p->name.compare(p->name.size() - 6, 6, ".gamma") == 0)
@@ -178,7 +200,14 @@ size_t MhaStep::bytes_needed(const StepShape& s, size_t threads) {
   total += par(d * C) + par(C) + 2 * b(s.batch * d) + 2 * b(s.batch * C) + b(n);
   total += b(partial_floats(s));
   const auto [bc, hc] = chunk_of(s, threads);
-  total += 3 * b(n * d) + b(n * F) + 2 * b(n * vw) + 2 * b(n * qw) + b(bc * hc * s.seq * s.seq);
+  const size_t chunk = bc * hc * s.seq * s.seq;
+  total += 3 * b(n * d) + b(n * F) + 2 * b(n * vw) + 2 * b(n * qw) + b(chunk);
+  if (!s.bf16) return total;
+  auto h = [](size_t n16) { return aligned_bytes_bf16(n16); };
+  const size_t weights = 2 * h(d * qw) + 2 * h(d * vw) + 2 * h(d * F);
+  total += s.layers * (weights + 2 * h(n * d) + 2 * h(n * qw) + 2 * h(n * vw) + h(n * F));
+  total += h(d * C) + h(s.batch * d) + h(s.batch * C);
+  total += h(n * d) + h(n * F) + 2 * h(n * vw) + 2 * h(n * qw) + 2 * h(chunk);
   return total;
 }
 
@@ -193,22 +222,24 @@ dnnl::primitive MhaStep::Impl::matmul_prim(const MM& m) {
   if (m.accumulate) po.append_sum(1.0f);
   if (m.residual) po.append_binary(dnnl::algorithm::binary_add, m.dst);
   attr.set_post_ops(po);
+  const memory::desc src = m.bf16 ? as_bf16(m.src) : m.src, wei = m.bf16 ? as_bf16(m.wei) : m.wei;
   dnnl::matmul::primitive_desc pd =
-      m.bias
-          ? dnnl::matmul::primitive_desc(
-                dnnl::matmul::desc(m.src, m.wei, dense({1, m.dst.dims().back()}), m.dst), attr, eng)
-          : dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.src, m.wei, m.dst), attr, eng);
+      m.bias ? dnnl::matmul::primitive_desc(
+                   dnnl::matmul::desc(src, wei, dense({1, m.dst.dims().back()}), m.dst), attr, eng)
+             : dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, m.dst), attr, eng);
   note("matmul", pd);
   return dnnl::matmul(pd);
 }
 
 // P (made by matmul_prim from an MM of the same descriptors) on M's buffers
 void MhaStep::Impl::matmul_bind(std::vector<Op>& list, const dnnl::primitive& p, const MM& m) {
-  Args args{{DNNL_ARG_SRC, mem(m.src, m.a)},
-            {DNNL_ARG_WEIGHTS, mem(m.wei, m.b)},
+  Args args{{DNNL_ARG_SRC,
+             m.bf16 ? mem(as_bf16(m.src), m.a16 ? m.a16 : shadow_of(m.a)) : mem(m.src, m.a)},
+            {DNNL_ARG_WEIGHTS, m.bf16 ? mem(as_bf16(m.wei), shadow_of(m.b)) : mem(m.wei, m.b)},
             {DNNL_ARG_DST, mem(m.dst, m.c)}};
   if (m.bias) args[DNNL_ARG_BIAS] = mem(dense({1, m.dst.dims().back()}), m.bias);
   if (m.residual) args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = mem(m.dst, m.residual);
+  ++(m.bf16 ? matmuls_bf16 : matmuls_f32);
   add(list, p, std::move(args));
 }
 
@@ -240,6 +271,30 @@ void MhaStep::Impl::column_sums(std::vector<Op>& list, float* src, memory::dim r
   matmul(list, m);
 }
 
+// dst[0..n) = src[0..n) rounded to bf16 (a reorder: round to nearest even, as growformer's
+// vcvtne2ps2bf16)
+void MhaStep::Impl::convert(std::vector<Op>& list, float* src, uint16_t* dst, size_t n) {
+  const memory::desc f = dense({static_cast<memory::dim>(n)}),
+                     h = dense({static_cast<memory::dim>(n)}, dt::bf16);
+  dnnl::reorder::primitive_desc pd(eng, f, eng, h);
+  note("reorder", pd);
+  add(list, dnnl::reorder(pd), {{DNNL_ARG_FROM, mem(f, src)}, {DNNL_ARG_TO, mem(h, dst)}});
+}
+
+// under bf16: F's bf16 copy made from F as it stands at this point of the list
+void MhaStep::Impl::round_in(std::vector<Op>& list, float* f) {
+  if (!s.bf16) return;
+  const Shadow& sh = shadows.at(f);
+  convert(list, f, sh.h, sh.n);
+}
+
+// under bf16: the bf16 copies of the weights the products read, once a step (AdamW changed them)
+void MhaStep::Impl::round_weights() {
+  for (const Layer& l : layers)
+    for (Param* w : {l.wq, l.wk, l.wv, l.wo, l.w1, l.w2}) round_in(fwd, w->w);
+  round_in(fwd, cls_w->w);
+}
+
 // a += b (b broadcast where its dimensions are 1)
 void MhaStep::Impl::add_into(std::vector<Op>& list, const memory::desc& a_md, float* a,
                              const memory::desc& b_md, float* b) {
@@ -259,6 +314,7 @@ void MhaStep::Impl::linear_fwd(float* x, memory::dim rows, Param* w, Param* b, f
              out = static_cast<memory::dim>(w->shape[1]);
   MM m{dense({rows, in}), dense({in, out}), dense({rows, out}), x, w->w, y};
   m.bias = b->w;
+  m.bf16 = s.bf16;
   m.residual = residual;
   matmul(fwd, m);
 }
@@ -268,11 +324,14 @@ void MhaStep::Impl::linear_bwd(float* x, float* dy, memory::dim rows, Param* w, 
                                bool accumulate_dx) {
   const auto in = static_cast<memory::dim>(w->shape[0]),
              out = static_cast<memory::dim>(w->shape[1]);
-  matmul(bwd, MM{view({in, rows}, {1, in}), dense({rows, out}), dense({in, out}), x, dy, w->g});
+  MM dw{view({in, rows}, {1, in}), dense({rows, out}), dense({in, out}), x, dy, w->g};
+  dw.bf16 = s.bf16;
+  matmul(bwd, dw);
   column_sums(bwd, dy, rows, out, b->g);
   if (!dx) return;
   MM m{dense({rows, out}), view({out, in}, {1, out}), dense({rows, in}), dy, w->w, dx};
   m.accumulate = accumulate_dx;
+  m.bf16 = s.bf16;
   matmul(bwd, m);
 }
 
@@ -396,6 +455,8 @@ MhaStep::MhaStep(const StepShape& shape, const AdamWSettings& adamw, size_t thre
     throw std::invalid_argument("onednn peer: an empty dimension or seq > max_len");
   if (threads == 0) throw std::invalid_argument("onednn peer: zero threads");
   cap_isa(max_isa);
+  if (s.bf16 && !bf16_unavailable_reason().empty())
+    throw std::runtime_error(bf16_unavailable_reason());
   omp_set_num_threads(static_cast<int>(threads));  // primitives partition for this count
   impl_ = std::make_unique<Impl>(shape, adamw, threads);
   impl_->choose_chunk();
@@ -484,6 +545,10 @@ std::string MhaStep::implementations() const {
 
 size_t MhaStep::threads() const { return impl_->threads; }
 
+std::pair<size_t, size_t> MhaStep::matmul_counts() const {
+  return {impl_->matmuls_bf16, impl_->matmuls_f32};
+}
+
 std::pair<size_t, size_t> MhaStep::attention_chunk() const {
   return {static_cast<size_t>(impl_->cb), static_cast<size_t>(impl_->ch)};
 }
@@ -499,6 +564,17 @@ std::string MhaStep::library_note() {
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
          std::to_string(v->patch) + ", " + rt + " runtime, ISA " +
          isa_name(dnnl::get_effective_cpu_isa());
+}
+
+std::string MhaStep::bf16_unavailable_reason() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const int bf16 = static_cast<int>(dnnl::cpu_isa::avx512_core_bf16);
+  if ((static_cast<int>(isa) & bf16) == bf16) return "";
+  return "oneDNN's bf16 matmul cannot run natively here: oneDNN's instruction set in this "
+         "process is " +
+         isa_name(isa) +
+         ", and bf16 products need avx512_core_bf16 (a CPU with AVX512_BF16, oneDNN not capped "
+         "below it)";
 }
 
 }  // namespace gf_onednn

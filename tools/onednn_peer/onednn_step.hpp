@@ -30,6 +30,12 @@ struct StepShape {
   /// take at most this many bytes (at least one head of one sample); 0: the L2 caches of the
   /// threads.
   size_t attention_chunk_bytes = 0;
+  /// The products in bf16, as growformer's `precision: bf16` computes them (docs/NUMERICS.md):
+  /// the matmuls of the projections, the scores, P V, the MLP, the classifier and their
+  /// gradients read bf16 copies of their two inputs (converted by reorders in the step's
+  /// lists, so their time is the step's; the weights once a step) and write float32 sums;
+  /// everything else float32.
+  bool bf16 = false;
 };
 
 /// AdamW with decoupled weight decay, as the `adamw` optimizer computes it.
@@ -50,9 +56,10 @@ struct StepParam {
 class MhaStep {
  public:
   /// Creates every primitive of the step once, with oneDNN's OpenMP runtime set to THREADS
-  /// threads. MAX_ISA ("avx512", "avx2", "sse2"; empty: no cap) caps oneDNN's instruction set
-  /// when nothing in the process has used oneDNN yet (dnnl::set_max_cpu_isa). Parameters start
-  /// at zero; write them through parameters().
+  /// threads. MAX_ISA ("avx512_amx", "avx512_bf16", "avx512", "avx2", "sse2"; empty: no cap)
+  /// caps oneDNN's instruction set when nothing in the process has used oneDNN yet
+  /// (dnnl::set_max_cpu_isa). A bf16 SHAPE where bf16_unavailable_reason() is not empty throws
+  /// std::runtime_error with it. Parameters start at zero; write them through parameters().
   MhaStep(const StepShape& shape, const AdamWSettings& adamw, size_t threads,
           const std::string& max_isa = "");
   ~MhaStep();
@@ -61,7 +68,8 @@ class MhaStep {
 
   /// Bytes of the buffers a step of SHAPE on THREADS threads allocates (parameters, optimizer
   /// state, activations kept for the backward pass, the heads' B x H x T x T probabilities
-  /// included; oneDNN's own scratchpads not).
+  /// included, and under bf16 the bf16 copies of the products' inputs; oneDNN's own scratchpads
+  /// not).
   static size_t bytes_needed(const StepShape& shape, size_t threads);
   /// Bytes of the buffers this step allocated (bytes_needed of its shape and threads).
   size_t bytes_allocated() const;
@@ -84,9 +92,17 @@ class MhaStep {
   /// The implementation oneDNN chose for each kind of primitive, e.g.
   /// "matmul brg:avx512_core; softmax jit:avx512_core; ...".
   std::string implementations() const;
+  /// The matmuls a step executes: with bf16 inputs (the products of StepShape::bf16), and
+  /// with float32 inputs (every matmul in float32; in bf16 the column sums of the bias and
+  /// position gradients and the mean pooling's two).
+  std::pair<size_t, size_t> matmul_counts() const;
   size_t threads() const;
   /// "oneDNN 2.6.3, OpenMP runtime, ISA avx512_core" (the instruction set in effect).
   static std::string library_note();
+  /// Empty where oneDNN's bf16 matmul runs natively in this process (its instruction set in
+  /// effect has AVX512_BF16: avx512_core_bf16 or avx512_core_amx); else why not, one sentence.
+  /// Call it after MhaStep's constructor has capped the set (or once oneDNN has run).
+  static std::string bf16_unavailable_reason();
 
  private:
   struct Impl;

@@ -30,15 +30,15 @@ using Dims = memory::dims;
 using dt = memory::data_type;
 using Args = std::unordered_map<int, memory>;
 
-/// Row-major f32 descriptor.
-inline memory::desc dense(const Dims& dims) {
+/// Row-major descriptor (f32 unless TYPE says).
+inline memory::desc dense(const Dims& dims, dt type = dt::f32) {
   Dims strides(dims.size());
   memory::dim s = 1;
   for (size_t i = dims.size(); i-- > 0;) {
     strides[i] = s;
     s *= dims[i];
   }
-  return memory::desc(dims, dt::f32, strides);
+  return memory::desc(dims, type, strides);
 }
 
 /// A strided view (the same buffer read with other strides).
@@ -46,7 +46,15 @@ inline memory::desc view(const Dims& dims, const Dims& strides) {
   return memory::desc(dims, dt::f32, strides);
 }
 
+/// MD's dimensions and strides, in bf16 elements: the view of a buffer's bf16 copy.
+inline memory::desc as_bf16(const memory::desc& md) {
+  const auto& b = md.data.format_desc.blocking;
+  return memory::desc(md.dims(), dt::bf16, Dims(b.strides, b.strides + md.data.ndims));
+}
+
 inline size_t aligned_bytes(size_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; }
+/// The bytes of N bf16 elements, allocated as whole floats.
+inline size_t aligned_bytes_bf16(size_t n) { return aligned_bytes((n + 1) / 2); }
 
 // Chunks of the attention (samples, heads): each chunk's block of the probabilities
 // (samples x heads x T x T) is made, normalised and multiplied by V one after the other while it
@@ -84,7 +92,9 @@ struct MhaStep::Impl {
         *b2;
     float *x, *h1, *mean1, *var1, *q, *k, *v, *p, *o, *x1, *h2, *mean2, *var2, *u, *act, *out;
   };
-  /// One matmul: dst = scale * src x wei [+ bias] [+ dst (accumulate)] [+ residual].
+  /// One matmul: dst = scale * src x wei [+ bias] [+ dst (accumulate)] [+ residual]. BF16: a
+  /// product of the bf16 step, src and wei read from the bf16 copies of A and B (shadow_of: the
+  /// same elements), or from A16 where it is set; the list must have converted them before.
   struct MM {
     memory::desc src, wei, dst;
     float *a, *b, *c;
@@ -92,6 +102,13 @@ struct MhaStep::Impl {
     float scale = 1.0f;
     bool accumulate = false;
     float* residual = nullptr;
+    bool bf16 = false;
+    uint16_t* a16 = nullptr;
+  };
+  /// The bf16 copy of a float buffer (n elements) that the bf16 products read.
+  struct Shadow {
+    uint16_t* h;
+    size_t n;
   };
 
   dnnl::engine eng;
@@ -111,8 +128,11 @@ struct MhaStep::Impl {
   size_t partial_size = 0;
   float *gx = nullptr, *gtmp = nullptr, *gh = nullptr, *gF = nullptr, *gz = nullptr, *dO = nullptr,
         *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dP = nullptr;
+  std::map<const float*, Shadow> shadows;  // float buffer -> its bf16 copy (under bf16)
+  uint16_t* p16 = nullptr;                 // a chunk of the probabilities in bf16
   std::vector<Op> fwd, bwd;
   std::map<std::string, std::set<std::string>> impls;
+  size_t matmuls_bf16 = 0, matmuls_f32 = 0;  // bound into the lists
   // the attention runs on chunks of CB samples x CH heads (one block of the probabilities)
   memory::dim cb = 1, ch = 1;
   long adam_t = 0;
@@ -150,7 +170,23 @@ struct MhaStep::Impl {
     params.push_back(std::move(p));
     return params.back().get();
   }
-  memory mem(const memory::desc& md, float* p) const { return memory(md, eng, p); }
+  /// A bf16 copy of F's N elements, read by shadow_of (under bf16; else null).
+  uint16_t* shadow(float* f, size_t n) {
+    if (!s.bf16) return nullptr;
+    uint16_t* h = reinterpret_cast<uint16_t*>(alloc((n + 1) / 2));
+    shadows[f] = {h, n};
+    return h;
+  }
+  /// The element of a bf16 copy that holds P's value.
+  uint16_t* shadow_of(const float* p) const {
+    auto it = shadows.upper_bound(p);
+    if (it != shadows.begin()) {
+      --it;
+      if (p < it->first + it->second.n) return it->second.h + (p - it->first);
+    }
+    throw std::logic_error("onednn peer: a bf16 product reads a buffer with no bf16 copy");
+  }
+  memory mem(const memory::desc& md, void* p) const { return memory(md, eng, p); }
   void note(const char* kind, const dnnl::primitive_desc_base& pd) {
     impls[kind].insert(pd.impl_info_str());
   }
@@ -183,6 +219,9 @@ struct MhaStep::Impl {
   void ln_fwd(float* x, Param* g, Param* b, float* y, float* mean, float* var);
   void ln_bwd(float* x, float* mean, float* var, Param* g, Param* b, float* dy, float* dx,
               float* diff_shift = nullptr);
+  void convert(std::vector<Op>& list, float* src, uint16_t* dst, size_t n);
+  void round_in(std::vector<Op>& list, float* f);
+  void round_weights();
   void gather();
   void scatter_embedding_grad();
   void cross_entropy();
