@@ -111,11 +111,11 @@ def main():
         if a.markdown:
             print(f"| {r['sweep']} | {r['seeds']} | {mf:.4f} +- {sf:.4f} | {mb:.4f} +- {sb:.4f} | "
                   f"{'yes' if r['within'] else 'NO'} ({mb - mf:+.4f}, tolerance {r['tolerance']:.4f}) | "
-                  f"{100 * r['max_val_loss_gap']:.1f} % |")
+                  f"{100 * r['max_val_loss_gap']:.2f} % |")
         else:
             print(f"{r['sweep']}: {r['seeds']} seeds ({r['unpaired']} unpaired): float32 {mf:.4f} +- {sf:.4f}, "
                   f"bf16 {mb:.4f} +- {sb:.4f}: {'within' if r['within'] else 'NOT within'} "
-                  f"{r['tolerance']:.4f}; validation losses apart by at most {100 * r['max_val_loss_gap']:.1f} % of float32's first")
+                  f"{r['tolerance']:.4f}; validation losses apart by at most {100 * r['max_val_loss_gap']:.2f} % of float32's first")
     for r in rows:
         print("")
         print(f"{r['sweep']} (float32 / bf16):")
