@@ -349,6 +349,19 @@ std::string mlp_chart(const std::vector<const gf::RunEvent*>& edits, Plotter& pl
   return f.series.empty() ? "" : chart(plot.draw(f), f.id);
 }
 
+// The number of blocks after each block edit (`what: block`); none when no block was edited.
+std::string depth_chart(const std::vector<const gf::RunEvent*>& edits, Plotter& plot,
+                        const std::string& prefix) {
+  Figure f{prefix + "depth", "Blocks (after each block edit)", "step", "blocks"};
+  f.from_zero = true;
+  Series s{"blocks", "steps"};
+  for (auto* e : edits)
+    if (e->text("what") == "block") s.pts.push_back({get(*e, "step"), get(*e, "blocks")});
+  if (s.pts.empty()) return "";
+  f.series.push_back(s);
+  return chart(plot.draw(f), f.id);
+}
+
 // INCRT: eigenvalues of the residual directional energy and thresholds, per block.
 std::string incrt_charts(const Run& r, Plotter& plot, const std::string& prefix) {
   std::string charts;
@@ -556,8 +569,8 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   std::vector<const gf::RunEvent*> edits = edits_of(r);
   std::string charts = metric_charts(r, plot, prefix, majority) +
                        heads_chart(r, edits, plot, prefix, full) + mlp_chart(edits, plot, prefix) +
-                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix) +
-                       signal_charts(r, plot, prefix);
+                       depth_chart(edits, plot, prefix) + incrt_charts(r, plot, prefix) +
+                       hkt_charts(r, plot, prefix) + signal_charts(r, plot, prefix);
   std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) +
                   edits_table(edits) + decisions_paragraph(r);
   return full ? h + run_files(r) : h;

@@ -115,6 +115,12 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    if (e.edits_blocks()) {  // another policy's block edit: the states move with their blocks
+      gf::move_blocks(blocks_, e);
+      gf::move_blocks(round_inputs_, e);
+      criterion_->blocks_moved(e);
+      return;
+    }
     if (!e.edits_heads()) return;  // another policy's MLP edit: no head came or went
     auto it = blocks_.find(e.block);
     if (it == blocks_.end()) return;

@@ -181,6 +181,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
     (void)new_head_id;
     (void)view;
+    if (e.edits_blocks()) gf::move_blocks(blocks_, e);  // the states move with their blocks
     if (e.kind == gf::Edit::Kind::RemoveHead) {
       auto it = blocks_.find(e.block);
       if (it != blocks_.end()) it->second.below.erase(e.head_id);
