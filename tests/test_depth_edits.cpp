@@ -501,3 +501,65 @@ TEST_CASE("depth_schedule: its options are checked when the config is read") {
   CHECK(policy("plugin: depth_schedule\nat: [5]\nmax_blocks: 0\n").find("`max_blocks`") !=
         std::string::npos);
 }
+
+TEST_CASE("a Python policy requests block edits and hears of them; a malformed one is refused") {
+  if (!gf_test::registry().find(Kind::Growth, "python")) {
+    MESSAGE("python policy plugin not built: skipped");
+    return;
+  }
+  const std::string path = std::string(GF_SOURCE_DIR) + "/tests/python";
+  auto run = [&](const std::string& policy, const std::string& dir) {
+    ConfigNode cfg = ConfigNode::load_string(kDeepening, "grow_depth.yaml");
+    cfg.apply_override("growth={plugin: python, class: depth_policies." + policy + ", path: [" +
+                       path + "]}");
+    cfg.apply_override("pruning={plugin: none}");
+    cfg.apply_override("model.layers=2");
+    cfg.apply_override("train.steps=25");
+    Experiment ex(cfg, {GF_PLUGIN_DIR});
+    RunFlags f;
+    f.run_dir = dir;
+    f.quiet = true;
+    ex.train(f);
+    return ex.model().blocks().size();
+  };
+  const std::string dir = fresh_dir("python");
+  CHECK(run("DeepenThenTrim", dir) == 2);
+  std::vector<json> seen, told, edits;
+  std::istringstream ev(text_of(dir + "/events.jsonl"));
+  for (std::string line; std::getline(ev, line);) {
+    json j = json::parse(line);
+    if (j["type"] == "depth_seen") seen.push_back(j);
+    if (j["type"] == "depth_told") told.push_back(j);
+    if (j.value("what", "") == "block") edits.push_back(j);
+  }
+  REQUIRE(seen.size() == 5);  // checks at 5, 10, 15, 20, 25
+  CHECK(seen[1]["blocks"] == 2);
+  CHECK(seen[2]["blocks"] == 3);
+  CHECK(seen[4]["blocks"] == 2);
+  REQUIRE(told.size() == 2);
+  CHECK(told[0]["op"] == "insert_block");
+  CHECK(told[0]["block"] == 1);
+  CHECK(told[0]["blocks"] == 3);
+  CHECK(told[1]["op"] == "remove_block");
+  REQUIRE(edits.size() == 2);
+  CHECK(edits[0]["reason"] == "deeper");
+  CHECK(edits[1]["type"] == "prune");
+  fs::remove_all(dir);
+  auto refused = [&](const std::string& kind) {
+    try {
+      run("BadDepth, options: {kind: " + kind + "}", fresh_dir("python_bad"));
+    } catch (const RuntimeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(refused("beyond").find("an insert_block edit's `block` is the index the new block takes, "
+                               "in [0, 2]") != std::string::npos);
+  CHECK(refused("units").find("a block edit takes `block`, not `head`, `init`, "
+                              "`release_direction` or `units`") != std::string::npos);
+  CHECK(refused("new_heads")
+            .find("block 0 (a block inserted by this check) cannot add or remove "
+                  "heads") != std::string::npos);
+  CHECK(refused("all").find("block 0 is the model's only block") != std::string::npos);
+  fs::remove_all(fresh_dir("python_bad"));
+}

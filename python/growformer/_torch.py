@@ -53,6 +53,12 @@ def _block_layout(params, b):
     return ids
 
 
+def _num_blocks(params):
+    """The model's number of blocks as its parameters hold them (a depth edit leaves the
+    configuration's `layers` behind)."""
+    return len({name.split(".")[1] for name in params if name.startswith("layers.")})
+
+
 def _check_supported(model_cfg, params):
     att = model_cfg["attention"]
     plugin, head = att.get("plugin"), (att.get("head") or {}).get("plugin", "dot_product")
@@ -61,7 +67,7 @@ def _check_supported(model_cfg, params):
                      "the export covers mha and hkt blocks with dot_product and hybrid_conv heads "
                      "(any head count per block, grown or pruned)")
     known = ("b_o", "down.", "fusion.")
-    for b in range(model_cfg["layers"]):
+    for b in range(_num_blocks(params)):
         pre = f"layers.{b}.attn."
         for name in params:
             if name.startswith(pre) and ".heads." not in name and not name[len(pre):].startswith(known):
@@ -225,7 +231,7 @@ def _build(torch, cfg, params, pad_id, classes, dtype):  # noqa: C901 - one clas
             self.embed, self.pos = p("embed"), p("pos")
             if self.cls_pool:
                 self.cls = p("cls")
-            self.layers = nn.ModuleList([Layer(b) for b in range(cfg["layers"])])
+            self.layers = nn.ModuleList([Layer(b) for b in range(_num_blocks(params))])
             self.final_norm = bool(cfg.get("final_norm", True))
             if self.final_norm:
                 self.lnf_g, self.lnf_b = p("ln_f.gamma"), p("ln_f.beta")
