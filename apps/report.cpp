@@ -289,12 +289,14 @@ std::vector<const gf::RunEvent*> edits_of(const Run& r) {
   return edits;
 }
 
-// Heads per block, with growth and prune markers at (step, heads after the edit); drawn when
-// FULL or when the structure changed.
+// Heads per block, with growth and prune markers at (step, heads after the head edit); drawn
+// when FULL or when the structure changed.
 std::string heads_chart(const Run& r, std::vector<const gf::RunEvent*> edits, Plotter& plot,
                         const std::string& prefix, bool full) {
   edits.erase(std::remove_if(edits.begin(), edits.end(),
-                             [](const gf::RunEvent* e) { return e->text("what") == "mlp_units"; }),
+                             [](const gf::RunEvent* e) {
+                               return e->text("what") == "mlp_units" || e->text("what") == "block";
+                             }),
               edits.end());
   size_t blocks = 0;
   for (auto& j : r.train) blocks = std::max(blocks, j.list("heads").size());
@@ -504,7 +506,9 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
   for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
   h << "</tr>\n";
   for (auto* e : edits) {
-    const std::string what = e->text("what") == "mlp_units" ? " (MLP units)" : "";
+    const std::string what = e->text("what") == "mlp_units" ? " (MLP units)"
+                             : e->text("what") == "block"   ? " (block)"
+                                                            : "";
     h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type + what) << "</td><td>"
       << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
       << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads")))

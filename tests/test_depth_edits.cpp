@@ -6,7 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "growformer/checkpoint.hpp"
@@ -471,6 +473,15 @@ TEST_CASE(
   CHECK(text.output.find("3 blocks, heads per block [2,2,2], MLP width per block [32,32,32]") !=
         std::string::npos);
 
+  // the report draws the number of blocks over time and lists the block edits as such
+  if (gf_test::run_shell("command -v gnuplot").status == 0) {
+    const auto rep = gf_test::run_shell(std::string(GF_BIN) + " report " + full);
+    REQUIRE(rep.status == 0);
+    const std::string page = text_of(full + "/report/report.html");
+    CHECK(page.find("Blocks (after each block edit)") != std::string::npos);
+    CHECK(page.find("grow (block)") != std::string::npos);
+  }
+
   // a checkpoint whose architecture lists no block is refused, naming it
   Checkpoint bad = a;
   bad.metadata["architecture"] = "[]";
@@ -562,4 +573,71 @@ TEST_CASE("a Python policy requests block edits and hears of them; a malformed o
                   "heads") != std::string::npos);
   CHECK(refused("all").find("block 0 is the model's only block") != std::string::npos);
   fs::remove_all(fresh_dir("python_bad"));
+}
+
+TEST_CASE(
+    "INCRT's growth keeps its per-block state across another policy's block edits, and the run "
+    "resumes bit for bit") {
+  if (!gf_test::registry().find(Kind::Growth, "python") ||
+      !gf_test::registry().find(Kind::Growth, "incrt_geometric")) {
+    MESSAGE("python or incrt plugin not built: skipped");
+    return;
+  }
+  const std::string path = std::string(GF_SOURCE_DIR) + "/tests/python";
+  auto train = [&](const std::string& dir, long stop_after) {
+    ConfigNode cfg = ConfigNode::load_string(kDeepening, "grow_depth.yaml");
+    cfg.apply_override(
+        "growth={plugin: incrt_geometric, criterion: energy, tracker: exact, calibration: fixed, "
+        "calibration_checks: 2, thresholds: calibrated, spectrum: positive, theta_w: 0.05, "
+        "dwell_checks: 1, init: directed, max_heads: 4}");
+    // a block inserted before INCRT's block at step 10, INCRT's block removed at step 30
+    cfg.apply_override("pruning={plugin: python, class: depth_policies.DeepenThenTrim, path: [" +
+                       path + "], options: {grow_at: 10, trim_at: 30, at: 0, drop: 1}}");
+    cfg.apply_override("train.check_every=2");
+    Experiment ex(cfg, {GF_PLUGIN_DIR});
+    RunFlags f;
+    f.run_dir = dir;
+    f.quiet = true;
+    f.stop_after = stop_after;
+    return ex.train(f);
+  };
+  const std::string full = fresh_dir("incrt_full"), cut = fresh_dir("incrt_cut");
+  REQUIRE(train(full, -1) == 0);
+  REQUIRE(train(cut, 17) == 0);
+  {
+    auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+    RunFlags f;
+    f.quiet = true;
+    REQUIRE(ex->resume(cut, f) == 0);
+  }
+  CHECK(gf_test::metrics_without_timing(full) == gf_test::metrics_without_timing(cut));
+  CHECK(text_of(full + "/events.jsonl") == text_of(cut + "/events.jsonl"));
+  // INCRT's checks: block 0 alone before the insertion; after it, its block (now 1) goes on
+  // from where it was while the new block 0 calibrates afresh; after the removal, block 0 alone
+  std::map<long, std::set<long>> checked;              // step -> blocks INCRT checked
+  std::map<std::pair<long, long>, std::string> phase;  // (step, block) -> INCRT's phase
+  std::vector<json> edits;
+  std::istringstream ev(text_of(full + "/events.jsonl"));
+  for (std::string line; std::getline(ev, line);) {
+    json j = json::parse(line);
+    if (j["type"] == "check") {
+      const long step = j["step"].get<long>(), block = j["block"].get<long>();
+      checked[step].insert(block);
+      phase[{step, block}] = j["phase"].get<std::string>();
+    }
+    if (j.value("what", "") == "block") edits.push_back(j);
+  }
+  REQUIRE(edits.size() == 2);
+  CHECK(edits[0]["policy"] == "pruning");
+  CHECK(checked.at(8) == std::set<long>{0});
+  CHECK(phase.at({8, 0}) == "active");  // calibrated at step 4
+  CHECK(checked.at(12) == std::set<long>{0, 1});
+  CHECK(phase.at({12, 0}) == "calibrating");  // the new block
+  CHECK(phase.at({12, 1}) == "active");       // the old block, its state moved with it
+  CHECK(checked.at(32) == std::set<long>{0});
+  CHECK(phase.at({32, 0}) == "active");
+  const Checkpoint last = load_checkpoint(full + "/checkpoints/last.safetensors");
+  CHECK(read_checkpoint_model(last, "last").heads_per_block.size() == 1);
+  fs::remove_all(full);
+  fs::remove_all(cut);
 }

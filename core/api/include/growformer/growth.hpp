@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +84,27 @@ void move_blocks(std::map<size_t, T>& map, const Edit& e) {
     if (std::optional<size_t> to = block_after(e, index)) out.emplace(*to, std::move(value));
   map.swap(out);
 }
+
+/// The blocks another policy inserted at the current check: the trainer took the check's probes
+/// before, so they have none (BlockView::probe is null) until the next check. A policy that
+/// reads probes notes every edit it hears of (edited) and skips a block without a probe only
+/// when it is one of these.
+struct InsertedBlocks {
+  size_t step = static_cast<size_t>(-1);
+  std::set<size_t> blocks;
+  void note(const Edit& e, size_t at_step) {
+    if (at_step != step) blocks.clear(), step = at_step;
+    if (!e.edits_blocks()) return;
+    std::set<size_t> moved;
+    for (size_t b : blocks)
+      if (std::optional<size_t> to = block_after(e, b)) moved.insert(*to);
+    if (e.kind == Edit::Kind::InsertBlock) moved.insert(e.block);
+    blocks.swap(moved);
+  }
+  bool contains(size_t block, size_t at_step) const {
+    return at_step == step && blocks.count(block) > 0;
+  }
+};
 
 /// One block's input (after its layer norm) on a training batch, (B, T, d), with its key mask
 /// (B*T entries, 1 = a real token or the CLS slot; empty = every position is real).
