@@ -35,7 +35,7 @@ def run_json(cmd):
     return json.loads(out[out.index("{"):])
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seqs", default="256,512,1024,2048,4096,8192")
     p.add_argument("--widths", default="", help="model widths for the width curve (empty: none)")
@@ -50,14 +50,13 @@ def main():
     p.add_argument("--growformer", default=os.path.join(ROOT, "build", "bin", "growformer"))
     p.add_argument("--torch-ref", default=os.path.join(ROOT, "..", "shared", "bench", "torch_ref.py"))
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "bench_curves"))
-    a = p.parse_args()
-    seqs = [int(s) for s in a.seqs.split(",")]
-    widths = [int(w) for w in a.widths.split(",") if w]
-    have_torch = os.path.exists(a.torch_ref)
-    if not have_torch:
-        print(f"note: {a.torch_ref} not found; PyTorch columns stay empty", file=sys.stderr)
-    version = subprocess.run([a.growformer, "--version"], capture_output=True, text=True).stdout
-    runs = {}  # (T, model, impl) -> list of run results
+    return p.parse_args()
+
+
+def measure(a, seqs, widths, have_torch):
+    """Every run, A.repeats times over SEQS (growformer and PyTorch) and WIDTHS (growformer):
+    (T or ("d", d), model, impl) -> list of bench results."""
+    runs = {}
     t_start = time.time()
     for rep in range(a.repeats):
         for T in seqs:
@@ -87,7 +86,11 @@ def main():
                 runs.setdefault((("d", d), model, "growformer"), []).append(g)
                 print(f"repeat {rep + 1}/{a.repeats} d {d} {model} done ({time.time() - t_start:.0f} s)",
                       file=sys.stderr)
-    load = os.getloadavg()
+    return runs
+
+
+def seq_rows(a, runs, seqs):
+    """One row per T: the medians of its repeats."""
     rows = []
     for T in seqs:
         B = max(1, a.tokens // T)
@@ -107,6 +110,11 @@ def main():
             row[f"torch_{model}_ms"] = statistics.median(r["ms_per_step_median"] for r in t) if t else None
             row[f"torch_{model}_rss_mb"] = max(r["peak_rss_mb"] for r in t) if t else None
         rows.append(row)
+    return rows
+
+
+def width_rows(a, runs, widths):
+    """One row per model width (growformer only)."""
     wrows = []
     for d in widths:
         row = {"d_model": d, "heads": max(1, d // 64), "d_k": min(d, 64), "T": a.width_seq,
@@ -120,17 +128,19 @@ def main():
             row[f"{model}_params"] = g[0]["params"]
             row["fma_peak_gflops"] = statistics.median(r["fma_peak_gflops"] for r in g)
         wrows.append(row)
-    first = runs[(seqs[0], "mha", "growformer")][0]
-    meta = {"version": version.strip(), "cpu": first["cpu"], "blas": first["blas_kernels"],
-            "simd": first["simd"], "isa": first.get("isa"), "threads": a.threads, "tokens_per_batch": a.tokens,
-            "repeats": a.repeats, "steps": a.steps, "loadavg_at_end": load,
-            "minutes": (time.time() - t_start) / 60}
-    with open(a.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows, "width_rows": wrows}, f, indent=1)
+    return wrows
 
-    def fmt(x, spec="{:.0f}"):
-        return "-" if x is None else spec.format(x)
 
+def fmt(x, spec="{:.0f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def ratio(a_, b_):
+    return None if a_ is None or b_ is None else a_ / b_
+
+
+def markdown(a, meta, rows, wrows, load):
+    """The tables as Markdown lines."""
     lines = [
         f"CPU {meta['cpu']}; BLAS {meta['blas']}; SIMD {meta['simd']}; {a.threads} threads; "
         f"{a.tokens} tokens per batch; median of {a.repeats} repeats x {a.steps} steps; "
@@ -142,8 +152,6 @@ def main():
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        def ratio(a_, b_):
-            return None if a_ is None or b_ is None else a_ / b_
         lines.append(
             f"| {r['T']} | {r['batch']} | {fmt(r['mha_ms'])} | {fmt(r['torch_mha_ms'])} | "
             f"{fmt(ratio(r['torch_mha_ms'], r['mha_ms']), '{:.2f}x')} | {fmt(r['hkt_ms'])} | "
@@ -169,20 +177,20 @@ def main():
                 f"| {r['d_model']} | {r['heads']} | {r['d_k']} | {r['batch']} | {r['mha_params']} | "
                 f"{r['mha_ms']:.0f} | {r['mha_gflops']:.1f} | {r['mha_pct_fma']:.1f} % / {r['mha_pct_fma_cpu']:.1f} % | "
                 f"{r['hkt_ms']:.0f} | {r['hkt_gflops']:.1f} | {r['hkt_pct_fma']:.1f} % / {r['hkt_pct_fma_cpu']:.1f} % |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return lines
 
-    if shutil.which("gnuplot"):
-        dat = a.out + ".dat"
-        with open(dat, "w") as f:
-            f.write("# T mha torch_mha hkt torch_hkt mha_MB torch_mha_MB hkt_MB torch_hkt_MB mha_pct hkt_pct\n")
-            for r in rows:
-                vals = [r["T"], r["mha_ms"], r["torch_mha_ms"], r["hkt_ms"], r["torch_hkt_ms"],
-                        r["mha_rss_mb"], r["torch_mha_rss_mb"], r["hkt_rss_mb"], r["torch_hkt_rss_mb"],
-                        r["mha_pct_fma"], r["hkt_pct_fma"]]
-                f.write(" ".join("NaN" if v is None else str(v) for v in vals) + "\n")
-        script = f"""
+
+def plot(a, meta, rows):
+    """The curves as an SVG through gnuplot."""
+    dat = a.out + ".dat"
+    with open(dat, "w") as f:
+        f.write("# T mha torch_mha hkt torch_hkt mha_MB torch_mha_MB hkt_MB torch_hkt_MB mha_pct hkt_pct\n")
+        for r in rows:
+            vals = [r["T"], r["mha_ms"], r["torch_mha_ms"], r["hkt_ms"], r["torch_hkt_ms"],
+                    r["mha_rss_mb"], r["torch_mha_rss_mb"], r["hkt_rss_mb"], r["torch_hkt_rss_mb"],
+                    r["mha_pct_fma"], r["hkt_pct_fma"]]
+            f.write(" ".join("NaN" if v is None else str(v) for v in vals) + "\n")
+    script = f"""
 set terminal svg size 1500,420 font "sans,12"
 set output "{a.out}.svg"
 set multiplot layout 1,3 title "{meta['cpu']}, {a.threads} threads, {a.tokens} tokens per batch"
@@ -192,19 +200,48 @@ set key top left
 set grid
 set ylabel "ms per training step"
 plot "{dat}" u 1:2 w lp t "growformer mha", "" u 1:3 w lp t "PyTorch mha", \\
-     "" u 1:4 w lp t "growformer hkt", "" u 1:5 w lp t "PyTorch hkt"
+ "" u 1:4 w lp t "growformer hkt", "" u 1:5 w lp t "PyTorch hkt"
 set ylabel "peak RSS (MB)"
 plot "{dat}" u 1:6 w lp t "growformer mha", "" u 1:7 w lp t "PyTorch mha", \\
-     "" u 1:8 w lp t "growformer hkt", "" u 1:9 w lp t "PyTorch hkt"
+ "" u 1:8 w lp t "growformer hkt", "" u 1:9 w lp t "PyTorch hkt"
 unset logscale y
 set yrange [0:100]
 set ylabel "% of the FMA peak (matrix GFLOP/s, wall)"
 plot "{dat}" u 1:10 w lp t "growformer mha", "" u 1:11 w lp t "growformer hkt"
 unset multiplot
 """
-        subprocess.run(["gnuplot"], input=script, text=True, check=True)
-        os.remove(dat)
-        print(f"plot: {a.out}.svg", file=sys.stderr)
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    os.remove(dat)
+    print(f"plot: {a.out}.svg", file=sys.stderr)
+
+
+def main():
+    a = parse_args()
+    seqs = [int(s) for s in a.seqs.split(",")]
+    widths = [int(w) for w in a.widths.split(",") if w]
+    have_torch = os.path.exists(a.torch_ref)
+    if not have_torch:
+        print(f"note: {a.torch_ref} not found; PyTorch columns stay empty", file=sys.stderr)
+    version = subprocess.run([a.growformer, "--version"], capture_output=True, text=True).stdout
+    t_start = time.time()
+    runs = measure(a, seqs, widths, have_torch)
+    load = os.getloadavg()
+    rows = seq_rows(a, runs, seqs)
+    wrows = width_rows(a, runs, widths)
+    first = runs[(seqs[0], "mha", "growformer")][0]
+    meta = {"version": version.strip(), "cpu": first["cpu"], "blas": first["blas_kernels"],
+            "simd": first["simd"], "isa": first.get("isa"), "threads": a.threads, "tokens_per_batch": a.tokens,
+            "repeats": a.repeats, "steps": a.steps, "loadavg_at_end": load,
+            "minutes": (time.time() - t_start) / 60}
+    with open(a.out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows, "width_rows": wrows}, f, indent=1)
+    lines = markdown(a, meta, rows, wrows, load)
+    with open(a.out + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    if shutil.which("gnuplot"):
+        plot(a, meta, rows)
 
 
 if __name__ == "__main__":

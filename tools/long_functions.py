@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Lists C++ functions longer than a limit (default 80 lines, header line to closing brace).
+"""Lists C++ and Python functions longer than a limit (default 80 lines: C++ from the header
+line to the closing brace, Python from the `def` line to its last line).
 
     tools/long_functions.py [--limit N] [PATH ...]   (default: core data plugins apps python tools)
 
-A PATH is a folder (every .cpp, .hpp, .h and .cc under it) or one file, relative to the
-repository's root or absolute. A function is a brace block opened on a line that looks like a
+A PATH is a folder (every .cpp, .hpp, .h, .cc and .py under it) or one file, relative to the
+repository's root or absolute. A C++ function is a brace block opened on a line that looks like a
 function header (a name, an argument list, no control keyword); lambdas inside a function count
-towards it. Comments and strings are blanked first, so braces in them do not count. Python is
-not read (its functions are not checked). Exits 1 when any function is over, 2 when a PATH does
+towards it. Comments and strings are blanked first, so braces in them do not count. A Python
+function is a `def` (a method too) read by Python's own parser; a function nested in another
+counts towards it and is measured on its own as well. Exits 1 when any function is over, 2 when a PATH does
 not exist (a default folder that was moved must be renamed here, not silently skipped).
 """
 import argparse
+import ast
 import os
 import re
 import sys
@@ -84,8 +87,16 @@ def functions(path):
                 pending += ch
 
 
+def python_functions(path):
+    """(name, first line, last line, lines) of every def in the Python file PATH."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno, node.end_lineno, node.end_lineno - node.lineno + 1
+
+
 def sources(root, paths):
-    """The C++ files under each path (a folder or a file); exits 2 on a path that does not exist."""
+    """The C++ and Python files under each path (a folder or a file); exits 2 on a path that does not exist."""
     out = []
     for d in paths:
         full = os.path.join(root, d)
@@ -97,7 +108,7 @@ def sources(root, paths):
             sys.exit(2)
         for sub, subdirs, files in os.walk(full):
             subdirs[:] = sorted(s for s in subdirs if not s.startswith(("build", ".")))
-            out += [os.path.join(sub, f) for f in sorted(files) if f.endswith((".cpp", ".hpp", ".h", ".cc"))]
+            out += [os.path.join(sub, f) for f in sorted(files) if f.endswith((".cpp", ".hpp", ".h", ".cc", ".py"))]
     return out
 
 
@@ -109,7 +120,7 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     over = []
     for p in sources(root, a.paths):
-        for name, s, e, n in functions(p):
+        for name, s, e, n in (python_functions(p) if p.endswith(".py") else functions(p)):
             if n > a.limit:
                 over.append((n, os.path.relpath(p, root), s, name))
     for n, p, s, name in sorted(over, reverse=True):

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Fits Q, the polynomial of GELU's normal CDF (vnormal_cdf in
-core/numeric/src/simd/row_kernels_impl.hpp): erfc(z) = t e^(-z^2) Q(t), t = 1 / (1 + z / 2),
+core/numeric/src/simd/row_elementwise_impl.hpp): erfc(z) = t e^(-z^2) Q(t), t = 1 / (1 + z / 2),
 for z in [0, 14.5 / sqrt 2] (the kernel clamps |x| to 14.5). Least squares in the Chebyshev
 basis on 400,001 points of t, then rounded to float; prints the coefficients from the highest
 power down (the kernel's Horner order) and the relative error of the fit in double and of its

@@ -5,7 +5,8 @@ batch 64 and the data's sequence length), on SST-2 (text_tsv) and on SARS-CoV-2 
 (fasta_variants), with each process's peak memory on a short and a long input (predict reads
 its input record by record: the peak should not grow with the input).
 
-    tools/throughput.py BUILD/bin/growformer OUT [--threads 2] [--only sst2|genomes] [--print]
+    tools/throughput.py BUILD/bin/growformer OUT [--threads 2] [--only sst2|genomes]
+                        [--precision float32|bf16] [--print]
 
 The data are read where they lie (../shared/data from the project root, never copied); where
 that folder is absent the script writes generated data of the same shape into OUT (SST-2: the
@@ -16,8 +17,10 @@ trained 30 steps at batch 64 (for a checkpoint; its accuracy is not the point), 
   train    growformer bench RUN.yaml --batch 64 --seq MAX_LEN --json (median step: 64 / s)
   eval     growformer eval CKPT --split all --json (batches of 64; wall time of the process)
   predict  growformer predict CKPT INPUT --batch-size 64 (short input, then long input)
-with the peak RSS of each process (wait4). One JSON per --threads value in OUT (a set run
-again replaces its row), then a Markdown table. About 3 minutes with the real data on a quiet
+with the peak RSS of each process (wait4). --precision bf16 times the same float32-trained
+checkpoint with bf16 products (bench --set precision=bf16, eval and predict --precision bf16).
+One JSON per --threads and --precision value in OUT (a set run again replaces its row), then a
+Markdown table. About 3 minutes with the real data on a quiet
 machine of 2 vCPUs (about 4 at --threads 1).
 """
 import argparse
@@ -152,16 +155,18 @@ def run_set(a, name, cfg, out, source):
     if not ckpt.exists():
         timed([a.program, "train", str(run_yaml), "--run-dir", str(rd), "-q"])
     res = {"data": name, "source": source, "threads": a.threads, "batch": BATCH,
-           "max_len": cfg["max_len"]}
+           "max_len": cfg["max_len"], "precision": a.precision}
     # the training step (and bench's forward-only pass) on the same model, full-length rows
     _, rss, txt = timed([a.program, "bench", str(run_yaml), "--batch", str(BATCH), "--seq",
-                         str(cfg["max_len"]), "--steps", "10", "--warmup", "2", "--json"], None)
+                         str(cfg["max_len"]), "--steps", "10", "--warmup", "2", "--json",
+                         "--set", f"precision={a.precision}"], None)
     b = json.loads(txt)
     res["train_seq_per_s"] = BATCH * 1e3 / b["ms_per_step_median"]
     res["bench_eval_seq_per_s"] = BATCH * 1e3 / b["eval_ms_per_batch_median"]
     res["bench_peak_rss_mb"] = rss
     # eval over every split (batches of the training batch size, 64)
-    wall, rss, txt = timed([a.program, "eval", str(ckpt), "--split", "all", "--json"], None)
+    wall, rss, txt = timed([a.program, "eval", str(ckpt), "--split", "all", "--json",
+                            "--precision", a.precision], None)
     ej = json.loads(txt)
     res["eval_sequences"] = ej["examples"]
     res["eval_s"] = wall
@@ -172,7 +177,7 @@ def run_set(a, name, cfg, out, source):
     for key, path in (("short", cfg["short"]), ("long", long_in)):
         n = count_rows(path, cfg["fasta"])
         wall, rss, _ = timed([a.program, "predict", str(ckpt), str(path), "--batch-size", str(BATCH),
-                              "--out", os.devnull, "-q"])
+                              "--out", os.devnull, "-q", "--precision", a.precision])
         res[f"predict_{key}_records"] = n
         res[f"predict_{key}_s"] = wall
         res[f"predict_{key}_seq_per_s"] = n / wall
@@ -188,7 +193,8 @@ def print_table(results):
           "peak RSS) | long / train |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['data']} (T {r['max_len']}, {r['threads']} threads) | {r['source']} | "
+        print(f"| {r['data']} (T {r['max_len']}, {r['threads']} threads, "
+              f"{r.get('precision', 'float32')}) | {r['source']} | "
               f"{r['train_seq_per_s']:.0f} | {r['eval_seq_per_s']:.0f} ({r['eval_sequences']}; "
               f"{r['eval_to_train']:.1f}x; {r['eval_peak_rss_mb']:.0f} MB) | "
               f"{r['predict_short_seq_per_s']:.0f} ({r['predict_short_records']}; "
@@ -203,10 +209,14 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="")
+    ap.add_argument("--precision", choices=["float32", "bf16"], default="float32",
+                    help="the products' precision of bench, eval and predict (the checkpoint is "
+                         "trained in float32 either way)")
     ap.add_argument("--print", action="store_true", help="print the table from OUT, run nothing")
     a = ap.parse_args()
     out = Path(a.out).resolve()
-    f = out / f"throughput_t{a.threads}.json"
+    suffix = "" if a.precision == "float32" else "_" + a.precision
+    f = out / f"throughput_t{a.threads}{suffix}.json"
     if a.print:
         print_table(json.loads(f.read_text()))
         return 0

@@ -1,5 +1,7 @@
 // growformer.Experiment: built from a config (with data in memory) or loaded from a checkpoint;
 // train, evaluate, predict, tokenize; its parameters, heads and what it holds.
+#include <growformer/precision.hpp>
+
 #include "module.hpp"
 
 namespace gfpy {
@@ -171,6 +173,11 @@ void bind_experiment_properties(py::class_<PyExperiment>& cls) {
       .def_property_readonly(
           "heads_per_block", [](const PyExperiment& p) { return p.ex->model().heads_per_block(); },
           "The model's head count per block now (list of int).")
+      .def_property_readonly(
+          "precision",
+          [](const PyExperiment& p) { return gf::kernels::precision_name(p.ex->precision()); },
+          "The products' precision this experiment runs in ('float32' or 'bf16'; its config's "
+          "`precision:`, or load's precision=, after bf16_if_available's fallback).")
       .def_property_readonly(
           "num_parameters", [](const PyExperiment& p) { return p.ex->model().num_parameters(); },
           "How many scalar parameters the model has now (int).")

@@ -138,9 +138,10 @@ int run_released(RunWatch& w, F&& body) {
   return status;
 }
 
-/// growformer.load: an experiment from a checkpoint (DATA: None, 'all', 'none' or a split).
+/// growformer.load: an experiment from a checkpoint (DATA: None, 'all', 'none' or a split;
+/// PRECISION: None, the model's own, or the products' precision to run in).
 std::unique_ptr<PyExperiment> load(py::object checkpoint, py::object data, py::object plugin_paths,
-                                   bool trust_plugins);
+                                   bool trust_plugins, py::object precision);
 void bind_functions(py::module_& m);
 
 // ---- evaluation (evaluate.cpp) ------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <growformer/autograd.hpp>
+#include <growformer/precision.hpp>
 
 #include "module.hpp"
 
@@ -25,6 +26,7 @@ py::array_t<double> probabilities(gf::Experiment& ex, std::vector<gf::Example> r
     py::gil_scoped_release nogil;
     Busy busy;
     gf::NoGradGuard ng;
+    gf::kernels::PrecisionScope own(ex.precision());  // another experiment may have set its own
     for (size_t start = 0; start < N; start += B) {
       const size_t n = std::min(B, N - start);
       std::vector<size_t> idx(n);

@@ -222,7 +222,8 @@ py::dict run_result(int status, const std::string& run_dir) {
 // "train", "val" or "test" read that now; "none" reads none. Plugins come from PLUGIN_PATHS and
 // the folders the checkpoint records.
 std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_obj,
-                                   py::object plugin_paths_obj, bool trust_plugins) {
+                                   py::object plugin_paths_obj, bool trust_plugins,
+                                   py::object precision_obj) {
   const std::string checkpoint = gf::checkpoint_in(path_arg(checkpoint_obj, "load: checkpoint"));
   const std::vector<std::string> given = path_list(plugin_paths_obj, "load: plugin_paths");
   forget_policy_error();
@@ -235,6 +236,15 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_ob
         "load: data must be None (a split read when asked for), 'all', 'none', "
         "'train', 'val' or 'test', not " +
         py::repr(data_obj).cast<std::string>());
+  std::string precision;
+  if (!precision_obj.is_none()) {
+    if (!py::isinstance<py::str>(precision_obj))
+      throw py::type_error(
+          "load: precision must be None (the model's own), 'float32', 'bf16' or "
+          "'bf16_if_available', not " +
+          py::repr(precision_obj).cast<std::string>());
+    precision = precision_obj.cast<std::string>();
+  }
   auto p = std::make_unique<PyExperiment>();
   py::gil_scoped_release nogil;  // a policy class of the checkpoint's config takes the GIL
   Busy busy;
@@ -252,7 +262,7 @@ std::unique_ptr<PyExperiment> load(py::object checkpoint_obj, py::object data_ob
       gf::checkpoint_plugin_paths(ck, checkpoint, given, trust_plugins);
   try {
     p->ex = gf::inference_from_checkpoint(ck, checkpoint, plugins.paths,
-                                          data == "lazy" ? "none" : data);
+                                          data == "lazy" ? "none" : data, precision);
   } catch (const gf::ConfigError& e) {
     gf::rethrow_with_missing_plugins(e, checkpoint, plugins, "plugin_paths=[DIR]",
                                      "trust_plugins=True");
@@ -286,13 +296,17 @@ outside the built-in ones are recorded in the checkpoint; they are searched only
 TRUST_PLUGINS=True (their libraries are native code: trust the checkpoint's source first).
 Without it an error names the recorded libraries when a component is not found. The checkpoint's
 growth and pruning policies are never built: the experiment predicts and evaluates, and a run
-continues with growformer.resume.)doc";
+continues with growformer.resume. PRECISION: the products' precision for evaluate and predict
+('float32', 'bf16', 'bf16_if_available'), instead of the model's own (None, the default); bf16
+where the CPU lacks AVX512_BF16 is refused, bf16_if_available falls back to float32. Each
+Experiment runs in its own precision, whatever others in the process use.)doc";
 }  // namespace
 
 /// load, resume and the run-log readers.
 void bind_functions(py::module_& m) {
   m.def("load", &load, "checkpoint"_a, "data"_a = py::none(),
-        "plugin_paths"_a = std::vector<std::string>{}, "trust_plugins"_a = false, kLoadDoc);
+        "plugin_paths"_a = std::vector<std::string>{}, "trust_plugins"_a = false,
+        "precision"_a = py::none(), kLoadDoc);
   m.def(
       "resume",
       [](py::object run_dir_obj, py::object callback, long every, long stop_after, bool quiet,

@@ -166,9 +166,11 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(
 
 std::unique_ptr<Experiment> inference_from_checkpoint(const Checkpoint& ck, const std::string& path,
                                                       const std::vector<std::string>& plugin_paths,
-                                                      const std::string& data_need) {
+                                                      const std::string& data_need,
+                                                      const std::string& precision) {
   std::string record;
   ConfigNode cfg = embedded_config(ck, path, &record);
+  if (!precision.empty()) cfg.apply_override("precision=" + precision);
   // the data files only the checkpoint names: regular files, and errors that do not quote them
   const std::vector<std::string> files = data_need == "none" && !record.empty()
                                              ? std::vector<std::string>()

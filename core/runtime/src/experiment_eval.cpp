@@ -10,6 +10,7 @@
 #include "growformer/batch_sampler.hpp"
 #include "growformer/json_text.hpp"
 #include "growformer/ops.hpp"
+#include "growformer/precision.hpp"
 #include "growformer/trainer.hpp"
 
 namespace gf {
@@ -49,6 +50,8 @@ void add_to_confusion(const Tensor& logits, const std::vector<int32_t>& labels,
 EvalResult Experiment::evaluate(const std::vector<Example>& split, long max_batches,
                                 bool keep_examples) {
   NoGradGuard ng;
+  // this experiment's products, whatever another experiment of the process set since
+  kernels::PrecisionScope own_precision(precision_);
   EvalResult r;
   const size_t C = data_.num_classes;
   // the loss, the example count, then the confusion counts: one reduction across processes

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "growformer/config.hpp"
+#include "growformer/data_parallel.hpp"
 #include "growformer/dataset.hpp"
 #include "growformer/model.hpp"
 #include "growformer/run_dir.hpp"
@@ -57,6 +58,24 @@ std::string structure_record(const std::vector<std::vector<int>>& heads,
                              const std::vector<size_t>& mlp_widths, size_t start_width, long step);
 // Whether one of WIDTHS differs from START_WIDTH (an MLP was edited).
 bool mlp_grown(const std::vector<size_t>& widths, size_t start_width);
+
+// ---- where the loop's time went (trainer_timing.cpp)
+// Wall seconds per phase of the training loop since this process started (or resumed) the run.
+struct PhaseTimes {
+  double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
+};
+// CPU seconds of this process, all threads.
+double process_cpu_seconds();
+// What the structure decisions cost (the validation probes the policies asked for, their
+// muted evaluations included, and the policies' checks) against the training steps' time:
+// the console line, and decision_cost.json's text (FROM_STEP: where this process began).
+std::string decision_cost_line(const PhaseTimes& t);
+std::string decision_cost_json(const PhaseTimes& t, long from_step);
+// The timing line (GROWFORMER_DP_TIMING=1: wall and CPU time per step and each phase's share)
+// over STEPS steps that took TOTAL_S wall and CPU_S CPU seconds, when PER_PHASE; with several
+// PROCESSES, the exchange's line from SYNC. "" when there is nothing to say.
+std::string timing_lines(const PhaseTimes& t, long steps, double total_s, double cpu_s,
+                         bool per_phase, int processes, const GradientSync& sync);
 
 // ---- the configuration (experiment.cpp)
 // The plugin the component KEY of TOP names ("" when it names none).

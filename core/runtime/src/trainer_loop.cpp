@@ -1,6 +1,4 @@
 // One run of the training loop: the parts it drives and the named stages of a step.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +18,7 @@
 #include "growformer/json_text.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/parallel.hpp"
+#include "growformer/precision.hpp"
 #include "growformer/run_events.hpp"
 #include "growformer/structure_editor.hpp"
 #include "trainer_impl.hpp"
@@ -135,7 +134,7 @@ class Experiment::Loop {
     verify_same_model(start_step, "at the start");
     report_->start(banner());
     auto t0 = std::chrono::steady_clock::now();
-    double cpu0 = process_cpu_seconds();
+    double cpu0 = trainer_detail::process_cpu_seconds();
     for (long step = start_step + 1; step <= ts_.steps && !st_.stopped_early; ++step) {
       step_ = step;
       report_->begin_step(step);
@@ -321,68 +320,30 @@ class Experiment::Loop {
                        (fs::exists(last) ? "; the last checkpoint is " + last : "") + "");
   }
 
-  /// Rank 0's line on where the time of a data-parallel run went.
-  static double process_cpu_seconds() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-  }
-
-  /// What the structure decisions cost since this process started the run (or resumed it):
-  /// the validation probes the policies asked for (their muted evaluations included) and the
-  /// policies' checks, against the training steps' time; said in a line and written (rank 0)
-  /// to decision_cost.json, not to events.jsonl, whose every line a resumed run repeats
-  /// exactly. Nothing when no policy can change the structure.
+  /// What the structure decisions cost since this process started the run (or resumed it),
+  /// said in a line and written (rank 0) to decision_cost.json, not to events.jsonl, whose
+  /// every line a resumed run repeats exactly. Nothing when no policy can change the structure.
   void write_decision_cost(long start_step) {
     auto none = [this](const char* key) {
       const std::string p = plugin_of(ex_.cfg_, key);
       return p.empty() || p == "none";
     };
     if ((none("growth") && none("pruning")) || !(phase_.train > 0)) return;
-    const double spent = phase_.probe + phase_.policy;
-    std::ostringstream o;
-    o.precision(3);
-    o << "structure decisions: validation probes " << phase_.probe << " s, policy checks "
-      << phase_.policy << " s: " << 100.0 * spent / phase_.train << " % of the training steps' "
-      << phase_.train << " s\n";
-    report_->say(o.str());
-    if (!comm_.root()) return;
-    const nlohmann::json j = {{"train_s", phase_.train},
-                              {"probe_s", phase_.probe},
-                              {"check_s", phase_.policy},
-                              {"decision_share", spent / phase_.train},
-                              {"from_step", start_step}};
-    dir_.write(dir_.decision_cost(), j.dump() + "\n");
+    report_->say(trainer_detail::decision_cost_line(phase_));
+    if (comm_.root())
+      dir_.write(dir_.decision_cost(), trainer_detail::decision_cost_json(phase_, start_step));
   }
 
-  /// Rank 0's line on where the time of the steps went: with GROWFORMER_DP_TIMING=1 (any
-  /// process count) the wall and CPU time of this process per step, and with several processes
-  /// the exchange.
+  /// Rank 0's line on where the time of the steps went (GROWFORMER_DP_TIMING=1, or several
+  /// processes).
   void say_timing(long start_step, std::chrono::steady_clock::time_point t0, double cpu0) {
-    long steps = ts_.steps - start_step;
+    const long steps = ts_.steps - start_step;
     if (steps <= 0) return;
-    double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::ostringstream o;
-    o.precision(3);
-    if (sync_.measure_wait())
-      o << "timing: " << 1e3 * total / steps << " ms wall, "
-        << 1e3 * (process_cpu_seconds() - cpu0) / steps
-        << " ms CPU (this process, all threads) per step, validation included; of the wall time: "
-        << "training " << 1e3 * phase_.train / steps << " ms, validation probes "
-        << 1e3 * phase_.probe / steps << " ms, growth and pruning checks "
-        << 1e3 * phase_.policy / steps << " ms, validation " << 1e3 * phase_.validation / steps
-        << " ms, checkpoints " << 1e3 * phase_.checkpoint / steps << " ms\n";
-    if (comm_.size() == 1) {
-      report_->say(o.str());
-      return;
-    }
-    o << "data-parallel: " << comm_.size() << " processes, " << sync_.last_elements()
-      << " gradient values in " << sync_.last_buckets() << " bucket(s) per step; allreduce "
-      << 1e3 * sync_.seconds() / steps << " ms";
-    if (sync_.wait_seconds() > 0)
-      o << " after waiting " << 1e3 * sync_.wait_seconds() / steps << " ms for the slowest process";
-    o << ", of " << 1e3 * total / steps << " ms per step (rank 0)\n";
-    report_->say(o.str());
+    const double total = since(t0);
+    const std::string text = trainer_detail::timing_lines(
+        phase_, steps, total, trainer_detail::process_cpu_seconds() - cpu0, sync_.measure_wait(),
+        comm_.size(), sync_);
+    if (!text.empty()) report_->say(text);
   }
 
   [[noreturn]] void fail_non_finite(float lv, long step) {
@@ -756,10 +717,7 @@ class Experiment::Loop {
   long saved_step_ = -1;       // the step of checkpoints/last (-1: none yet)
   double admitted_bytes_ = 0;  // the heads admitted in this check (admit_heads)
   bool said_refused_ = false;  // a refused head was reported on the console
-  // wall seconds per phase of the loop (the timing line of GROWFORMER_DP_TIMING=1)
-  struct PhaseTimes {
-    double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
-  } phase_;
+  trainer_detail::PhaseTimes phase_;  // wall seconds per phase (trainer_timing.cpp)
   using Clock = std::chrono::steady_clock;
   static double since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -767,6 +725,7 @@ class Experiment::Loop {
 };
 
 int Experiment::run_loop(const RunDir& dir, long start_step, const RunFlags& flags) {
+  kernels::PrecisionScope own_precision(precision_);  // whatever another experiment set since
   Loop loop(*this, dir, flags);
   try {
     return loop.run(start_step);

@@ -176,8 +176,11 @@ class Experiment {
   const ConfigNode& config() const { return cfg_; }
   std::string name() const { return name_; }
   uint64_t seed() const { return seed_; }
-  /// The products' precision this experiment set (precision:, after bf16_if_available's
-  /// fallback); process-wide (growformer/precision.hpp), set again by each experiment built.
+  /// The products' precision of this experiment (precision:, after bf16_if_available's
+  /// fallback). The setting is process-wide (growformer/precision.hpp): each experiment built
+  /// sets it, and train, resume, restart and evaluate set this experiment's own for their
+  /// duration (kernels::PrecisionScope), so that experiments of different precisions in one
+  /// process (Python) each run in their own; a caller running the model directly does the same.
   kernels::Precision precision() const { return precision_; }
   /// A padded batch of examples [idx...] truncated to the model's positions.
   Batch make_batch(const std::vector<Example>& split, const std::vector<size_t>& idx) const;
@@ -268,10 +271,13 @@ std::unique_ptr<Experiment> experiment_from_checkpoint(
 /// pruning policy and no optimizer is built; the weights are not loaded yet. The data files
 /// only the embedded config names must be regular files, and an error reading one does not
 /// quote it (embedded_data_files, withhold_file_contents in trainer_state.hpp).
+/// PRECISION: float32, bf16 or bf16_if_available instead of the model's own (its config's
+/// `precision:`); "" keeps the model's.
 std::unique_ptr<Experiment> inference_from_checkpoint(const Checkpoint& checkpoint,
                                                       const std::string& path,
                                                       const std::vector<std::string>& plugin_paths,
-                                                      const std::string& data_need = "all");
+                                                      const std::string& data_need = "all",
+                                                      const std::string& precision = "");
 
 }  // namespace gf
 
