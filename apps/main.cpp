@@ -144,6 +144,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                                      {"parameters", total},
                                      {"blocks", per_block},
                                      {"heads", per_head},
+                                     {"num_blocks", m.heads_per_block.size()},
                                      {"heads_per_block", m.heads_per_block},
                                      {"mlp_width_per_block", m.mlp_width_per_block},
                                      {"step", m.step}}),
@@ -151,7 +152,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
               << "\n";
     return 0;
   }
-  std::cout << ck << "\n  step " << m.step << ", " << total << " parameters, heads per block "
+  std::cout << ck << "\n  step " << m.step << ", " << total << " parameters, "
+            << m.heads_per_block.size() << " blocks, heads per block "
             << json(m.heads_per_block).dump() << ", MLP width per block "
             << json(m.mlp_width_per_block).dump() << "\n  architecture:\n";
   for (size_t i = 0; i < m.architecture.size(); ++i)

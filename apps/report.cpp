@@ -289,12 +289,14 @@ std::vector<const gf::RunEvent*> edits_of(const Run& r) {
   return edits;
 }
 
-// Heads per block, with growth and prune markers at (step, heads after the edit); drawn when
-// FULL or when the structure changed.
+// Heads per block, with growth and prune markers at (step, heads after the head edit); drawn
+// when FULL or when the structure changed.
 std::string heads_chart(const Run& r, std::vector<const gf::RunEvent*> edits, Plotter& plot,
                         const std::string& prefix, bool full) {
   edits.erase(std::remove_if(edits.begin(), edits.end(),
-                             [](const gf::RunEvent* e) { return e->text("what") == "mlp_units"; }),
+                             [](const gf::RunEvent* e) {
+                               return e->text("what") == "mlp_units" || e->text("what") == "block";
+                             }),
               edits.end());
   size_t blocks = 0;
   for (auto& j : r.train) blocks = std::max(blocks, j.list("heads").size());
@@ -347,6 +349,19 @@ std::string mlp_chart(const std::vector<const gf::RunEvent*>& edits, Plotter& pl
     }
   }
   return f.series.empty() ? "" : chart(plot.draw(f), f.id);
+}
+
+// The number of blocks after each block edit (`what: block`); none when no block was edited.
+std::string depth_chart(const std::vector<const gf::RunEvent*>& edits, Plotter& plot,
+                        const std::string& prefix) {
+  Figure f{prefix + "depth", "Blocks (after each block edit)", "step", "blocks"};
+  f.from_zero = true;
+  Series s{"blocks", "steps"};
+  for (auto* e : edits)
+    if (e->text("what") == "block") s.pts.push_back({get(*e, "step"), get(*e, "blocks")});
+  if (s.pts.empty()) return "";
+  f.series.push_back(s);
+  return chart(plot.draw(f), f.id);
 }
 
 // INCRT: eigenvalues of the residual directional energy and thresholds, per block.
@@ -491,7 +506,9 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
   for (auto& k : keys) h << "<th>" << esc(k) << "</th>";
   h << "</tr>\n";
   for (auto* e : edits) {
-    const std::string what = e->text("what") == "mlp_units" ? " (MLP units)" : "";
+    const std::string what = e->text("what") == "mlp_units" ? " (MLP units)"
+                             : e->text("what") == "block"   ? " (block)"
+                                                            : "";
     h << "<tr><td>" << e->step << "</td><td class=l>" << esc(e->event.type + what) << "</td><td>"
       << std::max(0L, e->event.block) << "</td><td>" << e->event.head << "</td><td class=l>"
       << esc(e->text("policy")) << "</td><td class=l>" << esc(int_list(e->list("heads")))
@@ -556,8 +573,8 @@ std::string run_section(const Run& r, Plotter& plot, const std::string& prefix, 
   std::vector<const gf::RunEvent*> edits = edits_of(r);
   std::string charts = metric_charts(r, plot, prefix, majority) +
                        heads_chart(r, edits, plot, prefix, full) + mlp_chart(edits, plot, prefix) +
-                       incrt_charts(r, plot, prefix) + hkt_charts(r, plot, prefix) +
-                       signal_charts(r, plot, prefix);
+                       depth_chart(edits, plot, prefix) + incrt_charts(r, plot, prefix) +
+                       hkt_charts(r, plot, prefix) + signal_charts(r, plot, prefix);
   std::string h = "<div class=\"charts\">\n" + charts + "</div>\n" + test_paragraph(r) +
                   edits_table(edits) + decisions_paragraph(r);
   return full ? h + run_files(r) : h;

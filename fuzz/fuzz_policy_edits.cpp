@@ -9,9 +9,10 @@
 // "$object" (an instance of some class), and object keys "$int:N" (an int key).
 //
 // The answer must be a RuntimeError, or edits that the blocks take one after the other: each
-// on an editable block, an added head within the block's maximum with a random init whose
-// value variance is the default (-1) or a finite number >= 0, a removed head one the block
-// holds then and not its last.
+// head edit on an editable block, an added head within the block's maximum with a random init
+// whose value variance is the default (-1) or a finite number >= 0, a removed head one the
+// block holds then and not its last; a block inserted at an index up to the number of blocks
+// (taking no head edit after it), a block removed that the model holds, not its only one.
 #include <cmath>
 #include <sstream>
 
@@ -111,17 +112,41 @@ PolicyValue from_json(const nlohmann::json& j, int depth) {
   return v;
 }
 
+// A block edit against BLOCKS, applied to them.
+void apply_block_edit(const gf::Edit& e, std::vector<BlockShape>& blocks) {
+  const size_t n = blocks.size();
+  if (e.kind == gf::Edit::Kind::InsertBlock) {
+    if (e.block > n)
+      defect("inserting a block at " + std::to_string(e.block) + " of " + std::to_string(n));
+    BlockShape added;  // its heads are the trainer's: no head edit in this check
+    added.present = true;
+    blocks.insert(blocks.begin() + static_cast<long>(e.block), added);
+    return;
+  }
+  if (e.block >= n)
+    defect("removing block " + std::to_string(e.block) + " of " + std::to_string(n));
+  if (n == 1) defect("removing the only block");
+  blocks.erase(blocks.begin() + static_cast<long>(e.block));
+}
+
 // The edits against the blocks, applied one after the other.
-void check_applicable(const std::vector<gf::Edit>& edits, const std::vector<BlockShape>& blocks) {
-  std::vector<std::vector<int>> heads(blocks.size());
-  for (size_t b = 0; b < blocks.size(); ++b) heads[b] = blocks[b].heads;
+void check_applicable(const std::vector<gf::Edit>& edits, std::vector<BlockShape> blocks) {
   for (const gf::Edit& e : edits) {
+    bool has_class = false;
+    for (const auto& s : e.cause.strings)
+      has_class = has_class || (s.first == "class" && s.second == "fuzz.Policy");
+    if (!has_class) defect("an edit whose cause does not name the class");
+    if (e.edits_blocks()) {
+      apply_block_edit(e, blocks);
+      continue;
+    }
+    if (!e.edits_heads()) defect("an MLP edit of a block without an MLP");
     if (e.block >= blocks.size())
       defect("block " + std::to_string(e.block) + " of " + std::to_string(blocks.size()));
     const BlockShape& bs = blocks[e.block];
     if (!bs.present || !bs.editable)
       defect("block " + std::to_string(e.block) + " cannot edit heads");
-    std::vector<int>& ids = heads[e.block];
+    std::vector<int>& ids = blocks[e.block].heads;
     if (e.kind == gf::Edit::Kind::AddHead) {
       if (ids.size() >= bs.max_heads)
         defect("a head beyond the maximum of block " + std::to_string(e.block));
@@ -137,10 +162,6 @@ void check_applicable(const std::vector<gf::Edit>& edits, const std::vector<Bloc
       if (ids.size() == 1) defect("removing the last head of block " + std::to_string(e.block));
       ids.erase(it);
     }
-    bool has_class = false;
-    for (const auto& s : e.cause.strings)
-      has_class = has_class || (s.first == "class" && s.second == "fuzz.Policy");
-    if (!has_class) defect("an edit whose cause does not name the class");
   }
 }
 

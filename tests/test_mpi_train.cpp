@@ -321,3 +321,32 @@ TEST_CASE("2 processes grow the MLP as 1 process does: the same edits, widths an
       CHECK(ea[i].value(k, json()) == eb[i].value(k, json()));
   CHECK(eb[1]["mlp_widths"] == json::array({80}));  // 64 + 8 + 8: both growths happened
 }
+
+TEST_CASE("2 processes deepen the model as 1 process does: the same edits, blocks and metrics") {
+  gf_test::TempDir dir;
+  std::string cfg = kTinyIncrt;
+  // INCRT's pruning keeps state per block: it moves with the blocks on every process alike
+  cfg = cfg.substr(0, cfg.find("growth:")) +
+        "growth: {plugin: depth_schedule, at: [10, 24], index: 0}\n" +
+        cfg.substr(cfg.find("pruning:"));
+  std::ofstream(dir.file("depth.yaml")) << cfg;
+  std::string one = dir.file("one"), two = dir.file("two");
+  Run a = growformer(0, "train " + dir.file("depth.yaml") + " -q --run-dir " + one, dir);
+  REQUIRE_MESSAGE(a.status == 0, a.output);
+  Run b = growformer(2, "train " + dir.file("depth.yaml") + " -q --run-dir " + two, dir);
+  REQUIRE_MESSAGE(b.status == 0, b.output);
+  check_same_metrics(metrics_without_timing(one), metrics_without_timing(two), 1e-5);
+  auto block_edits = [](std::vector<json> all) {
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [](const json& j) { return j.value("what", "") != "block"; }),
+              all.end());
+    return all;
+  };
+  auto ea = block_edits(edits(one)), eb = block_edits(edits(two));
+  REQUIRE(ea.size() == 2);
+  REQUIRE(eb.size() == 2);
+  for (size_t i = 0; i < ea.size(); ++i)
+    for (auto k : {"type", "step", "block", "what", "op", "blocks", "heads", "policy"})
+      CHECK(ea[i].value(k, json()) == eb[i].value(k, json()));
+  CHECK(eb[1]["blocks"] == 3);  // 1 + 1 + 1: both insertions happened
+}

@@ -53,6 +53,12 @@ def _block_layout(params, b):
     return ids
 
 
+def _num_blocks(params):
+    """The model's number of blocks as its parameters hold them (a depth edit leaves the
+    configuration's `layers` behind)."""
+    return len({name.split(".")[1] for name in params if name.startswith("layers.")})
+
+
 def _check_supported(model_cfg, params):
     att = model_cfg["attention"]
     plugin, head = att.get("plugin"), (att.get("head") or {}).get("plugin", "dot_product")
@@ -61,7 +67,7 @@ def _check_supported(model_cfg, params):
                      "the export covers mha and hkt blocks with dot_product and hybrid_conv heads "
                      "(any head count per block, grown or pruned)")
     known = ("b_o", "down.", "fusion.")
-    for b in range(model_cfg["layers"]):
+    for b in range(_num_blocks(params)):
         pre = f"layers.{b}.attn."
         for name in params:
             if name.startswith(pre) and ".heads." not in name and not name[len(pre):].startswith(known):

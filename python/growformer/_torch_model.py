@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._torch import _block_layout
+from ._torch import _block_layout, _num_blocks
 
 
 class _Params:
@@ -169,7 +169,7 @@ class GrowformerClassifier(nn.Module):
         self.embed, self.pos = p("embed"), p("pos")
         if self.cls_pool:
             self.cls = p("cls")
-        self.layers = nn.ModuleList([Layer(p, b, cfg) for b in range(cfg["layers"])])
+        self.layers = nn.ModuleList([Layer(p, b, cfg) for b in range(_num_blocks(params))])
         self.final_norm = bool(cfg.get("final_norm", True))
         if self.final_norm:
             self.lnf_g, self.lnf_b = p("ln_f.gamma"), p("ln_f.beta")

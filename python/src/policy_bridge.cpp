@@ -406,10 +406,12 @@ class PythonPolicy : public gf::GrowthPolicy {
     if (!has("edited")) return;
     py::dict d;
     using K = gf::Edit::Kind;
-    d["op"] = e.kind == K::AddHead       ? "add_head"
-              : e.kind == K::RemoveHead  ? "remove_head"
-              : e.kind == K::AddMlpUnits ? "add_mlp_units"
-                                         : "remove_mlp_units";
+    d["op"] = e.kind == K::AddHead          ? "add_head"
+              : e.kind == K::RemoveHead     ? "remove_head"
+              : e.kind == K::AddMlpUnits    ? "add_mlp_units"
+              : e.kind == K::RemoveMlpUnits ? "remove_mlp_units"
+              : e.kind == K::InsertBlock    ? "insert_block"
+                                            : "remove_block";
     d["block"] = e.block;
     if (e.edits_heads()) d["head"] = e.kind == K::AddHead ? new_head_id : e.head_id;
     if (e.kind == K::AddMlpUnits) d["first_unit"] = new_head_id, d["units"] = e.units;

@@ -207,13 +207,42 @@ inline void parse_units(const PolicyValue& d, const std::string& at, size_t& wid
   width -= e.unit_indices.size();
 }
 
+// An insert_block or remove_block edit (`block`: the index; no other key of an edit's own):
+// checked against SHAPES as the earlier edits leave them, which it then edits. A block this
+// check inserts takes no head or MLP edit in the same check (its shape is the trainer's).
+inline void parse_block_edit(const PolicyValue& d, const std::string& at, long long index,
+                             std::vector<BlockShape>& shapes, gf::Edit& e) {
+  if (d.get("head") || d.get("init") || d.get("release_direction") || d.get("units"))
+    throw gf::RuntimeError(at + ": a block edit takes `block`, not `head`, `init`, " +
+                           "`release_direction` or `units`");
+  const size_t n = shapes.size();
+  if (d.get("op")->text == "insert_block") {
+    if (index < 0 || static_cast<unsigned long long>(index) > n)
+      throw gf::RuntimeError(at + ": an insert_block edit's `block` is the index the new block " +
+                             "takes, in [0, " + std::to_string(n) + "]");
+    e.kind = gf::Edit::Kind::InsertBlock;
+    e.block = static_cast<size_t>(index);
+    BlockShape added;
+    added.present = true;
+    added.describe = "a block inserted by this check";
+    shapes.insert(shapes.begin() + index, added);
+    return;
+  }
+  if (index < 0 || static_cast<unsigned long long>(index) >= n)
+    throw gf::RuntimeError(at + ": `block` must be a block index in [0, " + std::to_string(n) +
+                           ")");
+  if (n == 1)
+    throw gf::RuntimeError(at + ": block " + std::to_string(index) + " is the model's only block");
+  e.kind = gf::Edit::Kind::RemoveBlock;
+  e.block = static_cast<size_t>(index);
+  shapes.erase(shapes.begin() + index);
+}
+
 // One edit, a dict: op, block, reason, info, then what add_head or remove_head takes (or
-// add_mlp_units / remove_mlp_units: `units`); HEADS are the blocks' head ids and WIDTHS their
-// MLP widths as the earlier edits leave them (updated).
+// add_mlp_units / remove_mlp_units: `units`; insert_block / remove_block: nothing more); SHAPES
+// are the blocks (their head ids, MLP widths, number) as the earlier edits leave them (updated).
 inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
-                           const std::vector<BlockShape>& blocks,
-                           std::vector<std::vector<int>>& heads, std::vector<size_t>& widths,
-                           const std::string& class_path) {
+                           std::vector<BlockShape>& shapes, const std::string& class_path) {
   if (d.kind != PolicyValue::Kind::Dict)
     throw gf::RuntimeError(at + " is not a dict with `op` and `block`");
   static const char* const known[] = {
@@ -229,24 +258,19 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
   const PolicyValue* block = d.get("block");
   const std::string ops = op && op->is_str() ? op->text : "";
   const bool mlp = ops == "add_mlp_units" || ops == "remove_mlp_units";
-  if (ops != "add_head" && ops != "remove_head" && !mlp)
+  const bool depth = ops == "insert_block" || ops == "remove_block";
+  if (ops != "add_head" && ops != "remove_head" && !mlp && !depth)
     throw gf::RuntimeError(
         at +
         ": `op` must be \"add_head\" or \"remove_head\" (heads), \"add_mlp_units\" "
-        "or \"remove_mlp_units\" (MLP units)");
+        "or \"remove_mlp_units\" (MLP units), \"insert_block\" or \"remove_block\" (blocks)");
   std::optional<long long> bi =
       block && block->kind == PolicyValue::Kind::Integer ? block->integer : std::nullopt;
-  if (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= blocks.size())
+  if (!depth && (!bi || *bi < 0 || static_cast<unsigned long long>(*bi) >= shapes.size()))
     throw gf::RuntimeError(at + ": `block` must be a block index in [0, " +
-                           std::to_string(blocks.size()) + ")");
+                           std::to_string(shapes.size()) + ")");
+  if (depth && !bi) throw gf::RuntimeError(at + ": a block edit needs `block`, an index");
   gf::Edit e;
-  e.block = static_cast<size_t>(*bi);
-  const BlockShape& bs = blocks[e.block];
-  if (!mlp && (!bs.present || !bs.editable))
-    throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
-                           (bs.present ? bs.describe : std::string("?")) +
-                           ") cannot add or remove heads");
-  std::vector<int>& ids = heads[e.block];
   if (const PolicyValue* reason = d.get("reason")) {
     if (!reason->is_str()) throw gf::RuntimeError(at + ": `reason` must be a str");
     e.cause.strings.push_back({"reason", reason->text});
@@ -258,12 +282,22 @@ inline gf::Edit parse_edit(const PolicyValue& d, const std::string& at,
                              ": `info` must be a dict of name -> number, str or list of numbers");
     add_fields(e.cause, *info, at + ": `info`");
   }
+  if (depth) {
+    parse_block_edit(d, at, *bi, shapes, e);
+    return e;
+  }
+  e.block = static_cast<size_t>(*bi);
+  BlockShape& bs = shapes[e.block];
+  if (!mlp && (!bs.present || !bs.editable))
+    throw gf::RuntimeError(at + ": block " + std::to_string(e.block) + " (" +
+                           (bs.present ? bs.describe : std::string("?")) +
+                           ") cannot add or remove heads");
   if (mlp)
-    parse_units(d, at, widths[e.block], e);
+    parse_units(d, at, bs.mlp_width, e);
   else if (ops == "add_head")
-    parse_add(d, at, bs, ids, e);
+    parse_add(d, at, bs, bs.heads, e);
   else
-    parse_remove(d, at, ids, e);
+    parse_remove(d, at, bs.heads, e);
   return e;
 }
 
@@ -280,18 +314,15 @@ inline std::vector<gf::Edit> parse_policy_edits(const PolicyValue& ret,
     throw gf::RuntimeError(where + " returned " + ret.repr +
                            "; expected a list of edits ([] for none), each a dict such as "
                            "{\"op\": \"add_head\", \"block\": 0, \"reason\": \"...\"}");
-  // heads per block as the edits before each one leave them
-  std::vector<std::vector<int>> heads(blocks.size());
-  std::vector<size_t> widths(blocks.size());
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    if (blocks[b].present) heads[b] = blocks[b].heads;
-    widths[b] = blocks[b].mlp_width;
-  }
+  // the blocks as the edits before each one leave them
+  std::vector<BlockShape> shapes = blocks;
+  for (BlockShape& b : shapes)
+    if (!b.present) b.heads.clear();
   std::vector<gf::Edit> out;
   size_t k = 0;
   for (const PolicyValue& item : ret.items) {
     const std::string at = where + ": edit " + std::to_string(k++) + " " + item.repr;
-    out.push_back(edits_detail::parse_edit(item, at, blocks, heads, widths, class_path));
+    out.push_back(edits_detail::parse_edit(item, at, shapes, class_path));
   }
   return out;
 }

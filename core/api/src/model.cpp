@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "growformer/errors.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/registry.hpp"
 
@@ -48,7 +49,8 @@ const OptionTable<ModelSettings>& ModelSettings::table() {
   static const auto t =
       OptionTable<S>()
           .add("d_model", &S::d_model, "64", "model width d", 1, 65536)
-          .add("layers", &S::layers, "2", "number of residual blocks", 1, 1024)
+          .add("layers", &S::layers, "2",
+               "number of residual blocks (where the model starts: block edits change it)", 1, 1024)
           .add("mlp_ratio", &S::mlp_ratio, "4",
                "MLP hidden width as a multiple of d_model (where each block starts: MLP edits "
                "change it)",
@@ -77,8 +79,7 @@ Model::Model(const Options& o, const ModelSettings& s, size_t vocab, size_t clas
     : vocab_(vocab), classes_(classes) {
   d_ = s.d_model;
   const size_t L = s.layers;
-  const size_t hidden = static_cast<size_t>(std::lround(s.mlp_ratio * static_cast<double>(d_)));
-  mlp_start_ = hidden;
+  mlp_start_ = static_cast<size_t>(std::lround(s.mlp_ratio * static_cast<double>(d_)));
   max_len_ = s.max_len;
   cls_ = s.cls;
   if (cls_ && max_len_ < 2) o.fail("max_len", "CLS pooling needs max_len >= 2");
@@ -99,27 +100,17 @@ Model::Model(const Options& o, const ModelSettings& s, size_t vocab, size_t clas
     rng.fill_normal(c, 0.02f);
     cls_vec_ = register_parameter("cls", c);
   }
-  const ConfigNode& attn_node = s.attention;
+  registry_ = &registry;
+  attn_node_ = s.attention;
+  seed_ = seed;
   for (size_t i = 0; i < L; ++i) {
-    auto layer = std::make_shared<Layer>();
-    layer->ln1_g = layer->register_parameter("ln1.gamma", Tensor({d_}, 1.0f));
-    layer->ln1_b = layer->register_parameter("ln1.beta", Tensor({d_}, 0.0f));
     Rng arng(seed, "model.layers." + std::to_string(i) + ".attn");
-    AttentionBuild ab{d_, i, &registry, &arng};
-    layer->attn = registry.create_attention(attn_node, ab);
-    layer->register_module("attn", layer->attn);
+    auto layer = make_layer(i, arng, rng);
     if (cls_ && layer->attn->causal())
       o.fail("pool",
              "`pool: cls` reads the CLS slot in front of the tokens, which causal attention lets "
              "see only itself: the classifier would give one output for every input; use "
              "`pool: mean` with causal attention");
-    layer->ln2_g = layer->register_parameter("ln2.gamma", Tensor({d_}, 1.0f));
-    layer->ln2_b = layer->register_parameter("ln2.beta", Tensor({d_}, 0.0f));
-    layer->fc1_w = layer->register_parameter("mlp.fc1.w", uniform_init({d_, hidden}, d_, rng));
-    layer->fc1_b = layer->register_parameter("mlp.fc1.b", Tensor({hidden}, 0.0f));
-    layer->fc2_w = layer->register_parameter("mlp.fc2.w", uniform_init({hidden, d_}, hidden, rng));
-    layer->fc2_b = layer->register_parameter("mlp.fc2.b", Tensor({d_}, 0.0f));
-    layer->mlp = std::make_unique<Mlp>(layer->fc1_w, layer->fc1_b, layer->fc2_w, max_mlp_width());
     register_module(kLayers + std::to_string(i), layer);
     layers_.push_back(layer);
   }
@@ -129,6 +120,24 @@ Model::Model(const Options& o, const ModelSettings& s, size_t vocab, size_t clas
   }
   head_w_ = register_parameter("classifier.w", uniform_init({d_, classes_}, d_, rng));
   head_b_ = register_parameter("classifier.b", Tensor({classes_}, 0.0f));
+}
+
+std::shared_ptr<Model::Layer> Model::make_layer(size_t index, Rng& attn_rng, Rng& rng) {
+  auto layer = std::make_shared<Layer>();
+  layer->ln1_g = layer->register_parameter("ln1.gamma", Tensor({d_}, 1.0f));
+  layer->ln1_b = layer->register_parameter("ln1.beta", Tensor({d_}, 0.0f));
+  AttentionBuild ab{d_, index, registry_, &attn_rng};
+  layer->attn = registry_->create_attention(attn_node_, ab);
+  layer->register_module("attn", layer->attn);
+  layer->ln2_g = layer->register_parameter("ln2.gamma", Tensor({d_}, 1.0f));
+  layer->ln2_b = layer->register_parameter("ln2.beta", Tensor({d_}, 0.0f));
+  const size_t hidden = mlp_start_;
+  layer->fc1_w = layer->register_parameter("mlp.fc1.w", uniform_init({d_, hidden}, d_, rng));
+  layer->fc1_b = layer->register_parameter("mlp.fc1.b", Tensor({hidden}, 0.0f));
+  layer->fc2_w = layer->register_parameter("mlp.fc2.w", uniform_init({hidden, d_}, hidden, rng));
+  layer->fc2_b = layer->register_parameter("mlp.fc2.b", Tensor({d_}, 0.0f));
+  layer->mlp = std::make_unique<Mlp>(layer->fc1_w, layer->fc1_b, layer->fc2_w, max_mlp_width());
+  return layer;
 }
 
 Var Model::forward(const Batch& b, bool training, Rng* dropout_rng) {
@@ -166,6 +175,74 @@ Var Model::forward(const Batch& b, bool training, Rng* dropout_rng) {
   if (final_norm_) x = ops::layer_norm(x, lnf_g_, lnf_b_);
   Var pooled = cls_ ? ops::select_position(x, 0) : ops::masked_mean_pool(x, valid);
   return ops::linear(pooled, head_w_, &head_b_);
+}
+
+std::string Model::why_not_insert_block(size_t index) const {
+  const size_t n = layers_.size();
+  if (index > n)
+    return "there is no index " + std::to_string(index) + " to insert at (the model has " +
+           std::to_string(n) + " blocks: a new block goes at 0.." + std::to_string(n) + ")";
+  if (n >= kMaxBlocks)
+    return "the model already has the most blocks a model may hold, " + std::to_string(kMaxBlocks);
+  if (!n || layers_[0]->attn->heads().empty())
+    return "its attention blocks have no heads whose output maps could start at zero (" +
+           (n ? layers_[0]->attn->describe() : std::string("no block")) + ")";
+  return "";
+}
+
+std::string Model::why_not_remove_block(size_t index) const {
+  const size_t n = layers_.size();
+  if (index >= n)
+    return "it has no block " + std::to_string(index) + " (its blocks: 0.." +
+           std::to_string(n - 1) + ")";
+  if (n == 1) return "removing its only block would leave it none";
+  return "";
+}
+
+void Model::unregister_layers() {
+  for (size_t i = 0; i < layers_.size(); ++i) unregister_module(kLayers + std::to_string(i));
+}
+
+void Model::register_layers() {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    register_module(kLayers + std::to_string(i), layers_[i]);
+}
+
+void Model::insert_block(size_t index, Rng& rng) {
+  const std::string why = why_not_insert_block(index);
+  if (!why.empty()) throw RuntimeError("model: cannot insert a block: " + why);
+  Rng arng(rng.next_u64(), "model.inserted.attn");
+  auto layer = make_layer(index, arng, rng);
+  for (const HeadInfo& h : layer->attn->heads()) Var(*h.w_o).value().zero();
+  layer->fc2_w.value().zero();
+  unregister_layers();
+  layers_.insert(layers_.begin() + static_cast<long>(index), layer);
+  register_layers();
+}
+
+void Model::remove_block(size_t index) {
+  const std::string why = why_not_remove_block(index);
+  if (!why.empty()) throw RuntimeError("model: cannot remove a block: " + why);
+  unregister_layers();
+  layers_.erase(layers_.begin() + static_cast<long>(index));
+  register_layers();
+}
+
+void Model::set_blocks(size_t count) {
+  if (count == 0 || count > kMaxBlocks)
+    throw RuntimeError("model: " + std::to_string(count) + " blocks (a model holds 1.." +
+                       std::to_string(kMaxBlocks) + ")");
+  Rng rng(seed_, "model.blocks");
+  while (layers_.size() > count) {
+    unregister_module(kLayers + std::to_string(layers_.size() - 1));
+    layers_.pop_back();
+  }
+  while (layers_.size() < count) {
+    const size_t i = layers_.size();
+    Rng arng(seed_, "model.layers." + std::to_string(i) + ".attn");
+    layers_.push_back(make_layer(i, arng, rng));
+    register_module(kLayers + std::to_string(i), layers_.back());
+  }
 }
 
 std::vector<AttentionBlock*> Model::blocks() const {

@@ -99,6 +99,9 @@ std::string structure_record(const std::vector<std::vector<int>>& heads,
                   "#   step: " +
                   std::to_string(step) +
                   "  # of checkpoints/last.safetensors\n"
+                  "#   blocks: " +
+                  std::to_string(heads.size()) +
+                  "  # model.layers above is the start\n"
                   "#   final_heads: " +
                   list(counts) + "  # per block (model.attention.heads above is the start)\n";
   if (mlp_grown(mlp_widths, start_width))

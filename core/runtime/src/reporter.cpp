@@ -45,12 +45,12 @@ std::ofstream open_log(const std::string& path) {
 }  // namespace
 
 class Reporter::Sink : public EventSink {
-  // The counts the editor writes (heads per block, heads asked for, MLP units) as JSON integers;
-  // other numbers as they are (null when not finite).
+  // The counts the editor writes (heads per block, heads asked for, MLP units, blocks) as JSON
+  // integers; other numbers as they are (null when not finite).
   static json number(const std::string& key, double v) {
     if (!std::isfinite(v)) return json(nullptr);
-    static const char* const kCounts[] = {"heads", "requested",  "units",
-                                          "width", "mlp_widths", "unit_indices"};
+    static const char* const kCounts[] = {"heads",      "requested",    "units", "width",
+                                          "mlp_widths", "unit_indices", "blocks"};
     const bool count = std::any_of(std::begin(kCounts), std::end(kCounts),
                                    [&](const char* c) { return key == c; });
     if (count && v == std::floor(v) && std::fabs(v) < 9e15) return json(static_cast<long long>(v));

@@ -31,6 +31,7 @@ void StructureEditor::set_optimizer(const Module* model, Optimizer* optimizer) {
 
 void StructureEditor::set_model(Model* model, Optimizer* optimizer) {
   set_optimizer(model, optimizer);
+  edited_model_ = model;
   mlps_ = model ? model->mlps() : std::vector<Mlp*>();
 }
 
@@ -200,26 +201,27 @@ int StructureEditor::apply(const Edit& e, size_t p, size_t step) {
 }
 
 int StructureEditor::edit(const Edit& e, size_t p, size_t step) {
-  if (e.block >= blocks_.size()) {
+  if (!e.edits_blocks() && e.block >= blocks_.size()) {
     const Policy& pol = policies_[p];
     throw RuntimeError("the " + pol.role + " policy" +
                        (pol.name.empty() ? "" : " `" + pol.name + "`") + " asked to edit block " +
                        std::to_string(e.block) + ", but the model has " +
                        std::to_string(blocks_.size()) + " block(s)");
   }
-  AttentionBlock* blk = blocks_[e.block];
   int new_id = -1;
   Event ev = e.cause;
   ev.block = static_cast<long>(e.block);
-  if (!e.edits_heads()) {
+  if (e.edits_blocks()) {
+    edit_blocks(e, p, &ev);
+  } else if (!e.edits_heads()) {
     new_id = edit_mlp(e, p, &ev);
     if (new_id == kRefused) return kRefused;
   } else if (e.kind == Edit::Kind::AddHead) {
-    new_id = blk->add_head(e.init, *policies_[p].rng, step);
+    new_id = blocks_[e.block]->add_head(e.init, *policies_[p].rng, step);
     ev.type = ev.type.empty() ? "grow" : ev.type;
     ev.head = new_id;
   } else {
-    blk->remove_head(e.head_id);
+    blocks_[e.block]->remove_head(e.head_id);
     ev.type = ev.type.empty() ? "prune" : ev.type;
     ev.head = e.head_id;
   }
@@ -227,7 +229,9 @@ int StructureEditor::edit(const Edit& e, size_t p, size_t step) {
   for (auto* b : blocks_) heads.push_back(static_cast<double>(b->num_heads()));
   ev.lists.push_back({"heads", heads});
   ev.strings.push_back({"policy", policies_[p].role});
-  ev.strings.push_back({"what", e.edits_heads() ? "head" : "mlp_units"});
+  ev.strings.push_back({"what", e.edits_heads()    ? "head"
+                                : e.edits_blocks() ? "block"
+                                                   : "mlp_units"});
   if (events_) events_->emit(ev);
   // every policy hears of every edit (growth must know which heads pruning removed)
   for (size_t q = 0; q < policies_.size(); ++q) {

@@ -71,8 +71,7 @@ class Experiment::Loop {
             ex.switch_data_.train.empty() ? 0 : static_cast<size_t>(ts_.bucket),
             ts_.bucket > 0 ? padded_lengths(ex.switch_data_.train, ex.model_->max_tokens())
                            : std::vector<size_t>{}),
-        blocks_(ex.model_->blocks()),
-        editor_(blocks_,
+        editor_(ex.model_->blocks(),
                 {{ex.growth_.get(), &st_.growth_rng, "growth", plugin_of(ex.cfg_, "growth")},
                  {ex.pruning_.get(), &st_.pruning_rng, "pruning", plugin_of(ex.cfg_, "pruning")}},
                 &report_->events(), static_cast<size_t>(ts_.steps)) {
@@ -83,7 +82,7 @@ class Experiment::Loop {
     need_masks_ = editor_.needs_head_mask_grads();
     const char* timing = std::getenv("GROWFORMER_DP_TIMING");
     sync_.set_measure_wait(timing && std::string(timing) == "1");
-    for (auto* b : blocks_) b->set_head_masks(need_masks_);
+    for (auto* b : editor_.blocks()) b->set_head_masks(need_masks_);
   }
   ~Loop() { set_interrupt_note(""); }  // the note names this run
 
@@ -258,7 +257,7 @@ class Experiment::Loop {
   }
 
   void capture_probes(bool on) {
-    for (auto* b : blocks_) b->set_capture(on);
+    for (auto* b : editor_.blocks()) b->set_capture(on);
   }
 
   /// Zeroes the gradients, runs the forward and backward passes, adds the step to the
@@ -288,7 +287,7 @@ class Experiment::Loop {
                                 interrupted() ? 1.0 : 0.0};
     std::vector<Var> masks;
     if (need_masks_)
-      for (AttentionBlock* b : blocks_)
+      for (AttentionBlock* b : editor_.blocks())
         for (Var& m : b->head_mask_vars()) masks.push_back(m);
     sync_.reduce(params, masks, static_cast<double>(batch.batch) / static_cast<double>(global),
                  sums);
@@ -375,9 +374,9 @@ class Experiment::Loop {
   /// so every process's policies see the same statistics and make the same edits; the models
   /// are then compared across processes.
   void check_structure(const Batch& batch, const Batch& whole, long step) {
-    std::vector<Probe> probes(blocks_.size());
-    for (size_t i = 0; need_probe_ && i < blocks_.size(); ++i) {
-      Tensor in = blocks_[i]->captured_input();
+    std::vector<Probe> probes(editor_.blocks().size());
+    for (size_t i = 0; need_probe_ && i < editor_.blocks().size(); ++i) {
+      Tensor in = editor_.blocks()[i]->captured_input();
       if (comm_.size() > 1 && in.defined())
         in = gather_rows(comm_, in, batch.row_offset, whole.batch);
       probes[i] = make_probe(in, whole.valid, whole.seq);
@@ -416,7 +415,8 @@ class Experiment::Loop {
     const double need = other + static_cast<double>(ps.bytes_cached) +
                         static_cast<double>(ps.bytes_peak) + admitted_bytes_ + heads;
     const std::string what = count == 1 ? "one more head" : std::to_string(count) + " more heads";
-    const std::string kept = "training goes on with " + std::to_string(blocks_[b]->num_heads()) +
+    const std::string kept = "training goes on with " +
+                             std::to_string(editor_.blocks()[b]->num_heads()) +
                              " heads there (lower train.batch_size or max_heads, or give the "
                              "process more memory)";
     double over = need > lim.bytes ? 1.0 : 0.0;
@@ -448,7 +448,7 @@ class Experiment::Loop {
   /// gradients). Measured on mha (the pool's peak with 1 and 9 heads, d_k 8 to 256, lengths 15
   /// to 199): 1.3 to 1.5 x params / d_model per token; the fused attention keeps no score rows.
   double head_bytes(size_t b) const {
-    std::vector<HeadInfo> heads = blocks_[b]->heads();
+    std::vector<HeadInfo> heads = editor_.blocks()[b]->heads();
     if (heads.empty()) return 0;  // nothing to measure a head by: the step itself will tell
     const std::string prefix =
         "layers." + std::to_string(b) + ".attn.heads." + std::to_string(heads.back().id) + ".";
@@ -709,7 +709,6 @@ class Experiment::Loop {
   TrainWindow since_report_;          // the steps since RunFlags::on_step was last called
   bool stop_requested_ = false;       // RunFlags::on_step answered false
   BatchSampler sampler_, switch_sampler_;
-  std::vector<AttentionBlock*> blocks_;
   StructureEditor editor_;
   bool need_probe_ = false, need_masks_ = false, validated_ = false;
   bool on_trial_ = false;      // the last validation found the structure on trial

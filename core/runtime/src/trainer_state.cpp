@@ -465,8 +465,23 @@ std::vector<std::optional<BlockStructure>> checked_structures(
   return out;
 }
 
+size_t checked_block_count(const Checkpoint& ck, const std::string& path) {
+  auto it = ck.metadata.find("architecture");
+  if (it == ck.metadata.end())
+    throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
+  json arch = json::parse(it->second, nullptr, false);
+  if (!arch.is_array())
+    throw RuntimeError(path + ": corrupt architecture record (not a JSON list)");
+  if (arch.empty() || arch.size() > Model::kMaxBlocks)
+    throw RuntimeError(path + ": invalid checkpoint: its architecture record lists " +
+                       std::to_string(arch.size()) + " blocks (a model holds 1.." +
+                       std::to_string(Model::kMaxBlocks) + ")");
+  return arch.size();
+}
+
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model) {
   check_checkpoint_format(ck, path);
+  model.set_blocks(checked_block_count(ck, path));  // a depth edit: the run's number of blocks
   auto blocks = model.blocks();
   auto structures = checked_structures(ck, path, &blocks);
   for (size_t i = 0; i < blocks.size(); ++i)

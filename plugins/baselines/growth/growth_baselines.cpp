@@ -1,6 +1,7 @@
 // Baseline growth policies for INCRT ablations: `fixed_schedule` (one head every
 // N steps up to K) and `random` (one head with probability p per check); `mlp_schedule` (MLP
-// units at given steps) is in mlp_schedule.cpp.
+// units at given steps) is in mlp_schedule.cpp, `depth_schedule` (blocks at given steps) in
+// depth_schedule.cpp.
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -72,6 +73,12 @@ class BaselineGrowth : public gf::GrowthPolicy {
       edits.push_back(std::move(e));
     }
     return edits;
+  }
+
+  void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    (void)new_head_id;
+    (void)view;
+    if (e.edits_blocks()) gf::move_blocks(last_add_, e);  // the steps move with their blocks
   }
 
   std::map<std::string, double> summary() const override { return fields().summary(*this); }
@@ -188,6 +195,7 @@ void register_baselines(gf::Registry& r) {
                  return std::make_unique<RandomGrowth>(RandomSettings::table().read(o));
                });
   register_mlp_schedule(r);
+  register_depth_schedule(r);
 }
 
 }  // namespace

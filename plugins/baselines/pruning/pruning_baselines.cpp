@@ -204,7 +204,8 @@ class HeadImportance : public gf::GrowthPolicy {
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
     (void)view;
-    if (!e.edits_heads()) return;  // an MLP edit: no head came or went
+    if (e.edits_blocks()) gf::move_blocks(acc_, e);  // the sums move with their blocks
+    if (!e.edits_heads()) return;                    // an MLP or block edit: no head came or went
     Acc& acc = acc_[e.block];
     if (e.kind == gf::Edit::Kind::RemoveHead)
       acc.sum.erase(e.head_id);
@@ -369,6 +370,12 @@ class AblationRule : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
     (void)new_head_id;
     (void)view;
+    if (e.edits_blocks()) {  // the counts move with their blocks
+      std::map<std::pair<size_t, int>, size_t> moved;
+      for (const auto& [at, n] : low_)
+        if (std::optional<size_t> to = gf::block_after(e, at.first)) moved[{*to, at.second}] = n;
+      low_.swap(moved);
+    }
     if (e.kind == gf::Edit::Kind::RemoveHead) low_.erase({e.block, e.head_id});
   }
 

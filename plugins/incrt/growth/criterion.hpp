@@ -57,6 +57,8 @@ class Criterion {
   }
   /// A head was removed (by this policy's edit or another's).
   virtual void head_removed(const gf::Edit& e) { (void)e; }
+  /// A block was inserted or removed (another policy's edit): the blocks after it moved.
+  virtual void blocks_moved(const gf::Edit& e) { (void)e; }
   virtual void summarize(std::map<std::string, double>& out) const { (void)out; }
   /// The state: the word, the criterion's fields, its check and pending counters.
   virtual void save(std::ostringstream& os) const = 0;

@@ -105,6 +105,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     std::vector<gf::Edit> edits;
     for (const gf::BlockView& bv : view.blocks) {
       if (!bv.block || !bv.block->can_edit_heads()) continue;
+      if ((!bv.probe || !bv.probe->input.defined()) && inserted_.contains(bv.index, view.step))
+        continue;  // inserted at this check: probed from the next one on
       if (!bv.probe || !bv.probe->input.defined())
         throw gf::RuntimeError("incrt_geometric: the trainer gave no probe for block " +
                                std::to_string(bv.index) + " (needs_probe() is true)");
@@ -115,6 +117,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
   }
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
+    inserted_.note(e, view.step);
+    if (e.edits_blocks()) {  // another policy's block edit: the states move with their blocks
+      gf::move_blocks(blocks_, e);
+      gf::move_blocks(round_inputs_, e);
+      criterion_->blocks_moved(e);
+      return;
+    }
     if (!e.edits_heads()) return;  // another policy's MLP edit: no head came or went
     auto it = blocks_.find(e.block);
     if (it == blocks_.end()) return;
@@ -255,6 +264,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
   bool seeded_ = false;
   gf::Rng rng_;
   Blocks blocks_;
+  gf::InsertedBlocks inserted_;  // blocks inserted at this check (no probe yet)
 };
 
 void register_incrt(gf::Registry& r) {

@@ -70,6 +70,14 @@ class RoundCriterion final : public Criterion {
             r.end());
   }
 
+  void blocks_moved(const gf::Edit& e) override {
+    auto& r = rule_->round();
+    std::vector<std::pair<size_t, long>> kept;
+    for (const auto& [b, id] : r)
+      if (std::optional<size_t> to = gf::block_after(e, b)) kept.emplace_back(*to, id);
+    r = kept;
+  }
+
   void summarize(std::map<std::string, double>& out) const override { rule_->summarize(out); }
 
   void save(std::ostringstream& os) const override {

@@ -170,6 +170,8 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     std::vector<gf::Edit> edits;
     for (const gf::BlockView& bv : view.blocks) {
       if (!bv.block || !bv.block->can_edit_heads()) continue;
+      if ((!bv.probe || !bv.probe->input.defined()) && inserted_.contains(bv.index, view.step))
+        continue;  // inserted at this check: probed from the next one on
       if (!bv.probe || !bv.probe->input.defined())
         throw gf::RuntimeError("directional_energy: the trainer gave no probe for block " +
                                std::to_string(bv.index) + " (needs_probe() is true)");
@@ -180,7 +182,8 @@ class DirectionalEnergy : public gf::GrowthPolicy {
 
   void edited(const gf::Edit& e, int new_head_id, const gf::TrainView& view) override {
     (void)new_head_id;
-    (void)view;
+    inserted_.note(e, view.step);
+    if (e.edits_blocks()) gf::move_blocks(blocks_, e);  // the states move with their blocks
     if (e.kind == gf::Edit::Kind::RemoveHead) {
       auto it = blocks_.find(e.block);
       if (it != blocks_.end()) it->second.below.erase(e.head_id);
@@ -337,6 +340,7 @@ class DirectionalEnergy : public gf::GrowthPolicy {
   PruneSettings set_;
   size_t pruned_ = 0;
   std::map<size_t, PruneBlockState> blocks_;
+  gf::InsertedBlocks inserted_;  // blocks inserted at this check (no probe yet)
 };
 
 void register_rules(gf::Registry& r) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,9 +35,19 @@ class EventSink {
 };
 
 /// A structural edit, applied by the trainer between steps: a head added to or removed from a
-/// block's attention, or units added to or removed from a block's MLP.
+/// block's attention, units added to or removed from a block's MLP, or a whole block inserted
+/// or removed.
 struct Edit {
-  enum class Kind { AddHead, RemoveHead, AddMlpUnits, RemoveMlpUnits } kind = Kind::AddHead;
+  enum class Kind {
+    AddHead,
+    RemoveHead,
+    AddMlpUnits,
+    RemoveMlpUnits,
+    InsertBlock,
+    RemoveBlock
+  } kind = Kind::AddHead;
+  /// The block edited; InsertBlock: the index the new block takes (0 .. the number of blocks),
+  /// the blocks from there on move one index up; RemoveBlock: the blocks after it move down.
   size_t block = 0;
   int head_id = -1;  // RemoveHead
   HeadInit init;     // AddHead
@@ -50,6 +61,49 @@ struct Edit {
   Event cause;  // logged with the edit
   /// Whether the edit adds or removes a head (else it edits an MLP's units).
   bool edits_heads() const { return kind == Kind::AddHead || kind == Kind::RemoveHead; }
+  /// Whether the edit inserts or removes a block (the blocks after it change index).
+  bool edits_blocks() const { return kind == Kind::InsertBlock || kind == Kind::RemoveBlock; }
+};
+
+/// Where block INDEX is after the block edit E (InsertBlock, RemoveBlock): its new index, or
+/// nothing when E removed it; INDEX itself for any other edit. A policy keeping state per block
+/// index moves it with this in edited().
+inline std::optional<size_t> block_after(const Edit& e, size_t index) {
+  if (e.kind == Edit::Kind::InsertBlock && index >= e.block) return index + 1;
+  if (e.kind == Edit::Kind::RemoveBlock && index == e.block) return std::nullopt;
+  if (e.kind == Edit::Kind::RemoveBlock && index > e.block) return index - 1;
+  return index;
+}
+
+/// MAP (state keyed by block index) moved as block_after says for the block edit E: a removed
+/// block's entry dropped, a new block without one.
+template <class T>
+void move_blocks(std::map<size_t, T>& map, const Edit& e) {
+  std::map<size_t, T> out;
+  for (auto& [index, value] : map)
+    if (std::optional<size_t> to = block_after(e, index)) out.emplace(*to, std::move(value));
+  map.swap(out);
+}
+
+/// The blocks another policy inserted at the current check: the trainer took the check's probes
+/// before, so they have none (BlockView::probe is null) until the next check. A policy that
+/// reads probes notes every edit it hears of (edited) and skips a block without a probe only
+/// when it is one of these.
+struct InsertedBlocks {
+  size_t step = static_cast<size_t>(-1);
+  std::set<size_t> blocks;
+  void note(const Edit& e, size_t at_step) {
+    if (at_step != step) blocks.clear(), step = at_step;
+    if (!e.edits_blocks()) return;
+    std::set<size_t> moved;
+    for (size_t b : blocks)
+      if (std::optional<size_t> to = block_after(e, b)) moved.insert(*to);
+    if (e.kind == Edit::Kind::InsertBlock) moved.insert(e.block);
+    blocks.swap(moved);
+  }
+  bool contains(size_t block, size_t at_step) const {
+    return at_step == step && blocks.count(block) > 0;
+  }
 };
 
 /// One block's input (after its layer norm) on a training batch, (B, T, d), with its key mask
@@ -168,7 +222,8 @@ class GrowthPolicy {
   /// Called every `check_every` steps.
   virtual std::vector<Edit> check(const TrainView& view) = 0;
   /// Told after an edit was applied: NEW_HEAD_ID is the new head's id for AddHead, the index
-  /// of the first new unit for AddMlpUnits, -1 otherwise.
+  /// of the first new unit for AddMlpUnits, -1 otherwise. After InsertBlock or RemoveBlock the
+  /// blocks after the edited one have other indices (block_after, move_blocks).
   virtual void edited(const Edit& e, int new_head_id, const TrainView& view) {
     (void)e;
     (void)new_head_id;
@@ -184,7 +239,8 @@ class GrowthPolicy {
   virtual void load_state(const std::string& s) { (void)s; }
 };
 
-/// Pruning rules share the growth interface: they return RemoveHead (or RemoveMlpUnits) edits.
+/// Pruning rules share the growth interface: they return RemoveHead (or RemoveMlpUnits,
+/// RemoveBlock) edits.
 using PruningRule = GrowthPolicy;
 
 }  // namespace gf

@@ -79,6 +79,27 @@ class Model : public Module {
   size_t initial_mlp_width() const { return mlp_start_; }
   /// The most units a block's MLP may hold: `mlp_ratio`'s upper bound (64) x d_model.
   size_t max_mlp_width() const { return 64 * d_; }
+  /// The most blocks a model may hold (the `layers` option's upper bound).
+  static constexpr size_t kMaxBlocks = 1024;
+  /// Why a block cannot be inserted at INDEX ("" when it can): an index past the last block, a
+  /// model at kMaxBlocks, an attention block without heads (no output maps to start at zero).
+  std::string why_not_insert_block(size_t index) const;
+  /// Why block INDEX cannot be removed ("" when it can): no such block, or the last one.
+  std::string why_not_remove_block(size_t index) const;
+  /// Inserts a block at INDEX (0 .. blocks().size()) of the model's block kind and starting
+  /// structure (the `model.attention` options, an MLP of mlp_ratio x d_model units), drawn
+  /// from RNG, with every head's output map W_O and the MLP's output weights zero: it adds zero
+  /// to the residual stream, so the model's function is unchanged. The blocks from INDEX on
+  /// move one index up (their parameters are named `layers.<new index>...`). RuntimeError with
+  /// why_not_insert_block() when it cannot.
+  void insert_block(size_t index, Rng& rng);
+  /// Removes block INDEX; the blocks after it move one index down. RuntimeError with
+  /// why_not_remove_block() when it cannot.
+  void remove_block(size_t index);
+  /// Sets the number of blocks to COUNT (1 .. kMaxBlocks), dropping the last blocks or
+  /// appending blocks as the configuration builds them, before a checkpoint's structures and
+  /// parameters are copied in.
+  void set_blocks(size_t count);
   /// Positions available to tokens (max_len, minus one for the CLS slot).
   size_t max_tokens() const { return cls_ ? max_len_ - 1 : max_len_; }
   size_t d_model() const { return d_; }
@@ -97,6 +118,16 @@ class Model : public Module {
   Model(const Options& opts, size_t vocab_size, size_t num_classes, Registry& registry,
         uint64_t seed);
   struct Layer;
+  /// Block INDEX as the configuration builds it: its attention from ATTN_RNG, its MLP's weights
+  /// from RNG (after its attention's).
+  std::shared_ptr<Layer> make_layer(size_t index, Rng& attn_rng, Rng& rng);
+  /// The children "layers.0", "layers.1", ... of LAYERS_ unregistered, or registered in order
+  /// (after an edit of LAYERS_ between the two, so its blocks' names follow their indices).
+  void unregister_layers();
+  void register_layers();
+  Registry* registry_ = nullptr;
+  ConfigNode attn_node_;
+  uint64_t seed_ = 0;
   size_t d_, vocab_, classes_, max_len_, mlp_start_ = 0;
   bool cls_;
   float dropout_;

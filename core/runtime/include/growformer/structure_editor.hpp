@@ -37,11 +37,19 @@ class StructureEditor {
   void set_optimizer(const Module* model, Optimizer* optimizer);
   /// MODEL's blocks' MLPs become editable (AddMlpUnits, RemoveMlpUnits) and visible to the
   /// policies (BlockView::mlp), and the optimizer state of the parameters an MLP edit reshapes
-  /// is carried: kept for the surviving units, zero for new ones. Also set_optimizer(MODEL,
-  /// OPTIMIZER); OPTIMIZER may be null.
+  /// is carried: kept for the surviving units, zero for new ones. MODEL's blocks become
+  /// editable (InsertBlock, RemoveBlock; BLOCKS must then be MODEL's): the optimizer state of
+  /// the blocks that move is carried to their new names, a new block's starts at zero. Also
+  /// set_optimizer(MODEL, OPTIMIZER); OPTIMIZER may be null.
   void set_model(Model* model, Optimizer* optimizer);
   /// Probes (one per block; undefined tensors are skipped) the next views carry; null = none.
-  void set_probes(const std::vector<Probe>* probes) { probes_ = probes; }
+  /// A block edit moves them with the blocks (a new block has none).
+  void set_probes(const std::vector<Probe>* probes) {
+    probes_ = probes;
+    moved_probes_.clear();
+  }
+  /// The blocks as they are now (after the block edits applied so far).
+  const std::vector<AttentionBlock*>& blocks() const { return blocks_; }
 
   /// What the next views carry as TrainView::metrics; null = nothing measured.
   void set_metrics(const RunMetrics* metrics) { metrics_ = metrics; }
@@ -90,6 +98,9 @@ class StructureEditor {
   /// block); returns the first new unit's index (AddMlpUnits), else -1; kRefused for units
   /// past the block's most (then a `growth_refused` event is the only trace).
   int edit_mlp(const Edit& e, size_t p, Event* ev);
+  /// Applies a block edit of policy P (checked first: RuntimeError naming the policy and the
+  /// index), carries the optimizer's state and the probes with the blocks that move.
+  void edit_blocks(const Edit& e, size_t p, Event* ev);
 
   std::vector<AttentionBlock*> blocks_;
   std::vector<Policy> policies_;
@@ -99,7 +110,9 @@ class StructureEditor {
   const RunMetrics* metrics_ = nullptr;
   const Module* model_ = nullptr;
   Optimizer* optimizer_ = nullptr;
-  std::vector<Mlp*> mlps_;  // one per block; empty = no MLP edits
+  std::vector<Mlp*> mlps_;           // one per block; empty = no MLP edits
+  Model* edited_model_ = nullptr;    // null = no block edits
+  std::vector<Probe> moved_probes_;  // the probes after a block edit moved them
   HeadAdmission admit_head_;
 };
 
@@ -109,6 +122,13 @@ class StructureEditor {
 /// optimizer's own state_tensors / load_state, so its scalars (AdamW's step counts) are kept.
 void carry_unit_state(Optimizer& optimizer, const Module& model, const std::string& prefix,
                       const std::vector<long>& source);
+
+/// Carries OPTIMIZER's state across the block edit E of MODEL (already applied): the state of
+/// each parameter `layers.I.<rest>` ("<kind>.layers.I.<rest>", as Optimizer::state_tensors
+/// names it) moves to `layers.<block_after(E, I)>.<rest>`, a removed block's is dropped,
+/// through the optimizer's own state_tensors / load_state (every value bit for bit; a new
+/// block's parameters have none, so they start from zero).
+void carry_block_state(Optimizer& optimizer, const Module& model, const Edit& e);
 
 /// Drops the optimizer state of the names in BEFORE that MODEL no longer has.
 void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,

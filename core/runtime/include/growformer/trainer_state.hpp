@@ -105,9 +105,13 @@ std::vector<std::optional<BlockStructure>> checked_structures(
 /// its max_mlp_width(), and its number of blocks must match).
 std::vector<size_t> checked_mlp_widths(const Checkpoint& ck, const std::string& path,
                                        const Model* model = nullptr);
-/// Recreates MODEL's structure from the checkpoint (checked_structures, checked_mlp_widths) and
-/// copies every parameter; RuntimeError naming PATH on another format, a structure that disagrees
-/// with the tensors, and a missing, extra or misshapen parameter.
+/// The number of blocks the checkpoint records (its `architecture` entry: one per block, as
+/// block edits left them); RuntimeError naming PATH when it is no list or not 1..kMaxBlocks.
+size_t checked_block_count(const Checkpoint& ck, const std::string& path);
+/// Recreates MODEL's structure from the checkpoint (its number of blocks: checked_block_count,
+/// then checked_structures, checked_mlp_widths) and copies every parameter; RuntimeError naming
+/// PATH on another format, a structure that disagrees with the tensors, and a missing, extra or
+/// misshapen parameter.
 void restore_model(const Checkpoint& ck, const std::string& path, Model& model);
 /// What a training checkpoint says of its model without building it (for `inspect`).
 struct CheckpointModel {
