@@ -18,64 +18,21 @@
 #include "growformer/structure_editor.hpp"
 #include "growformer/trainer.hpp"
 #include "growformer/trainer_state.hpp"
+#include "structure_edits_testing.hpp"
 #include "testing.hpp"
 
 using namespace gf;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using namespace gf_test;
 
 namespace {
-
-/// Returns the edits it was given at its first check, then none.
-struct OncePolicy : GrowthPolicy {
-  std::vector<Edit> edits;
-  std::vector<std::pair<Edit::Kind, size_t>> heard;
-  std::vector<Edit> check(const TrainView&) override { return std::exchange(edits, {}); }
-  void edited(const Edit& e, int, const TrainView&) override { heard.push_back({e.kind, e.block}); }
-};
-
-struct Recorder : EventSink {
-  std::vector<Event> events;
-  void emit(const Event& e) override { events.push_back(e); }
-};
 
 Edit block_edit(Edit::Kind kind, size_t index) {
   Edit e;
   e.kind = kind;
   e.block = index;
   return e;
-}
-
-/// A model of LAYERS blocks of ATTENTION, d_model 8, MLP 16 units.
-std::unique_ptr<Model> make_model(const std::string& attention, size_t layers = 2) {
-  return std::make_unique<Model>(
-      ConfigNode::load_string("d_model: 8\nlayers: " + std::to_string(layers) +
-                                  "\nmlp_ratio: 2\nmax_len: 16\nattention: " + attention,
-                              "model.yaml"),
-      12, 3, gf_test::registry(), 5);
-}
-
-Batch batch_of(size_t B, size_t T, uint64_t seed) {
-  Batch b;
-  b.batch = B, b.seq = T;
-  Rng rng(seed, 1);
-  for (size_t i = 0; i < B * T; ++i) b.ids.push_back(static_cast<int32_t>(rng.next_u64() % 12));
-  b.valid.assign(B * T, 1);
-  b.valid[B * T - 1] = 0;  // a padded position
-  for (size_t i = 0; i < B; ++i) b.labels.push_back(static_cast<int32_t>(i % 3));
-  return b;
-}
-
-Tensor logits_of(Model& m, const Batch& b) {
-  NoGradGuard ng;
-  return m.forward(b, false, nullptr).value().clone();
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-  return d;
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -96,26 +53,6 @@ std::string moved(const std::string& name, const Edit& e) {
   const size_t end = name.find('.', 7);
   const std::optional<size_t> to = block_after(e, std::stoul(name.substr(7, end - 7)));
   return to ? "layers." + std::to_string(*to) + name.substr(end) : "";
-}
-
-/// The block kinds with an MLP that this build has, as `attention:` values.
-std::vector<std::string> block_kinds() {
-  std::vector<std::string> out = {"{plugin: mha, heads: 2, head: {plugin: dot_product}}"};
-  const bool hybrid = gf_test::registry().find(Kind::Head, "hybrid_conv");
-  if (hybrid) out.push_back("{plugin: mha, heads: 2, head: {plugin: hybrid_conv}}");
-  if (gf_test::registry().find(Kind::Attention, "hkt")) {
-    out.push_back("{plugin: hkt, heads: 2, head: {plugin: dot_product}}");
-    if (hybrid) out.push_back("{plugin: hkt, heads: 2, head: {plugin: hybrid_conv}}");
-  }
-  return out;
-}
-
-/// The editor over MODEL with one growth policy P (its stream: RNG).
-StructureEditor editor_of(Model& model, OncePolicy& p, Rng& rng, EventSink* sink,
-                          Optimizer* opt = nullptr) {
-  StructureEditor ed(model.blocks(), {{&p, &rng, "growth", "scripted"}}, sink, 100);
-  ed.set_model(&model, opt);
-  return ed;
 }
 
 }  // namespace
@@ -167,7 +104,8 @@ TEST_CASE(
       CHECK(std::count(e.numbers.begin(), e.numbers.end(),
                        std::pair<std::string, double>{"blocks", 3.0}) == 1);
       REQUIRE(p.heard.size() == 1);
-      CHECK(p.heard[0] == std::pair<Edit::Kind, size_t>{Edit::Kind::InsertBlock, at});
+      CHECK(p.heard[0].kind == Edit::Kind::InsertBlock);
+      CHECK(p.heard[0].block == at);
     }
   }
 }

@@ -15,26 +15,15 @@
 #include "growformer/structure_editor.hpp"
 #include "growformer/trainer.hpp"
 #include "growformer/trainer_state.hpp"
+#include "structure_edits_testing.hpp"
 #include "testing.hpp"
 
 using namespace gf;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using namespace gf_test;
 
 namespace {
-
-/// Returns the edits it was given at its first check, then none.
-struct OncePolicy : GrowthPolicy {
-  std::vector<Edit> edits;
-  std::vector<std::pair<Edit::Kind, int>> heard;
-  std::vector<Edit> check(const TrainView&) override { return std::exchange(edits, {}); }
-  void edited(const Edit& e, int id, const TrainView&) override { heard.push_back({e.kind, id}); }
-};
-
-struct Recorder : EventSink {
-  std::vector<Event> events;
-  void emit(const Event& e) override { events.push_back(e); }
-};
 
 Edit add_units(size_t block, size_t units) {
   Edit e;
@@ -52,63 +41,11 @@ Edit remove_units(size_t block, std::vector<size_t> units) {
   return e;
 }
 
-/// A model of two blocks of ATTENTION, d_model 8, MLP 16 units.
-std::unique_ptr<Model> make_model(const std::string& attention) {
-  return std::make_unique<Model>(
-      ConfigNode::load_string(
-          "d_model: 8\nlayers: 2\nmlp_ratio: 2\nmax_len: 16\nattention: " + attention,
-          "model.yaml"),
-      12, 3, gf_test::registry(), 5);
-}
-
-Batch batch_of(size_t B, size_t T, uint64_t seed) {
-  Batch b;
-  b.batch = B, b.seq = T;
-  Rng rng(seed, 1);
-  for (size_t i = 0; i < B * T; ++i) b.ids.push_back(static_cast<int32_t>(rng.next_u64() % 12));
-  b.valid.assign(B * T, 1);
-  b.valid[B * T - 1] = 0;  // a padded position
-  for (size_t i = 0; i < B; ++i) b.labels.push_back(static_cast<int32_t>(i % 3));
-  return b;
-}
-
-Tensor logits_of(Model& m, const Batch& b) {
-  NoGradGuard ng;
-  return m.forward(b, false, nullptr).value().clone();
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-  return d;
-}
-
 Var param_of(const Module& m, const std::string& name) {
   for (auto& [n, p] : m.named_parameters())
     if (n == name) return p;
   FAIL("no parameter " << name);
   return Var();
-}
-
-/// The block kinds with an MLP that this build has, as `attention:` values.
-std::vector<std::string> block_kinds() {
-  std::vector<std::string> out = {"{plugin: mha, heads: 2, head: {plugin: dot_product}}"};
-  const bool hybrid = gf_test::registry().find(Kind::Head, "hybrid_conv");
-  if (hybrid) out.push_back("{plugin: mha, heads: 2, head: {plugin: hybrid_conv}}");
-  if (gf_test::registry().find(Kind::Attention, "hkt")) {
-    out.push_back("{plugin: hkt, heads: 2, head: {plugin: dot_product}}");
-    if (hybrid) out.push_back("{plugin: hkt, heads: 2, head: {plugin: hybrid_conv}}");
-  }
-  return out;
-}
-
-/// The editor over MODEL with one growth policy P (its stream: RNG).
-StructureEditor editor_of(Model& model, OncePolicy& p, Rng& rng, EventSink* sink,
-                          Optimizer* opt = nullptr) {
-  StructureEditor ed(model.blocks(), {{&p, &rng, "growth", "scripted"}}, sink, 100);
-  ed.set_model(&model, opt);
-  return ed;
 }
 
 }  // namespace
@@ -177,9 +114,9 @@ TEST_CASE(
       if (k == "mlp_widths") widths = v;
     CHECK(widths == std::vector<double>{18, 19});
     REQUIRE(p.heard.size() == 3);
-    CHECK(p.heard[0].second == 16);
-    CHECK(p.heard[1].second == 16);
-    CHECK(p.heard[2].second == -1);
+    CHECK(p.heard[0].id == 16);
+    CHECK(p.heard[1].id == 16);
+    CHECK(p.heard[2].id == -1);
   }
 }
 

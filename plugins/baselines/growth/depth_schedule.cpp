@@ -101,13 +101,7 @@ class DepthSchedule : public gf::GrowthPolicy {
 
 DepthScheduleSettings read_settings(const gf::Options& o) {
   DepthScheduleSettings s = DepthScheduleSettings::table().read(o);
-  if (s.at.empty()) o.fail("at", "name the steps to insert a block at, e.g. `at: [100, 200]`");
-  for (size_t i = 0; i < s.at.size(); ++i) {
-    if (s.at[i] < 1) o.fail("at", "steps start at 1; got " + std::to_string(s.at[i]));
-    if (i && s.at[i] <= s.at[i - 1])
-      o.fail("at", "the steps must increase; " + std::to_string(s.at[i]) + " follows " +
-                       std::to_string(s.at[i - 1]));
-  }
+  check_schedule_steps(o, s.at, "insert a block");
   return s;
 }
 

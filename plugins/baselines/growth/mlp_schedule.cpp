@@ -98,17 +98,22 @@ class MlpSchedule : public gf::GrowthPolicy {
 
 MlpScheduleSettings read_settings(const gf::Options& o) {
   MlpScheduleSettings s = MlpScheduleSettings::table().read(o);
-  if (s.at.empty()) o.fail("at", "name the steps to grow at, e.g. `at: [100, 200]`");
-  for (size_t i = 0; i < s.at.size(); ++i) {
-    if (s.at[i] < 1) o.fail("at", "steps start at 1; got " + std::to_string(s.at[i]));
-    if (i && s.at[i] <= s.at[i - 1])
-      o.fail("at", "the steps must increase; " + std::to_string(s.at[i]) + " follows " +
-                       std::to_string(s.at[i - 1]));
-  }
+  check_schedule_steps(o, s.at, "grow");
   return s;
 }
 
 }  // namespace
+
+void check_schedule_steps(const gf::Options& o, const std::vector<int64_t>& at, const char* what) {
+  if (at.empty())
+    o.fail("at", std::string("name the steps to ") + what + " at, e.g. `at: [100, 200]`");
+  for (size_t i = 0; i < at.size(); ++i) {
+    if (at[i] < 1) o.fail("at", "steps start at 1; got " + std::to_string(at[i]));
+    if (i && at[i] <= at[i - 1])
+      o.fail("at", "the steps must increase; " + std::to_string(at[i]) + " follows " +
+                       std::to_string(at[i - 1]));
+  }
+}
 
 void register_mlp_schedule(gf::Registry& r) {
   r.add_growth(
