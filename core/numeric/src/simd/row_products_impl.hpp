@@ -198,6 +198,18 @@ inline size_t panel_cols(size_t m, size_t len, size_t n, size_t r0) {
   size_t nb = kPanelBytes / (len * sizeof(float)) / kTile * kTile;
   return nb < kTile ? kTile : (nb > n ? n : nb);
 }
+// An epilogue (EV or ES) for a block of columns that starts at column CB of the whole product.
+// One named type for the packed, the caller-packed and the in-place paths, so that each epilogue
+// instantiates the tile functions once (two lambda types doubled this file's object code).
+template <class E>
+struct ColumnsFrom {
+  E e;
+  size_t cb;
+  template <class V>
+  void operator()(V v, size_t r, size_t j) const {
+    e(v, r, cb + j);
+  }
+};
 template <bool TRANS, size_t R0 = RM, class EV, class ES>
 inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, const float* y,
                     size_t ldy, EV ev, ES es, const PanelView* pv = nullptr, size_t col0 = 0) {
@@ -206,8 +218,8 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
       const size_t g = col0 + cb, p0 = g / pv->nb * pv->nb;
       const size_t pw = pv->n - p0 < pv->nb ? pv->n - p0 : pv->nb;  // the panel's width
       const size_t w = pw - (g - p0) < n - cb ? pw - (g - p0) : n - cb;
-      auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
-      auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
+      ColumnsFrom<EV> evb{ev, cb};
+      ColumnsFrom<ES> esb{es, cb};
       product_block<TRANS, R0>(m, w, len, x, ldx, pv->data + pv->len * p0 + (g - p0), pw, evb, esb);
       cb += w;
     }
@@ -227,8 +239,8 @@ inline void product(size_t m, size_t n, size_t len, const float* x, size_t ldx, 
       yb = panel;
       ldb = w;
     }
-    auto evb = [ev, cb](B a, size_t r, size_t j) { ev(a, r, cb + j); };
-    auto esb = [es, cb](float v, size_t r, size_t j) { es(v, r, cb + j); };
+    ColumnsFrom<EV> evb{ev, cb};
+    ColumnsFrom<ES> esb{es, cb};
     product_block<TRANS, R0>(m, w, len, x, ldx, yb, ldb, evb, esb);
   }
 }
