@@ -76,7 +76,10 @@ struct GrowOnPlateau : gf::GrowthPolicy {
                               .report("grown");
     return f;
   }
-  std::map<std::string, double> summary() const override { return fields().summary(*this); }
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
+    (void)view;
+    return fields().summary(*this);
+  }
   std::vector<std::string> summary_columns() const override { return {"grown"}; }
   std::string save_state() const override {
     std::ostringstream os;

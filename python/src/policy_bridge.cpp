@@ -423,7 +423,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     st->alive = false;
   }
 
-  std::map<std::string, double> summary() const override {
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
+    (void)view;  // a Python policy's summary() takes no arguments
     py::gil_scoped_acquire gil;
     if (!py::hasattr(obj_, "summary")) return {};
     return call("summary", -1, [&] {

@@ -176,8 +176,8 @@ class Experiment::Loop {
     out.best_val = st_.best_val;
     {
       AbandonableCall c("the growth or pruning policy in summary()");
-      out.growth_summary = ex_.growth_->summary();
-      out.pruning_summary = ex_.pruning_->summary();
+      out.growth_summary = ex_.growth_->summary(editor_.view(st_.step, 0));
+      out.pruning_summary = ex_.pruning_->summary(editor_.view(st_.step, 1));
       out.growth_columns = ex_.growth_->summary_columns();
       out.pruning_columns = ex_.pruning_->summary_columns();
     }

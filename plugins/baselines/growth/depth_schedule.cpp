@@ -64,7 +64,10 @@ class DepthSchedule : public gf::GrowthPolicy {
     if (e.kind == gf::Edit::Kind::InsertBlock) inserted_ += 1;
   }
 
-  std::map<std::string, double> summary() const override { return fields().summary(*this); }
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
+    (void)view;
+    return fields().summary(*this);
+  }
 
   std::string save_state() const override {
     std::ostringstream os;

@@ -81,7 +81,10 @@ class BaselineGrowth : public gf::GrowthPolicy {
     if (e.edits_blocks()) gf::move_blocks(last_add_, e);  // the steps move with their blocks
   }
 
-  std::map<std::string, double> summary() const override { return fields().summary(*this); }
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
+    (void)view;
+    return fields().summary(*this);
+  }
 
   std::string save_state() const override {
     std::ostringstream os;

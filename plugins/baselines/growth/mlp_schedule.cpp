@@ -61,7 +61,10 @@ class MlpSchedule : public gf::GrowthPolicy {
     if (e.kind == gf::Edit::Kind::AddMlpUnits) added_ += e.units;
   }
 
-  std::map<std::string, double> summary() const override { return fields().summary(*this); }
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
+    (void)view;
+    return fields().summary(*this);
+  }
 
   std::string save_state() const override {
     std::ostringstream os;

@@ -29,7 +29,7 @@ BlockGeometry::Check BlockGeometry::measure(const gf::TrainView& view, const gf:
   return c;
 }
 
-std::map<std::string, double> BlockGeometry::summary(const BlockState& st) const {
+std::map<std::string, double> BlockGeometry::summary(const BlockState& st, size_t heads) const {
   std::map<std::string, double> b = BlockState::state_fields().summary(st);
   // Head-count law K* = c kappa_T^2 log(Gamma0 / floor), from the spectrum of
   // sym(C M_a) at the end of calibration (before any growth), independent of theta_w:
@@ -42,7 +42,8 @@ std::map<std::string, double> BlockGeometry::summary(const BlockState& st) const
   const double k_pred = st.calib.done ? set_.k_constant * kappa * kappa * logr : 0.0;
   b["kappa_T"] = kappa;
   b["K_pred"] = k_pred;
-  b["ratio"] = k_pred > 0 ? static_cast<double>(st.heads) / k_pred : 0.0;
+  b["K_obs"] = static_cast<double>(heads);
+  b["ratio"] = k_pred > 0 ? static_cast<double>(heads) / k_pred : 0.0;
   return b;
 }
 
@@ -109,7 +110,7 @@ bool BlockGeometry::calibrate(const gf::TrainView& view, const gf::BlockView& bv
   gf::Event cal;
   cal.type = "calibrate";
   cal.block = static_cast<long>(bv.index);
-  const auto sum = summary(st);
+  const auto sum = summary(st, bv.block ? bv.block->num_heads() : 0);
   cal.numbers = {{"step", double(view.step)},
                  {"gamma_res0", st.calib.gamma0},
                  {"gamma_floor", st.gamma_floor},

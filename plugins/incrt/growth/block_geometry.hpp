@@ -45,8 +45,9 @@ class BlockGeometry {
 
   /// One block's check (`check` and `calibrate` events); the trackers start from RNG.
   Check measure(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st, gf::Rng& rng);
-  /// The block's summary quantities, with the head-count law K_pred.
-  std::map<std::string, double> summary(const BlockState& st) const;
+  /// The block's summary quantities, with the head-count law K_pred, for a block of HEADS heads
+  /// (K_obs).
+  std::map<std::string, double> summary(const BlockState& st, size_t heads) const;
   /// Heads removed by someone else (a pruning rule's edits are not shown to this policy): free
   /// their birth directions when release_direction is on.
   void forget_dead_heads(BlockState& st, const std::vector<gf::HeadInfo>& heads) const;

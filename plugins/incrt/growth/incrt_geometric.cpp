@@ -9,7 +9,7 @@
 // - where a new head points: the block's geometry (block_geometry.cpp: C, the spectrum and the
 //   trackers; a round aims at the planes no head carries, <growformer/incrt/rounds.hpp>);
 // - this file: the check over the blocks, the heads' birth directions Q after each edit, the
-//   summary and the policy state's text (versions 2 to 10).
+//   summary and the policy state's text (versions 2 to 11).
 #include <growformer/fields.hpp>
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
@@ -128,8 +128,6 @@ class IncrtGeometric : public gf::GrowthPolicy {
     auto it = blocks_.find(e.block);
     if (it == blocks_.end()) return;
     BlockState& st = it->second;
-    for (const gf::BlockView& bv : view.blocks)
-      if (bv.index == e.block && bv.block) st.heads = bv.block->num_heads();
     if (e.kind == gf::Edit::Kind::AddHead && criterion_->round_head_added(e, new_head_id)) {
       st.grown += 1;
       return;
@@ -154,13 +152,16 @@ class IncrtGeometric : public gf::GrowthPolicy {
     return {"K_obs", "K_pred"};
   }
 
-  std::map<std::string, double> summary() const override {
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
     std::map<std::string, double> out;
     double k_pred_total = 0.0, k_obs_total = 0.0, w_total = 0.0;
     bool first = true;
     for (const auto& kv : blocks_) {
       const BlockState& st = kv.second;
-      std::map<std::string, double> b = geometry_.summary(st);
+      size_t heads = 0;  // K_obs: the block's heads as the run ends, read from the model
+      for (const gf::BlockView& bv : view.blocks)
+        if (bv.index == kv.first && bv.block) heads = bv.block->num_heads();
+      std::map<std::string, double> b = geometry_.summary(st, heads);
       k_pred_total += b["K_pred"];
       k_obs_total += b["K_obs"];
       w_total += b["W_t"];
@@ -183,7 +184,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 10 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 11 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& [index, st] : blocks_) {
       os << "block " << index << ' ';
@@ -200,9 +201,10 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// 6 (before the round's shares) with none measured; 7 (before the paired test) without the
   /// shares' standard errors; 4 to 8 hold the gain rule's state whatever the criterion (9: the
   /// criterion's own, named: `gain`, `learning`, or `none` for energy); 10 adds the learning
-  /// rule's share trend and its count of rounds kept unpaid (9: none).
+  /// rule's share trend and its count of rounds kept unpaid (9: none); before 11 each block's
+  /// head count (since read from the model: the summary's K_obs) is read and dropped.
   void load_state(const std::string& text) override {
-    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 10, "incrt");
+    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 11, "incrt");
     if (!opened) return;
     gf::state::Reader& r = *opened;
     const int version = r.version();
@@ -224,7 +226,6 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// decision for the block.
   void check_block(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st,
                    std::vector<gf::Edit>& edits) {
-    st.heads = bv.block->num_heads();
     st.pending = false;  // an edit returned by the last check that was not applied
     round_inputs_.erase(bv.index);
     if (!stats_) {  // the learning rule: C is measured where a round grows

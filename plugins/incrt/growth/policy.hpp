@@ -37,9 +37,6 @@ struct BlockState {
   long last_growth_check = -1000000;
   size_t over = 0;  // consecutive active checks with the energy over the threshold
   size_t grown = 0;
-  size_t heads = 0;  // the block's head count, read from the block at each check
-                     // and after each edit: the summary's K_obs (saved, so that a
-                     // resumed run reports it before its first check)
   double w_t = 0.0;  // Lyapunov functional at the last check
   double lambda_max = 0.0, lambda_min = 0.0, a_norm = 0.0;
   bool pending = false;  // an AddHead was returned and not yet confirmed
@@ -103,8 +100,7 @@ struct BlockState {
                               .add("last_growth_check", &B::last_growth_check)
                               .add("grown", &B::grown)
                               .report("grown")
-                              .add("heads", &B::heads)
-                              .report("K_obs")
+                              .dropped<size_t>("heads", 11)  // K_obs: from the model
                               .add("pending", &B::pending)
                               .add("over", &B::over, 3)
                               .add("pending_dir", &B::pending_dir)

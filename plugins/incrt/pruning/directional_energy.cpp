@@ -190,7 +190,8 @@ class DirectionalEnergy : public gf::GrowthPolicy {
     }
   }
 
-  std::map<std::string, double> summary() const override {
+  std::map<std::string, double> summary(const gf::TrainView& view) const override {
+    (void)view;
     std::map<std::string, double> out;
     for (const auto& kv : blocks_) {
       const std::string p = blocks_.size() > 1 ? "block" + std::to_string(kv.first) + "." : "";

@@ -390,6 +390,23 @@ class StateFields {
     entries_.push_back({std::move(name), since, std::move(save), std::move(load), {}, {}});
     return *this;
   }
+  /// A field that texts before version UNTIL hold and later ones do not: read and dropped from
+  /// those, never written (its value now lives elsewhere).
+  template <class V>
+  StateFields& dropped(std::string name, int until) {
+    Entry e{std::move(name),
+            0,
+            [](std::ostringstream&, const T&) {},
+            [](state::Reader& r, T&) {
+              V v{};
+              fields_detail::read(r, v);
+            },
+            {},
+            {}};
+    e.until = until;
+    entries_.push_back(std::move(e));
+    return *this;
+  }
   /// The last field is reported under KEY by summary().
   StateFields& report(std::string key) {
     entries_.back().summary_key = std::move(key);
@@ -400,10 +417,13 @@ class StateFields {
     for (const auto& e : entries_) e.save(os, t);
   }
   /// Reads a text of VERSION into T (fields of later versions keep their values); a negative
-  /// VERSION (a reader made without open()) reads every field.
+  /// VERSION (a reader made without open()) reads every field of the current text.
   void load(state::Reader& r, T& t, int version = -1) const {
-    for (const auto& e : entries_)
-      if (version < 0 || version >= e.since) e.load(r, t);
+    for (const auto& e : entries_) {
+      const bool held =
+          e.until < 0 ? (version < 0 || version >= e.since) : (version >= 0 && version < e.until);
+      if (held) e.load(r, t);
+    }
   }
   /// The reported fields' values by their keys.
   std::map<std::string, double> summary(const T& t) const {
@@ -421,6 +441,7 @@ class StateFields {
     std::function<void(state::Reader&, T&)> load;
     std::string summary_key;
     std::function<double(const T&)> value;
+    int until = -1;  // dropped(): held by texts before this version only
   };
   template <class V, class Ref>
   StateFields& add_ref(std::string name, Ref ref, int since) {

@@ -229,8 +229,12 @@ class GrowthPolicy {
     (void)new_head_id;
     (void)view;
   }
-  /// End-of-run quantities for reports and `analyze`.
-  virtual std::map<std::string, double> summary() const { return {}; }
+  /// End-of-run quantities for reports and `analyze`; VIEW is the model as the run ends (a
+  /// policy reads head counts and widths from it rather than keeping copies of its own).
+  virtual std::map<std::string, double> summary(const TrainView& view) const {
+    (void)view;
+    return {};
+  }
   /// Keys of summary() that `growformer sweep` shows as columns of its tables, in this order
   /// (per job, and mean +- sd per group). None by default.
   virtual std::vector<std::string> summary_columns() const { return {}; }
