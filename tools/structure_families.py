@@ -4,7 +4,10 @@
     tools/structure_families.py [--out runs/structure_data]
 
 writes OUT/pair/{train,val,test}.tsv and OUT/compose/{train,val,test}.tsv (text_tsv files of
-token ids, `sentence<TAB>label`), the data of configs/experiments/structure/*.yaml.
+token ids, `sentence<TAB>label`), the data of configs/experiments/structure/*.yaml, and the
+held-out families OUT/pair_h and OUT/compose_h, built after the two above had been measured:
+the same kinds with other sizes and tables (pair_h: 64 x 64 pairs, 6 classes, 30,000 rows;
+compose_h: 20 symbols, T1 of 6 values, 6 classes, 24,000 rows).
 
 - pair (MLP width): a row is `a b f1 .. f6`: a and b from 48 symbols each (ids 0..47 and
   48..95), six filler tokens (96..111) at random; the label is T[a][b], a fixed random table of
@@ -67,7 +70,23 @@ def main():
         n = 30000 if name == "train" else 2000
         write(os.path.join(a.out, "compose", name + ".tsv"),
               compose_rows(n, random.Random(seed), t1, t2))
-    print(f"wrote {a.out}/pair and {a.out}/compose")
+    # the held-out families (other sizes, other tables)
+    rng = random.Random(20261208)
+    table = [[rng.randrange(6) for _ in range(64)] for _ in range(64)]
+    os.makedirs(os.path.join(a.out, "pair_h"), exist_ok=True)
+    for name, seed in splits:
+        n = 30000 if name == "train" else 2000
+        write(os.path.join(a.out, "pair_h", name + ".tsv"),
+              pair_rows(n, random.Random(seed + 10), table, v=64))
+    rng = random.Random(20261209)
+    t1 = [[rng.randrange(6) for _ in range(20)] for _ in range(20)]
+    t2 = [[rng.randrange(6) for _ in range(20)] for _ in range(6)]
+    os.makedirs(os.path.join(a.out, "compose_h"), exist_ok=True)
+    for name, seed in splits:
+        n = 24000 if name == "train" else 2000
+        write(os.path.join(a.out, "compose_h", name + ".tsv"),
+              compose_rows(n, random.Random(seed + 10), t1, t2, v=20))
+    print(f"wrote {a.out}/pair, compose, pair_h and compose_h")
 
 
 if __name__ == "__main__":
