@@ -51,42 +51,35 @@ def compose_rows(n, r, t1, t2, v=24, fill=16, length=8):
     return out
 
 
+def write_family(out, name, train_rows, rows_of, seed_offset=0):
+    """OUT/NAME/{train,val,test}.tsv: TRAIN_ROWS training rows, 2,000 each for val and test;
+    ROWS_OF(n, rng) draws the rows, each split from its own seed (1, 2, 3 + SEED_OFFSET)."""
+    os.makedirs(os.path.join(out, name), exist_ok=True)
+    for split, seed in [("train", 1), ("val", 2), ("test", 3)]:
+        n = train_rows if split == "train" else 2000
+        write(os.path.join(out, name, split + ".tsv"), rows_of(n, random.Random(seed + seed_offset)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/structure_data")
-    a = ap.parse_args()
-    splits = [("train", 1), ("val", 2), ("test", 3)]
+    out = ap.parse_args().out
     rng = random.Random(20261206)
     table = [[rng.randrange(8) for _ in range(48)] for _ in range(48)]
-    os.makedirs(os.path.join(a.out, "pair"), exist_ok=True)
-    for name, seed in splits:
-        n = 20000 if name == "train" else 2000
-        write(os.path.join(a.out, "pair", name + ".tsv"), pair_rows(n, random.Random(seed), table))
+    write_family(out, "pair", 20000, lambda n, r: pair_rows(n, r, table))
     rng = random.Random(20261207)
     t1 = [[rng.randrange(8) for _ in range(24)] for _ in range(24)]
     t2 = [[rng.randrange(8) for _ in range(24)] for _ in range(8)]
-    os.makedirs(os.path.join(a.out, "compose"), exist_ok=True)
-    for name, seed in splits:
-        n = 30000 if name == "train" else 2000
-        write(os.path.join(a.out, "compose", name + ".tsv"),
-              compose_rows(n, random.Random(seed), t1, t2))
+    write_family(out, "compose", 30000, lambda n, r: compose_rows(n, r, t1, t2))
     # the held-out families (other sizes, other tables)
     rng = random.Random(20261208)
-    table = [[rng.randrange(6) for _ in range(64)] for _ in range(64)]
-    os.makedirs(os.path.join(a.out, "pair_h"), exist_ok=True)
-    for name, seed in splits:
-        n = 30000 if name == "train" else 2000
-        write(os.path.join(a.out, "pair_h", name + ".tsv"),
-              pair_rows(n, random.Random(seed + 10), table, v=64))
+    table_h = [[rng.randrange(6) for _ in range(64)] for _ in range(64)]
+    write_family(out, "pair_h", 30000, lambda n, r: pair_rows(n, r, table_h, v=64), 10)
     rng = random.Random(20261209)
-    t1 = [[rng.randrange(6) for _ in range(20)] for _ in range(20)]
-    t2 = [[rng.randrange(6) for _ in range(20)] for _ in range(6)]
-    os.makedirs(os.path.join(a.out, "compose_h"), exist_ok=True)
-    for name, seed in splits:
-        n = 24000 if name == "train" else 2000
-        write(os.path.join(a.out, "compose_h", name + ".tsv"),
-              compose_rows(n, random.Random(seed + 10), t1, t2, v=20))
-    print(f"wrote {a.out}/pair, compose, pair_h and compose_h")
+    t1_h = [[rng.randrange(6) for _ in range(20)] for _ in range(20)]
+    t2_h = [[rng.randrange(6) for _ in range(20)] for _ in range(6)]
+    write_family(out, "compose_h", 24000, lambda n, r: compose_rows(n, r, t1_h, t2_h, v=20), 10)
+    print(f"wrote {out}/pair, compose, pair_h and compose_h")
 
 
 if __name__ == "__main__":

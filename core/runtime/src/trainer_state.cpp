@@ -418,16 +418,22 @@ json heads_record(const Checkpoint& ck, const std::string& path, size_t blocks) 
                        std::to_string(blocks) + " head counts (one per block)");
   return heads;
 }
-}  // namespace
 
-std::vector<std::optional<BlockStructure>> checked_structures(
-    const Checkpoint& ck, const std::string& path, const std::vector<AttentionBlock*>* model) {
+// The checkpoint's architecture record: a JSON list, one structure text per block.
+json architecture_record(const Checkpoint& ck, const std::string& path) {
   auto it = ck.metadata.find("architecture");
   if (it == ck.metadata.end())
     throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
   json arch = json::parse(it->second, nullptr, false);
   if (!arch.is_array())
     throw RuntimeError(path + ": corrupt architecture record (not a JSON list)");
+  return arch;
+}
+}  // namespace
+
+std::vector<std::optional<BlockStructure>> checked_structures(
+    const Checkpoint& ck, const std::string& path, const std::vector<AttentionBlock*>* model) {
+  const json arch = architecture_record(ck, path);
   if (model && arch.size() != model->size())
     throw RuntimeError(path + ": the checkpoint has " + std::to_string(arch.size()) +
                        " blocks but the model has " + std::to_string(model->size()));
@@ -466,12 +472,7 @@ std::vector<std::optional<BlockStructure>> checked_structures(
 }
 
 size_t checked_block_count(const Checkpoint& ck, const std::string& path) {
-  auto it = ck.metadata.find("architecture");
-  if (it == ck.metadata.end())
-    throw RuntimeError(path + ": not a growformer checkpoint (no architecture)");
-  json arch = json::parse(it->second, nullptr, false);
-  if (!arch.is_array())
-    throw RuntimeError(path + ": corrupt architecture record (not a JSON list)");
+  const json arch = architecture_record(ck, path);
   if (arch.empty() || arch.size() > Model::kMaxBlocks)
     throw RuntimeError(path + ": invalid checkpoint: its architecture record lists " +
                        std::to_string(arch.size()) + " blocks (a model holds 1.." +
