@@ -1,0 +1,331 @@
+// The signal-driven structure rules (plugins/growth_structure): depth_plateau inserts a block
+// at a plateau of the validation probe's loss and stops after blocks that brought no gain;
+// mlp_onset widens every MLP by a factor until the training loss starts to fall. Each against
+// a constructed sequence of losses, through the structure editor on a real model; their state
+// carried through save and load; and both in a run that resumes bit for bit.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "growformer/checkpoint.hpp"
+#include "growformer/model.hpp"
+#include "growformer/structure_editor.hpp"
+#include "growformer/trainer.hpp"
+#include "structure_edits_testing.hpp"
+#include "testing.hpp"
+
+using namespace gf;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace gf_test;
+
+namespace {
+
+bool have(const char* rule) {
+  if (registry().find(Kind::Growth, rule) && registry().find(Kind::Attention, "mha")) return true;
+  MESSAGE(rule << " or mha not built: skipped");
+  return false;
+}
+
+std::shared_ptr<GrowthPolicy> rule(const std::string& yaml) {
+  return registry().create_growth(ConfigNode::load_string(yaml, "growth.yaml"));
+}
+
+/// A rule over MODEL through the structure editor, fed the metrics the test sets.
+struct Bench {
+  std::shared_ptr<GrowthPolicy> policy;
+  Model& model;
+  Rng rng{9, 9};
+  Recorder events;
+  RunMetrics metrics;
+  StructureEditor editor;
+  Bench(std::shared_ptr<GrowthPolicy> p, Model& m, size_t total_steps)
+      : policy(std::move(p)),
+        model(m),
+        editor(m.blocks(), {{policy.get(), &rng, "growth", "rule"}}, &events, total_steps) {
+    editor.set_model(&model, nullptr);
+    editor.set_metrics(&metrics);
+  }
+  /// One check at STEP with the probe's loss (depth) or the training loss (width) LOSS.
+  std::vector<Edit> check(size_t step, double loss) {
+    metrics.probe_loss = loss;
+    metrics.train_loss = loss;
+    return editor.check(step);
+  }
+  /// The decision of the last "check" event of the rule ("" when none).
+  std::string stopped_for() const {
+    for (auto it = events.events.rbegin(); it != events.events.rend(); ++it) {
+      if (it->type != "check") continue;
+      for (const auto& [k, v] : it->strings)
+        if (k == "evidence") return v;
+    }
+    return "";
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "depth_plateau: a block goes before the first at a plateau of the probe's loss; growth "
+    "stops after `misses` blocks in a row brought no gain") {
+  if (!have("depth_plateau")) return;
+  auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+  AttentionBlock* trained = model->blocks()[0];
+  Bench b(rule("plugin: depth_plateau\npatience: 2\nmin_gain: 0.1\nmisses: 2\nprobe: 16\n"), *model,
+          1000);
+  CHECK(b.policy->validation_probe(10) == 16);
+  CHECK(b.check(10, 1.00).empty());  // the first loss: the best so far
+  CHECK(b.check(20, 0.85).empty());  // 15 % lower: progress
+  CHECK(b.check(30, 0.84).empty());  // under 10 %: one check without progress
+  auto e = b.check(40, 0.83);        // two: a plateau
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].kind == Edit::Kind::InsertBlock);
+  CHECK(e[0].block == 0);
+  REQUIRE(model->blocks().size() == 2);
+  CHECK(model->blocks()[1] == trained);  // the trained block stays on top
+  CHECK(b.check(50, 0.70).empty());      // the new block brought a gain
+  CHECK(b.check(60, 0.70).empty());
+  CHECK(b.check(70, 0.70).size() == 1);  // the next plateau: a third block
+  CHECK(b.check(80, 0.70).empty());
+  CHECK(b.check(90, 0.70).size() == 1);  // a plateau, the third block without gain: one miss
+  CHECK(model->blocks().size() == 4);
+  CHECK(b.check(100, 0.70).empty());
+  CHECK(b.check(110, 0.70).empty());  // the fourth without gain: two misses, growth ends
+  CHECK(b.stopped_for() == "no gain since the last blocks inserted");
+  CHECK(b.policy->validation_probe(120) == 0);  // no probe once stopped
+  for (size_t step = 120; step <= 200; step += 10) CHECK(b.check(step, 0.70).empty());
+  CHECK(model->blocks().size() == 4);
+  const auto s = b.policy->summary(b.editor.view(200, 0));
+  CHECK(s.at("blocks") == 4);
+  CHECK(s.at("blocks_inserted") == 3);
+  CHECK(s.at("stopped_at") == 110);
+}
+
+TEST_CASE("depth_plateau: max_blocks, the window, index -1 and a resumed state") {
+  if (!have("depth_plateau")) return;
+  SUBCASE("at max_blocks it stops, saying so") {
+    auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+    Bench b(rule("plugin: depth_plateau\npatience: 1\nmisses: 0\nmax_blocks: 3\nindex: -1\n"),
+            *model, 1000);
+    AttentionBlock* first = model->blocks()[0];
+    b.check(10, 1.0);
+    b.check(20, 0.5);
+    REQUIRE(b.check(30, 0.5).size() == 1);
+    CHECK(model->blocks()[0] == first);  // index -1: after the last
+    CHECK(b.check(40, 0.5).size() == 1);
+    CHECK(b.check(50, 0.5).empty());
+    CHECK(model->blocks().size() == 3);
+    CHECK(b.stopped_for() == "max_blocks");
+  }
+  SUBCASE("after `until` of the budget no block is inserted") {
+    auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+    Bench b(rule("plugin: depth_plateau\npatience: 1\nuntil: 0.5\n"), *model, 100);
+    b.check(40, 1.0);
+    b.check(45, 0.5);
+    CHECK(b.check(60, 0.5).empty());
+    CHECK(b.stopped_for() == "window");
+  }
+  SUBCASE("no plateau counts before the loss has fallen `onset` below its first value") {
+    auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+    Bench b(rule("plugin: depth_plateau\npatience: 2\nonset: 0.1\n"), *model, 1000);
+    // ten checks on a flat loss near its start: without the onset, a plateau at the third
+    for (size_t step = 10; step <= 100; step += 10)
+      CHECK(b.check(step, 0.99 + 0.01 * (step % 20 == 0)).empty());
+    CHECK(b.check(110, 0.85).empty());  // 15 % under the first: learning; one check of progress
+    CHECK(b.check(120, 0.85).empty());
+    CHECK(b.check(130, 0.85).size() == 1);
+  }
+  SUBCASE("a state saved mid-run and loaded makes the same decisions") {
+    const std::string yaml = "plugin: depth_plateau\npatience: 2\nmin_gain: 0.1\n";
+    const std::vector<double> losses = {1.0, 0.8, 0.8, 0.8, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6};
+    auto run = [&](size_t cut) {
+      auto p = rule(yaml);
+      std::string trace;
+      TrainView v;
+      v.total_steps = 1000;
+      v.blocks.resize(1);
+      for (size_t i = 0; i < losses.size(); ++i) {
+        if (i == cut) {
+          auto q = rule(yaml);
+          q->load_state(p->save_state());
+          p = q;
+        }
+        v.step = 10 * (i + 1);
+        v.metrics.probe_loss = losses[i];
+        for (const Edit& e : p->check(v)) {
+          trace += std::to_string(v.step) + " ";
+          v.blocks.resize(v.blocks.size() + 1);
+          p->edited(e, -1, v);
+        }
+      }
+      return trace + p->save_state();
+    };
+    const std::string whole = run(losses.size());
+    CHECK(whole.rfind("40 70 ", 0) == 0);
+    for (size_t cut : {1, 3, 4, 6, 9}) CHECK(run(cut) == whole);
+  }
+}
+
+TEST_CASE(
+    "mlp_onset: every MLP widened by the factor up to max_units while the training loss has "
+    "not started to fall; the onset, the cap and the window end growth") {
+  if (!have("mlp_onset")) return;
+  const std::string mha = "{plugin: mha, heads: 2, head: {plugin: dot_product}}";
+  SUBCASE("to the cap") {
+    auto model = make_model(mha, 2);  // MLPs of 16 units
+    Bench b(rule("plugin: mlp_onset\nfactor: 4\nmax_units: 100\n"), *model, 1000);
+    const auto e = b.check(10, 2.0);  // the first loss: the reference
+    REQUIRE(e.size() == 2);
+    CHECK(e[0].kind == Edit::Kind::AddMlpUnits);
+    CHECK(e[0].units == 48);
+    CHECK(model->mlp_widths() == std::vector<size_t>{64, 64});
+    CHECK(b.check(20, 1.92).size() == 2);  // 4 % under the first: not yet the onset
+    CHECK(model->mlp_widths() == std::vector<size_t>{100, 100});
+    CHECK(b.check(30, 1.92).empty());
+    CHECK(b.stopped_for() == "cap");
+    const auto s = b.policy->summary(b.editor.view(30, 0));
+    CHECK(s.at("units_added") == 168);
+    CHECK(s.at("mlp_width_max") == 100);
+    CHECK(s.at("stopped_at") == 30);
+  }
+  SUBCASE("the onset") {
+    auto model = make_model(mha, 1);
+    Bench b(rule("plugin: mlp_onset\nfactor: 2\n"), *model, 1000);
+    CHECK(b.check(10, 2.0).size() == 1);
+    CHECK(b.check(20, 1.89).empty());  // 5.5 % under the first
+    CHECK(b.stopped_for() == "onset");
+    CHECK(b.check(30, 2.5).empty());  // for good
+    CHECK(model->mlp_widths() == std::vector<size_t>{32});
+  }
+  SUBCASE("the window") {
+    auto model = make_model(mha, 1);
+    Bench b(rule("plugin: mlp_onset\nuntil: 0.1\n"), *model, 100);
+    CHECK(b.check(10, 2.0).size() == 1);
+    CHECK(b.check(20, 2.0).empty());
+    CHECK(b.stopped_for() == "window");
+    CHECK(model->mlp_widths() == std::vector<size_t>{64});
+  }
+  SUBCASE("a state saved and loaded keeps the reference loss") {
+    auto model = make_model(mha, 1);
+    auto p = rule("plugin: mlp_onset\nfactor: 2\n");
+    Bench b(p, *model, 1000);
+    b.check(10, 2.0);
+    auto q = rule("plugin: mlp_onset\nfactor: 2\n");
+    q->load_state(p->save_state());
+    CHECK(q->save_state() == p->save_state());
+    TrainView v = b.editor.view(20, 0);
+    v.metrics.train_loss = 1.89;  // the onset against the first loss 2.0, not against 1.89
+    CHECK(q->check(v).empty());
+    CHECK(q->save_state().find(" 1 20 ") != std::string::npos);  // done, stopped at 20
+  }
+}
+
+namespace {
+
+std::string run_config(const std::string& growth) {
+  return R"(name: grow_rules
+seed: 5
+threads: 2
+data:
+  plugin: listops
+  train_size: 256
+  val_size: 64
+  test_size: 64
+  min_length: 4
+  max_length: 24
+  max_depth: 3
+  max_args: 4
+model:
+  d_model: 16
+  layers: 1
+  mlp_ratio: 1
+  max_len: 32
+  attention: {plugin: mha, heads: 2}
+growth: )" +
+         growth + R"(
+optimizer: {plugin: adamw, lr: 0.003}
+train:
+  steps: 30
+  batch_size: 16
+  warmup: 5
+  eval_every: 10
+  log_every: 5
+  check_every: 5
+)";
+}
+
+std::string fresh_dir(const std::string& name) {
+  fs::path p =
+      fs::temp_directory_path() / ("gf_test_rules_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+int train(const std::string& growth, const std::string& dir, long stop_after = -1) {
+  Experiment ex(ConfigNode::load_string(run_config(growth), "grow_rules.yaml"), {GF_PLUGIN_DIR});
+  RunFlags f;
+  f.run_dir = dir;
+  f.quiet = true;
+  f.stop_after = stop_after;
+  return ex.train(f);
+}
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("both rules in a run: their edits and decisions logged, resumed bit for bit") {
+  if (!have("depth_plateau") || !have("mlp_onset")) return;
+  struct Case {
+    std::string growth;
+    long cut;
+    std::string last_edit_key;  // what the final structure record names
+  };
+  // min_gain 1 and onset 0 / onset 1: the losses never count as progress, every plateau counts
+  // (depth) and the onset never comes (width), so the rules grow at every chance: blocks at
+  // steps 10 and 15 and a stop at 20; widths 16 -> 32 -> 40 and a stop at the cap
+  for (const Case& c :
+       {Case{"{plugin: depth_plateau, patience: 1, min_gain: 1, onset: 0, probe: 32}", 12,
+             "#   blocks: 3"},
+        Case{"{plugin: mlp_onset, factor: 2, max_units: 40, onset: 1, until: 1}", 7,
+             "#   mlp_widths: [40]"}}) {
+    INFO(c.growth);
+    const std::string full = fresh_dir("full"), cut = fresh_dir("cut");
+    REQUIRE(train(c.growth, full) == 0);
+    REQUIRE(train(c.growth, cut, c.cut) == 0);
+    {
+      auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+      RunFlags f;
+      f.quiet = true;
+      REQUIRE(ex->resume(cut, f) == 0);
+    }
+    const Checkpoint a = load_checkpoint(full + "/checkpoints/last.safetensors");
+    const Checkpoint b = load_checkpoint(cut + "/checkpoints/last.safetensors");
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (const auto& [k, t] : a.tensors) {
+      INFO(k);
+      REQUIRE(b.tensors.count(k));
+      REQUIRE(t.shape() == b.tensors.at(k).shape());
+      CHECK(std::equal(t.data(), t.data() + t.size(), b.tensors.at(k).data()));
+    }
+    CHECK(text_of(full + "/events.jsonl") == text_of(cut + "/events.jsonl"));
+    CHECK(text_of(full + "/config.resolved.yaml").find(c.last_edit_key) != std::string::npos);
+    std::vector<json> rule_events;
+    std::istringstream ev(text_of(full + "/events.jsonl"));
+    for (std::string line; std::getline(ev, line);)
+      if (json j = json::parse(line); j.contains("rule")) rule_events.push_back(j);
+    REQUIRE(rule_events.size() == 3);  // two growths, then the stop
+    CHECK(rule_events[0]["type"] == "grow");
+    CHECK(rule_events[0]["step"] == 10 - 5 * (c.growth.find("mlp") != std::string::npos));
+    CHECK(rule_events[2]["type"] == "check");
+    CHECK(rule_events[2]["decision"] == "stop growing");
+    fs::remove_all(full);
+    fs::remove_all(cut);
+  }
+}
