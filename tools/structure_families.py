@@ -7,7 +7,15 @@ writes OUT/pair/{train,val,test}.tsv and OUT/compose/{train,val,test}.tsv (text_
 token ids, `sentence<TAB>label`), the data of configs/experiments/structure/*.yaml, and the
 held-out families OUT/pair_h and OUT/compose_h, built after the two above had been measured:
 the same kinds with other sizes and tables (pair_h: 64 x 64 pairs, 6 classes, 30,000 rows;
-compose_h: 20 symbols, T1 of 6 values, 6 classes, 24,000 rows).
+compose_h: 20 symbols, T1 of 6 values, 6 classes, 24,000 rows), and the rules' held-out
+families OUT/{pair_r,compose_r,chain_r,lookup_r}, built after the rules (mlp_onset,
+depth_plateau) and their defaults were frozen (commit ddb0643):
+- pair_r (width): 40 x 40 pairs, 12 classes, 16,000 training rows.
+- compose_r (depth): 28 symbols, T1 of 7 values, 7 classes, 36,000 training rows.
+- chain_r (depth, three lookups in a row): `a b c d f1 .. f4`, 16 symbols each, the label
+  T3[T2[T1[a][b]][c]][d] with tables of 6 values; 40,000 training rows of the 65,536 quadruples.
+- lookup_r (neither): the pair kind over 12 x 12 pairs and 4 classes, 10,000 training rows: a
+  small table that a narrow one-block model stores (a control for the rules' over-growth).
 
 - pair (MLP width): a row is `a b f1 .. f6`: a and b from 48 symbols each (ids 0..47 and
   48..95), six filler tokens (96..111) at random; the label is T[a][b], a fixed random table of
@@ -51,6 +59,16 @@ def compose_rows(n, r, t1, t2, v=24, fill=16, length=8):
     return out
 
 
+def chain_rows(n, r, t1, t2, t3, v=16, fill=16, length=8):
+    out = []
+    for _ in range(n):
+        a, b, c, d = (r.randrange(v) for _ in range(4))
+        fl = [4 * v + r.randrange(fill) for _ in range(length - 4)]
+        label = t3[t2[t1[a][b]][c]][d]
+        out.append((" ".join(map(str, [a, v + b, 2 * v + c, 3 * v + d] + fl)), label))
+    return out
+
+
 def write_family(out, name, train_rows, rows_of, seed_offset=0):
     """OUT/NAME/{train,val,test}.tsv: TRAIN_ROWS training rows, 2,000 each for val and test;
     ROWS_OF(n, rng) draws the rows, each split from its own seed (1, 2, 3 + SEED_OFFSET)."""
@@ -79,7 +97,23 @@ def main():
     t1_h = [[rng.randrange(6) for _ in range(20)] for _ in range(20)]
     t2_h = [[rng.randrange(6) for _ in range(20)] for _ in range(6)]
     write_family(out, "compose_h", 24000, lambda n, r: compose_rows(n, r, t1_h, t2_h, v=20), 10)
-    print(f"wrote {out}/pair, compose, pair_h and compose_h")
+    # the rules' held-out families (after the rules were frozen)
+    rng = random.Random(20261210)
+    table_r = [[rng.randrange(12) for _ in range(40)] for _ in range(40)]
+    write_family(out, "pair_r", 16000, lambda n, r: pair_rows(n, r, table_r, v=40), 20)
+    rng = random.Random(20261211)
+    t1_r = [[rng.randrange(7) for _ in range(28)] for _ in range(28)]
+    t2_r = [[rng.randrange(7) for _ in range(28)] for _ in range(7)]
+    write_family(out, "compose_r", 36000, lambda n, r: compose_rows(n, r, t1_r, t2_r, v=28), 20)
+    rng = random.Random(20261212)
+    c1 = [[rng.randrange(6) for _ in range(16)] for _ in range(16)]
+    c2 = [[rng.randrange(6) for _ in range(16)] for _ in range(6)]
+    c3 = [[rng.randrange(6) for _ in range(16)] for _ in range(6)]
+    write_family(out, "chain_r", 40000, lambda n, r: chain_rows(n, r, c1, c2, c3), 20)
+    rng = random.Random(20261213)
+    table_l = [[rng.randrange(4) for _ in range(12)] for _ in range(12)]
+    write_family(out, "lookup_r", 10000, lambda n, r: pair_rows(n, r, table_l, v=12), 20)
+    print(f"wrote {out}/pair, compose, pair_h, compose_h, pair_r, compose_r, chain_r, lookup_r")
 
 
 if __name__ == "__main__":
