@@ -329,3 +329,46 @@ TEST_CASE("both rules in a run: their edits and decisions logged, resumed bit fo
     fs::remove_all(cut);
   }
 }
+
+TEST_CASE(
+    "the growth admission: MLP units or a block it refuses are one growth_refused event; "
+    "nothing changes and no policy hears of them") {
+  if (!registry().find(Kind::Attention, "mha")) return;
+  auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+  OncePolicy p;
+  Rng rng(4, 4);
+  Recorder sink;
+  StructureEditor ed = editor_of(*model, p, rng, &sink);
+  std::vector<Edit> asked;
+  ed.set_growth_admission([&](const Edit& e) {
+    asked.push_back(e);
+    return e.kind == Edit::Kind::InsertBlock || e.units > 8 ? "no memory for it" : "";
+  });
+  Edit units;
+  units.kind = Edit::Kind::AddMlpUnits;
+  units.units = 9;
+  Edit fewer = units;
+  fewer.units = 8;
+  Edit block;
+  block.kind = Edit::Kind::InsertBlock;
+  p.edits = {units, block, fewer};
+  const std::vector<Edit> applied = ed.check(10);
+  REQUIRE(applied.size() == 1);  // the 8 units
+  CHECK(applied[0].units == 8);
+  CHECK(asked.size() == 3);
+  CHECK(model->mlp_widths() == std::vector<size_t>{24});
+  CHECK(model->blocks().size() == 1);
+  REQUIRE(p.heard.size() == 1);
+  CHECK(p.heard[0].kind == Edit::Kind::AddMlpUnits);
+  std::vector<std::string> refused;
+  for (const Event& e : sink.events)
+    if (e.type == "growth_refused")
+      for (const auto& [k, v] : e.strings)
+        if (k == "what") refused.push_back(v);
+  CHECK(refused == std::vector<std::string>{"mlp_units", "block"});
+  for (const Event& e : sink.events)
+    if (e.type == "growth_refused")
+      CHECK(std::find(e.strings.begin(), e.strings.end(),
+                      std::pair<std::string, std::string>{"reason", "no memory for it"}) !=
+            e.strings.end());
+}

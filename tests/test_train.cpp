@@ -912,6 +912,70 @@ TEST_CASE("memory: a head that would not fit is refused as an event, and trainin
 #endif
 }
 
+TEST_CASE(
+    "memory: MLP units or a block that would not fit are refused as events, and training goes "
+    "on") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("sanitizer build: an address-space limit stops the sanitizer itself; skipped");
+#else
+  // a batch of 256 rows up to 32 tokens: 2,048 MLP units take some 170 MiB of a step, a block
+  // some 30 MiB. Under address-space limits some way over what the process takes alone (which
+  // depends on the machine), the width doubles (mlp_onset, never at its onset) and blocks go
+  // in at every check (depth_schedule) until the estimate refuses one; the limit rises until
+  // a run both grows and is refused, and every run must finish normally (before the admission,
+  // the width's run died out of memory at step 6 under 500 MB).
+  for (const std::string growth :
+       {"{plugin: mlp_onset, factor: 2, onset: 1, until: 1}",
+        "{plugin: depth_schedule, at: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], index: 0, "
+        "max_blocks: 64}"}) {
+    CAPTURE(growth);
+    const std::string dir = tmpdir("grow_oom_structure"), cfg = dir + ".yaml";
+    std::ofstream(cfg) << "name: grow\nseed: 3\nthreads: 1\n"
+                          "data: {plugin: listops, train_size: 512, val_size: 16, test_size: 16, "
+                          "min_length: 4, max_length: 24, max_depth: 3, max_args: 4}\n"
+                          "model: {d_model: 64, layers: 1, max_len: 32, mlp_ratio: 4, "
+                          "attention: {plugin: mha, heads: 2}}\n"
+                          "optimizer: {plugin: adamw, lr: 0.003}\n"
+                          "train: {steps: 12, batch_size: 256, warmup: 1, eval_every: 0, "
+                          "log_every: 1, check_every: 1}\n"
+                          "growth: "
+                       << growth << "\n";
+    const std::string out = dir + ".out";
+    size_t refused = 0, grown = 0;
+    for (int limit_mb : {450, 550, 700, 900, 1200}) {
+      CAPTURE(limit_mb);
+      const std::string run = dir + "/run" + std::to_string(limit_mb);
+      int rc = std::system(("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v " +
+                            std::to_string(limit_mb * 1000) + "; exec " + std::string(GF_BIN) +
+                            " train " + cfg + " --run-dir " + run + "' > " + out + " 2>&1")
+                               .c_str());
+      std::ifstream in(out);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      INFO(text);
+      REQUIRE(WIFEXITED(rc));
+      REQUIRE(WEXITSTATUS(rc) == 0);
+      refused = grown = 0;
+      std::ifstream ev(run + "/events.jsonl");
+      for (std::string line; std::getline(ev, line);) {
+        json e = json::parse(line);
+        if (e["type"] == "growth_refused") {
+          ++refused;
+          CHECK(e["what"] == (growth.find("mlp") != std::string::npos ? "mlp_units" : "block"));
+          CHECK(has(e["reason"].get<std::string>(), "would need about"));
+        }
+        if (e["type"] == "grow") ++grown;
+      }
+      if (grown > 0 && refused > 0) break;
+    }
+    CHECK(refused > 0);
+    CHECK(grown > 0);
+    fs::remove_all(dir);
+    fs::remove(cfg);
+    fs::remove(out);
+  }
+#endif
+}
+
 TEST_CASE("cli: pruning.min_heads 0 is refused when the config is read, naming the option") {
   const std::string cfg = tmpdir("min_heads0") + ".yaml";
   for (const char* plugin : {"magnitude", "directional_energy"}) {

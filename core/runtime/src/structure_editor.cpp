@@ -208,6 +208,9 @@ int StructureEditor::edit(const Edit& e, size_t p, size_t step) {
                        std::to_string(e.block) + ", but the model has " +
                        std::to_string(blocks_.size()) + " block(s)");
   }
+  if ((e.kind == Edit::Kind::AddMlpUnits || e.kind == Edit::Kind::InsertBlock) &&
+      refuse_growth(e, p))
+    return kRefused;
   int new_id = -1;
   Event ev = e.cause;
   ev.block = static_cast<long>(e.block);
@@ -251,6 +254,22 @@ bool StructureEditor::refuse_heads(size_t block, size_t count, size_t p) {
   ev.numbers = {{"heads", static_cast<double>(blocks_[block]->num_heads())},
                 {"requested", static_cast<double>(count)}};
   ev.strings = {{"reason", why}, {"policy", policies_[p].role}};
+  if (events_) events_->emit(ev);
+  return true;
+}
+
+bool StructureEditor::refuse_growth(const Edit& e, size_t p) {
+  if (!admit_growth_) return false;
+  const std::string why = admit_growth_(e);
+  if (why.empty()) return false;
+  Event ev;
+  ev.type = "growth_refused";
+  ev.block = static_cast<long>(e.block);
+  const bool units = e.kind == Edit::Kind::AddMlpUnits;
+  ev.numbers = {{"blocks", static_cast<double>(blocks_.size())}};
+  if (units) ev.numbers.push_back({"requested", static_cast<double>(e.units)});
+  ev.strings = {
+      {"reason", why}, {"policy", policies_[p].role}, {"what", units ? "mlp_units" : "block"}};
   if (events_) events_->emit(ev);
   return true;
 }

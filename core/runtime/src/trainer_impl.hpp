@@ -29,6 +29,22 @@ MemoryLimit memory_limit();
 double process_memory(const MemoryLimit& limit);
 // BYTES as "12 MiB" or "1.2 GiB".
 std::string gib(double bytes);
+// What growth adds to a training step of TOKENS tokens (the admission of a growth edit): one
+// more head like block B's newest (its parameters, 16 bytes each: value, gradient, two
+// optimizer moments; per token 2 x params / d_model floats, its projections, output and their
+// gradients; measured on mha, the pool's peak with 1 and 9 heads, d_k 8 to 256, lengths 15 to
+// 199: 1.3 to 1.5 x params / d_model per token; the fused attention keeps no score rows); one
+// more MLP unit (2 d_model + 1 parameters, per token 4 floats: its pre-activation, activation
+// and their gradients); one more block like the first (its parameters, and the step's largest
+// tensor memory so far, PEAK, divided among the blocks: a new block starts from the model's
+// starting structure, so this over-estimates once the first block has grown past it).
+double head_step_bytes(const Model& model, size_t b, double tokens);
+double mlp_unit_step_bytes(const Model& model, double tokens);
+double block_step_bytes(const Model& model, double peak);
+// The message of a run out of memory WHERE ("at step 12") in the run folder ROOT: the structure
+// (heads, MLP units per block), what to lower, and the last checkpoint LAST ("" = none yet).
+std::string out_of_memory_message(const Model& model, const std::string& where,
+                                  const std::string& root, const std::string& last);
 // Refuses, before the model is built, a run whose parameters or one step's activations cannot
 // fit in memory (the estimate is written beside the definition).
 void check_memory(const ModelSettings& model, const DataSplits& data, long batch, bool training);

@@ -27,9 +27,13 @@ namespace gf {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using trainer_detail::block_step_bytes;
 using trainer_detail::gib;
+using trainer_detail::head_step_bytes;
 using trainer_detail::memory_limit;
 using trainer_detail::MemoryLimit;
+using trainer_detail::mlp_unit_step_bytes;
+using trainer_detail::out_of_memory_message;
 using trainer_detail::plugin_of;
 using trainer_detail::process_memory;
 
@@ -78,6 +82,7 @@ class Experiment::Loop {
     editor_.set_model(ex.model_.get(), ex.optimizer_.get());
     editor_.set_head_admission(
         [this](size_t block, size_t count) { return admit_heads(block, count); });
+    editor_.set_growth_admission([this](const Edit& e) { return admit_growth(e); });
     need_probe_ = editor_.needs_probe();
     need_masks_ = editor_.needs_head_mask_grads();
     const char* timing = std::getenv("GROWFORMER_DP_TIMING");
@@ -198,19 +203,10 @@ class Experiment::Loop {
     std::string where = step_ > 0   ? "at step " + std::to_string(step_)
                         : step_ < 0 ? std::string("in the final test")
                                     : std::string("before the first step");
-    std::string heads;
-    for (size_t h : ex_.model_->heads_per_block())
-      heads += (heads.empty() ? "" : ", ") + std::to_string(h);
     const std::string last = dir_.last_checkpoint();
     std::error_code ec;
-    throw RuntimeError("out of memory " + where + " of " + dir_.root() +
-                       " (heads per block: " + heads +
-                       "); lower train.batch_size or model.max_len, or the heads growth may add "
-                       "(max_heads), or give the process more memory. " +
-                       (fs::exists(last, ec)
-                            ? "The last checkpoint " + last +
-                                  " is kept: continue with `growformer resume " + dir_.root() + "`"
-                            : std::string("No checkpoint was written yet")));
+    throw RuntimeError(
+        out_of_memory_message(*ex_.model_, where, dir_.root(), fs::exists(last, ec) ? last : ""));
   }
 
  private:
@@ -399,67 +395,84 @@ class Experiment::Loop {
 
   /// Whether a step still fits in memory with COUNT more heads in block B: "" when it does (the
   /// heads are added), else why not (the growth is refused with one event, training goes on).
-  /// What the process holds besides tensors, the largest tensor memory a step has taken so far,
-  /// the heads admitted earlier in this check, and the new heads' parameters (with gradients and
-  /// optimizer state) and activations, against the limit the up-front estimate used.
   std::string admit_heads(size_t b, size_t count) {
+    const std::string what = count == 1 ? "one more head" : std::to_string(count) + " more heads";
+    return admit_bytes(head_bytes(b) * static_cast<double>(count),
+                       what + " in block " + std::to_string(b),
+                       count == 1 ? "the head" : "the heads",
+                       std::to_string(editor_.blocks()[b]->num_heads()) + " heads there",
+                       "lower train.batch_size or max_heads",
+                       count == 1 ? "a head is" : std::to_string(count) + " heads are");
+  }
+
+  /// The same for MLP units and blocks (StructureEditor::GrowthAdmission).
+  std::string admit_growth(const Edit& e) {
+    if (e.kind == Edit::Kind::AddMlpUnits) {
+      const std::vector<size_t> widths = ex_.model_->mlp_widths();
+      const size_t width = e.block < widths.size() ? widths[e.block] : 0;
+      return admit_bytes(
+          unit_bytes() * static_cast<double>(e.units),
+          std::to_string(e.units) + " more MLP units in block " + std::to_string(e.block),
+          "the units", std::to_string(width) + " units there",
+          "lower train.batch_size or the policy's most units",
+          std::to_string(e.units) + " MLP units are");
+    }
+    const size_t blocks = editor_.blocks().size();
+    return admit_bytes(block_bytes(), "one more block (index " + std::to_string(e.block) + ")",
+                       "the block", std::to_string(blocks) + " blocks",
+                       "lower train.batch_size or the policy's most blocks", "a block is");
+  }
+
+  /// Whether a step still fits in memory with BYTES more (WHAT, the growth asked for; THEM, its
+  /// parts in the message; NOW, the structure kept when refused; FIX, what the user can do;
+  /// REFUSED, the console's subject). What the process holds besides tensors, the largest
+  /// tensor memory a step has taken so far, the growth admitted earlier in this check, and the
+  /// new parameters (with gradients and optimizer state) and activations, against the limit the
+  /// up-front estimate used. Every process of a data-parallel run decides alike.
+  std::string admit_bytes(double bytes, const std::string& what, const std::string& them,
+                          const std::string& now, const std::string& fix,
+                          const std::string& refused) {
     const MemoryLimit lim = memory_limit();
     const PoolStats ps = pool_stats();
     const double other =
         std::max(0.0, process_memory(lim) - static_cast<double>(ps.bytes_live + ps.bytes_cached));
-    const double heads = head_bytes(b) * static_cast<double>(count);
     // The pool's cached buffers count beside the step's peak: a step with one more head asks for
     // larger tensors than the cached ones, which then stay mapped beside the new ones (measured:
     // counting the peak alone let a 350 MB address space run out one head after the last
     // admitted one).
     const double need = other + static_cast<double>(ps.bytes_cached) +
-                        static_cast<double>(ps.bytes_peak) + admitted_bytes_ + heads;
-    const std::string what = count == 1 ? "one more head" : std::to_string(count) + " more heads";
-    const std::string kept = "training goes on with " +
-                             std::to_string(editor_.blocks()[b]->num_heads()) +
-                             " heads there (lower train.batch_size or max_heads, or give the "
-                             "process more memory)";
+                        static_cast<double>(ps.bytes_peak) + admitted_bytes_ + bytes;
+    const std::string kept =
+        "training goes on with " + now + " (" + fix + ", or give the process more memory)";
     double over = need > lim.bytes ? 1.0 : 0.0;
-    if (comm_.size() > 1) {  // every process decides alike: heads are added everywhere or nowhere
+    if (comm_.size() > 1) {  // every process decides alike: growth everywhere or nowhere
       comm_.allreduce_sum(&over, 1);
       if (over > 0 && need <= lim.bytes)
-        return "another process of this data-parallel run has no memory for " + what +
-               " in block " + std::to_string(b) + "; " + kept;
+        return "another process of this data-parallel run has no memory for " + what + "; " + kept;
     }
     if (over == 0) {
-      admitted_bytes_ += heads;
+      admitted_bytes_ += bytes;
       return "";
     }
-    const std::string why = "a training step with " + what + " in block " + std::to_string(b) +
-                            " would need about " + gib(need) + " (" + gib(heads) + " for the " +
-                            (count == 1 ? "head" : "heads") + "), more than the " + gib(lim.bytes) +
-                            " of " + lim.from + "; " + kept;
+    const std::string why = "a training step with " + what + " would need about " + gib(need) +
+                            " (" + gib(bytes) + " for " + them + "), more than the " +
+                            gib(lim.bytes) + " of " + lim.from + "; " + kept;
     if (!said_refused_)  // once on the console; every refusal is a `growth_refused` event
-      report_->say("\nstep " + std::to_string(step_) + ": " +
-                   (count == 1 ? "a head is" : std::to_string(count) + " heads are") +
-                   " refused: " + why + "\n");
+      report_->say("\nstep " + std::to_string(step_) + ": " + refused + " refused: " + why + "\n");
     said_refused_ = true;
     return why;
   }
 
-  /// The memory one more head of block B takes in a training step: a head like the block's
-  /// newest one, its parameters 16 bytes each (value, gradient, two optimizer moments), and per
-  /// token of the batch 2 x params / d_model floats (its projections, output and their
-  /// gradients). Measured on mha (the pool's peak with 1 and 9 heads, d_k 8 to 256, lengths 15
-  /// to 199): 1.3 to 1.5 x params / d_model per token; the fused attention keeps no score rows.
-  double head_bytes(size_t b) const {
-    std::vector<HeadInfo> heads = editor_.blocks()[b]->heads();
-    if (heads.empty()) return 0;  // nothing to measure a head by: the step itself will tell
-    const std::string prefix =
-        "layers." + std::to_string(b) + ".attn.heads." + std::to_string(heads.back().id) + ".";
-    double params = 0;
-    for (auto& [n, v] : ex_.model_->named_parameters())
-      if (n.rfind(prefix, 0) == 0) params += static_cast<double>(v.value().size());
-    const double d = static_cast<double>(std::max<size_t>(1, ex_.model_->d_model()));
+  /// Tokens in a training batch at the longest length the data holds.
+  double batch_tokens() const {
     const double length = static_cast<double>(
         std::min(ex_.model_->max_tokens(), std::max<size_t>(1, ex_.data_.max_len)));
-    const double tokens = static_cast<double>(ts_.batch_size) * length;
-    return 16 * params + 4 * tokens * 2 * params / d;
+    return static_cast<double>(ts_.batch_size) * length;
+  }
+  double head_bytes(size_t b) const { return head_step_bytes(*ex_.model_, b, batch_tokens()); }
+  double unit_bytes() const { return mlp_unit_step_bytes(*ex_.model_, batch_tokens()); }
+  double block_bytes() const {
+    return block_step_bytes(*ex_.model_, static_cast<double>(pool_stats().bytes_peak));
   }
 
   /// What the policies see at the check of STEP: the training window since the last check, the
@@ -715,7 +728,7 @@ class Experiment::Loop {
   long step_ = 0;              // the step being trained (-1: the final test)
   bool best_due_ = false;      // this step's validation is the best so far: checkpoints/best is due
   long saved_step_ = -1;       // the step of checkpoints/last (-1: none yet)
-  double admitted_bytes_ = 0;  // the heads admitted in this check (admit_heads)
+  double admitted_bytes_ = 0;  // the growth admitted in this check (admit_bytes)
   bool said_refused_ = false;  // a refused head was reported on the console
   trainer_detail::PhaseTimes phase_;  // wall seconds per phase (trainer_timing.cpp)
   using Clock = std::chrono::steady_clock;

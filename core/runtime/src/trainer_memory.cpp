@@ -94,6 +94,47 @@ void check_memory(const ModelSettings& m, const DataSplits& data, long batch, bo
                                              : "model.d_model, model.layers or model.mlp_ratio"));
 }
 
+double head_step_bytes(const Model& model, size_t b, double tokens) {
+  const std::vector<AttentionBlock*> blocks = model.blocks();
+  if (b >= blocks.size()) return 0;
+  std::vector<HeadInfo> heads = blocks[b]->heads();
+  if (heads.empty()) return 0;  // nothing to measure a head by: the step itself will tell
+  const std::string prefix =
+      "layers." + std::to_string(b) + ".attn.heads." + std::to_string(heads.back().id) + ".";
+  double params = 0;
+  for (auto& [n, v] : model.named_parameters())
+    if (n.rfind(prefix, 0) == 0) params += static_cast<double>(v.value().size());
+  const double d = static_cast<double>(std::max<size_t>(1, model.d_model()));
+  return 16 * params + 4 * tokens * 2 * params / d;
+}
+
+double mlp_unit_step_bytes(const Model& model, double tokens) {
+  const double d = static_cast<double>(model.d_model());
+  return 16 * (2 * d + 1) + 4 * tokens * 4;
+}
+
+double block_step_bytes(const Model& model, double peak) {
+  double params = 0;
+  for (auto& [n, v] : model.named_parameters())
+    if (n.rfind("layers.0.", 0) == 0) params += static_cast<double>(v.value().size());
+  const double blocks = static_cast<double>(std::max<size_t>(1, model.blocks().size()));
+  return 16 * params + peak / blocks;
+}
+
+std::string out_of_memory_message(const Model& model, const std::string& where,
+                                  const std::string& root, const std::string& last) {
+  std::string heads, widths;
+  for (size_t h : model.heads_per_block()) heads += (heads.empty() ? "" : ", ") + std::to_string(h);
+  for (size_t w : model.mlp_widths()) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
+  return "out of memory " + where + " of " + root + " (heads per block: " + heads +
+         "; MLP units per block: " + widths +
+         "); lower train.batch_size or model.max_len, or the structure growth may add "
+         "(max_heads, the policy's most units or blocks), or give the process more memory. " +
+         (!last.empty() ? "The last checkpoint " + last +
+                              " is kept: continue with `growformer resume " + root + "`"
+                        : std::string("No checkpoint was written yet"));
+}
+
 }  // namespace trainer_detail
 
 }  // namespace gf

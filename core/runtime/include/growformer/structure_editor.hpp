@@ -75,8 +75,9 @@ class StructureEditor {
   /// Returns the edits applied, in order.
   std::vector<Edit> check(size_t step);
   /// Applies one edit of policy P at STEP: edits the block, logs it, tells every policy.
-  /// Returns the new head's id for AddHead, -1 for RemoveHead, kRefused for a head the
-  /// admission refused (then a `growth_refused` event is the only trace: no policy hears of it).
+  /// Returns the new head's id for AddHead, -1 for RemoveHead, kRefused for a head, MLP units or
+  /// a block the admission refused (then a `growth_refused` event is the only trace: no policy
+  /// hears of it).
   int apply(const Edit& e, size_t p, size_t step);
   static constexpr int kRefused = -2;
 
@@ -84,6 +85,12 @@ class StructureEditor {
   /// not (the trainer: the step would not fit in memory). Unset: every head is added.
   using HeadAdmission = std::function<std::string(size_t block, size_t count)>;
   void set_head_admission(HeadAdmission admit) { admit_head_ = std::move(admit); }
+  /// Asked before an AddMlpUnits or InsertBlock edit is applied: "" to apply it, else why not
+  /// (the trainer: the step would not fit in memory); a refused edit is one `growth_refused`
+  /// event naming `what` and the reason, no policy hears of it, training goes on. Unset: every
+  /// such edit is applied.
+  using GrowthAdmission = std::function<std::string(const Edit& e)>;
+  void set_growth_admission(GrowthAdmission admit) { admit_growth_ = std::move(admit); }
 
   /// What policy P sees at STEP.
   TrainView view(size_t step, size_t p) const;
@@ -92,6 +99,9 @@ class StructureEditor {
   /// Whether the admission refuses COUNT heads of policy P in BLOCK (then one
   /// `growth_refused` event is emitted).
   bool refuse_heads(size_t block, size_t count, size_t p);
+  /// Whether the admission refuses the AddMlpUnits or InsertBlock edit E of policy P (then one
+  /// `growth_refused` event is emitted).
+  bool refuse_growth(const Edit& e, size_t p);
   /// Applies an edit already admitted.
   int edit(const Edit& e, size_t p, size_t step);
   /// Applies an MLP edit of policy P (checked first: RuntimeError naming the policy and the
@@ -114,6 +124,7 @@ class StructureEditor {
   Model* edited_model_ = nullptr;    // null = no block edits
   std::vector<Probe> moved_probes_;  // the probes after a block edit moved them
   HeadAdmission admit_head_;
+  GrowthAdmission admit_growth_;
 };
 
 /// Carries OPTIMIZER's state across an MLP edit of the block PREFIX ("layers.0."): each state
