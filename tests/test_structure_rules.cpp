@@ -372,3 +372,23 @@ TEST_CASE(
                       std::pair<std::string, std::string>{"reason", "no memory for it"}) !=
             e.strings.end());
 }
+
+TEST_CASE("the rules' options are checked when the config is read, naming the option") {
+  if (!have("depth_plateau") || !have("mlp_onset")) return;
+  auto message = [](const std::string& yaml) {
+    try {
+      rule(yaml);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no ConfigError)");
+  };
+  CHECK(message("plugin: depth_plateau\nindex: -1\nmisses: 0\n") == "(no ConfigError)");
+  CHECK(message("plugin: depth_plateau\npatience: 0\n").find("`patience`") != std::string::npos);
+  CHECK(message("plugin: depth_plateau\nindex: -2\n").find("`index`") != std::string::npos);
+  CHECK(message("plugin: depth_plateau\nprobe: 0\n").find("`probe`") != std::string::npos);
+  CHECK(message("plugin: depth_plateau\nmin_gain: 2\n").find("`min_gain`") != std::string::npos);
+  CHECK(message("plugin: mlp_onset\nfactor: 1\n").find("`factor`") != std::string::npos);
+  CHECK(message("plugin: mlp_onset\nuntil: 1.5\n").find("`until`") != std::string::npos);
+  CHECK(message("plugin: mlp_onset\nsteps: 5\n").find("steps") != std::string::npos);
+}

@@ -193,7 +193,8 @@ class DepthPlateau : public gf::GrowthPolicy {
 void register_depth_plateau(gf::Registry& r) {
   r.add_growth({kRule,
                 "insert a block (the identity at insertion; before the first by default) when "
-                "the validation probe's loss has stopped falling, until one brings no gain",
+                "the validation probe's loss has stopped falling, until blocks in a row bring "
+                "no gain",
                 DepthPlateauSettings::table().specs()},
                [](const gf::Options& o) {
                  return std::make_unique<DepthPlateau>(DepthPlateauSettings::table().read(o));
