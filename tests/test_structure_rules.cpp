@@ -1,6 +1,7 @@
 // The signal-driven structure rules (plugins/growth_structure): depth_plateau inserts a block
 // at a plateau of the validation probe's loss and stops after blocks that brought no gain;
-// mlp_onset widens every MLP by a factor until the training loss starts to fall. Each against
+// mlp_onset widens every MLP by a factor until the training loss starts to fall; mlp_magnitude
+// prunes MLP units of small weight norms. Each against
 // a constructed sequence of losses, through the structure editor on a real model; their state
 // carried through save and load; and both in a run that resumes bit for bit.
 #include <filesystem>
@@ -391,4 +392,59 @@ TEST_CASE("the rules' options are checked when the config is read, naming the op
   CHECK(message("plugin: mlp_onset\nfactor: 1\n").find("`factor`") != std::string::npos);
   CHECK(message("plugin: mlp_onset\nuntil: 1.5\n").find("`until`") != std::string::npos);
   CHECK(message("plugin: mlp_onset\nsteps: 5\n").find("steps") != std::string::npos);
+}
+
+TEST_CASE(
+    "mlp_magnitude: units of small ||fc1 column|| x ||fc2 row|| are removed, the smallest first, "
+    "at most max_fraction a check; none within grace of the block's growth") {
+  if (!registry().find(Kind::Pruning, "mlp_magnitude") || !have("depth_plateau")) return;
+  auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+  auto prune = registry().create_pruning(ConfigNode::load_string(
+      "plugin: mlp_magnitude\nthreshold: 0.05\nmax_fraction: 0.25\ngrace: 20\n", "pruning.yaml"));
+  OncePolicy grow;
+  Rng r1(1, 1), r2(2, 2);
+  Recorder sink;
+  StructureEditor ed(model->blocks(),
+                     {{&grow, &r1, "growth", "scripted"}, {prune.get(), &r2, "pruning", "rule"}},
+                     &sink, 1000);
+  ed.set_model(model.get(), nullptr);
+  // units 3, 7, 9, 11, 12 contribute nothing (their output rows zero), unit 5 a little
+  Var fc2 = model->mlps()[0]->fc2_w();  // a handle on the model's parameter
+  Tensor& w2 = fc2.value();
+  const size_t d = model->d_model();
+  for (size_t u : {3, 7, 9, 11, 12})
+    for (size_t c = 0; c < d; ++c) w2[u * d + c] = 0.0f;
+  for (size_t c = 0; c < d; ++c) w2[5 * d + c] *= 1e-3f;
+  const Batch b = batch_of(3, 7, 11);
+  const Tensor before = logits_of(*model, b);
+  CHECK(ed.check(10).empty());  // within grace of the start
+  const std::vector<Edit> first = ed.check(20);
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].kind == Edit::Kind::RemoveMlpUnits);
+  CHECK(first[0].unit_indices == std::vector<size_t>{3, 7, 9, 11});  // 4 = 0.25 x 16
+  CHECK(model->mlp_widths() == std::vector<size_t>{12});
+  CHECK(max_abs_diff(before, logits_of(*model, b)) < 1e-6);  // they added nothing
+  // the next check: the zero unit 12 and the small unit 5 (now 8 and 4)
+  const std::vector<Edit> second = ed.check(30);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].unit_indices == std::vector<size_t>{4, 8});  // units 5 and 12 before
+  CHECK(model->mlp_widths() == std::vector<size_t>{10});
+  // new units (zero output weights) are left alone for grace steps after the growth
+  Edit add;
+  add.kind = Edit::Kind::AddMlpUnits;
+  add.units = 6;
+  grow.edits = {add};
+  CHECK(ed.check(40).size() == 1);  // the growth only
+  CHECK(model->mlp_widths() == std::vector<size_t>{16});
+  auto again = registry().create_pruning(
+      ConfigNode::load_string("plugin: mlp_magnitude\ngrace: 20\n", "pruning.yaml"));
+  again->load_state(prune->save_state());  // the growth's step carried
+  CHECK(again->save_state() == prune->save_state());
+  CHECK(prune->save_state().find("1 0 40 ") != std::string::npos);  // block 0 grew at 40
+  CHECK(ed.check(50).empty());
+  const std::vector<Edit> later = ed.check(60);
+  REQUIRE(later.size() == 1);
+  CHECK(later[0].unit_indices.size() == 4);
+  CHECK(later[0].unit_indices.front() >= 10);  // the new ones
+  CHECK(prune->summary(ed.view(60, 1)).at("units_removed") == 10);
 }

@@ -17,6 +17,8 @@
 
 #include <growformer/fields.hpp>
 
+#include "mlp_magnitude.hpp"
+
 namespace {
 
 /// A scored head: lower scores are pruned first.
@@ -482,6 +484,7 @@ void register_rules(gf::Registry& r) {
       [](const gf::Options& o) {
         return std::make_unique<AblationRule>(AblationSettings::table().read(o));
       });
+  register_mlp_magnitude(r);
 }
 
 }  // namespace
