@@ -19,7 +19,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -129,20 +128,8 @@ class DepthPlateau : public gf::GrowthPolicy {
 
   std::vector<std::string> summary_columns() const override { return {"blocks", "stopped_at"}; }
 
-  std::string save_state() const override {
-    std::ostringstream os;
-    os << kRule << " 1 ";
-    fields().save(os, *this);
-    os << "end";
-    return os.str();
-  }
-
-  void load_state(const std::string& s) override {
-    auto opened = gf::state::Reader::open(s, kRule, "1");
-    if (!opened) return;
-    fields().load(*opened, *this);
-    opened->expect("end");
-  }
+  std::string save_state() const override { return fields().text(kRule, 1, *this); }
+  void load_state(const std::string& s) override { fields().read_text(s, kRule, 1, *this); }
 
  private:
   /// Ends growth for good at VIEW's check for REASON, and says so in events.jsonl.

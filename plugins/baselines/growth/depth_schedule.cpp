@@ -7,7 +7,6 @@
 #include <growformer/registry.hpp>
 
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -69,19 +68,10 @@ class DepthSchedule : public gf::GrowthPolicy {
     return fields().summary(*this);
   }
 
-  std::string save_state() const override {
-    std::ostringstream os;
-    os << "depth_schedule 1 ";
-    fields().save(os, *this);
-    os << "end";
-    return os.str();
-  }
+  std::string save_state() const override { return fields().text("depth_schedule", 1, *this); }
 
   void load_state(const std::string& s) override {
-    auto opened = gf::state::Reader::open(s, "depth_schedule", "1");
-    if (!opened) return;
-    fields().load(*opened, *this);
-    opened->expect("end");
+    fields().read_text(s, "depth_schedule", 1, *this);
     if (next_ > set_.at.size())
       throw gf::RuntimeError("depth_schedule state: " + std::to_string(next_) +
                              " growth steps passed, but `at` names " +

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -66,19 +65,10 @@ class MlpSchedule : public gf::GrowthPolicy {
     return fields().summary(*this);
   }
 
-  std::string save_state() const override {
-    std::ostringstream os;
-    os << "mlp_schedule 1 ";
-    fields().save(os, *this);
-    os << "end";
-    return os.str();
-  }
+  std::string save_state() const override { return fields().text("mlp_schedule", 1, *this); }
 
   void load_state(const std::string& s) override {
-    auto opened = gf::state::Reader::open(s, "mlp_schedule", "1");
-    if (!opened) return;
-    fields().load(*opened, *this);
-    opened->expect("end");
+    fields().read_text(s, "mlp_schedule", 1, *this);
     if (next_ > at_.size())
       throw gf::RuntimeError("mlp_schedule state: " + std::to_string(next_) +
                              " growth steps passed, but `at` names " + std::to_string(at_.size()));

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,20 +114,8 @@ class MlpMagnitude : public gf::GrowthPolicy {
     return fields().summary(*this);
   }
 
-  std::string save_state() const override {
-    std::ostringstream os;
-    os << kRule << " 1 ";
-    fields().save(os, *this);
-    os << "end";
-    return os.str();
-  }
-
-  void load_state(const std::string& s) override {
-    auto opened = gf::state::Reader::open(s, kRule, "1");
-    if (!opened) return;
-    fields().load(*opened, *this);
-    opened->expect("end");
-  }
+  std::string save_state() const override { return fields().text(kRule, 1, *this); }
+  void load_state(const std::string& s) override { fields().read_text(s, kRule, 1, *this); }
 
  private:
   static const gf::StateFields<MlpMagnitude>& fields() {

@@ -416,6 +416,22 @@ class StateFields {
   void save(std::ostringstream& os, const T& t) const {
     for (const auto& e : entries_) e.save(os, t);
   }
+  /// T's whole state text, "TAG VERSION <the fields> end" (a policy's save_state()).
+  std::string text(const std::string& tag, int version, const T& t) const {
+    std::ostringstream os;
+    os << tag << ' ' << version << ' ';
+    save(os, t);
+    os << "end";
+    return os.str();
+  }
+  /// Reads a text() of TAG and VERSION into T (a policy's load_state()); an empty text leaves T
+  /// as it is; RuntimeError naming TAG for another tag, version or a text cut short.
+  void read_text(const std::string& s, const std::string& tag, int version, T& t) const {
+    auto opened = state::Reader::open(s, tag, std::to_string(version));
+    if (!opened) return;
+    load(*opened, t);
+    opened->expect("end");
+  }
   /// Reads a text of VERSION into T (fields of later versions keep their values); a negative
   /// VERSION (a reader made without open()) reads every field of the current text.
   void load(state::Reader& r, T& t, int version = -1) const {
