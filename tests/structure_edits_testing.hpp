@@ -1,20 +1,28 @@
-// Shared by the structural-edit suites (test_mlp_edits.cpp, test_depth_edits.cpp): a scripted
-// policy, an event recorder, a small model of any block kind, a batch, its logits, and the
-// structure editor over a model with one policy.
+// Shared by the structural-edit suites (test_mlp_edits.cpp, test_depth_edits.cpp,
+// test_structure_rules.cpp): a scripted policy, an event recorder, a small model of any block
+// kind, a batch, its logits, the structure editor over a model with one policy, and runs from a
+// config text that stop, resume and are compared bit for bit.
 #pragma once
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "growformer/autograd.hpp"
+#include "growformer/checkpoint.hpp"
 #include "growformer/config.hpp"
 #include "growformer/model.hpp"
 #include "growformer/optimizer.hpp"
 #include "growformer/structure_editor.hpp"
+#include "growformer/trainer.hpp"
 #include "testing.hpp"
 
 namespace gf_test {
@@ -90,6 +98,57 @@ inline gf::StructureEditor editor_of(gf::Model& model, OncePolicy& p, gf::Rng& r
   gf::StructureEditor ed(model.blocks(), {{&p, &rng, "growth", "scripted"}}, sink, 100);
   ed.set_model(&model, opt);
   return ed;
+}
+
+/// An empty folder for run NAME of SUITE under the temporary directory (this process's own).
+inline std::string fresh_dir(const std::string& suite, const std::string& name) {
+  const std::filesystem::path p =
+      std::filesystem::temp_directory_path() /
+      ("gf_test_" + suite + "_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+/// The file at PATH as text ("" when it cannot be read).
+inline std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Trains the config YAML (FILE names it in messages) into DIR, quietly; STOP_AFTER >= 0 stops
+/// with a checkpoint after that step. The exit status.
+inline int train_yaml(const std::string& yaml, const std::string& file, const std::string& dir,
+                      long stop_after = -1) {
+  gf::Experiment ex(gf::ConfigNode::load_string(yaml, file), {GF_PLUGIN_DIR});
+  gf::RunFlags f;
+  f.run_dir = dir;
+  f.quiet = true;
+  f.stop_after = stop_after;
+  return ex.train(f);
+}
+
+/// Resumes the run in DIR from its last checkpoint, quietly. The exit status.
+inline int resume_run(const std::string& dir) {
+  auto ex = gf::experiment_from_checkpoint(dir + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
+  gf::RunFlags f;
+  f.quiet = true;
+  return ex->resume(dir, f);
+}
+
+/// Checks that the last checkpoints of the runs in A and B hold the same tensors (model and
+/// optimizer), bit for bit.
+inline void check_same_last_checkpoints(const std::string& a, const std::string& b) {
+  const gf::Checkpoint x = gf::load_checkpoint(a + "/checkpoints/last.safetensors");
+  const gf::Checkpoint y = gf::load_checkpoint(b + "/checkpoints/last.safetensors");
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  for (const auto& [k, t] : x.tensors) {
+    INFO(k);
+    REQUIRE(y.tensors.count(k));
+    REQUIRE(t.shape() == y.tensors.at(k).shape());
+    CHECK(std::equal(t.data(), t.data() + t.size(), y.tensors.at(k).data()));
+  }
 }
 
 }  // namespace gf_test

@@ -306,27 +306,10 @@ train:
   check_every: 5
 )";
 
-std::string fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("gf_test_depth_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return gf_test::fresh_dir("depth", name); }
 
 int train_deepening(const std::string& dir, long stop_after = -1) {
-  Experiment ex(ConfigNode::load_string(kDeepening, "grow_depth.yaml"), {GF_PLUGIN_DIR});
-  RunFlags f;
-  f.run_dir = dir;
-  f.quiet = true;
-  f.stop_after = stop_after;
-  return ex.train(f);
-}
-
-std::string text_of(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return train_yaml(kDeepening, "grow_depth.yaml", dir, stop_after);
 }
 
 bool has_plugins() {
@@ -357,14 +340,8 @@ TEST_CASE(
     CHECK(ex->model().blocks().size() == 3);
   }
   // the same bits: every tensor of the last checkpoint (model and optimizer), and the logs
+  check_same_last_checkpoints(full, cut);
   const Checkpoint a = load_checkpoint(full + "/checkpoints/last.safetensors");
-  const Checkpoint b = load_checkpoint(cut + "/checkpoints/last.safetensors");
-  REQUIRE(a.tensors.size() == b.tensors.size());
-  for (const auto& [k, t] : a.tensors) {
-    INFO(k);
-    REQUIRE(b.tensors.count(k));
-    CHECK(same_bits(t, b.tensors.at(k)));
-  }
   CHECK(a.tensors.count("model.layers.2.attn.heads.1.w_o") == 1);
   CHECK(a.tensors.count("optim.m.layers.2.mlp.fc2.w") == 1);
   CHECK(gf_test::metrics_without_timing(full) == gf_test::metrics_without_timing(cut));
@@ -542,12 +519,7 @@ TEST_CASE(
   const std::string full = fresh_dir("incrt_full"), cut = fresh_dir("incrt_cut");
   REQUIRE(train(full, -1) == 0);
   REQUIRE(train(cut, 17) == 0);
-  {
-    auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
-    RunFlags f;
-    f.quiet = true;
-    REQUIRE(ex->resume(cut, f) == 0);
-  }
+  REQUIRE(resume_run(cut) == 0);
   CHECK(gf_test::metrics_without_timing(full) == gf_test::metrics_without_timing(cut));
   CHECK(text_of(full + "/events.jsonl") == text_of(cut + "/events.jsonl"));
   // INCRT's checks: block 0 alone before the insertion; after it, its block (now 1) goes on

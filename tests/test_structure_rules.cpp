@@ -256,27 +256,10 @@ train:
 )";
 }
 
-std::string fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("gf_test_rules_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return gf_test::fresh_dir("rules", name); }
 
 int train(const std::string& growth, const std::string& dir, long stop_after = -1) {
-  Experiment ex(ConfigNode::load_string(run_config(growth), "grow_rules.yaml"), {GF_PLUGIN_DIR});
-  RunFlags f;
-  f.run_dir = dir;
-  f.quiet = true;
-  f.stop_after = stop_after;
-  return ex.train(f);
-}
-
-std::string text_of(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return train_yaml(run_config(growth), "grow_rules.yaml", dir, stop_after);
 }
 
 }  // namespace
@@ -300,21 +283,8 @@ TEST_CASE("both rules in a run: their edits and decisions logged, resumed bit fo
     const std::string full = fresh_dir("full"), cut = fresh_dir("cut");
     REQUIRE(train(c.growth, full) == 0);
     REQUIRE(train(c.growth, cut, c.cut) == 0);
-    {
-      auto ex = experiment_from_checkpoint(cut + "/checkpoints/last.safetensors", {GF_PLUGIN_DIR});
-      RunFlags f;
-      f.quiet = true;
-      REQUIRE(ex->resume(cut, f) == 0);
-    }
-    const Checkpoint a = load_checkpoint(full + "/checkpoints/last.safetensors");
-    const Checkpoint b = load_checkpoint(cut + "/checkpoints/last.safetensors");
-    REQUIRE(a.tensors.size() == b.tensors.size());
-    for (const auto& [k, t] : a.tensors) {
-      INFO(k);
-      REQUIRE(b.tensors.count(k));
-      REQUIRE(t.shape() == b.tensors.at(k).shape());
-      CHECK(std::equal(t.data(), t.data() + t.size(), b.tensors.at(k).data()));
-    }
+    REQUIRE(resume_run(cut) == 0);
+    check_same_last_checkpoints(full, cut);
     CHECK(text_of(full + "/events.jsonl") == text_of(cut + "/events.jsonl"));
     CHECK(text_of(full + "/config.resolved.yaml").find(c.last_edit_key) != std::string::npos);
     std::vector<json> rule_events;

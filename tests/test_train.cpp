@@ -845,6 +845,30 @@ TEST_CASE("cli: sweep shards split the jobs between processes and the last one's
   fs::remove(sw);
 }
 
+namespace {
+
+/// A training run under an address-space limit: what it printed and its events.
+struct LimitedRun {
+  std::string output;
+  std::vector<json> events;
+};
+
+/// Trains CFG into RUN under `ulimit -v` of LIMIT_MB megabytes (one thread, killed after 120 s);
+/// the run must finish normally: not 1 (out of memory at a step) nor 134.
+LimitedRun train_under_limit(const std::string& cfg, const std::string& run, int limit_mb) {
+  const gf_test::Shell sh =
+      gf_test::run_shell("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v " +
+                         std::to_string(limit_mb * 1000) + "; exec " + std::string(GF_BIN) +
+                         " train " + cfg + " --run-dir " + run + "'");
+  REQUIRE_MESSAGE(sh.status == 0, sh.output);
+  LimitedRun r{sh.output, {}};
+  std::ifstream ev(run + "/events.jsonl");
+  for (std::string line; std::getline(ev, line);) r.events.push_back(json::parse(line));
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("memory: a head that would not fit is refused as an event, and training goes on") {
 #if defined(__SANITIZE_ADDRESS__)
   MESSAGE("sanitizer build: an address-space limit stops the sanitizer itself; skipped");
@@ -865,25 +889,15 @@ TEST_CASE("memory: a head that would not fit is refused as an event, and trainin
          "train: {steps: 40, batch_size: 64, warmup: 1, eval_every: 0, log_every: 1, "
          "check_every: 1}\n"
          "growth: {plugin: random, probability: 1, max_heads: 64}\n";
-  const std::string out = dir + ".out";
   size_t refused = 0, grown = 0;
   for (int limit_mb : {350, 420, 500, 600, 750}) {
     CAPTURE(limit_mb);
     const std::string run = dir + "/run" + std::to_string(limit_mb);
-    int rc = std::system(("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v " +
-                          std::to_string(limit_mb * 1000) + "; exec " + std::string(GF_BIN) +
-                          " train " + cfg + " --run-dir " + run + "' > " + out + " 2>&1")
-                             .c_str());
-    std::ifstream in(out);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const LimitedRun r = train_under_limit(cfg, run, limit_mb);
+    const std::string& text = r.output;
     INFO(text);
-    REQUIRE(WIFEXITED(rc));
-    REQUIRE(WEXITSTATUS(rc) == 0);  // not 1 (out of memory at a step) nor 134
     refused = grown = 0;
-    std::ifstream ev(run + "/events.jsonl");
-    std::string line;
-    while (std::getline(ev, line)) {
-      json e = json::parse(line);
+    for (const json& e : r.events) {
       if (e["type"] == "growth_refused") {
         ++refused;
         CHECK(e["block"] == 0);
@@ -908,7 +922,6 @@ TEST_CASE("memory: a head that would not fit is refused as an event, and trainin
   CHECK(grown > 0);  // heads that fit were added
   fs::remove_all(dir);
   fs::remove(cfg);
-  fs::remove(out);
 #endif
 }
 
@@ -940,24 +953,13 @@ TEST_CASE(
                           "log_every: 1, check_every: 1}\n"
                           "growth: "
                        << growth << "\n";
-    const std::string out = dir + ".out";
     size_t refused = 0, grown = 0;
     for (int limit_mb : {450, 550, 700, 900, 1200}) {
       CAPTURE(limit_mb);
-      const std::string run = dir + "/run" + std::to_string(limit_mb);
-      int rc = std::system(("OPENBLAS_NUM_THREADS=1 timeout -s KILL 120 bash -c 'ulimit -v " +
-                            std::to_string(limit_mb * 1000) + "; exec " + std::string(GF_BIN) +
-                            " train " + cfg + " --run-dir " + run + "' > " + out + " 2>&1")
-                               .c_str());
-      std::ifstream in(out);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      INFO(text);
-      REQUIRE(WIFEXITED(rc));
-      REQUIRE(WEXITSTATUS(rc) == 0);
+      const LimitedRun r =
+          train_under_limit(cfg, dir + "/run" + std::to_string(limit_mb), limit_mb);
       refused = grown = 0;
-      std::ifstream ev(run + "/events.jsonl");
-      for (std::string line; std::getline(ev, line);) {
-        json e = json::parse(line);
+      for (const json& e : r.events) {
         if (e["type"] == "growth_refused") {
           ++refused;
           CHECK(e["what"] == (growth.find("mlp") != std::string::npos ? "mlp_units" : "block"));
@@ -971,7 +973,6 @@ TEST_CASE(
     CHECK(grown > 0);
     fs::remove_all(dir);
     fs::remove(cfg);
-    fs::remove(out);
   }
 #endif
 }

@@ -115,9 +115,7 @@ class DepthPlateau : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int first, const gf::TrainView& view) override {
     (void)first;
     (void)view;
-    if (e.kind != gf::Edit::Kind::InsertBlock) return;
-    for (const auto& [key, value] : e.cause.strings)
-      if (key == "rule" && value == kRule) ++inserted_;
+    if (e.kind == gf::Edit::Kind::InsertBlock && gf::made_by(e, kRule)) ++inserted_;
   }
 
   std::map<std::string, double> summary(const gf::TrainView& view) const override {

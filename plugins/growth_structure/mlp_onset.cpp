@@ -87,7 +87,7 @@ class MlpOnset : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int first, const gf::TrainView& view) override {
     (void)first;
     (void)view;
-    if (e.kind == gf::Edit::Kind::AddMlpUnits && ours(e)) added_ += e.units;
+    if (e.kind == gf::Edit::Kind::AddMlpUnits && gf::made_by(e, kRule)) added_ += e.units;
   }
 
   std::map<std::string, double> summary(const gf::TrainView& view) const override {
@@ -107,12 +107,6 @@ class MlpOnset : public gf::GrowthPolicy {
   void load_state(const std::string& s) override { fields().read_text(s, kRule, 1, *this); }
 
  private:
-  static bool ours(const gf::Edit& e) {
-    for (const auto& [key, value] : e.cause.strings)
-      if (key == "rule") return value == kRule;
-    return false;
-  }
-
   size_t cap(const gf::Mlp& mlp) const {
     return set_.max_units ? std::min(set_.max_units, mlp.max_width()) : mlp.max_width();
   }

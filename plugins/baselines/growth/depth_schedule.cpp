@@ -60,7 +60,7 @@ class DepthSchedule : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int first, const gf::TrainView& view) override {
     (void)first;
     (void)view;
-    if (e.kind == gf::Edit::Kind::InsertBlock) inserted_ += 1;
+    if (e.kind == gf::Edit::Kind::InsertBlock && gf::made_by(e, "depth_schedule")) inserted_ += 1;
   }
 
   std::map<std::string, double> summary(const gf::TrainView& view) const override {

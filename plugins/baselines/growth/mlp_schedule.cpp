@@ -57,7 +57,7 @@ class MlpSchedule : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int first, const gf::TrainView& view) override {
     (void)first;
     (void)view;
-    if (e.kind == gf::Edit::Kind::AddMlpUnits) added_ += e.units;
+    if (e.kind == gf::Edit::Kind::AddMlpUnits && gf::made_by(e, "mlp_schedule")) added_ += e.units;
   }
 
   std::map<std::string, double> summary(const gf::TrainView& view) const override {

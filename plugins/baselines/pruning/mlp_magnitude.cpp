@@ -103,10 +103,8 @@ class MlpMagnitude : public gf::GrowthPolicy {
     (void)first;
     if (e.edits_blocks()) gf::move_blocks(grew_, e);
     if (e.kind == gf::Edit::Kind::AddMlpUnits) grew_[e.block] = view.step;
-    if (e.kind == gf::Edit::Kind::RemoveMlpUnits) {
-      for (const auto& [key, value] : e.cause.strings)
-        if (key == "rule" && value == kRule) removed_ += e.unit_indices.size();
-    }
+    if (e.kind == gf::Edit::Kind::RemoveMlpUnits && gf::made_by(e, kRule))
+      removed_ += e.unit_indices.size();
   }
 
   std::map<std::string, double> summary(const gf::TrainView& view) const override {

@@ -65,6 +65,14 @@ struct Edit {
   bool edits_blocks() const { return kind == Kind::InsertBlock || kind == Kind::RemoveBlock; }
 };
 
+/// Whether RULE made edit E: its cause names it as `rule` (a policy counting the edits it made
+/// among all it hears of in edited()).
+inline bool made_by(const Edit& e, const std::string& rule) {
+  for (const auto& [key, value] : e.cause.strings)
+    if (key == "rule") return value == rule;
+  return false;
+}
+
 /// Where block INDEX is after the block edit E (InsertBlock, RemoveBlock): its new index, or
 /// nothing when E removed it; INDEX itself for any other edit. A policy keeping state per block
 /// index moves it with this in edited().
