@@ -47,6 +47,14 @@ struct Recorder : gf::EventSink {
   void emit(const gf::Event& e) override { events.push_back(e); }
 };
 
+/// An edit of KIND (InsertBlock, RemoveBlock) at block INDEX.
+inline gf::Edit block_edit(gf::Edit::Kind kind, size_t index) {
+  gf::Edit e;
+  e.kind = kind;
+  e.block = index;
+  return e;
+}
+
 /// A model of LAYERS blocks of ATTENTION, d_model 8, MLP 16 units (12 tokens, 3 classes).
 inline std::unique_ptr<gf::Model> make_model(const std::string& attention, size_t layers = 2) {
   return std::make_unique<gf::Model>(

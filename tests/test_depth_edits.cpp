@@ -28,13 +28,6 @@ using namespace gf_test;
 
 namespace {
 
-Edit block_edit(Edit::Kind kind, size_t index) {
-  Edit e;
-  e.kind = kind;
-  e.block = index;
-  return e;
-}
-
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::equal(a.data(), a.data() + a.size(), b.data());
 }
@@ -250,6 +243,51 @@ TEST_CASE("blocks: a bad block edit is refused with one message naming the polic
   CHECK(deep->why_not_insert_block(0) ==
         "the model already has the most blocks a model may hold, 1024");
   CHECK_THROWS_WITH_AS(deep->set_blocks(0), "model: 0 blocks (a model holds 1..1024)",
+                       RuntimeError);
+}
+
+TEST_CASE(
+    "blocks: a block left out of forward (a whole-block ablation) gives the logits of the model "
+    "without it, on every block kind; only ablations may ask for it") {
+  const Batch batch = batch_of(3, 6, 7);
+  for (const std::string& kind : block_kinds()) {
+    INFO(kind);
+    auto model = make_model(kind, 3);
+    auto without = make_model(kind, 3);  // the same seed: the same parameters
+    const Tensor whole = logits_of(*model, batch);
+    without->remove_block(1);
+    model->set_left_out({1});
+    CHECK(model->left_out() == std::vector<size_t>{1});
+    CHECK(max_abs_diff(logits_of(*model, batch), logits_of(*without, batch)) == 0.0);
+    CHECK(max_abs_diff(logits_of(*model, batch), whole) > 1e-6);  // block 1 did something
+    // a block inserted below moves the left-out block with its index
+    Rng rng(3, 3);
+    model->insert_block(0, rng);
+    CHECK(model->left_out() == std::vector<size_t>{2});
+    CHECK(max_abs_diff(logits_of(*model, batch), logits_of(*without, batch)) < 1e-6);
+    model->set_left_out({});
+    CHECK(model->left_out().empty());
+    CHECK(max_abs_diff(logits_of(*model, batch), whole) < 1e-6);  // the new block adds zero
+    CHECK_THROWS_WITH_AS(model->set_left_out({4}),
+                         "cannot leave out block 4: the model has 4 block(s)", RuntimeError);
+  }
+  // a policy may leave a whole block out of an ablation, not out of a training step
+  struct Asks : OncePolicy {
+    std::vector<std::vector<HeadRef>> probe_ablations(const TrainView&) const override {
+      return {{{1, HeadRef::kWholeBlock}}};
+    }
+    std::vector<HeadRef> muted_in_training(size_t) const override {
+      return {{0, HeadRef::kWholeBlock}};
+    }
+  } asks;
+  auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}");
+  Rng rng(1, 1);
+  StructureEditor ed = editor_of(*model, asks, rng, nullptr);
+  CHECK(ed.probe_ablations(1) ==
+        std::vector<std::vector<HeadRef>>{{HeadRef{1, HeadRef::kWholeBlock}}});
+  CHECK_THROWS_WITH_AS(ed.muted_in_training(1),
+                       "the growth policy `scripted` asked to mute in training the whole block 0 "
+                       "(head -1): only an ablation leaves a whole block out",
                        RuntimeError);
 }
 

@@ -362,6 +362,20 @@ TEST_CASE("the rules' options are checked when the config is read, naming the op
   CHECK(message("plugin: mlp_onset\nfactor: 1\n").find("`factor`") != std::string::npos);
   CHECK(message("plugin: mlp_onset\nuntil: 1.5\n").find("`until`") != std::string::npos);
   CHECK(message("plugin: mlp_onset\nsteps: 5\n").find("steps") != std::string::npos);
+  if (!registry().find(Kind::Pruning, "block_ablation")) return;
+  auto pruning = [](const std::string& yaml) {
+    try {
+      registry().create_pruning(ConfigNode::load_string(yaml, "pruning.yaml"));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no ConfigError)");
+  };
+  CHECK(pruning("plugin: block_ablation\nmin_use: -0.5\n") == "(no ConfigError)");
+  CHECK(pruning("plugin: block_ablation\nfrom: 2\n").find("`from`") != std::string::npos);
+  CHECK(pruning("plugin: block_ablation\nevery: 0\n").find("`every`") != std::string::npos);
+  CHECK(pruning("plugin: block_ablation\nmin_blocks: 0\n").find("`min_blocks`") !=
+        std::string::npos);
 }
 
 TEST_CASE(
@@ -417,4 +431,114 @@ TEST_CASE(
   CHECK(later[0].unit_indices.size() == 4);
   CHECK(later[0].unit_indices.front() >= 10);  // the new ones
   CHECK(prune->summary(ed.view(60, 1)).at("units_removed") == 10);
+}
+
+TEST_CASE(
+    "block_ablation: from `from` of the budget, every `every` steps, the block whose leaving-out "
+    "costs the probe least is removed when under min_use; none within grace of its insertion") {
+  if (!registry().find(Kind::Pruning, "block_ablation")) return;
+  auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 3);
+  const std::string yaml =
+      "plugin: block_ablation\nprobe: 16\nmin_use: 0.01\nfrom: 0.5\ngrace: 0.2\nevery: 25\n";
+  auto prune = registry().create_pruning(ConfigNode::load_string(yaml, "pruning.yaml"));
+  OncePolicy grow;
+  Rng r1(1, 1), r2(2, 2);
+  Recorder sink;
+  RunMetrics metrics;
+  StructureEditor ed(model->blocks(),
+                     {{&grow, &r1, "growth", "scripted"}, {prune.get(), &r2, "pruning", "rule"}},
+                     &sink, 100);
+  ed.set_model(model.get(), nullptr);
+  ed.set_metrics(&metrics);
+  // a check at STEP whose probe's loss is 1 and whose block B left out costs USES[B]; the sets
+  // the rule asked for are returned in ASKED
+  std::vector<std::vector<HeadRef>> asked;
+  auto check = [&](size_t step, const std::vector<double>& uses) {
+    asked = ed.probe_ablations(step);
+    metrics = RunMetrics();
+    metrics.probe_loss = prune->validation_probe(step) ? 1.0 : NAN;
+    for (const auto& set : asked) {
+      REQUIRE(set.size() == 1);
+      CHECK(set[0].head == HeadRef::kWholeBlock);
+      metrics.ablations.push_back(Ablation{set, 1.0 + uses.at(set[0].block), 0.0, 0.1});
+    }
+    return ed.check(step);
+  };
+  CHECK(prune->validation_probe(60) == 0);  // the budget is not known before the run starts
+  ed.on_start();
+  CHECK(prune->validation_probe(40) == 0);  // before `from`
+  CHECK(check(40, {}).empty());
+  CHECK(asked.empty());
+  CHECK(prune->validation_probe(50) == 16);
+  AttentionBlock* kept0 = model->blocks()[0];
+  AttentionBlock* kept2 = model->blocks()[2];
+  const std::vector<Edit> first = check(50, {0.2, -0.01, 0.005});
+  CHECK(asked.size() == 3);  // every block, each alone
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].kind == Edit::Kind::RemoveBlock);
+  CHECK(first[0].block == 1);  // the least use (-1 %: the probe was better without it)
+  CHECK(model->blocks() == std::vector<AttentionBlock*>{kept0, kept2});
+  CHECK(prune->validation_probe(60) == 0);  // `every` 25 steps between judgments
+  CHECK(check(60, {}).empty());
+  // block 1 (0.5 %) is under min_use, but one block a judgment: at the next, 75
+  CHECK(check(75, {0.2, 0.005}).size() == 1);
+  CHECK(model->blocks() == std::vector<AttentionBlock*>{kept0});
+  // min_blocks 1: a one-block model is never judged
+  CHECK(check(100, {}).empty());
+  CHECK(asked.empty());
+  // a block inserted at 100 is not judged within grace (0.2 x 100 steps) of its insertion
+  grow.edits = {block_edit(Edit::Kind::InsertBlock, 0)};
+  metrics = RunMetrics();  // no probe at this check
+  CHECK(ed.check(100).size() == 1);
+  REQUIRE(model->blocks().size() == 2);
+  CHECK(check(110, {0.5, 0.5}).empty());
+  CHECK(asked == std::vector<std::vector<HeadRef>>{{HeadRef{1, HeadRef::kWholeBlock}}});
+  auto again = registry().create_pruning(ConfigNode::load_string(yaml, "pruning.yaml"));
+  again->load_state(prune->save_state());  // the insertion's step and the last judgment carried
+  CHECK(again->save_state() == prune->save_state());
+  CHECK(again->probe_ablations(ed.view(134, 1)).empty());      // `every`: not before 135
+  CHECK(again->probe_ablations(ed.view(135, 1)).size() == 2);  // grace over at 120
+  const std::vector<Edit> last = check(135, {0.004, 0.5});
+  REQUIRE(last.size() == 1);
+  CHECK(last[0].block == 0);  // the new block, unused
+  CHECK(prune->summary(ed.view(135, 1)).at("blocks_removed") == 3);
+  double use = NAN;
+  for (const auto& [k, v] : last[0].cause.numbers)
+    if (k == "use") use = v;
+  CHECK(use == doctest::Approx(0.004));
+}
+
+TEST_CASE(
+    "block_ablation in a run: the trainer leaves each block out of the probe; resumed bit "
+    "for bit") {
+  if (!registry().find(Kind::Pruning, "block_ablation") || !have("depth_plateau")) return;
+  // min_use 1e9: every judgment removes the block of least use, from 3 blocks to 1
+  std::string yaml = run_config("{plugin: none}");
+  yaml.replace(yaml.find("layers: 1"), 9, "layers: 3");
+  yaml +=
+      "pruning: {plugin: block_ablation, from: 0, grace: 0, every: 5, min_use: 1e9, probe: "
+      "32}\n";
+  const std::string full = fresh_dir("ablate_full"), cut = fresh_dir("ablate_cut");
+  REQUIRE(train_yaml(yaml, "ablate.yaml", full) == 0);
+  REQUIRE(train_yaml(yaml, "ablate.yaml", cut, 7) == 0);
+  REQUIRE(resume_run(cut) == 0);
+  check_same_last_checkpoints(full, cut);
+  CHECK(text_of(full + "/events.jsonl") == text_of(cut + "/events.jsonl"));
+  std::vector<json> pruned;
+  std::istringstream ev(text_of(full + "/events.jsonl"));
+  for (std::string line; std::getline(ev, line);)
+    if (json j = json::parse(line); j.value("rule", "") == "block_ablation") pruned.push_back(j);
+  REQUIRE(pruned.size() == 2);  // at the checks of steps 5 and 10; then one block is left
+  CHECK(pruned[0]["step"] == 5);
+  CHECK(pruned[1]["step"] == 10);
+  for (const json& p : pruned) {
+    // leaving a trained block out changes the probe's loss: measured, and not zero
+    REQUIRE(p["use"].is_number());
+    CHECK(p["use"].get<double>() != 0.0);
+    CHECK(p["loss_left_out"].get<double>() ==
+          doctest::Approx(p["probe_loss"].get<double>() * (1 + p["use"].get<double>())));
+  }
+  CHECK(text_of(full + "/config.resolved.yaml").find("#   blocks: 1") != std::string::npos);
+  fs::remove_all(full);
+  fs::remove_all(cut);
 }

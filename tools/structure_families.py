@@ -16,6 +16,12 @@ depth_plateau) and their defaults were frozen (commit ddb0643):
   T3[T2[T1[a][b]][c]][d] with tables of 6 values; 40,000 training rows of the 65,536 quadruples.
 - lookup_r (neither): the pair kind over 12 x 12 pairs and 4 classes, 10,000 training rows: a
   small table that a narrow one-block model stores (a control for the rules' over-growth).
+And the held-out families of the block pruning baseline (block_ablation) and of depth_plateau
+without its stop beside it, built after both were frozen (the commit that added block_ablation):
+- chain_s (depth): the chain kind over 14 symbols with tables of 7 values, 36,000 training rows.
+- noise_s (neither, a loss that plateaus): the pair kind over 16 x 16 pairs and 5 classes, every
+  split's label replaced by a random class in a quarter of the rows (the best accuracy about
+  0.8); 12,000 training rows. One block stores the table; the loss stops falling at the noise.
 
 - pair (MLP width): a row is `a b f1 .. f6`: a and b from 48 symbols each (ids 0..47 and
   48..95), six filler tokens (96..111) at random; the label is T[a][b], a fixed random table of
@@ -69,6 +75,11 @@ def chain_rows(n, r, t1, t2, t3, v=16, fill=16, length=8):
     return out
 
 
+def noisy(rows, r, classes, fraction):
+    """ROWS with the label of about FRACTION of them replaced by a random one of CLASSES."""
+    return [(t, r.randrange(classes) if r.random() < fraction else y) for t, y in rows]
+
+
 def write_family(out, name, train_rows, rows_of, seed_offset=0):
     """OUT/NAME/{train,val,test}.tsv: TRAIN_ROWS training rows, 2,000 each for val and test;
     ROWS_OF(n, rng) draws the rows, each split from its own seed (1, 2, 3 + SEED_OFFSET)."""
@@ -113,7 +124,18 @@ def main():
     rng = random.Random(20261213)
     table_l = [[rng.randrange(4) for _ in range(12)] for _ in range(12)]
     write_family(out, "lookup_r", 10000, lambda n, r: pair_rows(n, r, table_l, v=12), 20)
-    print(f"wrote {out}/pair, compose, pair_h, compose_h, pair_r, compose_r, chain_r, lookup_r")
+    # block_ablation's held-out families (after it was frozen)
+    rng = random.Random(20261214)
+    s1 = [[rng.randrange(7) for _ in range(14)] for _ in range(14)]
+    s2 = [[rng.randrange(7) for _ in range(14)] for _ in range(7)]
+    s3 = [[rng.randrange(7) for _ in range(14)] for _ in range(7)]
+    write_family(out, "chain_s", 36000, lambda n, r: chain_rows(n, r, s1, s2, s3, v=14), 30)
+    rng = random.Random(20261215)
+    table_n = [[rng.randrange(5) for _ in range(16)] for _ in range(16)]
+    write_family(out, "noise_s", 12000,
+                 lambda n, r: noisy(pair_rows(n, r, table_n, v=16), r, 5, 0.25), 30)
+    print(f"wrote {out}/pair, compose, pair_h, compose_h, pair_r, compose_r, chain_r, lookup_r, "
+          "chain_s, noise_s")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ struct Model::Layer : Module {
   Var ln1_g, ln1_b, ln2_g, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   std::shared_ptr<AttentionBlock> attn;
   std::unique_ptr<Mlp> mlp;  // over fc1_w, fc1_b, fc2_w
+  bool left_out = false;     // passed over in forward() (Model::set_left_out)
 };
 
 const OptionTable<ModelSettings>& ModelSettings::table() {
@@ -164,6 +165,7 @@ Var Model::forward(const Batch& b, bool training, Rng* dropout_rng) {
   size_t before = b.global_rows ? b.row_offset : 0;
   size_t after = b.global_rows ? b.global_rows - b.row_offset - b.batch : 0;
   for (auto& l : layers_) {
+    if (l->left_out) continue;
     Var h = l->attn->forward(ops::layer_norm(x, l->ln1_g, l->ln1_b), ctx);
     if (drop) h = ops::dropout(h, dropout_, *dropout_rng, before, after);
     x = ops::add(x, h);
@@ -175,6 +177,22 @@ Var Model::forward(const Batch& b, bool training, Rng* dropout_rng) {
   if (final_norm_) x = ops::layer_norm(x, lnf_g_, lnf_b_);
   Var pooled = cls_ ? ops::select_position(x, 0) : ops::masked_mean_pool(x, valid);
   return ops::linear(pooled, head_w_, &head_b_);
+}
+
+void Model::set_left_out(const std::vector<size_t>& indices) {
+  for (size_t i : indices)
+    if (i >= layers_.size())
+      throw RuntimeError("cannot leave out block " + std::to_string(i) + ": the model has " +
+                         std::to_string(layers_.size()) + " block(s)");
+  for (auto& l : layers_) l->left_out = false;
+  for (size_t i : indices) layers_[i]->left_out = true;
+}
+
+std::vector<size_t> Model::left_out() const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i]->left_out) out.push_back(i);
+  return out;
 }
 
 std::string Model::why_not_insert_block(size_t index) const {

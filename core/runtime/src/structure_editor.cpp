@@ -78,6 +78,13 @@ void check_heads(const std::vector<AttentionBlock*>& blocks, const std::vector<H
     if (h.block >= blocks.size())
       throw RuntimeError(asked + ", but the model has " + std::to_string(blocks.size()) +
                          " block(s)");
+    if (h.head == HeadRef::kWholeBlock) {
+      if (std::string(what) == "ablate") continue;
+      throw RuntimeError("the " + p.role + " policy" + (p.name.empty() ? "" : " `" + p.name + "`") +
+                         " asked to " + what + " the whole block " + std::to_string(h.block) +
+                         " (head " + std::to_string(HeadRef::kWholeBlock) +
+                         "): only an ablation leaves a whole block out");
+    }
     std::string ids;
     bool held = false;
     for (const HeadInfo& info : blocks[h.block]->heads()) {
@@ -106,6 +113,30 @@ std::vector<std::vector<HeadRef>> StructureEditor::probe_ablations(size_t step) 
     }
   }
   return out;
+}
+
+void mute_in_model(Model& model, const std::vector<HeadRef>& set, const char* what) {
+  if (set.empty()) return;
+  std::vector<AttentionBlock*> blocks = model.blocks();
+  std::vector<size_t> left_out;
+  for (const HeadRef& h : set) {
+    if (h.block >= blocks.size())
+      throw RuntimeError(std::string("a policy asked to ") + what + " a head of block " +
+                         std::to_string(h.block) + " of " + std::to_string(blocks.size()));
+    if (h.head == HeadRef::kWholeBlock) {
+      left_out.push_back(h.block);
+      continue;
+    }
+    std::vector<int> ids = blocks[h.block]->muted();
+    ids.push_back(h.head);
+    blocks[h.block]->set_muted(ids);
+  }
+  model.set_left_out(left_out);
+}
+
+void unmute_model(Model& model) {
+  for (AttentionBlock* b : model.blocks()) b->set_muted({});
+  model.set_left_out({});
 }
 
 std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {

@@ -508,22 +508,11 @@ class Experiment::Loop {
     return m;
   }
 
-  /// Mutes the heads of SET (a policy asked to WHAT them: ablate, or mute in training).
+  /// Mutes the heads of SET and leaves out its whole blocks (a policy asked to WHAT them).
   void mute(const std::vector<HeadRef>& set, const char* what) {
-    if (set.empty()) return;
-    std::vector<AttentionBlock*> blocks = ex_.model_->blocks();
-    for (const HeadRef& h : set) {
-      if (h.block >= blocks.size())
-        throw RuntimeError(std::string("a policy asked to ") + what + " a head of block " +
-                           std::to_string(h.block) + " of " + std::to_string(blocks.size()));
-      std::vector<int> ids = blocks[h.block]->muted();
-      ids.push_back(h.head);
-      blocks[h.block]->set_muted(ids);
-    }
+    mute_in_model(*ex_.model_, set, what);
   }
-  void unmute() {
-    for (AttentionBlock* b : ex_.model_->blocks()) b->set_muted({});
-  }
+  void unmute() { unmute_model(*ex_.model_); }
 
   /// The probe (BATCHES of VAL) with the heads of SET muted, paired with the unmuted probe's
   /// per-example losses BASE (this process's rows, in the same order).

@@ -1,7 +1,9 @@
 // Baseline pruning rules for INCRT ablations:
 //  `magnitude`: remove a head whose output map W_O has a small Frobenius norm;
 //  `head_importance`: Michel et al. 2019, accumulated |d loss / d mask_h|;
-//  `ablation`: remove a head whose removal costs the validation probe almost nothing.
+//  `ablation`: remove a head whose removal costs the validation probe almost nothing;
+//  `mlp_magnitude` (mlp_magnitude.cpp): remove MLP units of small weight norms;
+//  `block_ablation` (block_ablation.cpp): remove a block whose leaving-out costs the probe little.
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
 #include <growformer/registry.hpp>
@@ -17,6 +19,7 @@
 
 #include <growformer/fields.hpp>
 
+#include "block_ablation.hpp"
 #include "mlp_magnitude.hpp"
 
 namespace {
@@ -485,6 +488,7 @@ void register_rules(gf::Registry& r) {
         return std::make_unique<AblationRule>(AblationSettings::table().read(o));
       });
   register_mlp_magnitude(r);
+  register_block_ablation(r);
 }
 
 }  // namespace

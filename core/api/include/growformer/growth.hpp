@@ -136,14 +136,19 @@ struct BlockView {
   const Mlp* mlp = nullptr;
 };
 
-/// One head of one block.
+/// One head of one block, or (head kWholeBlock) the whole block.
 struct HeadRef {
+  /// The head id that names a whole block in an ablation (GrowthPolicy::probe_ablations): its
+  /// attention and its MLP left out, so the residual stream passes it unchanged. Not in
+  /// muted_in_training (a block left out of a training step would get no gradients).
+  static constexpr int kWholeBlock = -1;
   size_t block = 0;
   int head = 0;
   bool operator==(const HeadRef& o) const { return block == o.block && head == o.head; }
 };
 
-/// The validation probe evaluated with HEADS muted (their outputs left out).
+/// The validation probe evaluated with HEADS muted (their outputs left out; a whole block,
+/// HeadRef::kWholeBlock, left out of the forward pass).
 struct Ablation {
   std::vector<HeadRef> heads;
   double loss = std::numeric_limits<double>::quiet_NaN();
@@ -201,7 +206,8 @@ class GrowthPolicy {
   }
   /// Sets of heads whose ablation the check at VIEW.step should measure on the validation
   /// probe (RunMetrics::ablations; only at checks where some policy asked for a probe). Each set
-  /// is one more evaluation of the probe. VIEW holds the blocks, not yet the metrics.
+  /// is one more evaluation of the probe; a HeadRef with head HeadRef::kWholeBlock leaves its
+  /// whole block out. VIEW holds the blocks, not yet the metrics.
   virtual std::vector<std::vector<HeadRef>> probe_ablations(const TrainView& view) const {
     (void)view;
     return {};

@@ -71,6 +71,13 @@ class Model : public Module {
   /// Logits (B, num_classes).
   Var forward(const Batch& batch, bool training, Rng* dropout_rng);
   std::vector<AttentionBlock*> blocks() const;
+  /// Leaves the blocks of INDICES out of forward() (each passes the residual stream unchanged:
+  /// an ablation of whole blocks, for evaluation; a left-out block gets no gradients); {}
+  /// puts every block back. RuntimeError for an index past the last block. Block edits move a
+  /// left-out block with its index.
+  void set_left_out(const std::vector<size_t>& indices);
+  /// The indices of the blocks left out of forward(), ascending.
+  std::vector<size_t> left_out() const;
   /// Each block's MLP (the structure editor's MLP edits reshape it in place).
   std::vector<Mlp*> mlps() const;
   /// Each block's MLP width in hidden units.

@@ -145,6 +145,12 @@ void carry_block_state(Optimizer& optimizer, const Module& model, const Edit& e)
 void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before,
                     const Module& model);
 
+/// Mutes the heads of SET in MODEL and leaves its whole blocks (HeadRef::kWholeBlock) out of the
+/// forward pass, as a policy asked to WHAT them ("ablate", "mute in training"); RuntimeError for
+/// a block MODEL lacks. unmute_model undoes every mute.
+void mute_in_model(Model& model, const std::vector<HeadRef>& set, const char* what);
+void unmute_model(Model& model);
+
 }  // namespace gf
 
 GROWFORMER_API_END
