@@ -54,7 +54,12 @@ from ._torch import to_onnx, to_torch  # noqa: E402 (torch itself is imported wh
 
 __all__ = ["Config", "ConfigError", "Experiment", "RunError", "Images", "load", "resume",
            "read_events", "read_metrics", "read_sweep", "add_head", "remove_head", "to_torch",
-           "to_onnx"]
+           "to_onnx", "WHOLE_BLOCK"]
+
+
+# The head id that names a whole block in a policy's probe_ablations: (block, WHOLE_BLOCK) leaves
+# the block's attention and MLP out of the probe (the residual stream passes it unchanged).
+WHOLE_BLOCK = -1
 
 
 def add_head(block, reason="", preserve_function=True, value_variance=None, **info):

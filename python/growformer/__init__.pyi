@@ -164,5 +164,7 @@ def to_onnx(model: Experiment, path: _Path, opset_version: int = ...) -> str: ..
 def add_head(block: int, reason: str = ..., preserve_function: bool = ...,
              value_variance: Optional[float] = ..., **info: Any) -> Dict[str, Any]: ...
 def remove_head(block: int, head: int, reason: str = ..., **info: Any) -> Dict[str, Any]: ...
+# The head id that names a whole block in probe_ablations: (block, WHOLE_BLOCK).
+WHOLE_BLOCK: int
 
 __all__: List[str]

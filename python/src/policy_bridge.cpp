@@ -10,7 +10,8 @@
 //             "remove_mlp_units" for another policy's MLP edits), summary(self) -> {name: number},
 //             save_state(self) -> str and load_state(self, str) (without them the instance's
 //             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) ->
-//             int, probe_ablations(self, view) -> [[(block, head), ...], ...],
+//             int, probe_ablations(self, view) -> [[(block, head), ...], ...] (head -1,
+//             gf.WHOLE_BLOCK: the whole block left out),
 //             muted_in_training(self, step) -> [(block, head), ...], on_trial(self, step) -> bool,
 //             summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
@@ -325,7 +326,7 @@ class PythonPolicy : public gf::GrowthPolicy {
     if (!py::isinstance<py::list>(ret) && !py::isinstance<py::tuple>(ret))
       throw gf::RuntimeError(where + " returned " + short_repr(ret) +
                              "; expected a list of head sets, each a list of (block, head) pairs");
-    for (auto set : ret) out.push_back(head_set(set, view.blocks.size(), where));
+    for (auto set : ret) out.push_back(head_set(set, view.blocks.size(), where, true));
     return out;
   }
 
@@ -352,21 +353,23 @@ class PythonPolicy : public gf::GrowthPolicy {
     return ret.cast<bool>();
   }
 
-  // A list of (block, head) pairs, blocks under BLOCKS; else one RuntimeError naming WHERE.
-  static std::vector<gf::HeadRef> head_set(py::handle set, size_t blocks,
-                                           const std::string& where) {
+  // A list of (block, head) pairs, blocks under BLOCKS (with WHOLE_BLOCKS, head -1 names the
+  // whole block: gf.WHOLE_BLOCK); else one RuntimeError naming WHERE.
+  static std::vector<gf::HeadRef> head_set(py::handle set, size_t blocks, const std::string& where,
+                                           bool whole_blocks = false) {
     std::vector<gf::HeadRef> s;
     bool ok = py::isinstance<py::list>(set) || py::isinstance<py::tuple>(set);
     for (auto pair : ok ? py::reinterpret_borrow<py::object>(set) : py::list()) {
       py::sequence p = py::isinstance<py::sequence>(pair) && !py::isinstance<py::str>(pair)
                            ? py::reinterpret_borrow<py::sequence>(pair)
                            : py::sequence(py::list());
-      long long b = -1, h = -1;  // -1: not an integer pair
+      long long b = -1, h = -2;  // -1, -2: not an integer pair
       if (p.size() == 2) {
         auto pb = integer_value(p[0]), ph = integer_value(p[1]);
         if (pb && ph) b = *pb, h = *ph;
       }
-      if (b < 0 || static_cast<size_t>(b) >= blocks || h < 0 ||
+      const long long least = whole_blocks ? gf::HeadRef::kWholeBlock : 0;
+      if (b < 0 || static_cast<size_t>(b) >= blocks || h < least ||
           h > std::numeric_limits<int>::max()) {
         ok = false;
         break;

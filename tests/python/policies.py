@@ -142,6 +142,31 @@ class MuteEven:
         return {"asked": self.asked}
 
 
+class LeaveOut:
+    """Asks, at every check, for the probe with block `block` left out whole (gf.WHOLE_BLOCK), or
+    with the malformed head `head` when given; its summary holds what the last check read."""
+
+    def __init__(self, block=1, head=None):
+        self.block, self.head, self.seen = block, head, {}
+
+    def validation_probe(self, step):
+        return 16
+
+    def probe_ablations(self, view):
+        import growformer as gf
+        return [[(self.block, gf.WHOLE_BLOCK if self.head is None else self.head)]]
+
+    def check(self, view):
+        m = view.metrics
+        for a in m.ablations:
+            self.seen = {"probe_loss": m.probe_loss, "left_out_loss": a.loss,
+                         "block": a.heads[0][0], "head": a.heads[0][1], "sets": len(m.ablations)}
+        return []
+
+    def summary(self):
+        return self.seen
+
+
 class TrialAfter:
     """Has the structure on trial after step `after` (on_trial), editing nothing."""
 

@@ -352,6 +352,21 @@ def test_python_policy_mutes_heads_in_training(tiny, tmp_path):
         train(tiny, tmp_path / "bad", [python_growth("MuteEven", bad="true")])
 
 
+def test_python_policy_leaves_a_whole_block_out_of_its_probe(tiny, tmp_path):
+    # a two-block model; the policy asks for block 1 left out (attention and MLP) at every check
+    _, r = train(tiny, tmp_path / "whole", [python_growth("LeaveOut", block=1),
+                                            "model.layers=2", "model.dropout=0"])
+    seen = r["growth_summary"]
+    assert seen["sets"] == 1 and seen["block"] == 1 and seen["head"] == gf.WHOLE_BLOCK == -1
+    # a trained block left out changes the probe's loss
+    assert seen["left_out_loss"] != pytest.approx(seen["probe_loss"], rel=1e-9)
+    # head -2 is no head and no whole block; a whole block muted in training is refused too
+    with pytest.raises(gf.RunError, match=r"\(policies\.LeaveOut\)\.probe_ablations at step 10: the head set \[\(1, -2\)\] is not a list of \(block, head\) pairs of this model's 2 block\(s\)"):
+        train(tiny, tmp_path / "bad", [python_growth("LeaveOut", block=1, head=-2), "model.layers=2"])
+    with pytest.raises(gf.RunError, match=r"\(policies\.MuteEven\)\.muted_in_training at step 2: the head set \[\(0, -1\)\] is not a list of \(block, head\) pairs"):
+        train(tiny, tmp_path / "bad_mute", [python_growth("MuteEven", head=-1)])
+
+
 def test_no_best_checkpoint_or_early_stop_while_the_structure_is_on_trial(tiny, tmp_path):
     def test_line(run):
         return [l for l in gf.read_metrics(str(run)) if l.get("split") == "test"][-1]
