@@ -1,9 +1,10 @@
 // The signal-driven structure rules (plugins/growth_structure): depth_plateau inserts a block
 // at a plateau of the validation probe's loss and stops after blocks that brought no gain;
 // mlp_onset widens every MLP by a factor until the training loss starts to fall; mlp_magnitude
-// prunes MLP units of small weight norms. Each against
-// a constructed sequence of losses, through the structure editor on a real model; their state
-// carried through save and load; and both in a run that resumes bit for bit.
+// prunes MLP units of small weight norms; block_ablation removes a block whose leaving-out costs
+// the probe little. Each against a constructed sequence of losses (or ablations), through the
+// structure editor on a real model; their state carried through save and load; and in runs that
+// resume bit for bit.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
