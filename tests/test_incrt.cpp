@@ -2515,6 +2515,50 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "incrt learning rule: it reads only the probes it asked for, so another policy's probes at "
+    "other checks (a depth or pruning rule beside it) change none of its decisions") {
+  const size_t d = 8;
+  // the same run twice: probes only at the checks the rule asks for, and a probe at every
+  // check (another policy asked); the heads after each check and the final state must agree
+  auto run = [&](bool every_check) {
+    FakeBlock block(d, 16);
+    block.add(random_head(d, 4, 1));
+    Driver drv{growth("plugin: incrt_geometric"), &block, anisotropic_probe(4, 6, d, 2)};
+    drv.total = 1000;
+    drv.start();
+    std::string trace;
+    size_t extra = 0;
+    for (int i = 0; i < 60; ++i) {
+      const double loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+      const double share = block.slots.size() > 1 ? 0.04 : 0.0;
+      const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+      drv.metrics = gf::RunMetrics{};
+      drv.metrics.train_steps = drv.every;
+      if (want > 0 || every_check) {
+        extra += want == 0;
+        drv.metrics.probe_examples = want > 0 ? std::min<size_t>(want, 60) : 60;
+        drv.metrics.probe_loss = loss;
+        for (const auto& set : drv.policy->probe_ablations(drv.view())) {
+          gf::Ablation a;
+          a.heads = set;
+          a.loss = loss * (1.0 + share);
+          a.diff_sd = 0.1 * loss;
+          drv.metrics.ablations.push_back(a);
+        }
+      }
+      drv.check();
+      trace += std::to_string(block.slots.size()) + " ";
+    }
+    CHECK((extra > 0) == every_check);  // the rule does not ask at every check
+    return trace + drv.policy->save_state();
+  };
+  const std::string asked = run(false);
+  CHECK(asked.rfind("1 ", 0) == 0);
+  CHECK(asked.find(" 4 ") != std::string::npos);  // it grew two rounds in this run
+  CHECK(run(true) == asked);
+}
+
+TEST_CASE(
     "incrt_geometric learning: the checks skip the energy statistics unless energy_stats: on, "
     "and the rounds, their steps and their directions are the same either way") {
   // one scripted run: a loss that falls all run long; the round's heads carry 4 % of it

@@ -51,9 +51,14 @@ class RoundCriterion final : public Criterion {
   /// with a waiting round.
   bool on_trial() const override { return rule_->waiting(); }
 
+  /// Reads the probe only at the checks it asked for one: a probe another policy asked for at
+  /// another check (a depth or pruning rule beside it) comes without this rule's ablation and
+  /// would change the cadence its windows count in, so its decisions would depend on which
+  /// other policies run.
   void checked(const gf::TrainView& view, const Blocks& blocks,
                std::map<size_t, RoundInputs>& inputs, std::vector<gf::Edit>& edits) override {
-    if (view.metrics.probe_examples > 0) step(view, blocks, inputs, edits);
+    if (view.metrics.probe_examples > 0 && validation_probe() > 0)
+      step(view, blocks, inputs, edits);
     checks_ += 1;
   }
 
