@@ -347,9 +347,13 @@ TEST_CASE(
 
 TEST_CASE("the rules' options are checked when the config is read, naming the option") {
   if (!have("depth_plateau") || !have("mlp_onset")) return;
-  auto message = [](const std::string& yaml) {
+  // the ConfigError of YAML read as a growth policy (or, with AS_PRUNING, a pruning rule)
+  auto message = [](const std::string& yaml, bool as_pruning = false) {
     try {
-      rule(yaml);
+      if (as_pruning)
+        registry().create_pruning(ConfigNode::load_string(yaml, "pruning.yaml"));
+      else
+        rule(yaml);
     } catch (const ConfigError& e) {
       return std::string(e.what());
     }
@@ -364,14 +368,7 @@ TEST_CASE("the rules' options are checked when the config is read, naming the op
   CHECK(message("plugin: mlp_onset\nuntil: 1.5\n").find("`until`") != std::string::npos);
   CHECK(message("plugin: mlp_onset\nsteps: 5\n").find("steps") != std::string::npos);
   if (!registry().find(Kind::Pruning, "block_ablation")) return;
-  auto pruning = [](const std::string& yaml) {
-    try {
-      registry().create_pruning(ConfigNode::load_string(yaml, "pruning.yaml"));
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no ConfigError)");
-  };
+  auto pruning = [&](const std::string& yaml) { return message(yaml, true); };
   CHECK(pruning("plugin: block_ablation\nmin_use: -0.5\n") == "(no ConfigError)");
   CHECK(pruning("plugin: block_ablation\nfrom: 2\n").find("`from`") != std::string::npos);
   CHECK(pruning("plugin: block_ablation\nevery: 0\n").find("`every`") != std::string::npos);
@@ -484,9 +481,10 @@ TEST_CASE(
   // block 1 (0.5 %) is under min_use, but one block a judgment: at the next, 75
   CHECK(check(75, {0.2, 0.005}).size() == 1);
   CHECK(model->blocks() == std::vector<AttentionBlock*>{kept0});
-  // min_blocks 1: a one-block model is never judged
+  // min_blocks 1: a one-block model is never judged, and no probe is asked for it
   CHECK(check(100, {}).empty());
   CHECK(asked.empty());
+  CHECK(prune->validation_probe(125) == 0);
   // a block inserted at 100 is not judged within grace (0.2 x 100 steps) of its insertion
   grow.edits = {block_edit(Edit::Kind::InsertBlock, 0)};
   metrics = RunMetrics();  // no probe at this check

@@ -61,9 +61,15 @@ class BlockAblation : public gf::GrowthPolicy {
  public:
   explicit BlockAblation(const BlockAblationSettings& s) : set_(s) {}
 
-  void on_start(const gf::TrainView& view) override { total_ = view.total_steps; }
+  void on_start(const gf::TrainView& view) override {
+    total_ = view.total_steps;
+    blocks_ = view.blocks.size();
+  }
 
-  size_t validation_probe(size_t step) const override { return due(step) ? set_.probe : 0; }
+  /// A probe at a judgment, unless the model was at min_blocks when last seen (nothing to judge).
+  size_t validation_probe(size_t step) const override {
+    return due(step) && (blocks_ == 0 || blocks_ > set_.min_blocks) ? set_.probe : 0;
+  }
 
   /// Each block it may judge at VIEW's step, left out alone.
   std::vector<std::vector<gf::HeadRef>> probe_ablations(const gf::TrainView& view) const override {
@@ -76,7 +82,8 @@ class BlockAblation : public gf::GrowthPolicy {
 
   std::vector<gf::Edit> check(const gf::TrainView& view) override {
     total_ = view.total_steps;
-    if (!due(view.step) || view.blocks.size() <= set_.min_blocks) return {};
+    blocks_ = view.blocks.size();
+    if (!due(view.step) || blocks_ <= set_.min_blocks) return {};
     const double loss = view.metrics.probe_loss;
     if (!(loss > 0) || !std::isfinite(loss)) return {};
     last_ = view.step;
@@ -108,6 +115,7 @@ class BlockAblation : public gf::GrowthPolicy {
   void edited(const gf::Edit& e, int first, const gf::TrainView& view) override {
     (void)first;
     if (!e.edits_blocks()) return;
+    blocks_ = view.blocks.size();  // the view after the edit
     gf::move_blocks(born_, e);
     if (e.kind == gf::Edit::Kind::InsertBlock) born_[e.block] = view.step;
     if (e.kind == gf::Edit::Kind::RemoveBlock && gf::made_by(e, kRule)) ++removed_;
@@ -143,6 +151,7 @@ class BlockAblation : public gf::GrowthPolicy {
     static const auto f = gf::StateFields<BlockAblation>()
                               .add("total_steps", &BlockAblation::total_)
                               .add("last_judged", &BlockAblation::last_)
+                              .add("blocks_seen", &BlockAblation::blocks_)
                               .add("inserted_at", &BlockAblation::born_)
                               .add("blocks_removed", &BlockAblation::removed_)
                               .report("blocks_removed");
@@ -152,6 +161,7 @@ class BlockAblation : public gf::GrowthPolicy {
   BlockAblationSettings set_;
   size_t total_ = 0;               // the run's steps (0: not known yet)
   long last_ = -1;                 // the step of the last judgment
+  size_t blocks_ = 0;              // the model's blocks when last seen (0: not yet)
   std::map<size_t, size_t> born_;  // the step each block inserted during the run came in
   size_t removed_ = 0;             // blocks this rule removed
 };
