@@ -520,7 +520,8 @@ std::string edits_table(const std::vector<const gf::RunEvent*>& edits) {
   return h.str();
 }
 
-// What the growth rounds were judged on when their window ended (round_kept, round_rejected:
+// What the growth rounds were judged on when their window ended and in the review after it
+// (round_kept, round_rejected:
 // the evidence, share, bound and trend) and what the structure decisions cost (the summary's
 // cost.*); "" when the run has neither.
 std::string decisions_paragraph(const Run& r) {
@@ -544,10 +545,10 @@ std::string decisions_paragraph(const Run& r) {
     const std::string& type = e.event.type;
     if (type != "round_kept" && type != "round_rejected") continue;
     h << "<p>step " << e.step << ": a round " << (type == "round_kept" ? "kept" : "taken back")
-      << " when the growth window ended, on the evidence <b>" << esc(e.text("evidence"))
-      << "</b> (share " << opt(e, "round_share") << ", its bound " << opt(e, "upper")
-      << " against min_share " << opt(e, "min_share") << ", trend t " << opt(e, "trend_t")
-      << ")</p>\n";
+      << (e.text("stage") == "review" ? " in the late review" : " when the growth window ended")
+      << ", on the evidence <b>" << esc(e.text("evidence")) << "</b> (share "
+      << opt(e, "round_share") << ", its bound " << opt(e, "upper") << " against min_share "
+      << opt(e, "min_share") << ", trend t " << opt(e, "trend_t") << ")</p>\n";
   }
   return h.str();
 }

@@ -17,6 +17,7 @@
 #include "growformer/multihead.hpp"
 #include "growformer/ops.hpp"
 #include "growformer/structure_editor.hpp"
+#include "incrt_probes.hpp"
 #include "testing.hpp"
 
 #include "growformer/incrt/round_rules.hpp"
@@ -2108,17 +2109,17 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 11 load, and save as 
     auto p = growth("plugin: incrt_geometric\ncriterion: gain");
     p->load_state(text);
     const std::string out = p->save_state();
-    CHECK(out.rfind("incrt_geometric 11 1 5 7 1 block 0 1 ", 0) == 0);
+    CHECK(out.rfind("incrt_geometric 12 1 5 7 1 block 0 1 ", 0) == 0);
     // the head count the old text held is dropped: K_obs is read from the model's blocks
     const auto sum = p->summary(gf::TrainView{});
     CHECK(sum.at("K_obs") == 0.0);
     CHECK(sum.at("gamma_res0") == 2.0);
     auto q = growth("plugin: incrt_geometric\ncriterion: gain");
     q->load_state(out);
-    CHECK(q->save_state() == out);  // version 11 is a fixed point
+    CHECK(q->save_state() == out);  // version 12 is a fixed point
     if (v == 8) {                   // the same text less the block's head count (the 1 after grown)
       std::string expected =
-          "incrt_geometric 11" + text.substr(std::string("incrt_geometric 8").size());
+          "incrt_geometric 12" + text.substr(std::string("incrt_geometric 8").size());
       const std::string held = "-1000000 0 1 0 ";
       expected.replace(expected.find(held), held.size(), "-1000000 0 0 ");
       CHECK(out == expected);
@@ -2137,8 +2138,8 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 11 load, and save as 
     }
   }
   auto p = growth("plugin: incrt_geometric");
-  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 12 end"); }),
-                         "incrt: policy state: expected version '2' to '11', got '12'"));
+  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 13 end"); }),
+                         "incrt: policy state: expected version '2' to '12', got '13'"));
 }
 
 // ---- criterion learning: rounds while the model learns (the default) -------------------------
@@ -2156,17 +2157,7 @@ using K = RoundDecision::Kind;
 /// 1.2 % every 10 steps, 5 % every 40).
 double falling(size_t step) { return 2.5 * std::exp(-double(step) / 800.0); }
 
-/// A probe at STEP of TOTAL; with a round waiting, its heads muted cost SHARE of the loss at a
-/// paired t of T.
-ProbeReading probe_at(size_t step, size_t total, double loss, double share = 0.0, double t = 0.0) {
-  ProbeReading p;
-  p.loss = loss;
-  p.step = step;
-  p.total = total;
-  p.muted_loss = loss * (1.0 + share);
-  p.muted_se = t > 0 ? loss * share / t : std::numeric_limits<double>::quiet_NaN();
-  return p;
-}
+using gf_test::probe_at;
 
 }  // namespace learning_test
 
@@ -2295,7 +2286,11 @@ TEST_CASE(
     CHECK(d.upper == doctest::Approx(0.0069 + 2.0 * 0.0069 / 2.1));
     CHECK(s.kept_unpaid == 1);
     CHECK(s.rejected == 0);
-    CHECK(!s.waiting());
+    // kept, the round is reviewed (review on, the default); without the review growth stops
+    CHECK(s.phase == LearningState::Review);
+    RoundOptions no_review;
+    no_review.review = false;
+    CHECK(!judged(no_review, flat, 2.1).second.waiting());
   }
   SUBCASE("the same round under take_back unproven: taken back") {
     RoundOptions unproven;
@@ -2490,7 +2485,7 @@ TEST_CASE(
     }
   CHECK(paid);
   const std::string state = drv.policy->save_state();
-  CHECK(state.rfind("incrt_geometric 11 ", 0) == 0);
+  CHECK(state.rfind("incrt_geometric 12 ", 0) == 0);
   CHECK(state.find(" learning ") != std::string::npos);
   auto again = growth("plugin: incrt_geometric");
   again->load_state(state);

@@ -122,6 +122,21 @@ void round_test_options(IncrtTable& t) {
               "reaching min_share lets the next round grow once mature. unproven (the earlier "
               "rule): every round that did not reach min_share at a t of z",
               {{"useless", true}, {"unproven", false}})
+      .choice("review", &S::rounds, &G::review, "on",
+              "learning: after the growth window, the kept rounds are judged again, newest "
+              "first, with their heads muted on the probe and sitting out every "
+              "round_mute_every-th step: a round whose median share is still under min_share "
+              "and not rising after at least 4 probes of the review is taken back and the round "
+              "before it reviewed; one whose share is shown over min_share (its lower bound at "
+              "z_back standard errors) ends the review. off: the rule of 2df4707",
+              {{"on", true}, {"off", false}})
+      .add("review_sit_out", &S::rounds, &G::review_sit_out, "true",
+           "learning, review on: the reviewed round's heads sit out every round_mute_every-th "
+           "step as in a trial (false: they train in full and are muted on the probe only)")
+      .add("review_until", &S::rounds, &G::review_until, "0.85",
+           "learning, review on: no round is taken back after this fraction of the run's steps "
+           "(after a reopening: of the steps left at the reopening); the review ends there",
+           0.0, 1.0)
       .add("z_back", &S::rounds, &G::z_back, "2",
            "learning, take_back useless: the standard errors of the share's upper bound and of "
            "its trend",

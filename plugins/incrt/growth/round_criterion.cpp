@@ -70,17 +70,19 @@ class RoundCriterion final : public Criterion {
   }
 
   void head_removed(const gf::Edit& e) override {
-    auto& r = rule_->round();
-    r.erase(std::remove(r.begin(), r.end(), std::make_pair(e.block, static_cast<long>(e.head_id))),
-            r.end());
+    const auto gone = std::make_pair(e.block, static_cast<long>(e.head_id));
+    rule_->remap([&](const std::pair<size_t, long>& h) -> std::optional<std::pair<size_t, long>> {
+      if (h == gone) return std::nullopt;
+      return h;
+    });
   }
 
   void blocks_moved(const gf::Edit& e) override {
-    auto& r = rule_->round();
-    std::vector<std::pair<size_t, long>> kept;
-    for (const auto& [b, id] : r)
-      if (std::optional<size_t> to = gf::block_after(e, b)) kept.emplace_back(*to, id);
-    r = kept;
+    rule_->remap([&](const std::pair<size_t, long>& h) -> std::optional<std::pair<size_t, long>> {
+      if (std::optional<size_t> to = gf::block_after(e, h.first))
+        return std::make_pair(*to, h.second);
+      return std::nullopt;
+    });
   }
 
   void summarize(std::map<std::string, double>& out) const override { rule_->summarize(out); }
@@ -140,6 +142,8 @@ class RoundCriterion final : public Criterion {
         if (m.probe_examples > 1) p.muted_se = a->diff_sd / std::sqrt(double(m.probe_examples));
       }
     const std::string phase = !calibrated ? "calibrating" : rule_->phase();
+    // a verdict at the growth window's end, or in the late review that follows it
+    const std::string stage = phase == "review" ? "review" : "window_end";
     const RoundDecision dec = calibrated ? rule_->observe(p) : RoundDecision{};
     emit_probe(view, p, dec, phase);
     using K = RoundDecision::Kind;
@@ -148,7 +152,7 @@ class RoundCriterion final : public Criterion {
     } else if (dec.kind == K::Stop) {
       note(view, "growth_stop", {{"settled", dec.settled}, {"grow_until", set_.rounds.grow_until}});
     } else if (dec.kind == K::Reject) {
-      take_back(view, before, dec, edits);
+      take_back(view, before, dec, stage, edits);
     } else if (dec.kind == K::Keep) {
       note(view, "round_kept",
            {{"round_heads", double(before.round.size())},
@@ -158,8 +162,8 @@ class RoundCriterion final : public Criterion {
             {"upper", dec.upper},
             {"trend_t", dec.trend_t},
             {"min_share", set_.rounds.min_share}},
-           dec.evidence);
-      rule_->round().clear();
+           dec.evidence, stage);
+      if (!rule_->waiting()) rule_->round().clear();  // (a review goes on with the round kept)
     } else if (dec.kind == K::Grow) {
       grow_round(view, dec, inputs, edits);
     }
@@ -167,9 +171,10 @@ class RoundCriterion final : public Criterion {
 
   /// An event of the round rule with the step and NUMS.
   /// EVIDENCE, when given, is the `evidence` string: what decided a round at the window's end.
+  /// STAGE, when given, says when: `window_end` or `review`.
   static void note(const gf::TrainView& view, const char* type,
                    std::vector<std::pair<std::string, double>> nums,
-                   const std::string& evidence = "") {
+                   const std::string& evidence = "", const std::string& stage = "") {
     gf::Event e;
     e.type = type;
     e.numbers = {{"step", double(view.step)}};
@@ -177,6 +182,7 @@ class RoundCriterion final : public Criterion {
       if (std::isfinite(kv.second)) e.numbers.push_back(kv);  // unmeasured: left out, not null
     e.strings = {{"policy", "incrt_geometric"}};
     if (!evidence.empty()) e.strings.push_back({"evidence", evidence});
+    if (!stage.empty()) e.strings.push_back({"stage", stage});
     if (view.events) view.events->emit(e);
   }
 
@@ -207,7 +213,7 @@ class RoundCriterion final : public Criterion {
 
   /// The last round did not pay: its heads go.
   void take_back(const gf::TrainView& view, const RoundSnapshot& before, const RoundDecision& dec,
-                 std::vector<gf::Edit>& edits) {
+                 const std::string& stage, std::vector<gf::Edit>& edits) {
     for (const auto& [b, id] : before.round) {
       gf::Edit e;
       e.kind = gf::Edit::Kind::RemoveHead;
@@ -225,7 +231,9 @@ class RoundCriterion final : public Criterion {
       if (*dec.evidence) e.cause.strings.push_back({"evidence", dec.evidence});
       edits.push_back(std::move(e));
     }
-    rule_->round().clear();
+    // the rejected heads are forgotten (a review may have gone on to the round before)
+    auto& r = rule_->round();
+    for (const auto& h : before.round) r.erase(std::remove(r.begin(), r.end(), h), r.end());
     note(view, "round_rejected",
          {{"gain", dec.gain},
           {"min_gain", set_.rounds.min_gain},
@@ -239,7 +247,7 @@ class RoundCriterion final : public Criterion {
           {"patience_steps", before.patience},
           {"upper", dec.upper},
           {"trend_t", dec.trend_t}},
-         dec.evidence);
+         dec.evidence, stage);
   }
 
   /// Grow: one round over the editable blocks, each sized and aimed by its uncaptured planes.

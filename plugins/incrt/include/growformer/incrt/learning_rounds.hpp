@@ -12,6 +12,10 @@
 //   trained as long as the onset). When the window ends a round still unpaid is taken back only
 //   on evidence that its heads are useless (take_back unproven: whenever it has not paid), and
 //   growth stops.
+// - review (`review: on`): once the window has ended the kept rounds are judged again, newest
+//   first, now that the model has trained with them: muted on the probe as in a trial, a round
+//   shown to carry under min_share is taken back and the round before it reviewed; one shown to
+//   carry more ends the review, and so does review_until.
 // - stopped: the probe loss rising well over the best it reached since (a changed task) reopens
 //   growth, as a new warm-up.
 // The probe's examples and interval are derived so that the probe costs at most 15 % of the
@@ -70,7 +74,7 @@ struct ProbeReading {
 
 /// The learning rule's state across probes (saved with the policy state).
 struct LearningState {
-  enum Phase : int { WarmUp = 0, Trial = 1, Stopped = 2 };
+  enum Phase : int { WarmUp = 0, Trial = 1, Stopped = 2, Review = 3 };
   int phase = WarmUp;
   double first = std::numeric_limits<double>::quiet_NaN();  // the phase's first probe loss
   size_t first_step = 0;                                    // and its step
@@ -90,12 +94,24 @@ struct LearningState {
   long onset = -1;        // steps from the run's first probe to its learning onset (the
                           // first warm-up's): how long a round trains before it is judged
   size_t next_probe = 0;  // the check index of the next probe
+  // the rounds grown before the waiting (or reviewed) round and still in the model: each head
+  // (block, id), the round's number and the step it grew at (for the review, newest first)
+  std::vector<std::pair<size_t, long>> past;
+  Vec past_round, past_step;
+  double round_no = 0;       // the number of the round in `round` (1: the first grown)
+  size_t review_probes = 0;  // probes of the round under review
+  size_t rejected_late = 0;  // rounds taken back by the review
 
-  bool waiting() const { return phase == Trial; }
+  /// A round's heads are on trial: while it waits for its verdict, and while it is reviewed.
+  bool waiting() const { return phase == Trial || phase == Review; }
 
   /// The growth window's end: grow_until of the steps (after a reopening, of those left then).
   double window_end(size_t total, const RoundOptions& o) const {
     return double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
+  }
+  /// The review's end: review_until of the steps (after a reopening, of those left then).
+  double review_end(size_t total, const RoundOptions& o) const {
+    return double(phase_start) + o.review_until * double(total - std::min(total, phase_start));
   }
   /// Past the growth window.
   bool late(size_t step, size_t total, const RoundOptions& o) const {
@@ -135,6 +151,7 @@ struct LearningState {
     if (!std::isfinite(p.loss)) return out;
     out.settled = p.loss;  // the probe the decision is taken at (the loss may still be falling)
     if (phase == Trial) return trial(p, o);
+    if (phase == Review) return review(p, o);
     if (phase == Stopped) return stopped(p, o);
     // warm-up
     if (!std::isfinite(first)) {
@@ -165,7 +182,10 @@ struct LearningState {
       stop(loss);
       return;
     }
+    // the round before (paid or promising) stays in the model: remembered for the review
+    keep_round();
     rounds += 1;
+    round_no = double(rounds);
     phase = Trial;
     on_promise = next_on_promise;
     next_on_promise = false;
@@ -218,7 +238,13 @@ struct LearningState {
                               .add("trend_shares", &L::trend_shares, 10)
                               .add("kept_unpaid", &L::kept_unpaid, 10)
                               .add("on_promise", &L::on_promise, 10)
-                              .add("next_on_promise", &L::next_on_promise, 10);
+                              .add("next_on_promise", &L::next_on_promise, 10)
+                              .add("past", &L::past, 12)
+                              .add("past_round", &L::past_round, 12)
+                              .add("past_step", &L::past_step, 12)
+                              .add("round_no", &L::round_no, 12)
+                              .add("review_probes", &L::review_probes, 12)
+                              .add("rejected_late", &L::rejected_late, 12);
     return f;
   }
   void save(std::ostringstream& os) const {
@@ -228,19 +254,42 @@ struct LearningState {
   /// The fields after the word `learning`.
   void load_fields(Reader& r) {
     state_fields().load(r, *this, r.version());
-    if (phase < WarmUp || phase > Stopped)
+    if (phase < WarmUp || phase > Review)
       throw RuntimeError("incrt_geometric: policy state: bad phase");
     if (share_ses.size() != shares.size())
       throw RuntimeError("incrt_geometric: policy state: shares and their errors differ in length");
     if (trend_steps.size() != trend_shares.size())
       throw RuntimeError(
           "incrt_geometric: policy state: the share trend's steps and shares differ");
+    if (past_round.size() != past.size() || past_step.size() != past.size())
+      throw RuntimeError(
+          "incrt_geometric: policy state: the past rounds' heads, numbers and steps differ");
+  }
+
+  /// Every head remembered (the round's, the past rounds'), mapped by TO: a new (block, id), or
+  /// nothing when the head left the model (removed by this rule or another policy, or its block).
+  template <class To>
+  void remap(const To& to) {
+    std::vector<std::pair<size_t, long>> r;
+    for (const auto& h : round)
+      if (auto n = to(h)) r.push_back(*n);
+    round = r;
+    std::vector<std::pair<size_t, long>> p;
+    Vec pr, ps;
+    for (size_t i = 0; i < past.size(); ++i)
+      if (auto n = to(past[i])) {
+        p.push_back(*n);
+        pr.push_back(past_round[i]);
+        ps.push_back(past_step[i]);
+      }
+    past = p;
+    past_round = pr;
+    past_step = ps;
   }
 
  private:
-  RoundDecision trial(const ProbeReading& p, const RoundOptions& o) {
-    RoundDecision out;
-    out.settled = p.loss;
+  /// The round's share at probe P (when measured), into its last W and its trend.
+  void record(const ProbeReading& p, const RoundOptions& o) {
     if (std::isfinite(p.muted_loss)) {
       // a share of a negligible loss is negligible (on a solved task every head is used)
       const double scale = std::max(p.loss, o.loss_floor);
@@ -258,6 +307,12 @@ struct LearningState {
         trend_shares.erase(trend_shares.begin());
       }
     }
+  }
+
+  RoundDecision trial(const ProbeReading& p, const RoundOptions& o) {
+    RoundDecision out;
+    out.settled = p.loss;
+    record(p, o);
     fill(out);
     const bool is_late = late(p.step, p.total, o);
     const bool pays = std::isfinite(out.share) && std::isfinite(out.t) &&
@@ -272,7 +327,7 @@ struct LearningState {
       if (next)
         phase = WarmUp;  // the caller grows the next round now (grown() starts its trial)
       else
-        stop(p.loss);
+        stop(p.loss);  // paid: not reviewed
       return out;
     }
     if (!is_late && promising(p, out, o)) {
@@ -288,10 +343,105 @@ struct LearningState {
       if (judge_unpaid(p, out, o)) {
         out.kind = RoundDecision::Kind::Reject;
         rejected += 1;
+        round.clear();  // (the caller removes its heads)
+        stop(p.loss);
       } else {
         out.kind = RoundDecision::Kind::Keep;
         kept_unpaid += 1;
+        end_window(p, o, out.evidence);
       }
+    }
+    return out;
+  }
+
+  /// The growth window has ended keeping the waiting round on EVIDENCE: a round neither shown
+  /// useless nor still learning (`not_shown_useless`: mature, its share not rising, its bound
+  /// reaching min_share) is reviewed, if the review can reach a verdict in time; a round whose
+  /// share is rising or that is younger than the onset is left to learn, and growth stops.
+  void end_window(const ProbeReading& p, const RoundOptions& o, const std::string& evidence) {
+    if (!o.review || evidence != "not_shown_useless" || !review_fits(p, o)) {
+      stop(p.loss);
+      return;
+    }
+    start_review();
+  }
+
+  /// Whether a review begun at P can reach a verdict by review_until: trend_min probes at the
+  /// review's interval (a round's probes, evaluated twice) fit in the steps left. A review that
+  /// cannot take a round back would only cost its probes.
+  bool review_fits(const ProbeReading& p, const RoundOptions& o) const {
+    LearningState as_review;
+    as_review.phase = Review;
+    const double every = double(as_review.probe_interval(p.batch, p.steps_per_check, p.examples)) *
+                         double(std::max<size_t>(p.steps_per_check, 1));
+    return double(p.step) + double(LearningConstants::trend_min) * every <= review_end(p.total, o);
+  }
+
+  /// The newest past round becomes the round (its heads leave `past`).
+  void pop_past() {
+    round.clear();
+    if (past.empty()) return;
+    const double newest = *std::max_element(past_round.begin(), past_round.end());
+    for (size_t i = 0; i < past.size();) {
+      if (past_round[i] == newest) {
+        round_no = newest;
+        round.push_back(past[i]);
+        round_step = size_t(past_step[i]);
+        past.erase(past.begin() + long(i));
+        past_round.erase(past_round.begin() + long(i));
+        past_step.erase(past_step.begin() + long(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  void start_review() {
+    phase = Review;
+    review_probes = 0;
+    shares.clear();
+    share_ses.clear();
+    trend_steps.clear();
+    trend_shares.clear();
+  }
+
+  /// One probe of the review: the round under review is taken back when, after the window and
+  /// at least trend_min probes of the review, the median share it carries is still under
+  /// min_share and not rising (the round mature); kept when shown over min_share (the lower
+  /// bound reaches it: the older rounds are not reviewed) or when the review's time ends. Inside
+  /// the window a round goes only on a bound (its heads may not be used yet); by the review the
+  /// model has trained with them for the window and more, so what they carry is judged as it
+  /// is: a round worth under min_share of the loss costs under that share when it goes.
+  RoundDecision review(const ProbeReading& p, const RoundOptions& o) {
+    RoundDecision out;
+    out.settled = p.loss;
+    if (std::isfinite(p.muted_loss)) review_probes += 1;
+    record(p, o);
+    fill(out);
+    out.trend_t = trend_t();
+    if (std::isfinite(out.share) && std::isfinite(out.share_se))
+      out.upper = out.share + o.z_back * out.share_se;
+    const bool used = std::isfinite(out.share) && std::isfinite(out.share_se) &&
+                      out.share - o.z_back * out.share_se >= o.min_share;
+    const bool rising = std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
+    const bool unused = review_probes >= LearningConstants::trend_min && std::isfinite(out.share) &&
+                        out.share < o.min_share && !rising && mature(p);
+    const bool over = double(p.step) >= review_end(p.total, o);
+    if (unused && !over) {
+      out.kind = RoundDecision::Kind::Reject;
+      out.evidence = "unused_late";
+      rejected_late += 1;
+      rejected += 1;
+      pop_past();  // the caller removes the reviewed round's heads (its snapshot)
+      if (round.empty() || !review_fits(p, o))
+        stop(p.loss);
+      else
+        start_review();
+      return out;
+    }
+    if (used || over) {
+      out.kind = RoundDecision::Kind::Keep;
+      out.evidence = used ? "used" : "not_shown_useless";
       stop(p.loss);
     }
     return out;
@@ -385,7 +535,19 @@ struct LearningState {
     return out;
   }
 
+  /// The heads in `round` stay in the model: they join the past rounds (for a later review).
+  void keep_round() {
+    for (const auto& h : round) {
+      past.push_back(h);
+      past_round.push_back(round_no);
+      past_step.push_back(double(round_step));
+    }
+    round.clear();
+  }
+
+  /// Growth stops; a round still held (kept) joins the past rounds.
   void stop(double loss) {
+    keep_round();
     phase = Stopped;
     best = loss;
     rise = 0;

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -51,6 +53,16 @@ class RoundRule {
   virtual RoundHeads& round() = 0;
   virtual const RoundHeads& round() const = 0;
   virtual RoundSnapshot snapshot() const = 0;
+  /// Every head the rule remembers (its round's, and the learning rule's past rounds), each
+  /// mapped by TO: a new (block, id), or nothing when the head left the model.
+  virtual void remap(
+      const std::function<std::optional<std::pair<size_t, long>>(const std::pair<size_t, long>&)>&
+          to) {
+    RoundHeads kept;
+    for (const auto& h : round())
+      if (auto n = to(h)) kept.push_back(*n);
+    round() = kept;
+  }
   /// Every probe, whether or not the rule may decide at it (before calibration ends too).
   virtual void watch(double loss, size_t step) {
     (void)loss;
@@ -127,11 +139,19 @@ class LearningRule final : public RoundRule {
   bool needs_calibration() const override { return false; }
   bool waiting() const override { return s_.waiting(); }
   bool measures_round() const override { return true; }
-  size_t mute_every() const override { return o_.mute_every; }
+  /// In the review the round sits out only with review_sit_out (it is trained in full otherwise).
+  size_t mute_every() const override {
+    return s_.phase == LearningState::Review && !o_.review_sit_out ? 0 : o_.mute_every;
+  }
   RoundHeads& round() override { return s_.round; }
   const RoundHeads& round() const override { return s_.round; }
   RoundSnapshot snapshot() const override {
     return {s_.round, s_.round_step, s_.prev, 0.0, s_.phase == LearningState::Stopped, s_.best};
+  }
+  void remap(
+      const std::function<std::optional<std::pair<size_t, long>>(const std::pair<size_t, long>&)>&
+          to) override {
+    s_.remap(to);
   }
   RoundDecision observe(const ProbeReading& p) override {
     const RoundDecision d = s_.observe(p, o_);
@@ -153,15 +173,17 @@ class LearningRule final : public RoundRule {
             {"probe_every_checks", double(s_.next_probe > p.check ? s_.next_probe - p.check : 1)}};
   }
   std::string phase() const override {
-    return s_.phase == LearningState::WarmUp  ? "warm-up"
-           : s_.phase == LearningState::Trial ? "trial"
-                                              : "stopped";
+    return s_.phase == LearningState::WarmUp   ? "warm-up"
+           : s_.phase == LearningState::Trial  ? "trial"
+           : s_.phase == LearningState::Review ? "review"
+                                               : "stopped";
   }
   std::string plot() const override { return "probe_loss round_t,z_needed round_share,min_share"; }
   void summarize(std::map<std::string, double>& out) const override {
     out["rounds"] = double(s_.rounds);
     out["rounds_rejected"] = double(s_.rejected);
     out["rounds_kept_unpaid"] = double(s_.kept_unpaid);
+    out["rounds_taken_back_late"] = double(s_.rejected_late);
     out["reopened"] = double(s_.reopened);
     if (s_.onset >= 0) out["onset_steps"] = double(s_.onset);
   }

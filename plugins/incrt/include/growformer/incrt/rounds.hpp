@@ -112,6 +112,14 @@ struct RoundOptions {
   // every round not shown to pay at t >= z.
   bool take_back_useless = true;
   double z_back = 2.0;  // learning, take_back useless: the upper bound's standard errors
+  // learning: the late review. After the growth window the kept rounds are judged again, the
+  // newest first, on what the trained model does without them: a round whose median share is
+  // still under min_share and not rising after 4 probes of the review is taken back and the
+  // round before it reviewed; one whose share is shown over min_share (its lower bound) ends the
+  // review. No take-back after review_until of the run (of the steps left after a reopening).
+  bool review = true;
+  double review_until = 0.85;
+  bool review_sit_out = true;  // the reviewed round's heads sit out as in a trial
 };
 
 /// What a probe decided.
@@ -129,8 +137,8 @@ struct RoundDecision {
   // the share's upper bound (share + z_back se) and the t of its trend over the round's probes
   double upper = std::numeric_limits<double>::quiet_NaN();
   double trend_t = std::numeric_limits<double>::quiet_NaN();
-  // what decided a round: paid | promising (Grow); useless | unproven (Reject); rising | young |
-  // not_shown_useless (Keep)
+  // what decided a round: paid | promising (Grow); useless | unproven | unused_late (Reject);
+  // rising | young | not_shown_useless | used (Keep)
   const char* evidence = "";
 };
 
