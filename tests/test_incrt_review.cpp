@@ -1,16 +1,21 @@
 // The learning rule's late review (`review: on`, the default): after the growth window the kept
-// rounds are judged again, newest first, on constructed probe sequences whose shares and
-// standard errors are set by hand, so every verdict below follows from the rule as written.
+// rounds are judged again, newest first. On constructed probe sequences whose shares and
+// standard errors are set by hand, so every verdict follows from the rule as written; and in a
+// real run whose options force the review's path, resumed bit for bit from a cut inside it.
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <growformer/incrt/round_rules.hpp>
 
 #include "incrt_probes.hpp"
+#include "structure_edits_testing.hpp"
 #include "testing.hpp"
 
 using gf::incrt::LearningState;
@@ -247,4 +252,77 @@ TEST_CASE(
     CHECK(b.rejected_late == 1);
     CHECK(a.round == b.round);
   }
+}
+
+TEST_CASE(
+    "incrt review in a run: the reviewed round's heads removed by name; resumed bit for bit") {
+  // z_early 1e9: no round pays; z_back 1000: every bound reaches min_share, so the window keeps
+  // the last round as not_shown_useless (mature, never rising at t 1000) and never uses it; min
+  // share 0.5: the review finds it carrying less and takes it back after 4 of its probes. Round
+  // 1 (head 1) grows at the learning onset, round 2 (heads 2, 3) on its promise.
+  const std::string yaml = R"(name: review_run
+seed: 5
+threads: 2
+data: {plugin: listops, train_size: 512, val_size: 64, test_size: 64, min_length: 4,
+       max_length: 24, max_depth: 3, max_args: 4}
+model:
+  d_model: 16
+  layers: 1
+  mlp_ratio: 1
+  max_len: 32
+  attention: {plugin: mha, heads: 1, d_k: 4, max_heads: 16}
+growth: {plugin: incrt_geometric, min_share: 0.5, z_back: 1000, z_early: 1000000000,
+         probe_examples: 64}
+optimizer: {plugin: adamw, lr: 0.003}
+train: {steps: 400, batch_size: 16, warmup: 5, eval_every: 20, log_every: 20, check_every: 5}
+)";
+  using json = nlohmann::json;
+  const std::string full = gf_test::fresh_dir("review", "full"),
+                    cut = gf_test::fresh_dir("review", "cut");
+  REQUIRE(gf_test::train_yaml(yaml, "review.yaml", full) == 0);
+  std::vector<json> ev;
+  {
+    std::istringstream in(gf_test::text_of(full + "/events.jsonl"));
+    for (std::string line; std::getline(in, line);) ev.push_back(json::parse(line));
+  }
+  std::vector<long> grown, pruned;
+  long kept_at = -1, review_at = -1, rejected_at = -1;
+  for (const json& e : ev) {
+    const std::string type = e.value("type", "");
+    if (type == "grow") grown.push_back(e["head"].get<long>());
+    if (type == "prune") {
+      CHECK(e.value("evidence", "") == "unused_late");
+      pruned.push_back(e["head"].get<long>());
+    }
+    if (type == "round_kept" && kept_at < 0) {
+      CHECK(e.value("evidence", "") == "not_shown_useless");
+      CHECK(e.value("stage", "") == "window_end");
+      kept_at = e["step"].get<long>();
+    }
+    if (type == "probe" && e.value("phase", "") == "review" && review_at < 0)
+      review_at = e["step"].get<long>();
+    if (type == "round_rejected") {
+      CHECK(e.value("evidence", "") == "unused_late");
+      CHECK(e.value("stage", "") == "review");
+      CHECK(e["round_share"].get<double>() < 0.5);
+      rejected_at = e["step"].get<long>();
+    }
+  }
+  REQUIRE(grown == std::vector<long>{1, 2, 3});
+  CHECK(kept_at > 0.6 * 400 - 10);  // the window's end
+  REQUIRE(review_at > kept_at);
+  REQUIRE(rejected_at > review_at);
+  CHECK(rejected_at <= 0.85 * 400);
+  CHECK(pruned == std::vector<long>{2, 3});  // the reviewed round's heads, not head 1
+  CHECK(gf_test::text_of(full + "/config.resolved.yaml").find("final_heads: [2]") !=
+        std::string::npos);
+  // cut inside the review (after its first probe, before its verdict), resumed
+  const long at = review_at + 5;
+  REQUIRE(at < rejected_at);
+  REQUIRE(gf_test::train_yaml(yaml, "review.yaml", cut, at) == 0);
+  REQUIRE(gf_test::resume_run(cut) == 0);
+  gf_test::check_same_last_checkpoints(full, cut);
+  CHECK(gf_test::text_of(full + "/events.jsonl") == gf_test::text_of(cut + "/events.jsonl"));
+  std::filesystem::remove_all(full);
+  std::filesystem::remove_all(cut);
 }
