@@ -99,19 +99,21 @@ struct LearningState {
   std::vector<std::pair<size_t, long>> past;
   Vec past_round, past_step;
   double round_no = 0;       // the number of the round in `round` (1: the first grown)
-  size_t review_probes = 0;  // probes of the round under review
   size_t rejected_late = 0;  // rounds taken back by the review
 
   /// A round's heads are on trial: while it waits for its verdict, and while it is reviewed.
   bool waiting() const { return phase == Trial || phase == Review; }
 
-  /// The growth window's end: grow_until of the steps (after a reopening, of those left then).
-  double window_end(size_t total, const RoundOptions& o) const {
-    return double(phase_start) + o.grow_until * double(total - std::min(total, phase_start));
+  /// The step at FRACTION of the steps (after a reopening, of those left then).
+  double at_fraction(double fraction, size_t total) const {
+    return double(phase_start) + fraction * double(total - std::min(total, phase_start));
   }
-  /// The review's end: review_until of the steps (after a reopening, of those left then).
+  /// The growth window's end (grow_until) and the review's (review_until).
+  double window_end(size_t total, const RoundOptions& o) const {
+    return at_fraction(o.grow_until, total);
+  }
   double review_end(size_t total, const RoundOptions& o) const {
-    return double(phase_start) + o.review_until * double(total - std::min(total, phase_start));
+    return at_fraction(o.review_until, total);
   }
   /// Past the growth window.
   bool late(size_t step, size_t total, const RoundOptions& o) const {
@@ -243,7 +245,6 @@ struct LearningState {
                               .add("past_round", &L::past_round, 12)
                               .add("past_step", &L::past_step, 12)
                               .add("round_no", &L::round_no, 12)
-                              .add("review_probes", &L::review_probes, 12)
                               .add("rejected_late", &L::rejected_late, 12);
     return f;
   }
@@ -398,7 +399,6 @@ struct LearningState {
 
   void start_review() {
     phase = Review;
-    review_probes = 0;
     shares.clear();
     share_ses.clear();
     trend_steps.clear();
@@ -415,17 +415,16 @@ struct LearningState {
   RoundDecision review(const ProbeReading& p, const RoundOptions& o) {
     RoundDecision out;
     out.settled = p.loss;
-    if (std::isfinite(p.muted_loss)) review_probes += 1;
-    record(p, o);
+    record(p, o);  // the review's own probes: its trend starts empty
     fill(out);
     out.trend_t = trend_t();
     if (std::isfinite(out.share) && std::isfinite(out.share_se))
       out.upper = out.share + o.z_back * out.share_se;
     const bool used = std::isfinite(out.share) && std::isfinite(out.share_se) &&
                       out.share - o.z_back * out.share_se >= o.min_share;
-    const bool rising = std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
-    const bool unused = review_probes >= LearningConstants::trend_min && std::isfinite(out.share) &&
-                        out.share < o.min_share && !rising && mature(p);
+    const bool unused = trend_shares.size() >= LearningConstants::trend_min &&
+                        std::isfinite(out.share) && out.share < o.min_share && !rising(out, o) &&
+                        mature(p);
     const bool over = double(p.step) >= review_end(p.total, o);
     if (unused && !over) {
       out.kind = RoundDecision::Kind::Reject;
@@ -483,11 +482,19 @@ struct LearningState {
       out.evidence = "unproven";
       return true;
     }
-    const bool rising = std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
     const bool young = !mature(p);
-    const bool useless = std::isfinite(out.upper) && out.upper < o.min_share && !rising && !young;
-    out.evidence = useless ? "useless" : rising ? "rising" : young ? "young" : "not_shown_useless";
+    const bool useless =
+        std::isfinite(out.upper) && out.upper < o.min_share && !rising(out, o) && !young;
+    out.evidence = useless          ? "useless"
+                   : rising(out, o) ? "rising"
+                   : young          ? "young"
+                                    : "not_shown_useless";
     return useless;
+  }
+
+  /// The share's trend rises: its t (in OUT) at least z_back.
+  static bool rising(const RoundDecision& out, const RoundOptions& o) {
+    return std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
   }
 
   /// The t statistic of the least-squares slope of the round's share against the step (NaN
