@@ -50,6 +50,12 @@ TEST_CASE("every shipped sweep file's jobs have valid configs") {
       MESSAGE("skipped (../shared/data absent): " << f);
       continue;
     }
+    // a bf16 sweep on a CPU without AVX512_BF16 is refused before anything runs, saying why
+    // (its other settings are checked where the CPU has it)
+    if (c.status != 0 && has(c.output, "cannot run here: this CPU has no AVX512_BF16")) {
+      MESSAGE("skipped (no AVX512_BF16 on this CPU): " << f);
+      continue;
+    }
     CHECK(c.status == 0);
     CHECK(has(c.output, "are valid (no data read, nothing run)"));
     ++checked;
