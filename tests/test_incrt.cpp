@@ -2083,7 +2083,7 @@ TEST_CASE("fields: one declaration gives the spec, the parsing, the summary and 
                          "a list of"));
 }
 
-TEST_CASE("incrt_geometric: policy states of versions 2 to 11 load, and save as version 11") {
+TEST_CASE("incrt_geometric: policy states of versions 2 to 11 load, and save as version 13") {
   // one block: started, u+ u- (2-d), tracker lambdas, no Q, 4 checks, no calibration norms,
   // calibrated, Gamma0 and eleven more numbers, last growth, grown, heads, pending, [over],
   // pending directions
@@ -2109,17 +2109,17 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 11 load, and save as 
     auto p = growth("plugin: incrt_geometric\ncriterion: gain");
     p->load_state(text);
     const std::string out = p->save_state();
-    CHECK(out.rfind("incrt_geometric 12 1 5 7 1 block 0 1 ", 0) == 0);
+    CHECK(out.rfind("incrt_geometric 13 1 5 7 1 block 0 1 ", 0) == 0);
     // the head count the old text held is dropped: K_obs is read from the model's blocks
     const auto sum = p->summary(gf::TrainView{});
     CHECK(sum.at("K_obs") == 0.0);
     CHECK(sum.at("gamma_res0") == 2.0);
     auto q = growth("plugin: incrt_geometric\ncriterion: gain");
     q->load_state(out);
-    CHECK(q->save_state() == out);  // version 12 is a fixed point
+    CHECK(q->save_state() == out);  // version 13 is a fixed point
     if (v == 8) {                   // the same text less the block's head count (the 1 after grown)
       std::string expected =
-          "incrt_geometric 12" + text.substr(std::string("incrt_geometric 8").size());
+          "incrt_geometric 13" + text.substr(std::string("incrt_geometric 8").size());
       const std::string held = "-1000000 0 1 0 ";
       expected.replace(expected.find(held), held.size(), "-1000000 0 0 ");
       CHECK(out == expected);
@@ -2138,8 +2138,8 @@ TEST_CASE("incrt_geometric: policy states of versions 2 to 11 load, and save as 
     }
   }
   auto p = growth("plugin: incrt_geometric");
-  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 13 end"); }),
-                         "incrt: policy state: expected version '2' to '12', got '13'"));
+  CHECK(fields_test::has(fields_test::error_text([&] { p->load_state("incrt_geometric 14 end"); }),
+                         "incrt: policy state: expected version '2' to '13', got '14'"));
 }
 
 // ---- criterion learning: rounds while the model learns (the default) -------------------------
@@ -2195,12 +2195,14 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "incrt learning rule: flat at chance grows nothing; a round that does not pay waits for the "
-    "window's end, is taken back, and a rise reopens growth") {
+    "incrt learning rule: flat at chance grows nothing (plateau 0); a round that does not pay "
+    "waits for the window's end, is taken back, and a rise reopens growth") {
   using namespace learning_test;
   const RoundOptions o;
   const size_t total = 1000;
   SUBCASE("flat") {
+    RoundOptions o;
+    o.plateau = 0.0;  // (the plateau rounds' own test: test_incrt_plateau)
     LearningState s;
     std::vector<std::pair<size_t, K>> decisions;
     for (size_t step = 10; step <= 700; step += 10) {
@@ -2485,7 +2487,7 @@ TEST_CASE(
     }
   CHECK(paid);
   const std::string state = drv.policy->save_state();
-  CHECK(state.rfind("incrt_geometric 12 ", 0) == 0);
+  CHECK(state.rfind("incrt_geometric 13 ", 0) == 0);
   CHECK(state.find(" learning ") != std::string::npos);
   auto again = growth("plugin: incrt_geometric");
   again->load_state(state);

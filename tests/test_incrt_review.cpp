@@ -280,11 +280,7 @@ train: {steps: 400, batch_size: 16, warmup: 5, eval_every: 20, log_every: 20, ch
   const std::string full = gf_test::fresh_dir("review", "full"),
                     cut = gf_test::fresh_dir("review", "cut");
   REQUIRE(gf_test::train_yaml(yaml, "review.yaml", full) == 0);
-  std::vector<json> ev;
-  {
-    std::istringstream in(gf_test::text_of(full + "/events.jsonl"));
-    for (std::string line; std::getline(in, line);) ev.push_back(json::parse(line));
-  }
+  const std::vector<json> ev = gf_test::events_of(full);
   std::vector<long> grown, pruned;
   long kept_at = -1, review_at = -1, rejected_at = -1;
   for (const json& e : ev) {

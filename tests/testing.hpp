@@ -111,6 +111,15 @@ inline std::vector<nlohmann::json> metrics_without_timing(const std::string& dir
   return out;
 }
 
+/// The records of RUN_DIR/events.jsonl, in order.
+inline std::vector<nlohmann::json> events_of(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/events.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 /// What a shell command printed (stdout and stderr together) and its exit status.
 struct Shell {
   int status;

@@ -113,34 +113,6 @@ void round_test_options(IncrtTable& t) {
            "training step "
            "(0: never), so that muting them on the probe measures what they add",
            0, 1e9)
-      .choice("take_back", &S::rounds, &G::take_back_useless, "useless",
-              "learning: what takes back a round still unpaid when the growth window ends. "
-              "useless: evidence that its heads carry less than min_share (the median share plus "
-              "z_back standard errors is under min_share, its trend over the round's probes is "
-              "not rising at z_back, and it has trained as long as the learning onset); a round "
-              "without that evidence is kept, and one whose share is positive with a bound "
-              "reaching min_share lets the next round grow once mature. unproven (the earlier "
-              "rule): every round that did not reach min_share at a t of z",
-              {{"useless", true}, {"unproven", false}})
-      .choice("review", &S::rounds, &G::review, "on",
-              "learning: after the growth window, the kept rounds are judged again, newest "
-              "first, with their heads muted on the probe and sitting out every "
-              "round_mute_every-th step: a round whose median share is still under min_share "
-              "and not rising after at least 4 probes of the review is taken back and the round "
-              "before it reviewed; one whose share is shown over min_share (its lower bound at "
-              "z_back standard errors) ends the review. off: the rule of 2df4707",
-              {{"on", true}, {"off", false}})
-      .add("review_sit_out", &S::rounds, &G::review_sit_out, "true",
-           "learning, review on: the reviewed round's heads sit out every round_mute_every-th "
-           "step as in a trial (false: they train in full and are muted on the probe only)")
-      .add("review_until", &S::rounds, &G::review_until, "0.85",
-           "learning, review on: no round is taken back after this fraction of the run's steps "
-           "(after a reopening: of the steps left at the reopening); the review ends there",
-           0.0, 1.0)
-      .add("z_back", &S::rounds, &G::z_back, "2",
-           "learning, take_back useless: the standard errors of the share's upper bound and of "
-           "its trend",
-           0.0)
       .add("z_early", &S::rounds, &G::z_early, "3",
            "learning, gain (round_test paired): the t statistic that pays a round before the "
            "growth window "
@@ -155,6 +127,47 @@ void round_test_options(IncrtTable& t) {
            "reopening: of the "
            "steps left then)",
            0.0, 1.0);
+}
+
+/// The learning rule's take-back, review and plateau rounds.
+void learning_options(IncrtTable& t) {
+  using S = IncrtSettings;
+  using G = RoundOptions;
+  t.choice("take_back", &S::rounds, &G::take_back_useless, "useless",
+           "learning: what takes back a round still unpaid when the growth window ends. "
+           "useless: evidence that its heads carry less than min_share (the median share plus "
+           "z_back standard errors is under min_share, its trend over the round's probes is "
+           "not rising at z_back, and it has trained as long as the learning onset); a round "
+           "without that evidence is kept, and one whose share is positive with a bound "
+           "reaching min_share lets the next round grow once mature. unproven (the earlier "
+           "rule): every round that did not reach min_share at a t of z",
+           {{"useless", true}, {"unproven", false}})
+      .choice("review", &S::rounds, &G::review, "on",
+              "learning: after the growth window, the kept rounds are judged again, newest "
+              "first, with their heads muted on the probe and sitting out every "
+              "round_mute_every-th step: a round whose median share is still under min_share "
+              "and not rising after at least 4 probes of the review is taken back and the round "
+              "before it reviewed; one whose share is shown over min_share (its lower bound at "
+              "z_back standard errors) ends the review. off: the rule of 2df4707",
+              {{"on", true}, {"off", false}})
+      .add("plateau", &S::rounds, &G::plateau, "0.1",
+           "learning: while the probe loss has not yet fallen 5 % under its first value (before "
+           "the learning onset), a round grows every this fraction of the run's steps (two at "
+           "most, within the first half of grow_until), trained in full; at the onset the newest "
+           "goes on trial in place of a new round; a window that ends with no onset takes them "
+           "back (no_onset). 0: none (the rule of 37f457f)",
+           0.0, 1.0)
+      .add("review_sit_out", &S::rounds, &G::review_sit_out, "true",
+           "learning, review on: the reviewed round's heads sit out every round_mute_every-th "
+           "step as in a trial (false: they train in full and are muted on the probe only)")
+      .add("review_until", &S::rounds, &G::review_until, "0.85",
+           "learning, review on: no round is taken back after this fraction of the run's steps "
+           "(after a reopening: of the steps left at the reopening); the review ends there",
+           0.0, 1.0)
+      .add("z_back", &S::rounds, &G::z_back, "2",
+           "learning, take_back useless: the standard errors of the share's upper bound and of "
+           "its trend",
+           0.0);
 }
 
 /// The probe, the trackers and the end of calibration.
@@ -249,6 +262,7 @@ const IncrtTable& IncrtSettings::table() {
     IncrtTable t;
     round_options(t);
     round_test_options(t);
+    learning_options(t);
     tracker_options(t);
     growth_options(t);
     return t;

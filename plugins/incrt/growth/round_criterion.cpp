@@ -214,7 +214,8 @@ class RoundCriterion final : public Criterion {
   /// The last round did not pay: its heads go.
   void take_back(const gf::TrainView& view, const RoundSnapshot& before, const RoundDecision& dec,
                  const std::string& stage, std::vector<gf::Edit>& edits) {
-    for (const auto& [b, id] : before.round) {
+    const RoundHeads& gone = dec.heads.empty() ? before.round : dec.heads;
+    for (const auto& [b, id] : gone) {
       gf::Edit e;
       e.kind = gf::Edit::Kind::RemoveHead;
       e.block = b;
@@ -233,13 +234,13 @@ class RoundCriterion final : public Criterion {
     }
     // the rejected heads are forgotten (a review may have gone on to the round before)
     auto& r = rule_->round();
-    for (const auto& h : before.round) r.erase(std::remove(r.begin(), r.end(), h), r.end());
+    for (const auto& h : gone) r.erase(std::remove(r.begin(), r.end(), h), r.end());
     note(view, "round_rejected",
          {{"gain", dec.gain},
           {"min_gain", set_.rounds.min_gain},
           {"settled_before", before.prev},
           {"settled", dec.settled},
-          {"heads_removed", double(before.round.size())},
+          {"heads_removed", double(gone.size())},
           {"round_share", std::isfinite(dec.share) ? dec.share : -1.0},
           {"round_age", double(view.step - before.round_step)},
           {"round_t", std::isfinite(dec.t) ? dec.t : -1.0},

@@ -58,6 +58,13 @@ struct LearningConstants {
   /// from at least trend_min (a line through fewer has no spread to test against).
   static constexpr size_t trend_probes = 32;
   static constexpr size_t trend_min = 4;
+  /// At most this many plateau rounds grow (the start's heads times 4): a search that finds
+  /// nothing then costs at most a 4-fold block until the window ends and takes them back.
+  static constexpr size_t plateau_rounds_max = 2;
+  /// A probe loss under this fraction of the run's first (the loss at chance) is a solved task:
+  /// no round grows there, and shares are of at least that loss (every head looks needed on a
+  /// solved task, and muting a round costs a share of almost nothing). At least loss_floor.
+  static constexpr double solved_fraction = 0.05;
 };
 
 /// One validation probe as a round rule reads it.
@@ -100,6 +107,15 @@ struct LearningState {
   Vec past_round, past_step;
   double round_no = 0;       // the number of the round in `round` (1: the first grown)
   size_t rejected_late = 0;  // rounds taken back by the review
+  // plateau rounds grown in this warm-up (not on trial; the newest goes on trial at the onset),
+  // and whether the round about to grow is one (set by observe, read by grown)
+  size_t plateau_rounds = 0;
+  bool next_plateau = false;
+  size_t plateau_grown = 0;  // plateau rounds grown in the run
+  // the waiting round is a plateau round that doubled heads grown on the plateau: it must pay by
+  // the window's end
+  bool plateau_trial = false;
+  double chance = std::numeric_limits<double>::quiet_NaN();  // the run's first probe loss
 
   /// A round's heads are on trial: while it waits for its verdict, and while it is reviewed.
   bool waiting() const { return phase == Trial || phase == Review; }
@@ -151,6 +167,7 @@ struct LearningState {
   RoundDecision observe(const ProbeReading& p, const RoundOptions& o) {
     RoundDecision out;
     if (!std::isfinite(p.loss)) return out;
+    if (!std::isfinite(chance)) chance = p.loss;
     out.settled = p.loss;  // the probe the decision is taken at (the loss may still be falling)
     if (phase == Trial) return trial(p, o);
     if (phase == Review) return review(p, o);
@@ -162,13 +179,43 @@ struct LearningState {
     }
     const bool learnt = p.loss <= first * (1.0 - LearningConstants::onset_fall);
     if (learnt && onset < 0) onset = long(p.step - first_step);
-    if (late(p.step, p.total, o) || p.loss <= o.loss_floor) {
+    if (late(p.step, p.total, o) && plateau_rounds > 0) {
+      // the window ended before the plateau rounds' trial began (the loss where it started, or
+      // leaving it only now): the heads grown to search found nothing in time, and every
+      // plateau round goes
+      out.kind = RoundDecision::Kind::Reject;
+      out.evidence = "no_onset";
+      out.heads = round;
+      out.heads.insert(out.heads.end(), past.begin(), past.end());
+      rejected += plateau_rounds;
+      plateau_rounds = 0;
+      round.clear();
+      past.clear();
+      past_round.clear();
+      past_step.clear();
+      stop(p.loss);
+      return out;
+    }
+    if (late(p.step, p.total, o) || p.loss <= solved(o)) {
       // nothing learnt in the window, or nothing left for a round to capture
       out.kind = RoundDecision::Kind::Stop;
       stop(p.loss);
       return out;
     }
-    if (!learnt) return out;
+    if (!learnt) {
+      if (plateau_due(p, o)) {
+        out.kind = RoundDecision::Kind::Grow;
+        out.evidence = "plateau";
+        next_plateau = true;
+      }
+      return out;
+    }
+    if (plateau_rounds > 0 && !round.empty()) {
+      // learning has begun with plateau rounds in the model: the newest is judged as the
+      // onset's round would be (it must pay before another round grows)
+      start_plateau_trial(p.loss);
+      return out;
+    }
     if (!o.take_back_useless && !fits(p.step, p.total, p.step - first_step, o)) {
       out.kind = RoundDecision::Kind::Stop;  // too late for a round to be judged
       stop(p.loss);
@@ -184,14 +231,24 @@ struct LearningState {
       stop(loss);
       return;
     }
-    // the round before (paid or promising) stays in the model: remembered for the review
+    // the round before (paid, promising or a plateau round) stays in the model: remembered
+    // for the review
     keep_round();
     rounds += 1;
     round_no = double(rounds);
+    round_step = step;
+    if (next_plateau) {
+      // a plateau round: trained in full, not on trial (its heads are told by the edits)
+      next_plateau = false;
+      plateau_rounds += 1;
+      plateau_grown += 1;
+      return;
+    }
+    plateau_rounds = 0;
+    plateau_trial = false;
     phase = Trial;
     on_promise = next_on_promise;
     next_on_promise = false;
-    round_step = step;
     prev = loss;
     round.clear();  // the round's heads are told by the edits, after this
     shares.clear();
@@ -245,7 +302,12 @@ struct LearningState {
                               .add("past_round", &L::past_round, 12)
                               .add("past_step", &L::past_step, 12)
                               .add("round_no", &L::round_no, 12)
-                              .add("rejected_late", &L::rejected_late, 12);
+                              .add("rejected_late", &L::rejected_late, 12)
+                              .add("plateau_rounds", &L::plateau_rounds, 13)
+                              .add("next_plateau", &L::next_plateau, 13)
+                              .add("plateau_grown", &L::plateau_grown, 13)
+                              .add("plateau_trial", &L::plateau_trial, 13)
+                              .add("chance", &L::chance, 13);
     return f;
   }
   void save(std::ostringstream& os) const {
@@ -293,7 +355,7 @@ struct LearningState {
   void record(const ProbeReading& p, const RoundOptions& o) {
     if (std::isfinite(p.muted_loss)) {
       // a share of a negligible loss is negligible (on a solved task every head is used)
-      const double scale = std::max(p.loss, o.loss_floor);
+      const double scale = std::max(p.loss, solved(o));
       shares.push_back((p.muted_loss - p.loss) / scale);
       share_ses.push_back(std::isfinite(p.muted_se) ? p.muted_se / scale
                                                     : std::numeric_limits<double>::quiet_NaN());
@@ -322,8 +384,8 @@ struct LearningState {
       out.evidence = "paid";
       // paid: the next round grows now, if the window leaves it the time this one needed (under
       // take_back useless a round that cannot be judged in time is kept, so it grows anyway)
-      const bool next =
-          !is_late && (o.take_back_useless || fits(p.step, p.total, p.step - round_step, o));
+      const bool next = !is_late && p.loss > solved(o) &&
+                        (o.take_back_useless || fits(p.step, p.total, p.step - round_step, o));
       out.kind = next ? RoundDecision::Kind::Grow : RoundDecision::Kind::Stop;
       if (next)
         phase = WarmUp;  // the caller grows the next round now (grown() starts its trial)
@@ -331,7 +393,7 @@ struct LearningState {
         stop(p.loss);  // paid: not reviewed
       return out;
     }
-    if (!is_late && promising(p, out, o)) {
+    if (!is_late && p.loss > solved(o) && promising(p, out, o)) {
       out.evidence = "promising";
       out.kind = RoundDecision::Kind::Grow;
       phase = WarmUp;
@@ -340,8 +402,12 @@ struct LearningState {
     }
     if (is_late) {
       // unpaid when the window ends: taken back on evidence that its heads are useless (or, with
-      // take_back unproven, for want of evidence that they pay); kept otherwise
-      if (judge_unpaid(p, out, o)) {
+      // take_back unproven, for want of evidence that they pay; a plateau round that doubled
+      // plateau heads, for want of pay: it was grown on no evidence, and the heads before it
+      // already hold what an onset round would); kept otherwise
+      const bool useless = judge_unpaid(p, out, o);  // (its evidence, bound and trend)
+      if (plateau_trial || useless) {
+        if (plateau_trial) out.evidence = "plateau_unpaid";
         out.kind = RoundDecision::Kind::Reject;
         rejected += 1;
         round.clear();  // (the caller removes its heads)
@@ -376,6 +442,42 @@ struct LearningState {
     const double every = double(as_review.probe_interval(p.batch, p.steps_per_check, p.examples)) *
                          double(std::max<size_t>(p.steps_per_check, 1));
     return double(p.step) + double(LearningConstants::trend_min) * every <= review_end(p.total, o);
+  }
+
+  /// The loss under which the task is solved: loss_floor, or solved_fraction of the run's first
+  /// probe loss if more.
+  double solved(const RoundOptions& o) const {
+    return std::max(o.loss_floor,
+                    std::isfinite(chance) ? LearningConstants::solved_fraction * chance : 0.0);
+  }
+
+  /// A plateau round is due at P: the run's first warm-up (no onset yet) has seen no learning
+  /// for `plateau` of the run's steps since it began or since the last plateau round, fewer
+  /// than plateau_rounds_max have grown, and P is within the first half of the growth window
+  /// (a round grown later would have too little of the window left to be learnt and judged).
+  bool plateau_due(const ProbeReading& p, const RoundOptions& o) const {
+    if (o.plateau <= 0 || onset >= 0 || p.total == 0 ||
+        plateau_rounds >= LearningConstants::plateau_rounds_max)
+      return false;
+    const double since = double(plateau_rounds > 0 ? round_step : first_step);
+    return double(p.step) >= since + o.plateau * double(p.total) &&
+           double(p.step) <= at_fraction(o.grow_until / 2.0, p.total);
+  }
+
+  /// The learning onset came with plateau rounds in the model: the newest (held in `round`,
+  /// the older ones in `past`) goes on trial as a round grown without proof, so it must pay
+  /// before another round grows; its age counts from its growth.
+  void start_plateau_trial(double loss) {
+    plateau_trial = !past.empty();  // (the first plateau round is judged as an onset round)
+    plateau_rounds = 0;
+    phase = Trial;
+    on_promise = true;
+    next_on_promise = false;
+    prev = loss;
+    shares.clear();
+    share_ses.clear();
+    trend_steps.clear();
+    trend_shares.clear();
   }
 
   /// The newest past round becomes the round (its heads leave `past`).
@@ -527,7 +629,7 @@ struct LearningState {
   RoundDecision stopped(const ProbeReading& p, const RoundOptions& o) {
     RoundDecision out;
     // the rise is measured against the best loss since the stop, at least the loss floor
-    const double ref = std::max(std::isfinite(best) ? best : p.loss, o.loss_floor);
+    const double ref = std::max(std::isfinite(best) ? best : p.loss, solved(o));
     rise = p.loss > ref * (1.0 + o.reopen_rise) ? rise + 1 : 0;
     if (!std::isfinite(best) || p.loss < best) best = p.loss;
     if (rise < LearningConstants::window) return out;
@@ -555,6 +657,7 @@ struct LearningState {
   /// Growth stops; a round still held (kept) joins the past rounds.
   void stop(double loss) {
     keep_round();
+    plateau_trial = false;
     phase = Stopped;
     best = loss;
     rise = 0;

@@ -184,6 +184,7 @@ class LearningRule final : public RoundRule {
     out["rounds_rejected"] = double(s_.rejected);
     out["rounds_kept_unpaid"] = double(s_.kept_unpaid);
     out["rounds_taken_back_late"] = double(s_.rejected_late);
+    out["rounds_on_plateau"] = double(s_.plateau_grown);
     out["reopened"] = double(s_.reopened);
     if (s_.onset >= 0) out["onset_steps"] = double(s_.onset);
   }

@@ -120,6 +120,15 @@ struct RoundOptions {
   bool review = true;
   double review_until = 0.85;
   bool review_sit_out = true;  // the reviewed round's heads sit out as in a trial
+  // learning: plateau rounds. While the probe loss still sits where it started (the run's first
+  // warm-up, before the learning onset), a round grows every `plateau` of the run's steps (two
+  // at most, within the first half of the growth window), trained in full and not judged on the
+  // plateau (nothing is learnt to carry a share of); at the onset the newest of them goes on trial
+  // in place of a new round. Heads present while the model searches for structure find it sooner
+  // and learn more than heads grown after it was found. A window that ends before their trial
+  // began takes every plateau round back (`no_onset`); a second plateau round on trial must pay
+  // by the window's end (`plateau_unpaid`). 0: none (the rule of 37f457f).
+  double plateau = 0.1;
 };
 
 /// What a probe decided.
@@ -137,7 +146,11 @@ struct RoundDecision {
   // the share's upper bound (share + z_back se) and the t of its trend over the round's probes
   double upper = std::numeric_limits<double>::quiet_NaN();
   double trend_t = std::numeric_limits<double>::quiet_NaN();
-  // what decided a round: paid | promising (Grow); useless | unproven | unused_late (Reject);
+  // Reject: the heads it takes back, when not the waiting round's (no_onset: every plateau
+  // round)
+  std::vector<std::pair<size_t, long>> heads;
+  // what decided a round: paid | promising | plateau (Grow); useless | unproven | unused_late |
+  // no_onset | plateau_unpaid (Reject);
   // rising | young | not_shown_useless | used (Keep)
   const char* evidence = "";
 };
