@@ -3,6 +3,7 @@
 
     tools/incrt_battery.py run BIN [--out runs/battery] [--only NAME,...]
     tools/incrt_battery.py table SWEEP_DIR... [--heldout NAME,...]
+    tools/incrt_battery.py verdicts SWEEP_DIR...
 
 `run` runs every sweep of configs/experiments/battery/ (or those named) with BIN (`growformer`),
 one family at a time, as two one-thread shards under nice; a rerun skips the jobs that finished.
@@ -20,6 +21,10 @@ over seeds) and the goals:
 - wall: INCRT's mean wall at most 1.2 x the best fixed model's,
 - cost: the decisions at most 10 % of the training time (mean over seeds).
 Goals need every arm's three seeds; a row with fewer says how many finished.
+
+`verdicts` prints one markdown row per family and INCRT arm: each seed's test accuracy and heads,
+and the growth rule's decisions from its events.jsonl (grown rounds: step, evidence and heads
+after; verdicts: step, event, evidence and stage), in order.
 """
 import json
 import math
@@ -103,6 +108,53 @@ def rows(sweep, heldout):
     return out
 
 
+def decisions(run_dir):
+    """The growth rule's decisions in RUN_DIR/events.jsonl, in words, in order."""
+    out, last_grow = [], None
+    path = os.path.join(run_dir, "events.jsonl")
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            e = json.loads(line)
+            t, step = e.get("type"), int(e.get("step", -1))
+            if t == "grow" and e.get("policy") == "growth":
+                key = (step, e.get("evidence") or "onset")
+                if last_grow and last_grow[0] == key:
+                    last_grow[1] = sum(e.get("heads", []))
+                    out[-1] = f"{key[0]} grow ({key[1]}) -> {last_grow[1]}"
+                else:
+                    last_grow = [key, sum(e.get("heads", []))]
+                    out.append(f"{key[0]} grow ({key[1]}) -> {last_grow[1]}")
+            elif t == "growth_stop":
+                out.append(f"{step} stop")
+            elif t in ("round_kept", "round_rejected"):
+                verdict = "kept" if t == "round_kept" else "taken back"
+                out.append(f"{step} {verdict} `{e.get('evidence', '')}`"
+                           + (" (review)" if e.get("stage") == "review" else ""))
+    return out
+
+
+def verdicts(argv):
+    print("| family | seeds: test (heads) | decisions per seed |")
+    print("|---|---|---|")
+    for sweep in argv:
+        family = os.path.basename(sweep.rstrip("/"))
+        for arm, seeds in sorted(load(sweep).items()):
+            if re.fullmatch(r"k\d+", arm):
+                continue
+            accs = " / ".join(f"{r['test_accuracy']:.3f} ({sum(r['heads'])})"
+                              for _, (r, _) in sorted(seeds.items()))
+            per = []
+            for seed in sorted(seeds):
+                job = os.path.join(sweep, f"{arm}__seed{seed}")
+                run_dir = os.path.join(job, "run") if os.path.isdir(os.path.join(job, "run")) \
+                    else job
+                per.append(f"s{seed}: " + ("; ".join(decisions(run_dir)) or "none"))
+            name = family + ("" if arm == "learning" else f" ({arm})")
+            print(f"| {name} | {accs} | {'<br>'.join(per)} |")
+
+
 def run(argv):
     if not argv:
         sys.exit("usage: incrt_battery.py run BIN [--out DIR] [--only NAME,...]")
@@ -153,6 +205,7 @@ def table(argv):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "table"):
+    commands = {"run": run, "table": table, "verdicts": verdicts}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
-    (run if sys.argv[1] == "run" else table)(sys.argv[2:])
+    commands[sys.argv[1]](sys.argv[2:])
