@@ -107,10 +107,8 @@ struct LearningState {
   Vec past_round, past_step;
   double round_no = 0;       // the number of the round in `round` (1: the first grown)
   size_t rejected_late = 0;  // rounds taken back by the review
-  // plateau rounds grown in this warm-up (not on trial; the newest goes on trial at the onset),
-  // and whether the round about to grow is one (set by observe, read by grown)
+  // plateau rounds grown in this warm-up (not on trial; the newest goes on trial at the onset)
   size_t plateau_rounds = 0;
-  bool next_plateau = false;
   size_t plateau_grown = 0;  // plateau rounds grown in the run
   // the waiting round is a plateau round that doubled heads grown on the plateau: it must pay by
   // the window's end
@@ -206,7 +204,6 @@ struct LearningState {
       if (plateau_due(p, o)) {
         out.kind = RoundDecision::Kind::Grow;
         out.evidence = "plateau";
-        next_plateau = true;
       }
       return out;
     }
@@ -237,9 +234,9 @@ struct LearningState {
     rounds += 1;
     round_no = double(rounds);
     round_step = step;
-    if (next_plateau) {
-      // a plateau round: trained in full, not on trial (its heads are told by the edits)
-      next_plateau = false;
+    if (phase == WarmUp && onset < 0) {
+      // a plateau round (the only round a warm-up grows before the onset): trained in full, not
+      // on trial (its heads are told by the edits)
       plateau_rounds += 1;
       plateau_grown += 1;
       return;
@@ -251,10 +248,7 @@ struct LearningState {
     next_on_promise = false;
     prev = loss;
     round.clear();  // the round's heads are told by the edits, after this
-    shares.clear();
-    share_ses.clear();
-    trend_steps.clear();
-    trend_shares.clear();
+    forget_shares();
   }
 
   /// The waiting round's share and t over its last W probes (medians; NaN while fewer).
@@ -304,7 +298,6 @@ struct LearningState {
                               .add("round_no", &L::round_no, 12)
                               .add("rejected_late", &L::rejected_late, 12)
                               .add("plateau_rounds", &L::plateau_rounds, 13)
-                              .add("next_plateau", &L::next_plateau, 13)
                               .add("plateau_grown", &L::plateau_grown, 13)
                               .add("plateau_trial", &L::plateau_trial, 13)
                               .add("chance", &L::chance, 13);
@@ -474,6 +467,12 @@ struct LearningState {
     on_promise = true;
     next_on_promise = false;
     prev = loss;
+    forget_shares();
+  }
+
+  /// The waiting round's shares and their trend are forgotten (a new trial or review reads its
+  /// own).
+  void forget_shares() {
     shares.clear();
     share_ses.clear();
     trend_steps.clear();
@@ -501,10 +500,7 @@ struct LearningState {
 
   void start_review() {
     phase = Review;
-    shares.clear();
-    share_ses.clear();
-    trend_steps.clear();
-    trend_shares.clear();
+    forget_shares();
   }
 
   /// One probe of the review: the round under review is taken back when, after the window and
@@ -661,10 +657,7 @@ struct LearningState {
     phase = Stopped;
     best = loss;
     rise = 0;
-    shares.clear();
-    share_ses.clear();
-    trend_steps.clear();
-    trend_shares.clear();
+    forget_shares();
   }
 };
 
