@@ -2162,28 +2162,46 @@ using gf_test::probe_at;
 }  // namespace learning_test
 
 TEST_CASE(
-    "incrt learning rule: a round grows as soon as the probe shows learning and the next as soon "
-    "as it pays, on a loss that never settles; the gain rule grows nothing there") {
+    "incrt learning rule: a round grows as soon as the probe shows learning and the next once it "
+    "pays and is mature (pace onset; at once with pace at_once), on a loss that never settles; "
+    "the gain rule grows nothing there") {
   using namespace learning_test;
   const RoundOptions o;  // min_share 1 %, z 2, z_early 3, grow_until 0.6, loss floor 0.05
+  REQUIRE(o.pace_onset);
   const size_t total = 1000;
-  LearningState s;
-  std::vector<std::pair<size_t, K>> decisions;
-  for (size_t step = 10; step <= 300; step += 10) {
-    const double share = s.waiting() ? 0.10 : 0.0;  // a waiting round carries 10 % at t = 10
-    const RoundDecision d = s.observe(probe_at(step, total, falling(step), share, 10.0), o);
-    if (d.kind == K::None) continue;
-    decisions.push_back({step, d.kind});
-    if (d.kind == K::Grow) s.grown(1, d.settled, step);
+  for (const bool paced : {true, false}) {
+    CAPTURE(paced);
+    RoundOptions op = o;
+    op.pace_onset = paced;
+    LearningState s;
+    std::vector<std::pair<size_t, K>> decisions;
+    size_t young = 0;  // probes that paid while the round was younger than the onset
+    for (size_t step = 10; step <= 300; step += 10) {
+      const double share = s.waiting() ? 0.10 : 0.0;  // a waiting round carries 10 % at t = 10
+      const RoundDecision d = s.observe(probe_at(step, total, falling(step), share, 10.0), op);
+      if (std::string(d.evidence) == "paid_young") ++young;
+      if (d.kind == K::None) continue;
+      decisions.push_back({step, d.kind});
+      if (d.kind == K::Grow) s.grown(1, d.settled, step);
+    }
+    // the first probe is 2.5 e^(-1/80); 5 % under it is reached 41 steps later: at step 60
+    REQUIRE(decisions.size() >= 3);
+    CHECK(decisions[0] == std::make_pair(size_t(60), K::Grow));
+    CHECK(s.onset == 50);
+    if (paced) {
+      // each round pays at its third probe (W = 3: the medians reach share 10 %, t 10), then
+      // waits until it has trained as long as the onset (50 steps): 60 + 50, 110 + 50
+      CHECK(decisions[1] == std::make_pair(size_t(110), K::Grow));
+      CHECK(decisions[2] == std::make_pair(size_t(160), K::Grow));
+      CHECK(young >= 4);  // 90, 100; 140, 150; ...
+    } else {
+      // the rule of 25d4ccd: the next as soon as it pays
+      CHECK(decisions[1] == std::make_pair(size_t(90), K::Grow));
+      CHECK(decisions[2] == std::make_pair(size_t(120), K::Grow));
+      CHECK(young == 0);
+    }
+    CHECK(s.rounds == decisions.size());
   }
-  // the first probe is 2.5 e^(-1/80); 5 % under it is reached 41 steps later: at step 60
-  REQUIRE(decisions.size() >= 3);
-  CHECK(decisions[0] == std::make_pair(size_t(60), K::Grow));
-  CHECK(s.onset == 50);
-  // each round pays at its third probe (W = 3): the medians reach share 10 %, t 10
-  CHECK(decisions[1] == std::make_pair(size_t(90), K::Grow));
-  CHECK(decisions[2] == std::make_pair(size_t(120), K::Grow));
-  CHECK(s.rounds == decisions.size());
 
   // the plateau rule on the same probes: no round before its growth window ends (600)
   GainState g;
@@ -2417,8 +2435,37 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "incrt_geometric criterion learning with round_mute_every 2 (the rule of 25d4ccd): the round "
+    "on trial sits out every 2nd step; a step count that is not whole is refused") {
+  const size_t d = 8;
+  FakeBlock block(d, 16);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\nround_mute_every: 2\n"), &block,
+             anisotropic_probe(4, 6, d, 2)};
+  drv.total = 1000;
+  drv.start();
+  for (int i = 0; i < 20 && block.slots.size() == 1; ++i) {
+    const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+    drv.metrics = gf::RunMetrics{};
+    drv.metrics.train_steps = drv.every;
+    if (want > 0) {
+      drv.metrics.probe_examples = 60;
+      drv.metrics.probe_loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+    }
+    drv.check();
+  }
+  REQUIRE(block.slots.size() == 2);
+  REQUIRE(drv.policy->on_trial(drv.step));
+  const auto muted = drv.policy->muted_in_training(drv.step + 2);
+  REQUIRE(muted.size() == 1);
+  CHECK(muted[0].head == block.slots[1].id);
+  CHECK(drv.policy->muted_in_training(drv.step + 1).empty());
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nround_mute_every: 1.5\n"), gf::ConfigError);
+}
+
+TEST_CASE(
     "incrt_geometric defaults (criterion learning): a round at the learning onset, its heads "
-    "sit out every 2nd step, and a 60-example probe's paired t pays it; signals in the events") {
+    "train in full on trial, and a 60-example probe's paired t pays it; signals in the events") {
   const size_t d = 8;
   FakeBlock block(d, 16);
   block.add(random_head(d, 4, 1));
@@ -2465,10 +2512,8 @@ TEST_CASE(
     if (kv.first == "criterion") named = kv.second == "learning";
   CHECK(named);
   CHECK(drv.policy->on_trial(drv.step));
-  const auto muted = drv.policy->muted_in_training(drv.step + 2);
-  REQUIRE(muted.size() == 1);
-  CHECK(muted[0].head == block.slots[1].id);
-  CHECK(drv.policy->muted_in_training(drv.step + 1).empty());
+  // the round on trial trains in full (round_mute_every unset: 0 under the learning rule)
+  for (size_t k = 1; k <= 4; ++k) CHECK(drv.policy->muted_in_training(drv.step + k).empty());
   // the round's head carries 4 % of the loss; the example-wise spread is 0.1 x the loss, so
   // with 60 examples t = 0.04 / (0.1 / sqrt(60)) = 3.10 >= z_early (3): paid, the heads double
   for (int i = 0; i < 40 && block.slots.size() == 2; ++i) {

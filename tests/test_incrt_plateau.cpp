@@ -159,14 +159,16 @@ TEST_CASE(
     CHECK(s.past == Heads{{0, 1}});  // the first plateau round, remembered
     CHECK(!s.plateau_trial);
   }
-  SUBCASE("a share that pays grows the next round, on trial as usual") {
+  SUBCASE("a share that pays grows the next round once mature, on trial as usual") {
     size_t step = 270;
     RoundDecision d;
     for (;; step += 10) {
       d = s.observe(probe(step, 2.0, 0.05, 10.0), o);
       if (d.kind != K::None) break;
+      // paid from its third probe (290: 5 % at t 10), young until 460 (210 + the onset, 250)
+      CHECK(std::string(d.evidence) == (step >= 290 ? "paid_young" : ""));
     }
-    CHECK(step == 290);  // three probes of 5 % at t 10
+    CHECK(step == 460);
     CHECK(d.kind == K::Grow);
     CHECK(std::string(d.evidence) == "paid");
     s.grown(4, 2.0, step);

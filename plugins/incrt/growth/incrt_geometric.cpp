@@ -62,6 +62,13 @@ class IncrtGeometric : public gf::GrowthPolicy {
     // z unset: 1 for learning (the last look decides keep or take back: a round whose heads carry
     // min_share of the loss at one standard error is kept), 2 for gain
     set_.rounds.z = std::isfinite(set_.z) ? set_.z : gain ? 2.0 : 1.0;
+    // round_mute_every unset: 0 for learning (a round on trial trains in full; docs/INCRT.md,
+    // "Why a round on trial trains in full"), 2 for gain (its paired test at a plateau)
+    if (std::isfinite(set_.mute_every) && set_.mute_every != std::floor(set_.mute_every))
+      o.fail("round_mute_every", "must be a whole number of steps");
+    set_.rounds.mute_every = std::isfinite(set_.mute_every) ? size_t(set_.mute_every)
+                             : gain                         ? 2
+                                                            : 0;
     if (set_.energy_stats == EnergyStats::Off && set_.criterion != CriterionKind::Learning)
       o.fail("energy_stats", std::string("criterion ") + (gain ? "gain" : "energy") +
                                  " decides on the energy statistics: they cannot be off");

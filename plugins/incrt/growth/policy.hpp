@@ -127,6 +127,8 @@ struct IncrtSettings {
   double plane_threshold = 0.5;
   RoundOptions rounds;                                  // learning, gain
   double z = std::numeric_limits<double>::quiet_NaN();  // unset: by criterion (see the option)
+  // round_mute_every; unset: by criterion (0 for learning, 2 for gain; see the option)
+  double mute_every = std::numeric_limits<double>::quiet_NaN();
   ProbeSettings probe;
   TrackerSettings tracker;
   CalibrationSettings calibration;

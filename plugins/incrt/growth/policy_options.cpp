@@ -108,11 +108,14 @@ void round_test_options(IncrtTable& t) {
            "is settled (no round grows; growth stops past grow_until), and a stopped phase's rise "
            "is measured against at least it",
            0.0)
-      .add("round_mute_every", &S::rounds, &G::mute_every, "2",
+      .add("round_mute_every", &S::mute_every, "~",
            "learning, gain (round_test paired): the waiting round's heads sit out every N-th "
-           "training step "
-           "(0: never), so that muting them on the probe measures what they add",
-           0, 1e9)
+           "training step (0: never), so that muting them on the probe measures what they add "
+           "without the older heads having learnt to lean on them; unset = 0 for learning (a "
+           "round on trial trains in full: sitting out cost its heads half their steps, and "
+           "grown models ended under fixed models of as many heads; 2 is the rule of 25d4ccd), "
+           "2 for gain",
+           0.0, 1e9)
       .add("z_early", &S::rounds, &G::z_early, "3",
            "learning, gain (round_test paired): the t statistic that pays a round before the "
            "growth window "
@@ -157,9 +160,16 @@ void learning_options(IncrtTable& t) {
            "goes on trial in place of a new round; a window that ends with no onset takes them "
            "back (no_onset). 0: none (the rule of 37f457f)",
            0.0, 1.0)
+      .choice("pace", &S::rounds, &G::pace_onset, "onset",
+              "learning: when a paid round is followed by the next. onset: once the paid round "
+              "is mature (it has trained as long as the model took to start learning; a round "
+              "paid younger waits, evidence paid_young); at_once: as soon as it pays (the rule "
+              "of 25d4ccd)",
+              {{"onset", true}, {"at_once", false}})
       .add("review_sit_out", &S::rounds, &G::review_sit_out, "true",
            "learning, review on: the reviewed round's heads sit out every round_mute_every-th "
-           "step as in a trial (false: they train in full and are muted on the probe only)")
+           "step as in a trial (false: they train in full and are muted on the probe only; "
+           "with round_mute_every 0, the learning default, they train in full either way)")
       .add("review_until", &S::rounds, &G::review_until, "0.85",
            "learning, review on: no round is taken back after this fraction of the run's steps "
            "(after a reopening: of the steps left at the reopening); the review ends there",

@@ -208,6 +208,9 @@ class RoundCriterion final : public Criterion {
     pe.strings = {{"policy", "incrt_geometric"},
                   {"phase", phase},
                   {"plot", rule_->plot()}};  // drawn by `growformer report`
+    // a probe that decided nothing may still say why (paid_young: paid, the next round waits)
+    if (dec.kind == RoundDecision::Kind::None && *dec.evidence)
+      pe.strings.push_back({"evidence", dec.evidence});
     if (view.events) view.events->emit(pe);
   }
 

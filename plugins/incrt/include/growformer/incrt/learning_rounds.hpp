@@ -7,11 +7,12 @@
 // - trial: do the round's heads carry part of the loss the probe measures? At every probe the
 //   round's heads are muted on the probe (paired, example by example); the round pays when the
 //   median share over the last W probes reaches min_share with a paired t of z_early (z once the
-//   growth window has ended). A paid round is followed at once by the next, and so is a
-//   promising one (take_back useless: a positive share whose bound reaches min_share, once it has
-//   trained as long as the onset). When the window ends a round still unpaid is taken back only
-//   on evidence that its heads are useless (take_back unproven: whenever it has not paid), and
-//   growth stops.
+//   growth window has ended). The round trains in full meanwhile (round_mute_every 0). A paid
+//   round is followed by the next once it is mature (pace onset: it has trained as long as the
+//   model took to start learning), and so is a promising one (take_back useless: a positive share
+//   whose bound reaches min_share, once it has trained as long as the onset). When the window ends
+//   a round still unpaid is taken back only on evidence that its heads are useless (take_back
+//   unproven: whenever it has not paid), and growth stops.
 // - review (`review: on`): once the window has ended the kept rounds are judged again, newest
 //   first, now that the model has trained with them: muted on the probe as in a trial, a round
 //   shown to carry under min_share is taken back and the round before it reviewed; one shown to
@@ -373,6 +374,13 @@ struct LearningState {
     const bool is_late = late(p.step, p.total, o);
     const bool pays = std::isfinite(out.share) && std::isfinite(out.t) &&
                       out.share >= o.min_share && out.t >= (is_late ? o.z : o.z_early);
+    if (pays && o.pace_onset && !mature(p) && !is_late) {
+      // paid while younger than the onset: the next round waits until this one is mature (a
+      // share read so young says what its heads carry now, not that the task needs still more;
+      // each doubling waits as long as the model took to start learning)
+      out.evidence = "paid_young";
+      return out;
+    }
     if (pays) {
       out.evidence = "paid";
       // paid: the next round grows now, if the window leaves it the time this one needed (under

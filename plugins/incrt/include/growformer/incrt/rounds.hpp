@@ -120,6 +120,9 @@ struct RoundOptions {
   bool review = true;
   double review_until = 0.85;
   bool review_sit_out = true;  // the reviewed round's heads sit out as in a trial
+  // learning: a paid round is followed by the next only once it is mature (it has trained as
+  // long as the learning onset); false: at once (the rule of 25d4ccd)
+  bool pace_onset = true;
   // learning: plateau rounds. While the probe loss still sits where it started (the run's first
   // warm-up, before the learning onset), a round grows every `plateau` of the run's steps (two
   // at most, within the first half of the growth window), trained in full and not judged on the
