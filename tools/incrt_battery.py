@@ -159,8 +159,13 @@ def run(argv):
     if not argv:
         sys.exit("usage: incrt_battery.py run BIN [--out DIR] [--only NAME,...]")
     binary, out, only = argv[0], "runs/battery", None
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        sys.exit(f"incrt_battery.py run: {binary}: not an executable file (the growformer binary "
+                 "comes first: run BIN [--out DIR] [--only NAME,...])")
     rest = argv[1:]
     while rest:
+        if len(rest) < 2:
+            sys.exit(f"incrt_battery.py run: {rest[0]} needs a value")
         flag, value, rest = rest[0], rest[1], rest[2:]
         if flag == "--out":
             out = value
@@ -168,7 +173,12 @@ def run(argv):
             only = set(value.split(","))
         else:
             sys.exit(f"incrt_battery.py run: unknown option {flag}")
+    families = {f[:-5] for f in os.listdir(BATTERY) if f.endswith(".yaml")}
+    if only and only - families:
+        sys.exit(f"incrt_battery.py run: no family {', '.join(sorted(only - families))} in "
+                 f"{BATTERY}")
     os.makedirs(out, exist_ok=True)
+    failed = []
     for f in sorted(os.listdir(BATTERY)):
         name = f[:-5]
         if not f.endswith(".yaml") or (only and name not in only):
@@ -181,9 +191,13 @@ def run(argv):
                  os.path.join(out, name), "--shard", f"{i}/2", "-q"],
                 stdout=log, stderr=subprocess.STDOUT))
             log.close()
-        for p in procs:
-            p.wait()
-        print(f"{name}: done", flush=True)
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            failed.append(name)
+        print(f"{name}: {'done' if not any(codes) else 'a shard failed (see its log)'}",
+              flush=True)
+    if failed:
+        sys.exit(f"incrt_battery.py run: shards failed in {', '.join(failed)}")
 
 
 def table(argv):
