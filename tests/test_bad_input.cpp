@@ -356,7 +356,8 @@ TEST_CASE("yaml: recursive aliases, alias bombs, deep nesting, second documents,
   }
   auto t0 = std::chrono::steady_clock::now();
   CHECK(has(gf_test::error_of([&] { ConfigNode::load_string(bomb); }), "expands to more than"));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  CHECK(std::chrono::steady_clock::now() - t0 <
+        std::chrono::seconds(10));  // exponential would be hours
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string(std::string(5000, '[')); }),
             "nested more than"));
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string("a: 1\n---\nb: 2\n"); }),
@@ -367,7 +368,8 @@ TEST_CASE("yaml: recursive aliases, alias bombs, deep nesting, second documents,
   // and so did loading every document of `,w"[` (found by fuzz_config)
   auto t1 = std::chrono::steady_clock::now();
   gf_test::error_of([] { ConfigNode::load_string(",w\"["); });
-  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(2));
+  CHECK(std::chrono::steady_clock::now() - t1 <
+        std::chrono::seconds(10));  // exponential would be hours
   // and invalid UTF-8 made it loop too
   CHECK(has(gf_test::error_of([] { ConfigNode::load_string(",+\x96"); }), "invalid UTF-8"));
   CHECK(ConfigNode::load_string("name: caf\xc3\xa9\n").child("name").as_string() == "caf\xc3\xa9");
@@ -597,12 +599,11 @@ TEST_CASE("run directory: resume refuses an edited or garbage config.resolved.ya
 
 namespace {
 
-// A command's answer with its wall time and peak memory (the child's own rusage), so that a
-// case can require "within seconds and bounded memory"; a hung command is killed at 60 s.
+// A command's answer with its peak memory (the child's own rusage), so that a case can require
+// bounded memory; a hung command is killed at 60 s (status 137, which every caller refuses).
 struct Bounded {
   int status;
   std::string output;
-  double seconds;
   double max_rss_mb;
 };
 Bounded run_bounded(const std::string& args) {
@@ -610,7 +611,6 @@ Bounded run_bounded(const std::string& args) {
   std::string out = d.file("out.txt");
   std::string cmd =
       "exec timeout -s KILL 60 " + std::string(GF_BIN) + " " + args + " > " + out + " 2>&1";
-  auto t0 = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -619,18 +619,17 @@ Bounded run_bounded(const std::string& args) {
   int st = 0;
   struct rusage ru {};
   wait4(pid, &st, 0, &ru);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), read_text(out), secs,
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), read_text(out),
           ru.ru_maxrss / 1024.0};
 }
 
-// one clear refusal: exit 1 or 2, the message, no bare std:: exception, seconds, bounded memory
+// one clear refusal: exit 1 or 2 (a hang is killed at 60 s and fails the status check), the
+// message, no bare std:: exception, bounded memory
 void check_refusal(const Bounded& b, int status, const std::string& message) {
   INFO(b.output);
   CHECK(b.status == status);
   CHECK(has(b.output, message));
   CHECK(!has(b.output, "std::"));
-  CHECK(b.seconds < 20);
   CHECK(b.max_rss_mb < 1500);
 }
 
@@ -1153,7 +1152,6 @@ TEST_CASE("threads: more than the cores are capped with a warning") {
   CHECK(has(b.output, "warning: threads: 4096 is more than the " + std::to_string(cores) +
                           " cores of this machine; using " + std::to_string(cores)));
   CHECK(has(b.output, ", " + std::to_string(cores) + " threads, "));
-  CHECK(b.seconds < 30);
   Bounded p = run_bounded("predict " + d.file("run/checkpoints/last.safetensors") + " " +
                           d.file("tiny.yaml") + " --threads 4096 --bad-records skip -q");
   CHECK(has(p.output, "warning: --threads 4096 is more than the"));
