@@ -2464,6 +2464,38 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "incrt_geometric criterion learning with round_mute_examples 0.5: the round on trial sits out "
+    "half of every training batch (never a whole step), and nothing does before a round grows") {
+  const size_t d = 8;
+  FakeBlock block(d, 16);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\nround_mute_examples: 0.5\n"), &block,
+             anisotropic_probe(4, 6, d, 2)};
+  drv.total = 1000;
+  drv.start();
+  for (size_t k = 1; k <= 2; ++k) CHECK(drv.policy->muted_on_examples(drv.step + k).heads.empty());
+  for (int i = 0; i < 20 && block.slots.size() == 1; ++i) {
+    const size_t want = drv.policy->validation_probe(drv.step + drv.every);
+    drv.metrics = gf::RunMetrics{};
+    drv.metrics.train_steps = drv.every;
+    if (want > 0) {
+      drv.metrics.probe_examples = 60;
+      drv.metrics.probe_loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+    }
+    drv.check();
+  }
+  REQUIRE(block.slots.size() == 2);
+  REQUIRE(drv.policy->on_trial(drv.step));
+  for (size_t k = 1; k <= 2; ++k) {
+    const auto half = drv.policy->muted_on_examples(drv.step + k);
+    REQUIRE(half.heads.size() == 1);
+    CHECK(half.heads[0].head == block.slots[1].id);
+    CHECK(half.share == 0.5);
+    CHECK(drv.policy->muted_in_training(drv.step + k).empty());
+  }
+}
+
+TEST_CASE(
     "incrt_geometric defaults (criterion learning): a round at the learning onset, its heads "
     "train in full on trial, and a 60-example probe's paired t pays it; signals in the events") {
   const size_t d = 8;

@@ -412,6 +412,60 @@ TEST_CASE("a muted head: the block output equals the output with that head's W_O
   clear_tape();
 }
 
+TEST_CASE(
+    "a head muted on some examples: those rows equal the muted block's, the others the full "
+    "block's, and the head's parameters get gradients from the other rows only") {
+  auto blk = make_block("plugin: mha\nheads: 2\nd_k: 4\n", 8);
+  Tensor x = gf_test::randn({3, 5, 8}, 4);
+  const std::vector<HeadInfo> heads = blk->heads();
+  REQUIRE(heads.size() == 2);
+  const size_t row = 5 * 8;
+  auto out = [&] { return blk->forward(constant(x), ForwardContext{}).value().to_vector(); };
+  const std::vector<float> full = out();
+  blk->set_muted({heads[1].id});
+  const std::vector<float> muted = out();
+  blk->set_muted({});
+  blk->set_muted_examples({heads[1].id}, {1, 0, 1});
+  const std::vector<float> part = out();
+  for (size_t b = 0; b < 3; ++b)
+    for (size_t i = 0; i < row; ++i) {
+      const float want = b == 1 ? full[b * row + i] : muted[b * row + i];
+      REQUIRE(part[b * row + i] == doctest::Approx(want).epsilon(1e-5).scale(1e-3));
+    }
+  // a marking of another batch size is refused, naming the sizes
+  blk->set_muted_examples({heads[1].id}, {1, 0});
+  CHECK(gf_test::runtime_error_of([&] { out(); }).find("2 examples of a batch of 3") !=
+        std::string::npos);
+  // gradients: a loss on the muted rows alone leaves the head's W_O without gradient; on the
+  // unmuted row the gradient equals the full block's on that example alone
+  auto grad_wo = [&](const std::vector<uint8_t>& mark, const std::vector<float>& weight) {
+    blk->set_muted_examples(mark.empty() ? std::vector<int>{} : std::vector<int>{heads[1].id},
+                            mark);
+    for (auto& [n, p] : blk->named_parameters()) const_cast<Var&>(p).zero_grad();
+    Var y = blk->forward(constant(x), ForwardContext{});
+    Tensor w(y.value().shape(), 0.0f);
+    for (size_t b = 0; b < 3; ++b)
+      for (size_t i = 0; i < row; ++i) w[b * row + i] = weight[b] * float(i % 7) * 0.1f;
+    backward(ops::sum(ops::mul(y, constant(w))));
+    std::vector<float> g = const_cast<Var*>(heads[1].w_o)->grad().to_vector();
+    clear_tape();
+    return g;
+  };
+  for (float v : grad_wo({1, 0, 1}, {1, 0, 1})) CHECK(v == 0.0f);
+  const std::vector<float> part_grad = grad_wo({1, 0, 1}, {1, 1, 1});
+  const std::vector<float> one_row = grad_wo({}, {0, 1, 0});
+  REQUIRE(part_grad.size() == one_row.size());
+  bool nonzero = false;
+  for (size_t i = 0; i < part_grad.size(); ++i) {
+    REQUIRE(part_grad[i] == doctest::Approx(one_row[i]).epsilon(1e-5).scale(1e-4));
+    nonzero = nonzero || part_grad[i] != 0.0f;
+  }
+  CHECK(nonzero);
+  blk->set_muted_examples({}, {});
+  CHECK(out() == full);
+  clear_tape();
+}
+
 TEST_CASE("structure round trip recreates the same heads") {
   auto blk = make_block("plugin: mha\nheads: 2\n", 8);
   Rng rng(1, "g");

@@ -104,6 +104,55 @@ TEST_CASE(
   CHECK(s.at("stopped_at") == 110);
 }
 
+namespace {
+/// A policy that asks for the heads it holds to sit out a share of every training batch.
+struct PartMuter : GrowthPolicy {
+  ExampleMute mute;
+  std::vector<Edit> check(const TrainView&) override { return {}; }
+  ExampleMute muted_on_examples(size_t) const override { return mute; }
+};
+}  // namespace
+
+TEST_CASE(
+    "muted on part of a batch: the editor gathers the heads, the model marks that share of the "
+    "whole batch's rows, moving with the step; unmute clears them; whole blocks, unknown heads "
+    "and shares outside [0, 1] are refused") {
+  if (!have("depth_plateau")) return;
+  auto model = make_model("{plugin: mha, heads: 2, head: {plugin: dot_product}}", 1);
+  const std::vector<HeadInfo> hs = model->blocks()[0]->heads();
+  auto p = std::make_shared<PartMuter>();
+  p->mute = {{{0, hs[1].id}, {0, hs[1].id}}, 0.5};
+  Rng rng{1, 1};
+  Recorder events;
+  StructureEditor editor(model->blocks(), {{p.get(), &rng, "growth", "part"}}, &events, 100);
+  const GrowthPolicy::ExampleMute half = editor.muted_on_examples(3);
+  REQUIRE(half.heads.size() == 1);  // each once
+  CHECK(half.share == 0.5);
+  // a process holding rows 5..8 of the whole batch, at step 3: rows r with r + 3 odd (6 and 8)
+  mute_examples_in_model(*model, half, 3, 5, 4);
+  AttentionBlock* b = model->blocks()[0];
+  CHECK(b->part_muted() == std::vector<int>{hs[1].id});
+  CHECK(b->part_examples() == std::vector<uint8_t>{0, 1, 0, 1});
+  mute_examples_in_model(*model, half, 4, 0, 3);  // step 4, a whole batch: row 1
+  CHECK(b->part_examples() == std::vector<uint8_t>{0, 1, 0});
+  // a quarter: one row in every four consecutive ones, moving with the step
+  mute_examples_in_model(*model, {half.heads, 0.25}, 0, 0, 8);
+  CHECK(b->part_examples() == std::vector<uint8_t>{0, 0, 0, 1, 0, 0, 0, 1});
+  mute_examples_in_model(*model, {half.heads, 0.25}, 1, 0, 8);
+  CHECK(b->part_examples() == std::vector<uint8_t>{0, 0, 1, 0, 0, 0, 1, 0});
+  unmute_model(*model);
+  CHECK(b->part_muted().empty());
+  CHECK(b->part_examples().empty());
+  CHECK(runtime_error_of([&] {
+          mute_examples_in_model(*model, {{{0, HeadRef::kWholeBlock}}, 0.5}, 1, 0, 2);
+        }).find("only heads can sit out on part of a batch") != std::string::npos);
+  p->mute = {{{0, 999}}, 0.5};
+  CHECK(runtime_error_of([&] { editor.muted_on_examples(1); }).find("999") != std::string::npos);
+  p->mute = {{{0, hs[1].id}}, 1.5};
+  CHECK(runtime_error_of([&] { editor.muted_on_examples(1); }).find("share 1.5") !=
+        std::string::npos);
+}
+
 TEST_CASE("depth_plateau: max_blocks, the window, index -1 and a resumed state") {
   if (!have("depth_plateau")) return;
   SUBCASE("at max_blocks it stops, saying so") {

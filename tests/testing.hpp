@@ -97,6 +97,16 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no ConfigError)";
 }
 
+/// The message of the gf::RuntimeError that f throws ("(no RuntimeError)" when it throws none).
+inline std::string runtime_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const gf::RuntimeError& e) {
+    return e.what();
+  }
+  return "(no RuntimeError)";
+}
+
 /// The records of RUN_DIR/metrics.jsonl without their wall-clock fields, for comparing runs.
 inline std::vector<nlohmann::json> metrics_without_timing(const std::string& dir) {
   std::vector<nlohmann::json> out;

@@ -12,7 +12,8 @@
 //             attributes are saved as JSON), needs_probe (bool), validation_probe(self, step) ->
 //             int, probe_ablations(self, view) -> [[(block, head), ...], ...] (head -1,
 //             gf.WHOLE_BLOCK: the whole block left out),
-//             muted_in_training(self, step) -> [(block, head), ...], on_trial(self, step) -> bool,
+//             muted_in_training(self, step) -> [(block, head), ...], muted_on_examples(self, step)
+//             -> ([(block, head), ...], share), on_trial(self, step) -> bool,
 //             summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
 // Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
@@ -40,6 +41,7 @@
 
 #include "policy_args.hpp"
 #include "policy_edits.hpp"
+#include "policy_values.hpp"
 #include "py_convert.hpp"
 
 namespace gfpy {
@@ -138,18 +140,6 @@ py::object helpers() {
     mod = m;
   }
   return *mod;
-}
-
-std::string short_repr(py::handle h) {
-  std::string s;
-  try {
-    s = py::repr(h).cast<std::string>();
-  } catch (...) {
-    PyErr_Clear();
-    s = "<unprintable>";
-  }
-  if (s.size() > 200) s = s.substr(0, 200) + "...";
-  return s;
 }
 
 // What a view's methods reach, valid only while the call that got the view runs.
@@ -283,6 +273,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     });
     has_muted_ = py::hasattr(obj, "muted_in_training") &&
                  PyCallable_Check(obj.attr("muted_in_training").ptr());
+    has_part_ = py::hasattr(obj, "muted_on_examples") &&
+                PyCallable_Check(obj.attr("muted_on_examples").ptr());
     has_on_trial_ = py::hasattr(obj, "on_trial") && PyCallable_Check(obj.attr("on_trial").ptr());
     obj_ = std::move(obj);  // last: a member destroyed by a throw here would lack the GIL
   }
@@ -339,6 +331,26 @@ class PythonPolicy : public gf::GrowthPolicy {
     py::object ret = call("muted_in_training", long(step),
                           [&] { return obj_.attr("muted_in_training")(long(step)); });
     return head_set(ret, std::numeric_limits<size_t>::max(), where);
+  }
+
+  // muted_on_examples(self, step) -> ([(block, head), ...], share) or None: asked before every
+  // training step
+  ExampleMute muted_on_examples(size_t step) const override {
+    if (!has_part_) return {};
+    py::gil_scoped_acquire gil;
+    const std::string where = label_ + ".muted_on_examples at step " + std::to_string(step);
+    py::object ret = call("muted_on_examples", long(step),
+                          [&] { return obj_.attr("muted_on_examples")(long(step)); });
+    if (ret.is_none()) return {};
+    if (!py::isinstance<py::tuple>(ret) || py::len(ret) != 2 ||
+        !(py::isinstance<py::float_>(ret[py::int_(1)]) ||
+          py::isinstance<py::int_>(ret[py::int_(1)])))
+      throw gf::RuntimeError(where + " returned " + short_repr(ret) +
+                             "; expected ([(block, head), ...], share) or None");
+    ExampleMute m;
+    m.heads = head_set(ret[py::int_(0)], std::numeric_limits<size_t>::max(), where);
+    m.share = ret[py::int_(1)].cast<double>();
+    return m;
   }
 
   // on_trial(self, step) -> bool: asked at each validation
@@ -670,71 +682,11 @@ class PythonPolicy : public gf::GrowthPolicy {
                               label_ + ".check at step " + std::to_string(view.step), class_path_);
   }
 
-  // H as the edit checks see it. Containers DEPTH 4 and deeper are opaque: the checks look at
-  // the list (0), an edit (1), its info or init (2), a list in info (3) and its numbers (4).
-  static PolicyValue policy_value(py::handle h, int depth) {
-    using K = PolicyValue::Kind;
-    PolicyValue v;
-    v.repr = short_repr(h);
-    if (h.is_none()) {
-      v.kind = K::None;
-    } else if (PyBool_Check(h.ptr())) {
-      v.kind = K::Bool;
-      v.flag = h.ptr() == Py_True;
-    } else if (is_real(h)) {
-      v.kind = is_integer(h) ? K::Integer : K::Real;
-      if (v.kind == K::Integer) v.integer = integer_value(h);
-      double x = PyFloat_AsDouble(h.ptr());  // an int beyond a float's range: none
-      if (x == -1.0 && PyErr_Occurred())
-        PyErr_Clear();
-      else
-        v.number = x;
-    } else if (py::isinstance<py::str>(h)) {
-      v.kind = K::Str;
-      v.text = str_text(h);
-    } else if (depth < 4 && (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h))) {
-      v.kind = K::List;
-      for (auto x : h) v.items.push_back(policy_value(x, depth + 1));
-    } else if (depth < 4 && py::isinstance<py::dict>(h)) {
-      v.kind = K::Dict;
-      for (auto kv : py::reinterpret_borrow<py::dict>(h)) {
-        PolicyValue key = policy_value(kv.first, 4);
-        if (!key.is_str()) {  // str(key), the name an info field gets
-          PyObject* s = PyObject_Str(kv.first.ptr());
-          if (s) {
-            key.text = str_text(s);
-            Py_DECREF(s);
-          } else {
-            PyErr_Clear();
-            key.text = key.repr;
-          }
-        }
-        v.entries.emplace_back(std::move(key), policy_value(kv.second, depth + 1));
-      }
-    }
-    return v;
-  }
-
-  // A str's UTF-8 text; lone surrogates (which UTF-8 cannot hold) as \udcxx escapes.
-  static std::string str_text(py::handle h) {
-    Py_ssize_t n = 0;
-    if (const char* s = PyUnicode_AsUTF8AndSize(h.ptr(), &n))
-      return std::string(s, static_cast<size_t>(n));
-    PyErr_Clear();
-    PyObject* b = PyUnicode_AsEncodedString(h.ptr(), "utf-8", "backslashreplace");
-    if (!b) {
-      PyErr_Clear();
-      return short_repr(h);
-    }
-    std::string out(PyBytes_AS_STRING(b), static_cast<size_t>(PyBytes_GET_SIZE(b)));
-    Py_DECREF(b);
-    return out;
-  }
-
   std::string role_, class_path_, label_;
   py::object obj_;
   bool needs_probe_ = false;
   bool has_muted_ = false;     // the class defines muted_in_training
+  bool has_part_ = false;      // the class defines muted_on_examples
   bool has_on_trial_ = false;  // the class defines on_trial
 };
 

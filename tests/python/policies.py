@@ -142,6 +142,26 @@ class MuteEven:
         return {"asked": self.asked}
 
 
+class MuteHalf:
+    """Leaves head `head` of block 0 out of a share `share` of every training batch
+    (muted_on_examples)."""
+
+    def __init__(self, head=0, share=0.5, bad=False):
+        self.head, self.share, self.bad, self.asked = head, share, bad, 0
+
+    def muted_on_examples(self, step):
+        self.asked += 1
+        if self.bad:
+            return [(0, self.head)]
+        return ([(0, self.head)], self.share)
+
+    def check(self, view):
+        return []
+
+    def summary(self):
+        return {"asked": self.asked}
+
+
 class LeaveOut:
     """Asks, at every check, for the probe with block `block` left out whole (gf.WHOLE_BLOCK), or
     with the malformed head `head` when given; its summary holds what the last check read."""

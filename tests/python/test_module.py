@@ -352,6 +352,25 @@ def test_python_policy_mutes_heads_in_training(tiny, tmp_path):
         train(tiny, tmp_path / "bad", [python_growth("MuteEven", bad="true")])
 
 
+def test_python_policy_mutes_heads_on_part_of_each_batch(tiny, tmp_path):
+    # share 0 trains exactly as no policy; half of every batch without head 0 does not
+    train(tiny, tmp_path / "plain", [python_growth("AddAt", at=1000)])
+    _, none = train(tiny, tmp_path / "none", [python_growth("MuteHalf", head=0, share=0.0)])
+    _, r = train(tiny, tmp_path / "half", [python_growth("MuteHalf", head=0, share=0.5)])
+
+    def losses(run):
+        return [l["loss"] for l in gf.read_metrics(str(tmp_path / run)) if l.get("split") == "train"]
+
+    assert losses("none") == losses("plain")
+    assert len(losses("half")) == len(losses("plain")) > 0
+    assert losses("half")[0] != losses("plain")[0]
+    assert r["growth_summary"]["asked"] == 40 and none["growth_summary"]["asked"] == 40
+    with pytest.raises(gf.RunError, match=r"\(policies\.MuteHalf\)\.muted_on_examples at step 1 returned \[\(0, 0\)\]; expected \(\[\(block, head\), \.\.\.\], share\) or None"):
+        train(tiny, tmp_path / "bad", [python_growth("MuteHalf", bad="true")])
+    with pytest.raises(gf.RunError, match=r"asked heads to sit out a share 1\.5"):
+        train(tiny, tmp_path / "big", [python_growth("MuteHalf", share=1.5)])
+
+
 def test_python_policy_leaves_a_whole_block_out_of_its_probe(tiny, tmp_path):
     # a two-block model; the policy asks for block 1 left out (attention and MLP) at every check
     _, r = train(tiny, tmp_path / "whole", [python_growth("LeaveOut", block=1),

@@ -27,6 +27,19 @@ double AttentionBlock::head_mask_grad(int id) const {
   if (it == head_masks_.end() || !it->second.grad().defined()) return 0.0;
   return it->second.grad()[0];
 }
+Var AttentionBlock::mute_examples(const Var& o) const {
+  const Shape& sh = o.value().shape();
+  const size_t batch = sh.empty() ? 0 : sh[0];
+  if (batch != part_examples_.size())
+    throw RuntimeError(describe() + ": a half-batch sit-out marks " +
+                       std::to_string(part_examples_.size()) + " examples of a batch of " +
+                       std::to_string(batch));
+  Tensor keep(sh, 1.0f);
+  const size_t per = batch ? keep.size() / batch : 0;
+  for (size_t b = 0; b < batch; ++b)
+    if (part_examples_[b]) std::fill(keep.data() + b * per, keep.data() + (b + 1) * per, 0.0f);
+  return ops::mul(o, constant(std::move(keep)));
+}
 
 // ---- MultiHeadBlock -----------------------------------------------------------
 struct MultiHeadBlock::Slot : Module {
@@ -127,7 +140,8 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
   if (!head_masks_on_) head_masks_.clear();
   // Without per-head masks or the mean: the heads' output maps, their sum and the bias as
   // one product (ops::linear_sum), not one output per head, a sum and a bias pass.
-  if (!head_masks_on_ && !combine_mean_ && slots_.size() > 1 && muted_.empty()) {
+  if (!head_masks_on_ && !combine_mean_ && slots_.size() > 1 && muted_.empty() &&
+      part_muted_.empty()) {
     std::vector<Var> hs, ws;
     for (size_t i = 0; i < slots_.size(); ++i) {
       HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};
@@ -142,6 +156,8 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
     HeadInput in{levels, fn, ctx, projected.empty() ? nullptr : &projected[i]};
     Var h = s->head->forward(in);
     Var o = ops::linear(h, s->w_o);
+    if (std::find(part_muted_.begin(), part_muted_.end(), s->id) != part_muted_.end())
+      o = mute_examples(o);
     if (head_masks_on_) {
       Var m = parameter(Tensor::scalar(1.0f));
       head_masks_[s->id] = m;

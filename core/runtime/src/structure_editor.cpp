@@ -135,8 +135,31 @@ void mute_in_model(Model& model, const std::vector<HeadRef>& set, const char* wh
 }
 
 void unmute_model(Model& model) {
-  for (AttentionBlock* b : model.blocks()) b->set_muted({});
+  for (AttentionBlock* b : model.blocks()) {
+    b->set_muted({});
+    b->set_muted_examples({}, {});
+  }
   model.set_left_out({});
+}
+
+void mute_examples_in_model(Model& model, const GrowthPolicy::ExampleMute& m, size_t step,
+                            size_t first, size_t batch) {
+  if (m.heads.empty() || m.share <= 0.0) return;
+  std::vector<AttentionBlock*> blocks = model.blocks();
+  std::vector<uint8_t> rows(batch);
+  for (size_t i = 0; i < batch; ++i) {
+    const double n = static_cast<double>(first + i + step);
+    rows[i] = std::floor((n + 1.0) * m.share) > std::floor(n * m.share) ? 1 : 0;
+  }
+  std::map<size_t, std::vector<int>> ids;
+  for (const HeadRef& h : m.heads) {
+    if (h.block >= blocks.size() || h.head == HeadRef::kWholeBlock)
+      throw RuntimeError("a policy asked to mute on part of a batch block " +
+                         std::to_string(h.block) + " (" + std::to_string(blocks.size()) +
+                         " blocks; only heads can sit out on part of a batch)");
+    ids[h.block].push_back(h.head);
+  }
+  for (auto& [b, heads] : ids) blocks[b]->set_muted_examples(heads, rows);
 }
 
 std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
@@ -151,6 +174,28 @@ std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
     out.insert(out.end(), heads.begin(), heads.end());
   }
   return canonical(out);  // sorted, each once
+}
+
+GrowthPolicy::ExampleMute StructureEditor::muted_on_examples(size_t step) const {
+  GrowthPolicy::ExampleMute out;
+  for (const Policy& p : policies_) {
+    GrowthPolicy::ExampleMute m;
+    {
+      AbandonableCall c = policy_call(p, "muted_on_examples", step);
+      m = p.policy->muted_on_examples(step);
+    }
+    if (m.heads.empty()) continue;
+    if (!(m.share >= 0.0 && m.share <= 1.0))
+      throw RuntimeError("the " + p.role + " policy `" + p.name +
+                         "` asked heads to sit out a "
+                         "share " +
+                         std::to_string(m.share) + " of a batch (a share is 0 to 1)");
+    check_heads(blocks_, m.heads, p, "mute on part of a batch");
+    out.heads.insert(out.heads.end(), m.heads.begin(), m.heads.end());
+    out.share = std::max(out.share, m.share);
+  }
+  out.heads = canonical(out.heads);
+  return out;
 }
 
 bool StructureEditor::on_trial(size_t step) const {

@@ -145,9 +145,11 @@ class Experiment::Loop {
       report_->begin_step(step);
       Batch whole = training_batch(step);
       Batch shard;
+      size_t first_row = 0;
       if (comm_.size() > 1) {
         auto [first, last] = shard_range(whole.batch, comm_.rank(), comm_.size());
         shard = shard_rows(whole, first, last);
+        first_row = first;
       }
       const Batch& batch = comm_.size() > 1 ? shard : whole;
       bool check = step % ts_.check_every == 0;
@@ -155,9 +157,11 @@ class Experiment::Loop {
       NamedParams params = ex_.model_->named_parameters();
       const std::vector<HeadRef> sit_out = editor_.muted_in_training(static_cast<size_t>(step));
       mute(sit_out, "mute in training");
+      const GrowthPolicy::ExampleMute part = editor_.muted_on_examples(static_cast<size_t>(step));
+      mute_examples_in_model(*ex_.model_, part, static_cast<size_t>(step), first_row, batch.batch);
       Clock::time_point tp = Clock::now();
       Var logits = forward_backward(batch, whole.batch, params, step);
-      if (!sit_out.empty()) unmute();
+      if (!sit_out.empty() || !part.heads.empty()) unmute();
       float lr = update(params, step);
       phase_.train += since(tp);
       if (check) check_structure(batch, whole, step);

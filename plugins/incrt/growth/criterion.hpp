@@ -38,6 +38,11 @@ class Criterion {
     (void)step;
     return {};
   }
+  /// Heads that sit out a share of the training step STEP's examples.
+  virtual gf::GrowthPolicy::ExampleMute muted_on_examples(size_t step) const {
+    (void)step;
+    return {};
+  }
   /// The structure may still be taken back (the best checkpoint waits).
   virtual bool on_trial() const { return false; }
   /// A block's check, after its geometry was read (CHECK; null with energy_stats off).

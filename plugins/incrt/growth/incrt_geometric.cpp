@@ -88,6 +88,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
   std::vector<gf::HeadRef> muted_in_training(size_t step) const override {
     return criterion_->muted_in_training(step);
   }
+  ExampleMute muted_on_examples(size_t step) const override {
+    return criterion_->muted_on_examples(step);
+  }
 
   bool on_trial(size_t step) const override {
     (void)step;

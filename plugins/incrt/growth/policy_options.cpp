@@ -116,6 +116,13 @@ void round_test_options(IncrtTable& t) {
            "grown models ended under fixed models of as many heads; 2 is the rule of 25d4ccd), "
            "2 for gain",
            0.0, 1e9)
+      .add("round_mute_examples", &S::rounds, &G::mute_examples, "0",
+           "learning, gain (round_test paired): the waiting round's heads sit out on this share "
+           "of every training batch's examples (rows moving with the step) and train on every "
+           "step from the rest, so that the older heads learn to work without them and muting "
+           "them on the probe measures what they add, without the steps round_mute_every takes "
+           "from them (0: never)",
+           0.0, 1.0)
       .add("z_early", &S::rounds, &G::z_early, "3",
            "learning, gain (round_test paired): the t statistic that pays a round before the "
            "growth window "
@@ -169,7 +176,14 @@ void learning_options(IncrtTable& t) {
       .add("review_sit_out", &S::rounds, &G::review_sit_out, "true",
            "learning, review on: the reviewed round's heads sit out every round_mute_every-th "
            "step as in a trial (false: they train in full and are muted on the probe only; "
-           "with round_mute_every 0, the learning default, they train in full either way)")
+           "with round_mute_every 0, the learning default, they train in full either way; also "
+           "round_mute_examples unless review_mute_examples is set)")
+      .add("review_mute_examples", &S::rounds, &G::review_mute_examples, "~",
+           "learning, review on: the share of every training batch's examples the reviewed "
+           "round's heads sit out on (as round_mute_examples), so that the older heads learn "
+           "to work without a round that trained in full and muting it measures what it adds; "
+           "unset: as in a trial (round_mute_examples, with review_sit_out)",
+           0.0, 1.0)
       .add("review_until", &S::rounds, &G::review_until, "0.85",
            "learning, review on: no round is taken back after this fraction of the run's steps "
            "(after a reopening: of the steps left at the reopening); the review ends there",

@@ -47,6 +47,15 @@ class RoundCriterion final : public Criterion {
     return round_heads();
   }
 
+  /// With round_mute_examples the waiting round's heads sit out on that share of every
+  /// training batch instead: they train on every step, and the older heads still learn to work
+  /// without them.
+  gf::GrowthPolicy::ExampleMute muted_on_examples(size_t step) const override {
+    (void)step;
+    if (rule_->mute_examples() <= 0.0 || !rule_->waiting()) return {};
+    return {round_heads(), rule_->mute_examples()};
+  }
+
   /// A waiting round's heads may still be taken back, so the run's best checkpoint is never one
   /// with a waiting round.
   bool on_trial() const override { return rule_->waiting(); }

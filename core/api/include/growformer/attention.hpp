@@ -209,6 +209,15 @@ class AttentionBlock : public Module {
   bool is_muted(int id) const {
     return std::find(muted_.begin(), muted_.end(), id) != muted_.end();
   }
+  /// Heads whose output the following forward passes leave out on some examples only: those
+  /// marked 1 in EXAMPLES (one flag per example of the batch; a training step's half-batch
+  /// sit-out, GrowthPolicy::muted_on_half). Empty IDS: none.
+  void set_muted_examples(std::vector<int> ids, std::vector<uint8_t> examples) {
+    part_muted_ = std::move(ids);
+    part_examples_ = std::move(examples);
+  }
+  const std::vector<int>& part_muted() const { return part_muted_; }
+  const std::vector<uint8_t>& part_examples() const { return part_examples_; }
 
   /// Named scalars for analysis (e.g. fusion weights).
   virtual std::map<std::string, std::vector<double>> diagnostics() const { return {}; }
@@ -228,6 +237,10 @@ class AttentionBlock : public Module {
   bool head_masks_on_ = false;
   std::map<int, Var> head_masks_;
   std::vector<int> muted_;
+  std::vector<int> part_muted_;
+  std::vector<uint8_t> part_examples_;
+  /// O with the rows of the examples part_examples_ marks set to zero (O is (B, T, d)).
+  Var mute_examples(const Var& o) const;
 };
 
 /// What a block factory receives.

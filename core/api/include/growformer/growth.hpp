@@ -221,6 +221,22 @@ class GrowthPolicy {
     (void)step;
     return {};
   }
+  /// Heads to leave out of training step STEP on a SHARE of its examples: the rows whose index
+  /// r in the whole batch has floor((r + STEP + 1) SHARE) > floor((r + STEP) SHARE), i.e. that
+  /// share of any run of consecutive rows, moving with the step (at 0.5 the odd rows on even
+  /// steps, the even rows on odd steps). The heads train on every step, from the other rows,
+  /// while the rest of the model learns, on these, to work without them: an ablation then
+  /// measures what they add, without the heads losing the steps a whole-step sit-out takes.
+  /// Whole blocks cannot be named. Asked before every training step; the union of the
+  /// policies' heads sits out on the largest share any asks for.
+  struct ExampleMute {
+    std::vector<HeadRef> heads;
+    double share = 0.0;
+  };
+  virtual ExampleMute muted_on_examples(size_t step) const {
+    (void)step;
+    return {};
+  }
   /// Whether the structure is on trial after training step STEP: this policy has heads it may
   /// still take back (a growth round waiting for its test). While any policy says so, the
   /// trainer takes no best-validation checkpoint and makes no early stop, so the model a run is

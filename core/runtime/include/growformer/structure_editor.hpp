@@ -63,6 +63,10 @@ class StructureEditor {
   /// The heads any policy asks to leave out of training step STEP (each once, in order).
   /// RuntimeError naming the policy, block and head for a head no block holds.
   std::vector<HeadRef> muted_in_training(size_t step) const;
+  /// The heads any policy asks to leave out of a share of STEP's examples (GrowthPolicy::
+  /// muted_on_examples; each once, in order), with the largest share asked. RuntimeError as
+  /// muted_in_training, and for a share outside [0, 1].
+  GrowthPolicy::ExampleMute muted_on_examples(size_t step) const;
   /// Whether any policy has the structure on trial after STEP (GrowthPolicy::on_trial).
   bool on_trial(size_t step) const;
   bool needs_head_mask_grads() const;
@@ -150,6 +154,11 @@ void forget_removed(Optimizer& optimizer, const std::vector<std::string>& before
 /// a block MODEL lacks. unmute_model undoes every mute.
 void mute_in_model(Model& model, const std::vector<HeadRef>& set, const char* what);
 void unmute_model(Model& model);
+/// Mutes the heads of M on M.share of the examples of a batch of BATCH rows, this process's
+/// part of the whole batch starting at its row FIRST (GrowthPolicy::muted_on_examples says which
+/// rows); unmute_model undoes it.
+void mute_examples_in_model(Model& model, const GrowthPolicy::ExampleMute& m, size_t step,
+                            size_t first, size_t batch);
 
 }  // namespace gf
 

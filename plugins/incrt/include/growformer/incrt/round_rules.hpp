@@ -50,6 +50,8 @@ class RoundRule {
   virtual bool measures_round() const = 0;
   /// The waiting round's heads sit out every N-th training step (0: never).
   virtual size_t mute_every() const = 0;
+  /// The share of every training batch's examples the waiting round's heads sit out on.
+  virtual double mute_examples() const = 0;
   virtual RoundHeads& round() = 0;
   virtual const RoundHeads& round() const = 0;
   virtual RoundSnapshot snapshot() const = 0;
@@ -95,6 +97,7 @@ class GainRule final : public RoundRule {
   bool waiting() const override { return s_.has_prev && !s_.done; }
   bool measures_round() const override { return o_.attribution || o_.paired; }
   size_t mute_every() const override { return o_.paired ? o_.mute_every : 0; }
+  double mute_examples() const override { return o_.paired ? o_.mute_examples : 0.0; }
   RoundHeads& round() override { return s_.round; }
   const RoundHeads& round() const override { return s_.round; }
   RoundSnapshot snapshot() const override {
@@ -142,6 +145,11 @@ class LearningRule final : public RoundRule {
   /// In the review the round sits out only with review_sit_out (it is trained in full otherwise).
   size_t mute_every() const override {
     return s_.phase == LearningState::Review && !o_.review_sit_out ? 0 : o_.mute_every;
+  }
+  double mute_examples() const override {
+    if (s_.phase != LearningState::Review) return o_.mute_examples;
+    if (o_.review_mute_examples >= 0.0) return o_.review_mute_examples;
+    return o_.review_sit_out ? o_.mute_examples : 0.0;
   }
   RoundHeads& round() override { return s_.round; }
   const RoundHeads& round() const override { return s_.round; }

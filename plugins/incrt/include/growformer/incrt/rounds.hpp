@@ -105,6 +105,8 @@ struct RoundOptions {
                              // rule's costs are
   size_t mute_every = 2;     // paired: the waiting round's heads sit out every N-th training
                              // step (0: never), so the older heads keep working without them
+  double mute_examples = 0;  // paired: the waiting round's heads sit out on this share of every
+                             // training batch's examples (trained on every step from the rest)
   // learning: what takes a round back when the growth window ends unpaid. useless (default):
   // only evidence that its heads are worth less than min_share (the share's upper bound at
   // z_back standard errors under min_share, not rising, the round mature); a round without that
@@ -119,7 +121,9 @@ struct RoundOptions {
   // review. No take-back after review_until of the run (of the steps left after a reopening).
   bool review = true;
   double review_until = 0.85;
-  bool review_sit_out = true;  // the reviewed round's heads sit out as in a trial
+  bool review_sit_out = true;        // the reviewed round's heads sit out as in a trial
+  double review_mute_examples = -1;  // the share of each batch a reviewed round sits out on
+                                     // (< 0: as in a trial, with review_sit_out)
   // learning: a paid round is followed by the next only once it is mature (it has trained as
   // long as the learning onset); false: at once (the rule of 25d4ccd)
   bool pace_onset = true;
