@@ -322,3 +322,27 @@ train: {steps: 400, batch_size: 16, warmup: 5, eval_every: 20, log_every: 20, ch
   std::filesystem::remove_all(full);
   std::filesystem::remove_all(cut);
 }
+
+TEST_CASE(
+    "incrt review: the share of each batch a round sits out on, in its trial and in its review "
+    "(round_mute_examples, review_mute_examples, review_sit_out)") {
+  auto share_in = [](RoundOptions o, LearningState::Phase phase) {
+    gf::incrt::LearningRule rule(o);
+    rule.state().phase = phase;
+    return rule.mute_examples();
+  };
+  RoundOptions o;  // the defaults: none in either
+  CHECK(share_in(o, LearningState::Trial) == 0.0);
+  CHECK(share_in(o, LearningState::Review) == 0.0);
+  o.mute_examples = 0.25;  // a trial's share carries into the review with review_sit_out
+  CHECK(share_in(o, LearningState::Trial) == 0.25);
+  CHECK(share_in(o, LearningState::Review) == 0.25);
+  o.review_sit_out = false;
+  CHECK(share_in(o, LearningState::Review) == 0.0);
+  o.review_mute_examples = 0.5;  // set: the review's own share, whatever review_sit_out says
+  CHECK(share_in(o, LearningState::Trial) == 0.25);
+  CHECK(share_in(o, LearningState::Review) == 0.5);
+  o.mute_examples = 0.0;
+  CHECK(share_in(o, LearningState::Trial) == 0.0);
+  CHECK(share_in(o, LearningState::Review) == 0.5);
+}
