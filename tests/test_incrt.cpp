@@ -2493,6 +2493,9 @@ TEST_CASE(
     CHECK(half.share == 0.5);
     CHECK(drv.policy->muted_in_training(drv.step + k).empty());
   }
+  // a share is 0 to 1
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nround_mute_examples: 1.5\n"), gf::ConfigError);
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\nreview_mute_examples: -0.1\n"), gf::ConfigError);
 }
 
 TEST_CASE(
