@@ -2434,16 +2434,10 @@ TEST_CASE(
   CHECK(b.rounds == a.rounds);
 }
 
-TEST_CASE(
-    "incrt_geometric criterion learning with round_mute_every 2 (the rule of 25d4ccd): the round "
-    "on trial sits out every 2nd step; a step count that is not whole is refused") {
-  const size_t d = 8;
-  FakeBlock block(d, 16);
-  block.add(random_head(d, 4, 1));
-  Driver drv{growth("plugin: incrt_geometric\nround_mute_every: 2\n"), &block,
-             anisotropic_probe(4, 6, d, 2)};
-  drv.total = 1000;
-  drv.start();
+namespace {
+/// Checks DRV with a falling probe loss (60 examples) until its first round has grown (one head
+/// to two), and requires the round on trial.
+void grow_first_round(Driver& drv, FakeBlock& block) {
   for (int i = 0; i < 20 && block.slots.size() == 1; ++i) {
     const size_t want = drv.policy->validation_probe(drv.step + drv.every);
     drv.metrics = gf::RunMetrics{};
@@ -2456,6 +2450,20 @@ TEST_CASE(
   }
   REQUIRE(block.slots.size() == 2);
   REQUIRE(drv.policy->on_trial(drv.step));
+}
+}  // namespace
+
+TEST_CASE(
+    "incrt_geometric criterion learning with round_mute_every 2 (the rule of 25d4ccd): the round "
+    "on trial sits out every 2nd step; a step count that is not whole is refused") {
+  const size_t d = 8;
+  FakeBlock block(d, 16);
+  block.add(random_head(d, 4, 1));
+  Driver drv{growth("plugin: incrt_geometric\nround_mute_every: 2\n"), &block,
+             anisotropic_probe(4, 6, d, 2)};
+  drv.total = 1000;
+  drv.start();
+  grow_first_round(drv, block);
   const auto muted = drv.policy->muted_in_training(drv.step + 2);
   REQUIRE(muted.size() == 1);
   CHECK(muted[0].head == block.slots[1].id);
@@ -2474,18 +2482,7 @@ TEST_CASE(
   drv.total = 1000;
   drv.start();
   for (size_t k = 1; k <= 2; ++k) CHECK(drv.policy->muted_on_examples(drv.step + k).heads.empty());
-  for (int i = 0; i < 20 && block.slots.size() == 1; ++i) {
-    const size_t want = drv.policy->validation_probe(drv.step + drv.every);
-    drv.metrics = gf::RunMetrics{};
-    drv.metrics.train_steps = drv.every;
-    if (want > 0) {
-      drv.metrics.probe_examples = 60;
-      drv.metrics.probe_loss = 2.5 * std::exp(-double(drv.step) / 300.0);
-    }
-    drv.check();
-  }
-  REQUIRE(block.slots.size() == 2);
-  REQUIRE(drv.policy->on_trial(drv.step));
+  grow_first_round(drv, block);
   for (size_t k = 1; k <= 2; ++k) {
     const auto half = drv.policy->muted_on_examples(drv.step + k);
     REQUIRE(half.heads.size() == 1);

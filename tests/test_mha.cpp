@@ -434,7 +434,7 @@ TEST_CASE(
     }
   // a marking of another batch size is refused, naming the sizes
   blk->set_muted_examples({heads[1].id}, {1, 0});
-  CHECK(gf_test::runtime_error_of([&] { out(); }).find("2 examples of a batch of 3") !=
+  CHECK(gf_test::runtime_error_of([&] { out(); }).find("marks 2 examples of a batch of 3") !=
         std::string::npos);
   // gradients: a loss on the muted rows alone leaves the head's W_O without gradient; on the
   // unmuted row the gradient equals the full block's on that example alone

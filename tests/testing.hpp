@@ -87,24 +87,24 @@ struct TempDir {
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
 
-/// The message of the ConfigError that f throws ("(no ConfigError)" when it throws none).
-inline std::string error_of(const std::function<void()>& f) {
+/// The message of the E that f throws ("(no NAME)" when it throws none).
+template <class E>
+std::string message_of(const std::function<void()>& f, const char* name) {
   try {
     f();
-  } catch (const gf::ConfigError& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  return "(no ConfigError)";
+  return std::string("(no ") + name + ")";
+}
+/// The message of the ConfigError that f throws ("(no ConfigError)" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  return message_of<gf::ConfigError>(f, "ConfigError");
 }
 
 /// The message of the gf::RuntimeError that f throws ("(no RuntimeError)" when it throws none).
 inline std::string runtime_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gf::RuntimeError& e) {
-    return e.what();
-  }
-  return "(no RuntimeError)";
+  return message_of<gf::RuntimeError>(f, "RuntimeError");
 }
 
 /// The records of RUN_DIR/metrics.jsonl without their wall-clock fields, for comparing runs.

@@ -27,18 +27,21 @@ double AttentionBlock::head_mask_grad(int id) const {
   if (it == head_masks_.end() || !it->second.grad().defined()) return 0.0;
   return it->second.grad()[0];
 }
-Var AttentionBlock::mute_examples(const Var& o) const {
-  const Shape& sh = o.value().shape();
-  const size_t batch = sh.empty() ? 0 : sh[0];
-  if (batch != part_examples_.size())
-    throw RuntimeError(describe() + ": a half-batch sit-out marks " +
-                       std::to_string(part_examples_.size()) + " examples of a batch of " +
-                       std::to_string(batch));
-  Tensor keep(sh, 1.0f);
-  const size_t per = batch ? keep.size() / batch : 0;
-  for (size_t b = 0; b < batch; ++b)
-    if (part_examples_[b]) std::fill(keep.data() + b * per, keep.data() + (b + 1) * per, 0.0f);
-  return ops::mul(o, constant(std::move(keep)));
+Var AttentionBlock::mute_examples(const Var& o, Var& keep) const {
+  if (!keep.defined()) {
+    const Shape& sh = o.value().shape();
+    const size_t batch = sh.empty() ? 0 : sh[0];
+    if (batch != part_examples_.size())
+      throw RuntimeError(describe() + ": a sit-out on part of a batch marks " +
+                         std::to_string(part_examples_.size()) + " examples of a batch of " +
+                         std::to_string(batch));
+    Tensor mask(sh, 1.0f);
+    const size_t per = batch ? mask.size() / batch : 0;
+    for (size_t b = 0; b < batch; ++b)
+      if (part_examples_[b]) std::fill(mask.data() + b * per, mask.data() + (b + 1) * per, 0.0f);
+    keep = constant(std::move(mask));
+  }
+  return ops::mul(o, keep);
 }
 
 // ---- MultiHeadBlock -----------------------------------------------------------
@@ -150,6 +153,7 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
     }
     return ops::linear_sum(hs, ws, &b_o_);
   }
+  Var keep;  // the part-muted heads' row mask, made once for the pass
   for (size_t i = 0; i < slots_.size(); ++i) {
     auto& s = slots_[i];
     if (is_muted(s->id)) continue;  // an ablation: this head's output is left out
@@ -157,7 +161,7 @@ Var MultiHeadBlock::forward(const Var& x, const ForwardContext& ctx) {
     Var h = s->head->forward(in);
     Var o = ops::linear(h, s->w_o);
     if (std::find(part_muted_.begin(), part_muted_.end(), s->id) != part_muted_.end())
-      o = mute_examples(o);
+      o = mute_examples(o, keep);
     if (head_masks_on_) {
       Var m = parameter(Tensor::scalar(1.0f));
       head_masks_[s->id] = m;

@@ -187,9 +187,8 @@ GrowthPolicy::ExampleMute StructureEditor::muted_on_examples(size_t step) const 
     if (m.heads.empty()) continue;
     if (!(m.share >= 0.0 && m.share <= 1.0))
       throw RuntimeError("the " + p.role + " policy `" + p.name +
-                         "` asked heads to sit out a "
-                         "share " +
-                         std::to_string(m.share) + " of a batch (a share is 0 to 1)");
+                         "` asked heads to sit out a share " + std::to_string(m.share) +
+                         " of a batch (a share is 0 to 1)");
     check_heads(blocks_, m.heads, p, "mute on part of a batch");
     out.heads.insert(out.heads.end(), m.heads.begin(), m.heads.end());
     out.share = std::max(out.share, m.share);

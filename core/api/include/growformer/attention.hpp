@@ -210,8 +210,8 @@ class AttentionBlock : public Module {
     return std::find(muted_.begin(), muted_.end(), id) != muted_.end();
   }
   /// Heads whose output the following forward passes leave out on some examples only: those
-  /// marked 1 in EXAMPLES (one flag per example of the batch; a training step's half-batch
-  /// sit-out, GrowthPolicy::muted_on_half). Empty IDS: none.
+  /// marked 1 in EXAMPLES (one flag per example of the batch; a training step's sit-out on part
+  /// of the batch, GrowthPolicy::muted_on_examples). Empty IDS: none.
   void set_muted_examples(std::vector<int> ids, std::vector<uint8_t> examples) {
     part_muted_ = std::move(ids);
     part_examples_ = std::move(examples);
@@ -239,8 +239,10 @@ class AttentionBlock : public Module {
   std::vector<int> muted_;
   std::vector<int> part_muted_;
   std::vector<uint8_t> part_examples_;
-  /// O with the rows of the examples part_examples_ marks set to zero (O is (B, T, d)).
-  Var mute_examples(const Var& o) const;
+  /// O with the rows of the examples part_examples_ marks set to zero (O is (B, T, d)). KEEP
+  /// holds the 0/1 mask of O's shape, made at the first call of a forward pass and reused by
+  /// every part-muted head of it.
+  Var mute_examples(const Var& o, Var& keep) const;
 };
 
 /// What a block factory receives.
