@@ -1325,11 +1325,13 @@ TEST_CASE(
     auto feed = [&](double l) {
       drv.metrics.probe_examples = 64;
       drv.metrics.probe_loss = l;
+      drv.metrics.probe_accuracy = 0.75;
       drv.metrics.ablations.clear();
       for (const auto& set : drv.policy->probe_ablations(drv.view())) {
         gf::Ablation a;
         a.heads = set;
         a.loss = 1.5 * l;                 // muting the round's heads costs half the loss
+        a.accuracy = 0.625;               // and 8 of the 64 examples
         if (spread) a.diff_sd = 0.4 * l;  // t = 0.5 l / (0.4 l / sqrt(64)) = 10
         drv.metrics.ablations.push_back(a);
       }
@@ -1354,6 +1356,9 @@ TEST_CASE(
       REQUIRE(!probes.empty());
       CHECK(number(probes.back(), "round_t") == doctest::Approx(10.0));
       CHECK(number(probes.back(), "round_share") == doctest::Approx(0.5));
+      // the probe event says what muting the round costs in accuracy as well
+      CHECK(number(probes.back(), "probe_accuracy") == doctest::Approx(0.75));
+      CHECK(number(probes.back(), "probe_accuracy_without_round") == doctest::Approx(0.625));
       // the paid round's heads train on every step again; the new round's two sit out
       CHECK(drv.policy->muted_in_training(drv.step + 2).size() == 2);
       CHECK(drv.policy->on_trial(drv.step));  // the next round waits

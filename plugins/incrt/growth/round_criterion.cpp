@@ -138,6 +138,7 @@ class RoundCriterion final : public Criterion {
           calibrated = calibrated && done(blocks, bv.index);
     ProbeReading p;
     p.loss = m.probe_loss;
+    p.accuracy = m.probe_accuracy;
     p.step = view.step;
     p.total = view.total_steps;
     p.check = checks_;
@@ -148,6 +149,7 @@ class RoundCriterion final : public Criterion {
     if (!rule_->round().empty())
       if (const gf::Ablation* a = m.ablation(round_heads())) {
         p.muted_loss = a->loss;  // the probe without the round
+        p.muted_accuracy = a->accuracy;
         if (m.probe_examples > 1) p.muted_se = a->diff_sd / std::sqrt(double(m.probe_examples));
       }
     const std::string phase = !calibrated ? "calibrating" : rule_->phase();
@@ -207,6 +209,7 @@ class RoundCriterion final : public Criterion {
                   {"val_step", double(m.val_step)},     {"val_loss", m.val_loss}};
     for (const auto& kv : rule_->probe_numbers(p)) pe.numbers.push_back(kv);
     pe.numbers.insert(pe.numbers.end(), {{"probe_loss_without_round", p.muted_loss},
+                                         {"probe_accuracy_without_round", p.muted_accuracy},
                                          {"round_share", dec.share},
                                          {"round_share_se", dec.share_se},
                                          {"round_t", dec.t}});

@@ -71,8 +71,10 @@ struct LearningConstants {
 /// One validation probe as a round rule reads it.
 struct ProbeReading {
   double loss = std::numeric_limits<double>::quiet_NaN();
-  double muted_loss = std::numeric_limits<double>::quiet_NaN();  // with the round's heads muted
-  double muted_se = std::numeric_limits<double>::quiet_NaN();    // its paired standard error
+  double muted_loss = std::numeric_limits<double>::quiet_NaN();      // with the round's heads muted
+  double muted_se = std::numeric_limits<double>::quiet_NaN();        // its paired standard error
+  double accuracy = std::numeric_limits<double>::quiet_NaN();        // the probe's accuracy
+  double muted_accuracy = std::numeric_limits<double>::quiet_NaN();  // with the round muted
   size_t step = 0, total = 0;
   size_t check = 0;            // the policy's check index (probes are scheduled in checks)
   size_t batch = 0;            // training examples per step (the probe batch's rows)
