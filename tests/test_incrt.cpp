@@ -164,14 +164,21 @@ std::shared_ptr<gf::GrowthPolicy> growth(const std::string& yaml) {
 /// The trainer's side of a check for a learning-rule test: a probe of EXAMPLES examples at the
 /// checks the policy asks for, whose loss is LOSS and whose ablations (the round's heads muted)
 /// cost SHARE of it with an example-wise spread of SD; then the check. Returns its edits.
-std::vector<gf::Edit> probe_and_check(Driver& drv, size_t examples, double loss, double share,
-                                      double sd) {
+/// The check's metrics before its ablations: the training window and, when the policy asks for
+/// one, a probe of at most EXAMPLES examples whose loss is LOSS. Whether a probe was taken.
+bool probe_metrics(Driver& drv, size_t examples, double loss) {
   const size_t want = drv.policy->validation_probe(drv.step + drv.every);
   drv.metrics = gf::RunMetrics{};
   drv.metrics.train_steps = drv.every;
-  if (want > 0) {
-    drv.metrics.probe_examples = std::min(want, examples);
-    drv.metrics.probe_loss = loss;
+  if (want == 0) return false;
+  drv.metrics.probe_examples = std::min(want, examples);
+  drv.metrics.probe_loss = loss;
+  return true;
+}
+
+std::vector<gf::Edit> probe_and_check(Driver& drv, size_t examples, double loss, double share,
+                                      double sd) {
+  if (probe_metrics(drv, examples, loss)) {
     for (const auto& set : drv.policy->probe_ablations(drv.view())) {
       gf::Ablation a;
       a.heads = set;
@@ -2671,5 +2678,85 @@ TEST_CASE(
   CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: energy\nenergy_stats: off\n"),
                   gf::ConfigError);
   CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: gain\nenergy_stats: off\n"),
+                  gf::ConfigError);
+}
+
+namespace {
+/// probe_and_check with the round's share read from the model's twin: the twin the policy asked
+/// for after the last check (twin_without) has a probe loss SHARE over the model's, spread SD.
+std::vector<gf::Edit> probe_and_check_twin(Driver& drv, size_t examples, double loss, double share,
+                                           double sd) {
+  const std::vector<gf::HeadRef> twin = drv.policy->twin_without(drv.step);
+  if (probe_metrics(drv, examples, loss)) {
+    CHECK(drv.policy->probe_ablations(drv.view()).empty());  // no round is muted on the probe
+    if (!twin.empty()) {
+      drv.metrics.twin.heads = twin;
+      drv.metrics.twin.since = drv.step;
+      drv.metrics.twin.loss = loss * (1.0 + share);
+      drv.metrics.twin.diff_sd = sd;
+    }
+  }
+  return drv.check();
+}
+}  // namespace
+
+TEST_CASE(
+    "incrt_geometric learning, share_from twin: the waiting round's twin is asked for while it is "
+    "on trial, its share read from the twin decides as the muted share does, and a twin as good "
+    "as the model takes the round back at the window's end") {
+  const size_t d = 8;
+  // one scripted run: a loss that falls all run long; the round carries SHARE
+  auto run = [&](bool twin, double share, std::vector<std::pair<size_t, gf::Edit>>& edits,
+                 double sd = 0.1) {
+    FakeBlock block(d, 16);
+    block.add(random_head(d, 4, 1));
+    Driver drv{growth(std::string("plugin: incrt_geometric\nreview: off\n") +
+                      (twin ? "share_from: twin\n" : "")),
+               &block, anisotropic_probe(4, 6, d, 2)};
+    drv.total = 1000;
+    drv.start();
+    CHECK(drv.policy->twin_without(0).empty());  // no round yet
+    for (int i = 0; i < 80; ++i) {
+      const double loss = 2.5 * std::exp(-double(drv.step) / 300.0);
+      const auto e = twin ? probe_and_check_twin(drv, 60, loss, share, sd * loss)
+                          : probe_and_check(drv, 60, loss, share, sd * loss);
+      for (const gf::Edit& x : e) edits.push_back({drv.step, x});
+      if (!twin) continue;
+      // while a round is on trial the policy asks for a twin without exactly its heads
+      const std::vector<gf::HeadRef> asked = drv.policy->twin_without(drv.step);
+      CHECK(asked.empty() == !drv.policy->on_trial(drv.step));
+    }
+    return drv.sink.events;
+  };
+  std::vector<std::pair<size_t, gf::Edit>> muted, twin;
+  const std::vector<gf::Event> m = run(false, 0.04, muted);
+  const std::vector<gf::Event> t = run(true, 0.04, twin);
+  REQUIRE(muted.size() >= 3);  // the onset's round and the rounds its pay grew
+  REQUIRE(twin.size() == muted.size());
+  for (size_t i = 0; i < muted.size(); ++i) {
+    CHECK(twin[i].first == muted[i].first);
+    CHECK(twin[i].second.kind == muted[i].second.kind);
+  }
+  size_t from_twin = 0;
+  for (const gf::Event& e : t)
+    for (const auto& [k, v] : e.strings) from_twin += k == "share_from" && v == "twin";
+  CHECK(from_twin > 0);
+  for (const gf::Event& e : m)
+    for (const auto& [k, v] : e.strings) CHECK((k != "share_from" || v == "muted"));
+  // a twin as good as the model (its loss 1 % under, at t -3.9): the onset's round never pays
+  // and the window's end takes it back, its evidence `useless`
+  std::vector<std::pair<size_t, gf::Edit>> back;
+  const std::vector<gf::Event> b = run(true, -0.01, back, 0.02);
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].second.kind == gf::Edit::Kind::AddHead);
+  CHECK(back[1].second.kind == gf::Edit::Kind::RemoveHead);
+  CHECK(back[1].first >= 600);
+  size_t useless = 0;
+  for (const gf::Event& e : b)
+    for (const auto& [k, v] : e.strings)
+      useless += e.type == "round_rejected" && k == "evidence" && v == "useless";
+  CHECK(useless == 1);
+  // only the learning rule reads a twin
+  CHECK_THROWS_AS(growth("plugin: incrt_geometric\ncriterion: gain\nshare_from: twin\n"),
                   gf::ConfigError);
 }

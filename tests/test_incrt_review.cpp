@@ -346,3 +346,55 @@ TEST_CASE(
   CHECK(share_in(o, LearningState::Trial) == 0.0);
   CHECK(share_in(o, LearningState::Review) == 0.5);
 }
+
+namespace {
+/// A probe whose round's share is SHARE with standard error SE (share_from twin or muted alike).
+ProbeReading probe_se(size_t step, double loss, double share, double se) {
+  ProbeReading p = probe(step, loss);
+  p.muted_loss = loss * (1.0 + share);
+  p.muted_se = loss * se;
+  return p;
+}
+
+/// The first round's verdict at the window's end (610) after its share moved linearly from
+/// FROM to TO over the probes of 30..600, each at standard error 0.05 %.
+RoundDecision verdict_after_trend(const RoundOptions& o, double from, double to) {
+  LearningState s = first_round(o);
+  for (size_t step = 30; step <= 600; step += 10) {
+    const double share = from + (to - from) * double(step - 30) / 570.0;
+    REQUIRE(s.observe(probe_se(step, 1.7, share, 0.0005), o).kind == K::None);
+  }
+  return s.observe(probe_se(610, 1.7, to, 0.0005), o);
+}
+}  // namespace
+
+TEST_CASE(
+    "incrt share_from twin: a promise needs the share one standard error over zero, and a rising "
+    "share keeps the round only if its trend reaches min_share by the run's end") {
+  RoundOptions muted, twin;
+  twin.twin = true;
+  // a share of 0.5 % at t 0.6 while the loss falls: a promise read from muting, noise from a twin
+  for (const bool from_twin : {false, true}) {
+    CAPTURE(from_twin);
+    const RoundOptions& o = from_twin ? twin : muted;
+    LearningState s = first_round(o);
+    RoundDecision last;
+    for (size_t step = 30; step <= 80; step += 10) {
+      last = s.observe(probe_se(step, 1.8 - 0.01 * double(step), 0.005, 0.0083), o);
+      if (last.kind != K::None) break;
+    }
+    CHECK(last.kind == (from_twin ? K::None : K::Grow));
+    if (!from_twin) CHECK(std::string(last.evidence) == "promising");
+  }
+  // rising from -0.8 % to -0.5 %: the trend reaches -0.05 % by the run's end (step 1000)
+  RoundDecision d = verdict_after_trend(muted, -0.008, -0.005);
+  CHECK(d.kind == K::Keep);
+  CHECK(std::string(d.evidence) == "rising");
+  d = verdict_after_trend(twin, -0.008, -0.005);
+  CHECK(d.kind == K::Reject);
+  CHECK(std::string(d.evidence) == "useless");
+  // rising from -0.8 % to 0.4 %: 1.2 % by the end, kept either way
+  d = verdict_after_trend(twin, -0.008, 0.004);
+  CHECK(d.kind == K::Keep);
+  CHECK(std::string(d.evidence) == "rising");
+}

@@ -153,6 +153,42 @@ TEST_CASE(
         std::string::npos);
 }
 
+namespace {
+/// A policy that asks for a twin of the model without the heads it holds.
+struct TwinAsker : GrowthPolicy {
+  std::vector<HeadRef> without;
+  std::vector<Edit> check(const TrainView&) override { return {}; }
+  std::vector<HeadRef> twin_without(size_t) const override { return without; }
+};
+}  // namespace
+
+TEST_CASE(
+    "twin_without: the editor gathers every policy's heads, each once and in order; whole "
+    "blocks and heads no block holds are refused, naming the policy") {
+  auto model = make_model("{plugin: mha, heads: 4, head: {plugin: dot_product}}", 1);
+  const std::vector<HeadInfo> hs = model->blocks()[0]->heads();
+  auto a = std::make_shared<TwinAsker>();
+  auto b = std::make_shared<TwinAsker>();
+  a->without = {{0, hs[2].id}, {0, hs[1].id}};
+  b->without = {{0, hs[1].id}};
+  Rng ra{1, 1}, rb{1, 2};
+  Recorder events;
+  StructureEditor editor(model->blocks(),
+                         {{a.get(), &ra, "growth", "asker"}, {b.get(), &rb, "pruning", "other"}},
+                         &events, 100);
+  CHECK(editor.twin_without(10) == std::vector<HeadRef>{{0, hs[1].id}, {0, hs[2].id}});
+  a->without.clear();
+  b->without.clear();
+  CHECK(editor.twin_without(20).empty());
+  a->without = {{0, HeadRef::kWholeBlock}};
+  const std::string whole = runtime_error_of([&] { editor.twin_without(30); });
+  CHECK(whole.find("the growth policy `asker` asked to keep a twin without the whole block 0") !=
+        std::string::npos);
+  a->without = {{0, 999}};
+  CHECK(runtime_error_of([&] { editor.twin_without(30); }).find("head 999 of block 0") !=
+        std::string::npos);
+}
+
 TEST_CASE("depth_plateau: max_blocks, the window, index -1 and a resumed state") {
   if (!have("depth_plateau")) return;
   SUBCASE("at max_blocks it stops, saying so") {

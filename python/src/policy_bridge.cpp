@@ -13,8 +13,8 @@
 //             int, probe_ablations(self, view) -> [[(block, head), ...], ...] (head -1,
 //             gf.WHOLE_BLOCK: the whole block left out),
 //             muted_in_training(self, step) -> [(block, head), ...], muted_on_examples(self, step)
-//             -> ([(block, head), ...], share), on_trial(self, step) -> bool,
-//             summary_columns
+//             -> ([(block, head), ...], share), twin_without(self, step) -> [(block, head), ...],
+//             on_trial(self, step) -> bool, summary_columns
 //             (a class attribute: the summary() keys the sweep table shows)
 // Every call takes the GIL; an exception or a malformed answer becomes one RuntimeError (a
 // ConfigError for the class, its import and its options) naming the class, the method and the step;
@@ -276,6 +276,8 @@ class PythonPolicy : public gf::GrowthPolicy {
     has_part_ = py::hasattr(obj, "muted_on_examples") &&
                 PyCallable_Check(obj.attr("muted_on_examples").ptr());
     has_on_trial_ = py::hasattr(obj, "on_trial") && PyCallable_Check(obj.attr("on_trial").ptr());
+    has_twin_ =
+        py::hasattr(obj, "twin_without") && PyCallable_Check(obj.attr("twin_without").ptr());
     obj_ = std::move(obj);  // last: a member destroyed by a throw here would lack the GIL
   }
 
@@ -351,6 +353,16 @@ class PythonPolicy : public gf::GrowthPolicy {
     m.heads = head_set(ret[py::int_(0)], std::numeric_limits<size_t>::max(), where);
     m.share = ret[py::int_(1)].cast<double>();
     return m;
+  }
+
+  // twin_without(self, step) -> [(block, head), ...]: asked after every check
+  std::vector<gf::HeadRef> twin_without(size_t step) const override {
+    if (!has_twin_) return {};
+    py::gil_scoped_acquire gil;
+    const std::string where = label_ + ".twin_without at step " + std::to_string(step);
+    py::object ret =
+        call("twin_without", long(step), [&] { return obj_.attr("twin_without")(long(step)); });
+    return head_set(ret, std::numeric_limits<size_t>::max(), where);
   }
 
   // on_trial(self, step) -> bool: asked at each validation
@@ -644,8 +656,17 @@ class PythonPolicy : public gf::GrowthPolicy {
     return blocks;
   }
 
-  // view.metrics: the training window, the latest validation, the probe and its ablations.
+  // view.metrics: the training window, the latest validation, the probe, its ablations and the
+  // twin's probe (None without a twin).
   static py::object metrics_view(const gf::RunMetrics& m, const py::object& ns) {
+    py::object twin = py::none();
+    if (!m.twin.heads.empty()) {
+      py::list heads;
+      for (const gf::HeadRef& h : m.twin.heads) heads.append(py::make_tuple(h.block, h.head));
+      twin = ns("heads"_a = heads, "since"_a = m.twin.since, "loss"_a = number_or_none(m.twin.loss),
+                "accuracy"_a = number_or_none(m.twin.accuracy),
+                "diff_sd"_a = number_or_none(m.twin.diff_sd));
+    }
     py::list abl;
     for (const gf::Ablation& a : m.ablations) {
       py::list heads;
@@ -661,7 +682,8 @@ class PythonPolicy : public gf::GrowthPolicy {
         "val_loss"_a = number_or_none(m.val_loss),
         "val_accuracy"_a = number_or_none(m.val_accuracy), "probe_examples"_a = m.probe_examples,
         "probe_loss"_a = number_or_none(m.probe_loss),
-        "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl);
+        "probe_accuracy"_a = number_or_none(m.probe_accuracy), "ablations"_a = abl,
+        "twin"_a = twin);
   }
 
   // The edits a check returned, checked against the blocks as they will be when each applies
@@ -688,6 +710,7 @@ class PythonPolicy : public gf::GrowthPolicy {
   bool has_muted_ = false;     // the class defines muted_in_training
   bool has_part_ = false;      // the class defines muted_on_examples
   bool has_on_trial_ = false;  // the class defines on_trial
+  bool has_twin_ = false;      // the class defines twin_without
 };
 
 }  // namespace

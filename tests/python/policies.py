@@ -162,6 +162,42 @@ class MuteHalf:
         return {"asked": self.asked}
 
 
+class TwinRound:
+    """Grows one head on block 0 at the check of step `grow` and keeps a twin of the model without
+    it (twin_without) until the check of step `until`, where it takes the head back
+    (`take_back`) or keeps it; every check it emits what it read of the probe and the twin's."""
+
+    def __init__(self, grow=10, until=30, take_back=True, whole=False):
+        self.grow, self.until, self.take_back, self.whole = grow, until, take_back, whole
+        self.head = None
+
+    def validation_probe(self, step):
+        return 64
+
+    def twin_without(self, step):
+        if self.whole:
+            return [(0, -1)]
+        return [(0, self.head)] if self.head is not None and step < self.until else []
+
+    def check(self, view):
+        t = view.metrics.twin
+        view.emit("read", block=0, probe_loss=view.metrics.probe_loss,
+                  twin_loss=-1.0 if t is None else t.loss,
+                  twin_since=-1 if t is None else t.since,
+                  twin_diff_sd=-1.0 if t is None or t.diff_sd is None else t.diff_sd)
+        if view.step == self.grow:
+            return [{"op": "add_head", "block": 0, "reason": "grown"}]
+        if view.step == self.until and self.take_back and self.head is not None:
+            return [{"op": "remove_head", "block": 0, "head": self.head, "reason": "taken back"}]
+        return []
+
+    def edited(self, edit, view):
+        if edit["op"] == "add_head":
+            self.head = edit["head"]
+        elif edit["op"] == "remove_head" and edit["head"] == self.head:
+            self.head = None
+
+
 class LeaveOut:
     """Asks, at every check, for the probe with block `block` left out whole (gf.WHOLE_BLOCK), or
     with the malformed head `head` when given; its summary holds what the last check read."""

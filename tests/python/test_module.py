@@ -311,6 +311,25 @@ def test_mpi_ranks_decide_alike_and_divergence_is_caught(tiny, tmp_path):
     assert "hold different models after the structure check (step 10)" in out
 
 
+@pytest.mark.skipif(not MPIRUN, reason="no MPI in this build")
+def test_mpi_ranks_keep_one_twin(tiny, tmp_path):
+    # two processes train and probe the twin as one does, and adopt it at the same check
+    sets = [python_growth("TwinRound", grow=10, until=30), "model.dropout=0", "threads=1"]
+    train(tiny, tmp_path / "one", sets)
+    args = ["train", tiny, "--run-dir", str(tmp_path / "two"), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    rc, out = cli(*args, procs=2)
+    assert rc == 0, out
+
+    def of(run, kind):
+        return [e for e in gf.read_events(str(tmp_path / run)) if e["type"] == kind]
+    assert of("two", "twin") == of("one", "twin") and len(of("one", "twin")) == 2
+    for a, b in zip(of("two", "read"), of("one", "read")):
+        assert a["twin_loss"] == pytest.approx(b["twin_loss"], rel=1e-5)
+        assert a["twin_diff_sd"] == pytest.approx(b["twin_diff_sd"], rel=1e-4)
+
+
 def test_the_module_refuses_to_train_as_one_of_several_processes(tiny, tmp_path):
     code = ("import growformer as gf\n"
             f"gf.Experiment({tiny!r}).train({str(tmp_path / 'run')!r})\n")
@@ -369,6 +388,54 @@ def test_python_policy_mutes_heads_on_part_of_each_batch(tiny, tmp_path):
         train(tiny, tmp_path / "bad", [python_growth("MuteHalf", bad="true")])
     with pytest.raises(gf.RunError, match=r"asked heads to sit out a share 1\.5"):
         train(tiny, tmp_path / "big", [python_growth("MuteHalf", share=1.5)])
+
+
+def test_the_twin_is_the_model_that_never_grew_and_a_take_back_continues_from_it(tiny, tmp_path):
+    # a policy grows a head at step 10 and keeps a twin without it to step 30; the plain run
+    # reads the same probe and never grows (no dropout: the twin's stream is the model's)
+    plain = [python_growth("TwinRound", grow=1000, until=1000), "model.dropout=0"]
+    train(tiny, tmp_path / "plain", plain)
+    back = [python_growth("TwinRound", grow=10, until=30), "model.dropout=0"]
+    train(tiny, tmp_path / "back", back)
+    train(tiny, tmp_path / "kept", [python_growth("TwinRound", grow=10, until=30, take_back="false"),
+                                     "model.dropout=0"])
+
+    def reads(run):
+        return {e["step"]: e for e in gf.read_events(str(tmp_path / run)) if e["type"] == "read"}
+
+    def twin_events(run):
+        return [(e["step"], e["what"], e["heads"]) for e in gf.read_events(str(tmp_path / run))
+                if e["type"] == "twin"]
+
+    def train_losses(run):
+        return {l["step"]: l["loss"] for l in gf.read_metrics(str(tmp_path / run))
+                if l.get("split") == "train"}
+
+    p, b, k = reads("plain"), reads("back"), reads("kept")
+    # the twin's probe at 20 and 30 is the probe of the model that never grew; the grown
+    # model's own probe differs from it
+    for step in (20, 30):
+        assert b[step]["twin_since"] == 10
+        assert b[step]["twin_loss"] == pytest.approx(p[step]["probe_loss"], rel=1e-5)
+        assert b[step]["probe_loss"] != pytest.approx(p[step]["probe_loss"], rel=1e-5)
+        assert b[step]["twin_diff_sd"] > 0
+    assert b[10]["twin_loss"] == -1.0 and b[40]["twin_loss"] == -1.0  # no twin before or after
+    head = b[20]["twin_since"] and twin_events("back")[0][2]
+    assert twin_events("back") == [(10, "fork", head), (30, "adopted", head)]
+    assert twin_events("kept") == [(10, "fork", head), (30, "dropped", head)]
+    # taken back at 30, the run continues from the twin: as if it had never grown
+    pl, bl, kl = train_losses("plain"), train_losses("back"), train_losses("kept")
+    for step in (35, 40):
+        assert bl[step] == pytest.approx(pl[step], rel=1e-5)
+        assert kl[step] != pytest.approx(pl[step], rel=1e-5)
+    # the twin is in the checkpoints: a run stopped at 20 and resumed ends as the whole run
+    train(tiny, tmp_path / "resumed", back, stop_after=20)
+    assert gf.resume(str(tmp_path / "resumed"))["finished"]
+    assert train_losses("resumed") == bl
+    assert twin_events("resumed") == twin_events("back")
+    # a whole block cannot be named
+    with pytest.raises(gf.RunError, match=r"\(policies\.TwinRound\)\.twin_without at step 10: the head set \[\(0, -1\)\] is not a list of \(block, head\) pairs"):
+        train(tiny, tmp_path / "whole", [python_growth("TwinRound", whole="true")])
 
 
 def test_python_policy_leaves_a_whole_block_out_of_its_probe(tiny, tmp_path):

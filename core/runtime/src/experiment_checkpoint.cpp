@@ -24,9 +24,13 @@ TrainingParts Experiment::parts() {
           pruning_.get(), &state_,      registry_.get(),  &settings_};
 }
 
-void Experiment::save(const std::string& path) {
+void Experiment::save(const std::string& path, const Checkpoint* extra) {
   if (!comm_->root()) return;  // rank 0 alone writes
   Checkpoint ck = make_training_checkpoint(parts());
+  if (extra) {
+    for (const auto& [k, t] : extra->tensors) ck.tensors[k] = t;
+    for (const auto& [k, v] : extra->metadata) ck.metadata[k] = v;
+  }
   ck.metadata["data"] = data_record();  // the tokenizer, so eval and predict tokenise as training
   if (!resolved_config_crc_.empty()) ck.metadata["resolved_config_crc"] = resolved_config_crc_;
   save_checkpoint(path, ck);

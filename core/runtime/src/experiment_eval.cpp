@@ -3,6 +3,7 @@
 // `growformer eval` and the Python module's evaluate report.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "growformer/ops.hpp"
 #include "growformer/precision.hpp"
 #include "growformer/trainer.hpp"
+#include "trainer_impl.hpp"
 
 namespace gf {
 
@@ -115,4 +117,36 @@ std::string Experiment::evaluation_json(const EvalResult& r) const {
                                    {"confusion", r.classes.confusion}}));
 }
 
+namespace trainer_detail {
+
+double majority_class_accuracy(const std::vector<Example>& train, const std::vector<Example>& test,
+                               size_t num_classes, size_t seen) {
+  std::vector<size_t> counts(num_classes, 0);
+  for (auto& e : train) counts[e.label]++;
+  size_t major = std::max_element(counts.begin(), counts.end()) - counts.begin();
+  size_t hit = 0;
+  seen = std::min(test.size(), seen);
+  for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
+  return static_cast<double>(hit) / std::max<size_t>(1, seen);
+}
+
+double paired_sd(const std::vector<double>& other, const std::vector<double>& base,
+                 Communicator& comm) {
+  if (other.size() != base.size())
+    throw RuntimeError("the probe has " + std::to_string(other.size()) +
+                       " examples against the model's " + std::to_string(base.size()));
+  double sums[3] = {0, 0, double(other.size())};
+  for (size_t i = 0; i < other.size(); ++i) {
+    const double d = other[i] - base[i];
+    sums[0] += d;
+    sums[1] += d * d;
+  }
+  if (comm.size() > 1) comm.allreduce_sum(sums, 3);
+  const double n = sums[2];
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  const double mean = sums[0] / n;
+  return std::sqrt(std::max(0.0, (sums[1] - n * mean * mean) / (n - 1)));
+}
+
+}  // namespace trainer_detail
 }  // namespace gf

@@ -162,18 +162,29 @@ void mute_examples_in_model(Model& model, const GrowthPolicy::ExampleMute& m, si
   for (auto& [b, heads] : ids) blocks[b]->set_muted_examples(heads, rows);
 }
 
-std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
+std::vector<HeadRef> StructureEditor::union_of_heads(
+    size_t step, const char* hook, const char* what,
+    std::vector<HeadRef> (GrowthPolicy::*ask)(size_t) const) const {
   std::vector<HeadRef> out;
   for (const Policy& p : policies_) {
     std::vector<HeadRef> heads;
     {
-      AbandonableCall c = policy_call(p, "muted_in_training", step);
-      heads = p.policy->muted_in_training(step);
+      AbandonableCall c = policy_call(p, hook, step);
+      heads = (p.policy->*ask)(step);
     }
-    check_heads(blocks_, heads, p, "mute in training");
+    check_heads(blocks_, heads, p, what);
     out.insert(out.end(), heads.begin(), heads.end());
   }
   return canonical(out);  // sorted, each once
+}
+
+std::vector<HeadRef> StructureEditor::muted_in_training(size_t step) const {
+  return union_of_heads(step, "muted_in_training", "mute in training",
+                        &GrowthPolicy::muted_in_training);
+}
+
+std::vector<HeadRef> StructureEditor::twin_without(size_t step) const {
+  return union_of_heads(step, "twin_without", "keep a twin without", &GrowthPolicy::twin_without);
 }
 
 GrowthPolicy::ExampleMute StructureEditor::muted_on_examples(size_t step) const {

@@ -79,11 +79,13 @@ bool mlp_grown(const std::vector<size_t>& widths, size_t start_width);
 // Wall seconds per phase of the training loop since this process started (or resumed) the run.
 struct PhaseTimes {
   double train = 0, probe = 0, policy = 0, validation = 0, checkpoint = 0;
+  double twin = 0;  // the twin's training steps (GrowthPolicy::twin_without); its probes: probe
 };
 // CPU seconds of this process, all threads.
 double process_cpu_seconds();
 // What the structure decisions cost (the validation probes the policies asked for, their
-// muted evaluations included, and the policies' checks) against the training steps' time:
+// muted and twin evaluations included, the policies' checks and the twin's training steps)
+// against the training steps' time:
 // the console line, and decision_cost.json's text (FROM_STEP: where this process began).
 std::string decision_cost_line(const PhaseTimes& t);
 std::string decision_cost_json(const PhaseTimes& t, long from_step);
@@ -92,6 +94,15 @@ std::string decision_cost_json(const PhaseTimes& t, long from_step);
 // PROCESSES, the exchange's line from SYNC. "" when there is nothing to say.
 std::string timing_lines(const PhaseTimes& t, long steps, double total_s, double cpu_s,
                          bool per_phase, int processes, const GradientSync& sync);
+
+// ---- evaluation (experiment_eval.cpp)
+// Majority-class accuracy on the first SEEN examples of TEST, the class counted on TRAIN.
+double majority_class_accuracy(const std::vector<Example>& train, const std::vector<Example>& test,
+                               size_t num_classes, size_t seen);
+// The sample sd over every process's examples (COMM) of OTHER[i] - BASE[i]: a probe with heads
+// muted, or the twin's, against the model's probe, example by example. NaN under 2 examples.
+double paired_sd(const std::vector<double>& other, const std::vector<double>& base,
+                 Communicator& comm);
 
 // ---- the configuration (experiment.cpp)
 // The plugin the component KEY of TOP names ("" when it names none).

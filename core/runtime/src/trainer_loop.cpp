@@ -22,6 +22,7 @@
 #include "growformer/run_events.hpp"
 #include "growformer/structure_editor.hpp"
 #include "trainer_impl.hpp"
+#include "trainer_twin.hpp"
 
 namespace gf {
 
@@ -36,20 +37,6 @@ using trainer_detail::mlp_unit_step_bytes;
 using trainer_detail::out_of_memory_message;
 using trainer_detail::plugin_of;
 using trainer_detail::process_memory;
-
-namespace {
-/// Majority-class accuracy on the first SEEN examples of TEST, the class counted on TRAIN.
-double majority_class_accuracy(const std::vector<Example>& train, const std::vector<Example>& test,
-                               size_t num_classes, size_t seen) {
-  std::vector<size_t> counts(num_classes, 0);
-  for (auto& e : train) counts[e.label]++;
-  size_t major = std::max_element(counts.begin(), counts.end()) - counts.begin();
-  size_t hit = 0;
-  seen = std::min(test.size(), seen);
-  for (size_t k = 0; k < seen; ++k) hit += static_cast<size_t>(test[k].label) == major;
-  return static_cast<double>(hit) / std::max<size_t>(1, seen);
-}
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // One run of the training loop: the parts it drives and the named stages of a step.
@@ -136,6 +123,9 @@ class Experiment::Loop {
 
   int run_steps(long start_step) {
     if (start_step == 0) editor_.on_start();
+    if (start_step > 0)  // the twin the last checkpoint holds, if any
+      twin_ = Experiment::Twin::restore(ex_, load_checkpoint(dir_.last_checkpoint()),
+                                        dir_.last_checkpoint(), flags_.plugin_paths);
     verify_same_model(start_step, "at the start");
     report_->start(banner());
     auto t0 = std::chrono::steady_clock::now();
@@ -164,6 +154,7 @@ class Experiment::Loop {
       if (!sit_out.empty() || !part.heads.empty()) unmute();
       float lr = update(params, step);
       phase_.train += since(tp);
+      if (twin_) twin_step(batch, whole.batch, lr, step);
       if (check) check_structure(batch, whole, step);
       report_->end_step(step, st_.window, ex_.model_->heads_per_block());
       tp = Clock::now();
@@ -389,8 +380,14 @@ class Experiment::Loop {
     editor_.set_probes(&probes);
     editor_.set_metrics(&metrics);
     admitted_bytes_ = 0;
+    const trainer_detail::ModelShape before = trainer_detail::shape_of(*ex_.model_);
     editor_.check(static_cast<size_t>(step));
     phase_.policy += since(tp);
+    tp = Clock::now();
+    Experiment::Twin::after_check(twin_, ex_, before,
+                                  editor_.twin_without(static_cast<size_t>(step)), step,
+                                  flags_.plugin_paths, report_->events());
+    phase_.twin += since(tp);
     editor_.set_probes(nullptr);
     editor_.set_metrics(nullptr);
     st_.since_check.clear();
@@ -502,14 +499,29 @@ class Experiment::Loop {
       const long batches = static_cast<long>((want + bs - 1) / bs);
       const std::vector<std::vector<HeadRef>> sets =
           editor_.probe_ablations(static_cast<size_t>(step));
-      EvalResult r = ex_.evaluate(val, batches, !sets.empty());
+      EvalResult r = ex_.evaluate(val, batches, !sets.empty() || twin_);
       m.probe_examples = r.examples;
       m.probe_loss = r.loss;
       m.probe_accuracy = r.accuracy;
       for (const std::vector<HeadRef>& set : sets)
         m.ablations.push_back(ablate(set, val, batches, r.example_losses));
+      if (twin_) {
+        std::vector<double> losses;
+        m.twin = twin_->probe(val, batches, &losses);
+        m.twin.diff_sd = trainer_detail::paired_sd(losses, r.example_losses, comm_);
+      }
     }
     return m;
+  }
+
+  /// The twin's training step on the step's BATCH (of a batch of GLOBAL rows) at LR.
+  void twin_step(const Batch& batch, size_t global, float lr, long step) {
+    Clock::time_point tp = Clock::now();
+    const double loss = twin_->step(batch, global, lr, ts_.clip, sync_, comm_.size() > 1);
+    phase_.twin += since(tp);
+    if (!std::isfinite(loss))
+      Experiment::Twin::end(twin_, "dropped", step, "its training loss is not finite",
+                            report_->events());
   }
 
   /// Mutes the heads of SET and leaves out its whole blocks (a policy asked to WHAT them).
@@ -536,26 +548,8 @@ class Experiment::Loop {
     a.heads = set;
     a.loss = r.loss;
     a.accuracy = r.accuracy;
-    a.diff_sd = paired_sd(r.example_losses, base);
+    a.diff_sd = trainer_detail::paired_sd(r.example_losses, base, comm_);
     return a;
-  }
-
-  /// The sample sd over every process's examples of MUTED[i] - BASE[i].
-  double paired_sd(const std::vector<double>& muted, const std::vector<double>& base) {
-    if (muted.size() != base.size())
-      throw RuntimeError("the muted probe has " + std::to_string(muted.size()) +
-                         " examples and the probe " + std::to_string(base.size()));
-    double sums[3] = {0, 0, double(muted.size())};
-    for (size_t i = 0; i < muted.size(); ++i) {
-      const double d = muted[i] - base[i];
-      sums[0] += d;
-      sums[1] += d * d;
-    }
-    if (comm_.size() > 1) comm_.allreduce_sum(sums, 3);
-    const double n = sums[2];
-    if (n < 2) return std::numeric_limits<double>::quiet_NaN();
-    const double mean = sums[0] / n;
-    return std::sqrt(std::max(0.0, (sums[1] - n * mean * mean) / (n - 1)));
   }
 
   // Each block's diagnostics (HKT: fusion weights `lambda`) and its heads' (hybrid: `beta`) as
@@ -659,7 +653,9 @@ class Experiment::Loop {
     if (best_due_) ex_.save(dir_.best_checkpoint());
     best_due_ = false;
     if (due || stop) {
-      ex_.save(dir_.last_checkpoint());
+      const bool twin = twin_ && comm_.root();  // rank 0 alone writes
+      const Checkpoint with_twin = twin ? twin_->saved() : Checkpoint{};
+      ex_.save(dir_.last_checkpoint(), twin ? &with_twin : nullptr);
       ex_.record_structure(dir_, step);
       saved_step_ = step;
       note_checkpoint();
@@ -697,7 +693,7 @@ class Experiment::Loop {
     t.model = which;
     t.evaluated_on = d.test.empty() ? "val" : "test";
     t.majority_class_accuracy =
-        majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
+        trainer_detail::majority_class_accuracy(d.train, test, d.num_classes, t.result.examples);
     report_->test(st_.step, t, ex_.model_->heads_per_block());
     ex_.outcome_.tested = true;
     ex_.outcome_.test = t;
@@ -723,7 +719,8 @@ class Experiment::Loop {
   long saved_step_ = -1;       // the step of checkpoints/last (-1: none yet)
   double admitted_bytes_ = 0;  // the growth admitted in this check (admit_bytes)
   bool said_refused_ = false;  // a refused head was reported on the console
-  trainer_detail::PhaseTimes phase_;  // wall seconds per phase (trainer_timing.cpp)
+  trainer_detail::PhaseTimes phase_;        // wall seconds per phase (trainer_timing.cpp)
+  std::unique_ptr<Experiment::Twin> twin_;  // the model's twin, while a policy asks for one
   using Clock = std::chrono::steady_clock;
   static double since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();

@@ -18,11 +18,13 @@ double process_cpu_seconds() {
 }
 
 std::string decision_cost_line(const PhaseTimes& t) {
-  const double spent = t.probe + t.policy;
+  const double spent = t.probe + t.policy + t.twin;
   std::ostringstream o;
   o.precision(3);
   o << "structure decisions: validation probes " << t.probe << " s, policy checks " << t.policy
-    << " s: " << 100.0 * spent / t.train << " % of the training steps' " << t.train << " s\n";
+    << " s";
+  if (t.twin > 0) o << ", the twin's training " << t.twin << " s";
+  o << ": " << 100.0 * spent / t.train << " % of the training steps' " << t.train << " s\n";
   return o.str();
 }
 
@@ -30,7 +32,8 @@ std::string decision_cost_json(const PhaseTimes& t, long from_step) {
   const nlohmann::json j = {{"train_s", t.train},
                             {"probe_s", t.probe},
                             {"check_s", t.policy},
-                            {"decision_share", (t.probe + t.policy) / t.train},
+                            {"twin_s", t.twin},
+                            {"decision_share", (t.probe + t.policy + t.twin) / t.train},
                             {"from_step", from_step}};
   return j.dump() + "\n";
 }
@@ -43,8 +46,9 @@ std::string timing_lines(const PhaseTimes& t, long steps, double total_s, double
     o << "timing: " << 1e3 * total_s / steps << " ms wall, " << 1e3 * cpu_s / steps
       << " ms CPU (this process, all threads) per step, validation included; of the wall time: "
       << "training " << 1e3 * t.train / steps << " ms, validation probes " << 1e3 * t.probe / steps
-      << " ms, growth and pruning checks " << 1e3 * t.policy / steps << " ms, validation "
-      << 1e3 * t.validation / steps << " ms, checkpoints " << 1e3 * t.checkpoint / steps << " ms\n";
+      << " ms, growth and pruning checks " << 1e3 * t.policy / steps << " ms, the twin "
+      << 1e3 * t.twin / steps << " ms, validation " << 1e3 * t.validation / steps
+      << " ms, checkpoints " << 1e3 * t.checkpoint / steps << " ms\n";
   if (processes == 1) return o.str();
   o << "data-parallel: " << processes << " processes, " << sync.last_elements()
     << " gradient values in " << sync.last_buckets() << " bucket(s) per step; allreduce "

@@ -45,6 +45,7 @@ class Criterion {
   }
   /// The structure may still be taken back (the best checkpoint waits).
   virtual bool on_trial() const { return false; }
+  virtual std::vector<gf::HeadRef> twin_without() const { return {}; }
   /// A block's check, after its geometry was read (CHECK; null with energy_stats off).
   virtual void block_checked(const gf::TrainView& view, const gf::BlockView& bv, BlockState& st,
                              const BlockGeometry::Check* check, std::vector<gf::Edit>& edits) {

@@ -69,6 +69,8 @@ class IncrtGeometric : public gf::GrowthPolicy {
     set_.rounds.mute_every = std::isfinite(set_.mute_every) ? size_t(set_.mute_every)
                              : gain                         ? 2
                                                             : 0;
+    if (set_.rounds.twin && set_.criterion != CriterionKind::Learning)
+      o.fail("share_from", "twin is read by criterion learning only");
     if (set_.energy_stats == EnergyStats::Off && set_.criterion != CriterionKind::Learning)
       o.fail("energy_stats", std::string("criterion ") + (gain ? "gain" : "energy") +
                                  " decides on the energy statistics: they cannot be off");
@@ -95,6 +97,11 @@ class IncrtGeometric : public gf::GrowthPolicy {
   bool on_trial(size_t step) const override {
     (void)step;
     return criterion_->on_trial();
+  }
+
+  std::vector<gf::HeadRef> twin_without(size_t step) const override {
+    (void)step;
+    return criterion_->twin_without();
   }
 
   size_t validation_probe(size_t step) const override {

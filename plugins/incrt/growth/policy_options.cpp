@@ -160,6 +160,15 @@ void learning_options(IncrtTable& t) {
               "before it reviewed; one whose share is shown over min_share (its lower bound at "
               "z_back standard errors) ends the review. off: the rule of 2df4707",
               {{"on", true}, {"off", false}})
+      .choice("share_from", &S::rounds, &G::twin, "muted",
+              "learning: where a round's share on trial is read. muted: the validation probe "
+              "with the round's heads muted. twin: the model's twin, a copy of the model forked "
+              "when the round grew and trained beside it on the same batches without the round "
+              "(a second model's training steps while a round waits): what the round adds over "
+              "the model the run would have had without it, not what the older heads came to "
+              "lean on; a round taken back continues from the twin. The review, when on, still "
+              "mutes the reviewed round",
+              {{"muted", false}, {"twin", true}})
       .add("plateau", &S::rounds, &G::plateau, "0.1",
            "learning: while the probe loss has not yet fallen 5 % under its first value (before "
            "the learning onset), a round grows every this fraction of the run's steps (two at "

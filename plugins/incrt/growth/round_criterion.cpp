@@ -33,9 +33,14 @@ class RoundCriterion final : public Criterion {
   /// At a probe while a round waits for its test: the round's heads muted.
   std::vector<std::vector<gf::HeadRef>> probe_ablations() const override {
     if (!rule_->measures_round() || !rule_->waiting() || rule_->round().empty() ||
-        validation_probe() == 0)
+        validation_probe() == 0 || rule_->twin_trial())
       return {};
     return {round_heads()};
+  }
+
+  /// share_from twin: while a round is on trial, the run keeps a twin of the model without it.
+  std::vector<gf::HeadRef> twin_without() const override {
+    return rule_->twin_trial() ? round_heads() : std::vector<gf::HeadRef>{};
   }
 
   /// The waiting round's heads sit out every `round_mute_every`-th training step, so that the
@@ -116,6 +121,15 @@ class RoundCriterion final : public Criterion {
     return set;
   }
 
+  static bool same_heads(std::vector<gf::HeadRef> a, std::vector<gf::HeadRef> b) {
+    auto less = [](const gf::HeadRef& x, const gf::HeadRef& y) {
+      return x.block != y.block ? x.block < y.block : x.head < y.head;
+    };
+    std::sort(a.begin(), a.end(), less);
+    std::sort(b.begin(), b.end(), less);
+    return a == b;
+  }
+
   static bool done(const Blocks& blocks, size_t b) {
     auto it = blocks.find(b);
     return it != blocks.end() && it->second.calib.done;
@@ -146,12 +160,20 @@ class RoundCriterion final : public Criterion {
     p.examples = m.probe_examples;
     for (const gf::BlockView& bv : view.blocks)
       if (bv.probe && bv.probe->input.defined() && p.batch == 0) p.batch = bv.probe->input.dim(0);
-    if (!rule_->round().empty())
+    if (!rule_->round().empty() && rule_->twin_trial()) {
+      if (same_heads(m.twin.heads, round_heads())) {
+        p.muted_loss = m.twin.loss;  // the twin: the model trained without the round
+        p.from_twin = true;
+        p.muted_accuracy = m.twin.accuracy;
+        if (m.probe_examples > 1) p.muted_se = m.twin.diff_sd / std::sqrt(double(m.probe_examples));
+      }
+    } else if (!rule_->round().empty()) {
       if (const gf::Ablation* a = m.ablation(round_heads())) {
         p.muted_loss = a->loss;  // the probe without the round
         p.muted_accuracy = a->accuracy;
         if (m.probe_examples > 1) p.muted_se = a->diff_sd / std::sqrt(double(m.probe_examples));
       }
+    }
     const std::string phase = !calibrated ? "calibrating" : rule_->phase();
     // a verdict at the growth window's end, or in the late review that follows it
     const std::string stage = phase == "review" ? "review" : "window_end";
@@ -220,6 +242,8 @@ class RoundCriterion final : public Criterion {
     pe.strings = {{"policy", "incrt_geometric"},
                   {"phase", phase},
                   {"plot", rule_->plot()}};  // drawn by `growformer report`
+    if (std::isfinite(p.muted_loss))
+      pe.strings.push_back({"share_from", p.from_twin ? "twin" : "muted"});
     // a probe that decided nothing may still say why (paid_young: paid, the next round waits)
     if (dec.kind == RoundDecision::Kind::None && *dec.evidence)
       pe.strings.push_back({"evidence", dec.evidence});

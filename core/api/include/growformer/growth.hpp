@@ -159,6 +159,18 @@ struct Ablation {
   double diff_sd = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// The validation probe evaluated on the model's twin (GrowthPolicy::twin_without): the copy of
+/// the model that has trained, since step `since`, on the same batches without HEADS.
+struct TwinProbe {
+  std::vector<HeadRef> heads;
+  size_t since = 0;  // the check the twin was forked at (the heads' growth, when asked then)
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+  /// The paired spread: the sample sd over the probe's examples of (an example's loss on the
+  /// twin - its loss on the model), as Ablation::diff_sd. NaN under 2 examples.
+  double diff_sd = std::numeric_limits<double>::quiet_NaN();
+};
+
 /// What the run has measured, as a policy sees it at a check. NaN (and step -1) = not measured.
 struct RunMetrics {
   /// Mean training loss and accuracy over the steps since the previous check (this check's
@@ -181,6 +193,8 @@ struct RunMetrics {
   std::vector<Ablation> ablations;
   /// The entry for exactly HEADS (in any order), or null.
   const Ablation* ablation(std::vector<HeadRef> heads) const;
+  /// The same probe on the model's twin, when the run keeps one (twin.heads empty otherwise).
+  TwinProbe twin;
 };
 
 struct TrainView {
@@ -234,6 +248,21 @@ class GrowthPolicy {
     double share = 0.0;
   };
   virtual ExampleMute muted_on_examples(size_t step) const {
+    (void)step;
+    return {};
+  }
+  /// Heads the run should keep a twin without: a copy of the model, forked at this check after
+  /// its edits, in which these heads are muted (left out of every forward and backward pass),
+  /// trained on the same batches at the same learning rate (with its own dropout stream) and
+  /// evaluated on every validation probe (RunMetrics::twin). It is the model the run would have
+  /// had without them: heads grown at this check with W_O at zero change nothing at the fork, so
+  /// the twin is the model that never grew them. Comparing the two measures what the heads add
+  /// without muting heads the rest of the model has learnt to lean on, at the price of training
+  /// a second model. Asked after every check; the union over the policies. The twin lives while
+  /// the set stays the same and no edit changes the model otherwise; a check whose edits remove
+  /// exactly the twin's heads continues from the twin (its weights and optimizer state are
+  /// copied into the model), so taking them back costs no training. A whole block cannot be named.
+  virtual std::vector<HeadRef> twin_without(size_t step) const {
     (void)step;
     return {};
   }

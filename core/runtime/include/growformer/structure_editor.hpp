@@ -67,6 +67,9 @@ class StructureEditor {
   /// muted_on_examples; each once, in order), with the largest share asked. RuntimeError as
   /// muted_in_training, and for a share outside [0, 1].
   GrowthPolicy::ExampleMute muted_on_examples(size_t step) const;
+  /// The heads any policy wants the model's twin without after the check of STEP
+  /// (GrowthPolicy::twin_without; each once, in order). RuntimeError as muted_in_training.
+  std::vector<HeadRef> twin_without(size_t step) const;
   /// Whether any policy has the structure on trial after STEP (GrowthPolicy::on_trial).
   bool on_trial(size_t step) const;
   bool needs_head_mask_grads() const;
@@ -100,6 +103,12 @@ class StructureEditor {
   TrainView view(size_t step, size_t p) const;
 
  private:
+  /// The union of the heads every policy's hook ASK (named HOOK) returns at STEP, each once and
+  /// in order; RuntimeError naming the policy for a head no block holds or a whole block (WHAT:
+  /// what the policy asked to do with it).
+  std::vector<HeadRef> union_of_heads(size_t step, const char* hook, const char* what,
+                                      std::vector<HeadRef> (GrowthPolicy::*ask)(size_t)
+                                          const) const;
   /// Whether the admission refuses COUNT heads of policy P in BLOCK (then one
   /// `growth_refused` event is emitted).
   bool refuse_heads(size_t block, size_t count, size_t p);

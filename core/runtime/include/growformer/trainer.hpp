@@ -195,6 +195,7 @@ class Experiment {
 
  private:
   class Loop;
+  class Twin;  // the model's twin (GrowthPolicy::twin_without), trainer_twin.hpp
   /// Train settings, optimizer, schedule, growth and pruning from the top-level options (for
   /// inference the train settings alone; the other sections are marked read, nothing built).
   void build_training_parts(const ExperimentSettings& top);
@@ -209,7 +210,8 @@ class Experiment {
   /// data_need "check": the datasets created from their options, a stand-in data shape.
   void check_without_data(ConfigNode data_node);
   int run_loop(const RunDir& dir, long start_step, const RunFlags& flags);
-  void save(const std::string& path);
+  /// A training checkpoint of every part at PATH, with EXTRA's tensors and metadata (the twin's).
+  void save(const std::string& path, const Checkpoint* extra = nullptr);
   /// config.resolved.yaml with the record of the heads at STEP (checkpoints/last's) when they
   /// differ from those the configuration builds (start_heads_), without one when they do not.
   void record_structure(const RunDir& dir, long step);

@@ -75,6 +75,7 @@ struct ProbeReading {
   double muted_se = std::numeric_limits<double>::quiet_NaN();        // its paired standard error
   double accuracy = std::numeric_limits<double>::quiet_NaN();        // the probe's accuracy
   double muted_accuracy = std::numeric_limits<double>::quiet_NaN();  // with the round muted
+  bool from_twin = false;  // muted_*: the model's twin without the round (share_from twin)
   size_t step = 0, total = 0;
   size_t check = 0;            // the policy's check index (probes are scheduled in checks)
   size_t batch = 0;            // training examples per step (the probe batch's rows)
@@ -565,7 +566,10 @@ struct LearningState {
         !std::isfinite(out.share_se))
       return false;
     out.upper = out.share + o.z_back * out.share_se;
-    return out.share > 0 && out.upper >= o.min_share && mature(p) &&
+    // read from the twin, a share has no co-adaptation to inflate it, only noise: a promise
+    // needs it one standard error over zero
+    const bool over_noise = !o.twin || out.share >= out.share_se;
+    return out.share > 0 && over_noise && out.upper >= o.min_share && mature(p) &&
            p.loss <= prev * (1.0 - LearningConstants::onset_fall);
   }
 
@@ -591,13 +595,22 @@ struct LearningState {
       return true;
     }
     const bool young = !mature(p);
-    const bool useless =
-        std::isfinite(out.upper) && out.upper < o.min_share && !rising(out, o) && !young;
-    out.evidence = useless          ? "useless"
-                   : rising(out, o) ? "rising"
-                   : young          ? "young"
-                                    : "not_shown_useless";
+    // read from the twin, a rising share keeps the round only if its trend reaches min_share by
+    // the run's last step: what the heads will be worth by the end of the budget
+    const bool rise = rising(out, o) && (!o.twin || reaches_by_end(p, out, o));
+    const bool useless = std::isfinite(out.upper) && out.upper < o.min_share && !rise && !young;
+    out.evidence = useless ? "useless" : rise ? "rising" : young ? "young" : "not_shown_useless";
     return useless;
+  }
+
+  /// The round's latest share plus its least-squares trend times the steps left to the run's
+  /// end reaches min_share.
+  bool reaches_by_end(const ProbeReading& p, const RoundDecision& out,
+                      const RoundOptions& o) const {
+    const double slope = trend_slope();
+    if (!std::isfinite(slope) || !std::isfinite(out.share)) return false;
+    const double left = double(p.total > p.step ? p.total - p.step : 0);
+    return trend_shares.back() + slope * left >= o.min_share;
   }
 
   /// The share's trend rises: its t (in OUT) at least z_back.
@@ -605,12 +618,22 @@ struct LearningState {
     return std::isfinite(out.trend_t) && out.trend_t >= o.z_back;
   }
 
+  /// The least-squares slope of the round's share against the step (NaN as trend_t).
+  double trend_slope() const { return trend().slope; }
+
   /// The t statistic of the least-squares slope of the round's share against the step (NaN
   /// with fewer than trend_min probes or no spread in the steps).
-  double trend_t() const {
+  double trend_t() const { return trend().t; }
+
+  struct Trend {
+    double slope = std::numeric_limits<double>::quiet_NaN();
+    double t = std::numeric_limits<double>::quiet_NaN();
+  };
+  /// The least-squares fit of the round's share against the step over its last probes.
+  Trend trend() const {
     const size_t n = trend_shares.size();
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    if (n < LearningConstants::trend_min) return nan;
+    Trend out;
+    if (n < LearningConstants::trend_min) return out;
     double mx = 0, my = 0;
     for (size_t i = 0; i < n; ++i) {
       mx += trend_steps[i] / double(n);
@@ -621,7 +644,7 @@ struct LearningState {
       sxx += (trend_steps[i] - mx) * (trend_steps[i] - mx);
       sxy += (trend_steps[i] - mx) * (trend_shares[i] - my);
     }
-    if (!(sxx > 0)) return nan;
+    if (!(sxx > 0)) return out;
     const double slope = sxy / sxx;
     double sse = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -629,7 +652,9 @@ struct LearningState {
       sse += r * r;
     }
     const double se = std::sqrt(sse / double(n - 2) / sxx);
-    return se > 0 ? slope / se : slope > 0 ? 1e300 : slope < 0 ? -1e300 : 0.0;
+    out.slope = slope;
+    out.t = se > 0 ? slope / se : slope > 0 ? 1e300 : slope < 0 ? -1e300 : 0.0;
+    return out;
   }
 
   RoundDecision stopped(const ProbeReading& p, const RoundOptions& o) {

@@ -48,6 +48,9 @@ class RoundRule {
   virtual bool waiting() const = 0;
   /// The probe also measures the waiting round with its heads muted.
   virtual bool measures_round() const = 0;
+  /// The waiting round's share is read from the model's twin without it (share_from twin, on
+  /// trial).
+  virtual bool twin_trial() const { return false; }
   /// The waiting round's heads sit out every N-th training step (0: never).
   virtual size_t mute_every() const = 0;
   /// The share of every training batch's examples the waiting round's heads sit out on.
@@ -142,6 +145,9 @@ class LearningRule final : public RoundRule {
   bool needs_calibration() const override { return false; }
   bool waiting() const override { return s_.waiting(); }
   bool measures_round() const override { return true; }
+  bool twin_trial() const override {
+    return o_.twin && s_.phase == LearningState::Trial && !s_.round.empty();
+  }
   /// In the review the round sits out only with review_sit_out (it is trained in full otherwise).
   size_t mute_every() const override {
     return s_.phase == LearningState::Review && !o_.review_sit_out ? 0 : o_.mute_every;

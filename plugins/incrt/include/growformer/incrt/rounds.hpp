@@ -107,6 +107,11 @@ struct RoundOptions {
                              // step (0: never), so the older heads keep working without them
   double mute_examples = 0;  // paired: the waiting round's heads sit out on this share of every
                              // training batch's examples (trained on every step from the rest)
+  // learning: where a round's share on trial is read. false (muted): the probe with the round's
+  // heads muted; true (twin): the model's twin, a copy forked when the round grew and trained
+  // beside the model without it (GrowthPolicy::twin_without): what the round adds over the model
+  // the run would have had without it, and a take-back continues from the twin.
+  bool twin = false;
   // learning: what takes a round back when the growth window ends unpaid. useless (default):
   // only evidence that its heads are worth less than min_share (the share's upper bound at
   // z_back standard errors under min_share, not rising, the round mature); a round without that
