@@ -167,9 +167,15 @@ class TwinRound:
     it (twin_without) until the check of step `until`, where it takes the head back
     (`take_back`) or keeps it; every check it emits what it read of the probe and the twin's."""
 
+    made = 0  # instances built in this process (the twin builds no policy of its own)
+
     def __init__(self, grow=10, until=30, take_back=True, whole=False):
         self.grow, self.until, self.take_back, self.whole = grow, until, take_back, whole
         self.head = None
+        TwinRound.made += 1
+
+    def summary(self):
+        return {"made": TwinRound.made}
 
     def validation_probe(self, step):
         return 64

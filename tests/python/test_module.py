@@ -396,7 +396,8 @@ def test_the_twin_is_the_model_that_never_grew_and_a_take_back_continues_from_it
     plain = [python_growth("TwinRound", grow=1000, until=1000), "model.dropout=0"]
     train(tiny, tmp_path / "plain", plain)
     back = [python_growth("TwinRound", grow=10, until=30), "model.dropout=0"]
-    train(tiny, tmp_path / "back", back)
+    made = train(tiny, tmp_path / "plain_again", plain)[1]["growth_summary"]["made"]
+    assert train(tiny, tmp_path / "back", back)[1]["growth_summary"]["made"] == made + 1
     train(tiny, tmp_path / "kept", [python_growth("TwinRound", grow=10, until=30, take_back="false"),
                                      "model.dropout=0"])
 

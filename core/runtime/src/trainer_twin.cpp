@@ -33,7 +33,17 @@ std::unique_ptr<Experiment> twin_experiment(const Checkpoint& ck, const std::str
   auto dir = ck.metadata.find("config_dir");
   ConfigNode cfg = ConfigNode::load_string(at("config"), path + " (embedded config)",
                                            dir == ck.metadata.end() ? "" : dir->second);
+  // the twin only trains: no policy of its own (a Python policy's class is not built twice)
+  cfg.apply_override("growth={plugin: none}");
+  cfg.apply_override("pruning={plugin: none}");
   return std::make_unique<Experiment>(cfg, plugin_paths, at("data"), "none");
+}
+
+// CK without the model's policy states (the twin has none).
+Checkpoint without_policies(Checkpoint ck) {
+  ck.metadata.erase("growth_state");
+  ck.metadata.erase("pruning_state");
+  return ck;
 }
 
 // "b:h,b:h" of HEADS, and back.
@@ -52,7 +62,7 @@ Experiment::Twin::Twin(Experiment& main, std::vector<HeadRef> heads, long step,
   ck.metadata["data"] = main.data_record();
   ex_ = twin_experiment(ck, "the model's twin", plugin_paths);
   ex_->comm_ = main.comm_;
-  restore_training(ck, "the model's twin", ex_->parts());
+  restore_training(without_policies(std::move(ck)), "the model's twin", ex_->parts());
 }
 
 std::unique_ptr<Experiment::Twin> Experiment::Twin::restore(
