@@ -187,6 +187,12 @@ TEST_CASE(
   a->without = {{0, 999}};
   CHECK(runtime_error_of([&] { editor.twin_without(30); }).find("head 999 of block 0") !=
         std::string::npos);
+  // a policy finds the twin's probe by the heads it lacks, in any order
+  RunMetrics m;
+  CHECK(m.twin_without({{0, hs[1].id}}) == nullptr);  // no twin
+  m.twin.heads = {{0, hs[1].id}, {0, hs[2].id}};
+  CHECK(m.twin_without({{0, hs[2].id}, {0, hs[1].id}}) == &m.twin);
+  CHECK(m.twin_without({{0, hs[1].id}}) == nullptr);
 }
 
 TEST_CASE("depth_plateau: max_blocks, the window, index -1 and a resumed state") {

@@ -66,6 +66,11 @@ const Ablation* RunMetrics::ablation(std::vector<HeadRef> heads) const {
   return nullptr;
 }
 
+const TwinProbe* RunMetrics::twin_without(std::vector<HeadRef> heads) const {
+  if (twin.heads.empty()) return nullptr;
+  return canonical(twin.heads) == canonical(std::move(heads)) ? &twin : nullptr;
+}
+
 namespace {
 // Refuses a head of HEADS that BLOCKS do not hold: muting it would change nothing, and an
 // "ablation" of it would report the unmuted loss. WHAT: what policy P asked to do with it.

@@ -121,15 +121,6 @@ class RoundCriterion final : public Criterion {
     return set;
   }
 
-  static bool same_heads(std::vector<gf::HeadRef> a, std::vector<gf::HeadRef> b) {
-    auto less = [](const gf::HeadRef& x, const gf::HeadRef& y) {
-      return x.block != y.block ? x.block < y.block : x.head < y.head;
-    };
-    std::sort(a.begin(), a.end(), less);
-    std::sort(b.begin(), b.end(), less);
-    return a == b;
-  }
-
   static bool done(const Blocks& blocks, size_t b) {
     auto it = blocks.find(b);
     return it != blocks.end() && it->second.calib.done;
@@ -161,11 +152,11 @@ class RoundCriterion final : public Criterion {
     for (const gf::BlockView& bv : view.blocks)
       if (bv.probe && bv.probe->input.defined() && p.batch == 0) p.batch = bv.probe->input.dim(0);
     if (!rule_->round().empty() && rule_->twin_trial()) {
-      if (same_heads(m.twin.heads, round_heads())) {
-        p.muted_loss = m.twin.loss;  // the twin: the model trained without the round
+      if (const gf::TwinProbe* t = m.twin_without(round_heads())) {
+        p.muted_loss = t->loss;  // the twin: the model trained without the round
         p.from_twin = true;
-        p.muted_accuracy = m.twin.accuracy;
-        if (m.probe_examples > 1) p.muted_se = m.twin.diff_sd / std::sqrt(double(m.probe_examples));
+        p.muted_accuracy = t->accuracy;
+        if (m.probe_examples > 1) p.muted_se = t->diff_sd / std::sqrt(double(m.probe_examples));
       }
     } else if (!rule_->round().empty()) {
       if (const gf::Ablation* a = m.ablation(round_heads())) {

@@ -195,6 +195,8 @@ struct RunMetrics {
   const Ablation* ablation(std::vector<HeadRef> heads) const;
   /// The same probe on the model's twin, when the run keeps one (twin.heads empty otherwise).
   TwinProbe twin;
+  /// The twin's probe when the twin lacks exactly HEADS (in any order), or null.
+  const TwinProbe* twin_without(std::vector<HeadRef> heads) const;
 };
 
 struct TrainView {
