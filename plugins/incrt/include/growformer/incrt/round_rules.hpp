@@ -48,8 +48,9 @@ class RoundRule {
   virtual bool waiting() const = 0;
   /// The probe also measures the waiting round with its heads muted.
   virtual bool measures_round() const = 0;
-  /// The waiting round's share is read from the model's twin without it (share_from twin, on
-  /// trial).
+  /// The run keeps a twin of the model without the round in `round()` (share_from twin: on
+  /// trial, where its share is read from the twin, and from the growth of a round that goes on
+  /// trial later).
   virtual bool twin_trial() const { return false; }
   /// The waiting round's heads sit out every N-th training step (0: never).
   virtual size_t mute_every() const = 0;
@@ -145,8 +146,12 @@ class LearningRule final : public RoundRule {
   bool needs_calibration() const override { return false; }
   bool waiting() const override { return s_.waiting(); }
   bool measures_round() const override { return true; }
+  /// On trial; and from a plateau round's growth (the newest plateau round goes on trial at the
+  /// onset, so its twin is the model that never grew it, as an onset round's is).
   bool twin_trial() const override {
-    return o_.twin && s_.phase == LearningState::Trial && !s_.round.empty();
+    if (!o_.twin || s_.round.empty()) return false;
+    return s_.phase == LearningState::Trial ||
+           (s_.phase == LearningState::WarmUp && s_.plateau_rounds > 0);
   }
   /// In the review the round sits out only with review_sit_out (it is trained in full otherwise).
   size_t mute_every() const override {
