@@ -2,6 +2,7 @@
 // rounds are judged again, newest first. On constructed probe sequences whose shares and
 // standard errors are set by hand, so every verdict follows from the rule as written; and in a
 // real run whose options force the review's path, resumed bit for bit from a cut inside it.
+// Beside it the confirmation (`confirm`), the other reading of a round against its twin.
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -397,4 +398,160 @@ TEST_CASE(
   d = verdict_after_trend(twin, -0.008, 0.004);
   CHECK(d.kind == K::Keep);
   CHECK(std::string(d.evidence) == "rising");
+}
+
+// ---- the confirmation (`confirm`): a round that pays or promises is read against its twin ----
+
+namespace {
+
+/// The first round pays at 50 (three probes of 5 % at t 10) under O: its confirmation begins.
+LearningState confirming(const RoundOptions& o) {
+  LearningState s = first_round(o);
+  for (size_t step = 30; step <= 50; step += 10) {
+    const RoundDecision d = s.observe(probe(step, 1.7, 0.05, 10.0), o);
+    REQUIRE(d.kind == K::None);
+    CHECK(std::string(d.evidence) == (step < 50 ? "" : "confirming"));
+  }
+  CHECK(s.phase == LearningState::Confirm);
+  CHECK(s.waiting());  // its heads may still go
+  CHECK(s.confirm_start == 50);
+  CHECK(!s.confirm_promise);
+  CHECK(s.round == std::vector<std::pair<size_t, long>>{{0, 1}});
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "incrt confirm: a paid round is read against its twin before the next grows; shown under "
+    "min_share there it goes (unconfirmed), otherwise the next grows as paid") {
+  RoundOptions o;
+  o.confirm = 0.1;  // 100 of the run's 1000 steps: due at 150
+  SUBCASE("the twin takes over what the round carried: unconfirmed, growth stops") {
+    LearningState s = confirming(o);
+    // the twin's share 0.5 % at t 5 (se 0.1 %): its bound 0.7 % is under 1 %, but not yet due
+    for (size_t step = 60; step < 150; step += 10)
+      CHECK(s.observe(probe(step, 1.65, 0.005, 5.0), o).kind == K::None);
+    const RoundDecision d = s.observe(probe(150, 1.65, 0.005, 5.0), o);
+    CHECK(d.kind == K::Reject);
+    CHECK(std::string(d.evidence) == "unconfirmed");
+    CHECK(d.share == doctest::Approx(0.005));
+    CHECK(d.upper == doctest::Approx(0.007));
+    CHECK(s.phase == LearningState::Stopped);
+    CHECK(s.round.empty());  // (the caller removes head 1: the snapshot's round)
+    CHECK(s.past.empty());
+    CHECK(s.rejected == 1);
+  }
+  SUBCASE("not shown under min_share (0.5 % at t 1: its bound 1.5 %): the next grows, as paid") {
+    LearningState s = confirming(o);
+    for (size_t step = 60; step < 150; step += 10)
+      CHECK(s.observe(probe(step, 1.65, 0.005, 1.0), o).kind == K::None);
+    const RoundDecision d = s.observe(probe(150, 1.65, 0.005, 1.0), o);
+    CHECK(d.kind == K::Grow);
+    CHECK(std::string(d.evidence) == "paid");
+    CHECK(d.upper == doctest::Approx(0.015));
+    s.grown(2, 1.65, 150);
+    CHECK(s.phase == LearningState::Trial);
+    CHECK(!s.on_promise);
+    CHECK(s.past == std::vector<std::pair<size_t, long>>{{0, 1}});
+  }
+  SUBCASE("due after the growth window's end: the next still grows (it was due inside it)") {
+    RoundOptions late = o;
+    late.confirm = 0.58;  // due at 630, after the window's end (600)
+    LearningState s = confirming(late);
+    for (size_t step = 60; step < 630; step += 10)
+      CHECK(s.observe(probe(step, 1.65, 0.03, 5.0), late).kind == K::None);
+    CHECK(s.observe(probe(630, 1.65, 0.03, 5.0), late).kind == K::Grow);
+  }
+  SUBCASE("confirmed on a solved task (under 5 % of the first probe's loss): growth stops") {
+    LearningState s = confirming(o);
+    const RoundDecision d = s.observe(probe(150, 0.05, 0.5, 5.0), o);
+    CHECK(d.kind == K::Stop);
+    CHECK(s.phase == LearningState::Stopped);
+    CHECK(s.past == std::vector<std::pair<size_t, long>>{{0, 1}});
+  }
+  SUBCASE("no twin read (its share unmeasured): nothing shows the round useless, the next grows") {
+    LearningState s = confirming(o);
+    ProbeReading p = probe(150, 1.65);
+    p.muted_loss = std::numeric_limits<double>::quiet_NaN();
+    CHECK(s.observe(p, o).kind == K::Grow);
+  }
+  SUBCASE("off (0): the pay grows the next round at once") {
+    LearningState s = first_round(RoundOptions{});
+    RoundDecision d;
+    for (size_t step = 30; step <= 50; step += 10) d = s.observe(probe(step, 1.7, 0.05, 10.0), {});
+    CHECK(d.kind == K::Grow);
+  }
+  SUBCASE("saved and loaded during the confirmation, the same verdict") {
+    LearningState a = confirming(o);
+    a.observe(probe(60, 1.65, 0.005, 5.0), o);
+    std::ostringstream os;
+    a.save(os);
+    LearningState b;
+    gf::state::Reader r(os.str(), "test");
+    r.expect("learning");
+    b.load_fields(r);
+    CHECK(b.phase == LearningState::Confirm);
+    CHECK(b.confirm_start == 50);
+    for (size_t step = 70; step <= 150; step += 10) {
+      const ProbeReading p = probe(step, 1.65, 0.005, 5.0);
+      const RoundDecision da = a.observe(p, o), db = b.observe(p, o);
+      CHECK(da.kind == db.kind);
+    }
+    CHECK(b.phase == LearningState::Stopped);
+    CHECK(b.rejected == 1);
+  }
+}
+
+TEST_CASE(
+    "incrt confirm: a promising round is confirmed too and lets the next grow on its promise; the "
+    "twin is asked for while it is confirmed, whatever share_from says") {
+  RoundOptions o;
+  o.confirm = 0.1;
+  gf::incrt::LearningRule rule(o);
+  LearningState& s = rule.state();
+  s = first_round(o);
+  CHECK(!rule.twin_trial());  // on trial under share_from muted: no twin
+  // 0.5 % at t 1 with the loss 11 % under where the round grew (1.8): positive, its bound 1.5 %
+  // reaches min_share, mature (onset 10): a promise at the third probe
+  RoundDecision d;
+  for (size_t step = 30; step <= 50; step += 10) d = s.observe(probe(step, 1.6, 0.005, 1.0), o);
+  CHECK(d.kind == K::None);
+  REQUIRE(s.phase == LearningState::Confirm);
+  CHECK(s.confirm_promise);
+  CHECK(rule.twin_trial());
+  CHECK(rule.phase() == "confirm");
+  for (size_t step = 60; step < 150; step += 10) s.observe(probe(step, 1.6, 0.02, 4.0), o);
+  d = s.observe(probe(150, 1.6, 0.02, 4.0), o);
+  CHECK(d.kind == K::Grow);
+  CHECK(std::string(d.evidence) == "promising");
+  CHECK(!rule.twin_trial());
+  s.grown(2, 1.6, 150);
+  CHECK(s.on_promise);  // it must pay before another grows
+}
+
+TEST_CASE("incrt confirm: the confirmation reads one probe, at the first check it is due") {
+  RoundOptions o;
+  o.confirm = 0.1;  // due 100 steps after it begins
+  gf::incrt::LearningRule rule(o);
+  // one check every 10 steps, a probe at every check until then (a small probe)
+  auto at = [&](size_t step, double loss, double share, double t) {
+    ProbeReading p = probe(step, loss, share, t);
+    p.check = step / 10;
+    p.steps_per_check = 10;
+    p.batch = 16;
+    p.examples = 8;
+    REQUIRE(rule.wants_probe(p.check));
+    return rule.observe(p);
+  };
+  at(10, 2.0, 0, 0);
+  REQUIRE(at(20, 1.8, 0, 0).kind == K::Grow);
+  rule.grown(1, 1.8, 20);
+  rule.round() = {{0, 1}};
+  for (size_t step = 30; step <= 50; step += 10) at(step, 1.7, 0.05, 10.0);
+  REQUIRE(rule.phase() == "confirm");
+  for (size_t check = 6; check < 15; ++check) CHECK(!rule.wants_probe(check));
+  const RoundDecision d = at(150, 1.65, 0.005, 5.0);
+  CHECK(d.kind == K::Reject);
+  CHECK(std::string(d.evidence) == "unconfirmed");
 }
