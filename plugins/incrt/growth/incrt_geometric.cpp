@@ -9,7 +9,7 @@
 // - where a new head points: the block's geometry (block_geometry.cpp: C, the spectrum and the
 //   trackers; a round aims at the planes no head carries, <growformer/incrt/rounds.hpp>);
 // - this file: the check over the blocks, the heads' birth directions Q after each edit, the
-//   summary and the policy state's text (versions 2 to 14).
+//   summary and the policy state's text (versions 2 to 13).
 #include <growformer/fields.hpp>
 #include <growformer/growth.hpp>
 #include <growformer/plugin.hpp>
@@ -201,7 +201,7 @@ class IncrtGeometric : public gf::GrowthPolicy {
 
   std::string save_state() const override {
     std::ostringstream os;
-    os << "incrt_geometric 14 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
+    os << "incrt_geometric 13 " << (seeded_ ? 1 : 0) << ' ' << rng_.state() << ' '
        << rng_.increment() << ' ' << blocks_.size() << ' ';
     for (const auto& [index, st] : blocks_) {
       os << "block " << index << ' ';
@@ -221,9 +221,9 @@ class IncrtGeometric : public gf::GrowthPolicy {
   /// rule's share trend and its count of rounds kept unpaid (9: none); before 11 each block's
   /// head count (since read from the model: the summary's K_obs) is read and dropped; 12 adds
   /// the learning rule's past rounds and review (11: none remembered, no review under way); 13
-  /// its plateau rounds (12: none); 14 its confirmation (13: none under way).
+  /// its plateau rounds (12: none).
   void load_state(const std::string& text) override {
-    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 14, "incrt");
+    auto opened = gf::state::Reader::open(text, "incrt_geometric", 2, 13, "incrt");
     if (!opened) return;
     gf::state::Reader& r = *opened;
     const int version = r.version();

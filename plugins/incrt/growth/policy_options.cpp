@@ -176,15 +176,6 @@ void learning_options(IncrtTable& t) {
            "goes on trial in place of a new round; a window that ends with no onset takes them "
            "back (no_onset). 0: none (the rule of 37f457f)",
            0.0, 1.0)
-      .add("confirm", &S::rounds, &G::confirm, "0",
-           "learning: before a round that paid or promised lets the next grow, it is confirmed: "
-           "the model's twin is forked without it (its trained heads muted) and trained beside "
-           "the model for this fraction of the run's steps, so the older heads can take over "
-           "what they leaned on it for; at the first probe after that, a twin's share shown "
-           "under min_share (share + z_back standard errors) takes the round back (evidence "
-           "unconfirmed, the run continues from the twin) and growth stops, otherwise the next "
-           "round grows. 0: none",
-           0.0, 1.0)
       .choice("pace", &S::rounds, &G::pace_onset, "onset",
               "learning: when a paid round is followed by the next. onset: once the paid round "
               "is mature (it has trained as long as the model took to start learning; a round "

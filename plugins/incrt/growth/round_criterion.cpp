@@ -167,8 +167,7 @@ class RoundCriterion final : public Criterion {
     }
     const std::string phase = !calibrated ? "calibrating" : rule_->phase();
     // a verdict at the growth window's end, or in the late review that follows it
-    const std::string stage =
-        phase == "review" || phase == "confirm" ? phase : std::string("window_end");
+    const std::string stage = phase == "review" ? "review" : "window_end";
     const RoundDecision dec = calibrated ? rule_->observe(p) : RoundDecision{};
     emit_probe(view, p, dec, phase);
     using K = RoundDecision::Kind;

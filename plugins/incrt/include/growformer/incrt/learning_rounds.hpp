@@ -85,7 +85,7 @@ struct ProbeReading {
 
 /// The learning rule's state across probes (saved with the policy state).
 struct LearningState {
-  enum Phase : int { WarmUp = 0, Trial = 1, Stopped = 2, Review = 3, Confirm = 4 };
+  enum Phase : int { WarmUp = 0, Trial = 1, Stopped = 2, Review = 3 };
   int phase = WarmUp;
   double first = std::numeric_limits<double>::quiet_NaN();  // the phase's first probe loss
   size_t first_step = 0;                                    // and its step
@@ -118,14 +118,9 @@ struct LearningState {
   // the window's end
   bool plateau_trial = false;
   double chance = std::numeric_limits<double>::quiet_NaN();  // the run's first probe loss
-  // confirm: the step the waiting round's confirmation began, and whether it lets the next round
-  // grow on its promise (not its pay)
-  size_t confirm_start = 0;
-  bool confirm_promise = false;
 
-  /// A round's heads are on trial: while it waits for its verdict, while it is confirmed, and
-  /// while it is reviewed.
-  bool waiting() const { return phase == Trial || phase == Review || phase == Confirm; }
+  /// A round's heads are on trial: while it waits for its verdict, and while it is reviewed.
+  bool waiting() const { return phase == Trial || phase == Review; }
 
   /// The step at FRACTION of the steps (after a reopening, of those left then).
   double at_fraction(double fraction, size_t total) const {
@@ -178,7 +173,6 @@ struct LearningState {
     out.settled = p.loss;  // the probe the decision is taken at (the loss may still be falling)
     if (phase == Trial) return trial(p, o);
     if (phase == Review) return review(p, o);
-    if (phase == Confirm) return confirm(p, o);
     if (phase == Stopped) return stopped(p, o);
     // warm-up
     if (!std::isfinite(first)) {
@@ -310,9 +304,7 @@ struct LearningState {
                               .add("plateau_rounds", &L::plateau_rounds, 13)
                               .add("plateau_grown", &L::plateau_grown, 13)
                               .add("plateau_trial", &L::plateau_trial, 13)
-                              .add("chance", &L::chance, 13)
-                              .add("confirm_start", &L::confirm_start, 14)
-                              .add("confirm_promise", &L::confirm_promise, 14);
+                              .add("chance", &L::chance, 13);
     return f;
   }
   void save(std::ostringstream& os) const {
@@ -322,7 +314,7 @@ struct LearningState {
   /// The fields after the word `learning`.
   void load_fields(Reader& r) {
     state_fields().load(r, *this, r.version());
-    if (phase < WarmUp || phase > Confirm)
+    if (phase < WarmUp || phase > Review)
       throw RuntimeError("incrt_geometric: policy state: bad phase");
     if (share_ses.size() != shares.size())
       throw RuntimeError("incrt_geometric: policy state: shares and their errors differ in length");
@@ -398,7 +390,6 @@ struct LearningState {
       // take_back useless a round that cannot be judged in time is kept, so it grows anyway)
       const bool next = !is_late && p.loss > solved(o) &&
                         (o.take_back_useless || fits(p.step, p.total, p.step - round_step, o));
-      if (next && o.confirm > 0) return start_confirm(p, out, false);
       out.kind = next ? RoundDecision::Kind::Grow : RoundDecision::Kind::Stop;
       if (next)
         phase = WarmUp;  // the caller grows the next round now (grown() starts its trial)
@@ -408,7 +399,6 @@ struct LearningState {
     }
     if (!is_late && p.loss > solved(o) && promising(p, out, o)) {
       out.evidence = "promising";
-      if (o.confirm > 0) return start_confirm(p, out, true);
       out.kind = RoundDecision::Kind::Grow;
       phase = WarmUp;
       next_on_promise = true;
@@ -432,60 +422,6 @@ struct LearningState {
         end_window(p, o, out.evidence);
       }
     }
-    return out;
-  }
-
-  /// The waiting round paid (PROMISE: promised) at P and the next would grow: first its
-  /// confirmation (confirm), against the model's twin forked now without it.
-  RoundDecision start_confirm(const ProbeReading& p, RoundDecision& out, bool promise) {
-    phase = Confirm;
-    confirm_start = p.step;
-    confirm_promise = promise;
-    forget_shares();
-    out.kind = RoundDecision::Kind::None;
-    out.evidence = "confirming";
-    return out;
-  }
-
-  /// One probe of the confirmation: at the first probe `confirm` of the run's steps after it
-  /// began, the twin's latest share decides: its bound (share + z_back se) under min_share
-  /// takes the round back (`unconfirmed`) and growth stops; otherwise the next round grows (as
-  /// the pay or promise said), also when the growth window ended meanwhile (the pay came inside
-  /// it), unless the task is solved.
-  RoundDecision confirm(const ProbeReading& p, const RoundOptions& o) {
-    RoundDecision out;
-    out.settled = p.loss;
-    record(p, o);
-    const double due = double(confirm_start) + o.confirm * double(p.total);
-    if (double(p.step) < due) {
-      out.evidence = "confirming";
-      return out;
-    }
-    if (!shares.empty()) {  // (no twin read: nothing shows the round useless)
-      out.share = shares.back();
-      out.share_se = share_ses.back();
-      out.t =
-          out.share_se > 0 ? out.share / out.share_se : std::numeric_limits<double>::quiet_NaN();
-      out.upper = out.share + o.z_back * out.share_se;
-    }
-    if (std::isfinite(out.upper) && out.upper < o.min_share) {
-      out.kind = RoundDecision::Kind::Reject;
-      out.evidence = "unconfirmed";
-      rejected += 1;
-      round.clear();  // (the caller removes its heads; the run continues from the twin)
-      stop(p.loss);
-      return out;
-    }
-    out.evidence = confirm_promise ? "promising" : "paid";
-    if (p.loss <= solved(o)) {
-      out.kind = RoundDecision::Kind::Stop;
-      stop(p.loss);  // nothing left for another round to capture
-      return out;
-    }
-    // (the next round grows even if the growth window ended meanwhile: it was due inside it)
-    out.kind = RoundDecision::Kind::Grow;
-    phase = WarmUp;
-    next_on_promise = confirm_promise;
     return out;
   }
 

@@ -6,7 +6,6 @@
 // reads no probe and is the policy's per-block geometry check.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -147,13 +146,10 @@ class LearningRule final : public RoundRule {
   bool needs_calibration() const override { return false; }
   bool waiting() const override { return s_.waiting(); }
   bool measures_round() const override { return true; }
-  /// share_from twin: on trial, and from a plateau round's growth (the newest plateau round goes
-  /// on trial at the onset, so its twin is the model that never grew it, as an onset round's
-  /// is). Under any share_from: while a round is confirmed (its twin forked then).
+  /// On trial; and from a plateau round's growth (the newest plateau round goes on trial at the
+  /// onset, so its twin is the model that never grew it, as an onset round's is).
   bool twin_trial() const override {
-    if (s_.round.empty()) return false;
-    if (s_.phase == LearningState::Confirm) return true;  // (whatever share_from says)
-    if (!o_.twin) return false;
+    if (!o_.twin || s_.round.empty()) return false;
     return s_.phase == LearningState::Trial ||
            (s_.phase == LearningState::WarmUp && s_.plateau_rounds > 0);
   }
@@ -183,16 +179,8 @@ class LearningRule final : public RoundRule {
   }
   void grown(size_t added, double settled, size_t step) override { s_.grown(added, settled, step); }
   /// The next probe, from the phase after this check's decision (a waiting round is probed twice).
-  /// A confirmation reads one probe: at the first check at or after it is due.
   void schedule(const ProbeReading& p) {
-    size_t every = s_.probe_interval(p.batch, p.steps_per_check, p.examples);
-    if (s_.phase == LearningState::Confirm) {
-      const double due = double(s_.confirm_start) + o_.confirm * double(p.total);
-      const double per = double(std::max<size_t>(p.steps_per_check, 1));
-      const double left = std::ceil((due - double(p.step)) / per - 1e-9);
-      every = left > 1.0 ? size_t(left) : 1;
-    }
-    s_.next_probe = p.check + every;
+    s_.next_probe = p.check + s_.probe_interval(p.batch, p.steps_per_check, p.examples);
   }
   std::vector<std::pair<std::string, double>> probe_numbers(const ProbeReading& p) const override {
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -204,11 +192,10 @@ class LearningRule final : public RoundRule {
             {"probe_every_checks", double(s_.next_probe > p.check ? s_.next_probe - p.check : 1)}};
   }
   std::string phase() const override {
-    return s_.phase == LearningState::WarmUp    ? "warm-up"
-           : s_.phase == LearningState::Trial   ? "trial"
-           : s_.phase == LearningState::Review  ? "review"
-           : s_.phase == LearningState::Confirm ? "confirm"
-                                                : "stopped";
+    return s_.phase == LearningState::WarmUp   ? "warm-up"
+           : s_.phase == LearningState::Trial  ? "trial"
+           : s_.phase == LearningState::Review ? "review"
+                                               : "stopped";
   }
   std::string plot() const override { return "probe_loss round_t,z_needed round_share,min_share"; }
   void summarize(std::map<std::string, double>& out) const override {

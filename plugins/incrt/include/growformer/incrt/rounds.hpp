@@ -141,13 +141,6 @@ struct RoundOptions {
   // began takes every plateau round back (`no_onset`); a second plateau round on trial must pay
   // by the window's end (`plateau_unpaid`). 0: none (the rule of 37f457f).
   double plateau = 0.1;
-  // learning: the confirmation. A round that pays or promises, before the next grows, is read
-  // once more against the model's twin forked then without it (its trained heads muted) and
-  // trained beside the model for this fraction of the run's steps: what the older heads can
-  // take over when they train without it. Shown under min_share then (the twin's share plus
-  // z_back standard errors), the round goes (evidence `unconfirmed`, the run continues from the
-  // twin) and growth stops; otherwise the next round grows. 0: none.
-  double confirm = 0.0;
 };
 
 /// What a probe decided.
