@@ -33,14 +33,14 @@ class RoundCriterion final : public Criterion {
   /// At a probe while a round waits for its test: the round's heads muted.
   std::vector<std::vector<gf::HeadRef>> probe_ablations() const override {
     if (!rule_->measures_round() || !rule_->waiting() || rule_->round().empty() ||
-        validation_probe() == 0 || rule_->twin_trial())
+        validation_probe() == 0 || rule_->keeps_twin())
       return {};
     return {round_heads()};
   }
 
   /// share_from twin: while a round is on trial, the run keeps a twin of the model without it.
   std::vector<gf::HeadRef> twin_without() const override {
-    return rule_->twin_trial() ? round_heads() : std::vector<gf::HeadRef>{};
+    return rule_->keeps_twin() ? round_heads() : std::vector<gf::HeadRef>{};
   }
 
   /// The waiting round's heads sit out every `round_mute_every`-th training step, so that the
@@ -151,7 +151,7 @@ class RoundCriterion final : public Criterion {
     p.examples = m.probe_examples;
     for (const gf::BlockView& bv : view.blocks)
       if (bv.probe && bv.probe->input.defined() && p.batch == 0) p.batch = bv.probe->input.dim(0);
-    if (!rule_->round().empty() && rule_->twin_trial()) {
+    if (!rule_->round().empty() && rule_->keeps_twin()) {
       if (const gf::TwinProbe* t = m.twin_without(round_heads())) {
         p.muted_loss = t->loss;  // the twin: the model trained without the round
         p.from_twin = true;

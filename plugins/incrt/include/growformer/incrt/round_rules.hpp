@@ -51,7 +51,7 @@ class RoundRule {
   /// The run keeps a twin of the model without the round in `round()` (share_from twin: on
   /// trial, where its share is read from the twin, and from the growth of a round that goes on
   /// trial later).
-  virtual bool twin_trial() const { return false; }
+  virtual bool keeps_twin() const { return false; }
   /// The waiting round's heads sit out every N-th training step (0: never).
   virtual size_t mute_every() const = 0;
   /// The share of every training batch's examples the waiting round's heads sit out on.
@@ -148,7 +148,7 @@ class LearningRule final : public RoundRule {
   bool measures_round() const override { return true; }
   /// On trial; and from a plateau round's growth (the newest plateau round goes on trial at the
   /// onset, so its twin is the model that never grew it, as an onset round's is).
-  bool twin_trial() const override {
+  bool keeps_twin() const override {
     if (!o_.twin || s_.round.empty()) return false;
     return s_.phase == LearningState::Trial ||
            (s_.phase == LearningState::WarmUp && s_.plateau_rounds > 0);
